@@ -1,0 +1,135 @@
+// The cluster model: GPU types, nodes, the topology tree above the nodes, and teams with quotas.
+//
+// Nodes are numbered so that every topology domain (an NVLink domain, a rack, a leaf switch, a
+// spine...) covers one contiguous range of node indices; placement code relies on that to scan a
+// domain as a range. A Cluster is immutable once built (ClusterBuilder) and safe to share between
+// threads. Free capacity lives elsewhere (sched::FreeIndex); this is only the shape.
+//
+//   ClusterBuilder b("tiny", {"leaf", "spine"});
+//   auto h100 = b.AddGpuType({"H100", 80, 70, 700});
+//   b.OpenDomain("spine0", 1);
+//   b.OpenDomain("leaf0", 0);
+//   b.AddNode({.name = "n1", .gpu_type = *h100, .gpus = 8});
+//   b.CloseDomain(); b.CloseDomain();
+//   Result<Cluster> c = std::move(b).Build();
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gantry/common/status.h"
+
+namespace gantry {
+
+using NodeIndex = int32_t;
+using DomainIndex = int32_t;
+using GpuTypeIndex = int32_t;
+inline constexpr int kMaxGpuTypes = 32;  // GPU type sets are 32-bit masks
+inline constexpr uint32_t kAnyGpuType = 0xFFFFFFFFu;
+inline constexpr int kNoQuota = -1;
+
+struct GpuType {
+  std::string name;
+  int memory_gb = 0;
+  double idle_watts = 0;
+  double busy_watts = 0;
+};
+
+struct Node {
+  std::string name;
+  GpuTypeIndex gpu_type = 0;
+  int gpus = 0;
+  int cpus = 0;
+  int64_t memory_mb = 0;
+  DomainIndex domain = -1;  // innermost domain holding this node; -1 when the cluster is flat
+};
+
+// A topology domain. Level 0 is the innermost level above nodes (Cluster::levels()[0]).
+struct Domain {
+  std::string name;
+  int level = 0;
+  DomainIndex parent = -1;
+  NodeIndex first_node = 0;  // [first_node, end_node) are the nodes below this domain
+  NodeIndex end_node = 0;
+  int gpus = 0;              // total GPUs below this domain
+};
+
+// A team (Slurm account, Kueue ClusterQueue, Philly virtual cluster) and its GPU quota.
+struct Team {
+  std::string name;
+  int quota_gpus = kNoQuota;  // hard cap on GPUs in use at once; kNoQuota = shared pool
+  double shares = 1.0;        // fair-share weight; defaults to the quota when one is set
+};
+
+class Cluster {
+ public:
+  const std::string& name() const { return name_; }
+  // Names of the topology levels above nodes, innermost first (e.g. {"nvlink", "leaf", "spine"}).
+  const std::vector<std::string>& levels() const { return levels_; }
+  const std::vector<GpuType>& gpu_types() const { return gpu_types_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Domain>& domains() const { return domains_; }
+  // Teams named in the spec with their quotas (may be empty: one shared pool).
+  const std::vector<Team>& teams() const { return teams_; }
+  // Quota applied to a team the spec does not name: kNoQuota unless the spec says otherwise.
+  int default_quota_gpus() const { return default_quota_gpus_; }
+
+  int total_gpus() const { return total_gpus_; }
+  int max_gpus_per_node() const { return max_gpus_per_node_; }
+  // Total GPUs of the types in `mask`.
+  int GpusOfTypes(uint32_t mask) const;
+  // Index of the GPU type called `name` (case-insensitive), or -1.
+  GpuTypeIndex FindGpuType(const std::string& name) const;
+  // Index of the team called `name`, or -1.
+  int FindTeam(const std::string& name) const;
+  // Ancestors of a node's innermost domain, innermost first; empty for a flat cluster.
+  std::vector<DomainIndex> DomainPath(NodeIndex node) const;
+
+ private:
+  friend class ClusterBuilder;
+  std::string name_;
+  std::vector<std::string> levels_;
+  std::vector<GpuType> gpu_types_;
+  std::vector<Node> nodes_;
+  std::vector<Domain> domains_;
+  std::vector<Team> teams_;
+  int default_quota_gpus_ = kNoQuota;
+  int total_gpus_ = 0;
+  int max_gpus_per_node_ = 0;
+};
+
+// Builds a Cluster; domains nest like brackets. Not thread-safe.
+class ClusterBuilder {
+ public:
+  ClusterBuilder(std::string name, std::vector<std::string> levels);
+
+  // Returns the new type's index, or an error for a duplicate name or too many types.
+  Result<GpuTypeIndex> AddGpuType(GpuType type);
+  // Opens a domain at `level` inside the currently open one (whose level must be higher).
+  Status OpenDomain(std::string name, int level);
+  Status CloseDomain();
+  // Adds a node to the innermost open domain (or to the flat cluster when none is open).
+  Status AddNode(Node node);
+  Status AddTeam(Team team);
+  void SetDefaultQuota(int gpus) { cluster_.default_quota_gpus_ = gpus; }
+
+  // Checks the whole (every domain closed, names unique, at least one node) and returns it.
+  Result<Cluster> Build() &&;
+
+ private:
+  Cluster cluster_;
+  std::vector<DomainIndex> open_;
+  Status first_error_;
+};
+
+// Reads a cluster spec (YAML, format in docs/formats/cluster.md) or expands a shorthand such as
+// "dgx-h100:nodes=256" or "gb200-nvl72:racks=8" (`gantry cluster show --help` lists them).
+Result<Cluster> LoadCluster(const std::string& spec_or_shorthand);
+Result<Cluster> LoadClusterSpecFile(const std::string& path);
+Result<Cluster> ParseClusterSpec(const std::string& yaml_text, const std::string& source_name);
+Result<Cluster> GenerateCluster(const std::string& shorthand);
+// One line per shorthand generator with its parameters and defaults, for --help.
+std::vector<std::string> ClusterShorthandHelp();
+
+}  // namespace gantry

@@ -1,0 +1,105 @@
+// Status and Result<T>: the error vocabulary of every fallible path in Gantry.
+//
+// A Status is either OK or carries a code and a message that names what failed (file, line,
+// field, object). Library code returns these instead of throwing across module boundaries.
+//
+//   Result<Cluster> c = LoadClusterSpec("philly.yaml");
+//   if (!c.ok()) return c.status();
+//   GANTRY_ASSIGN_OR_RETURN(Workload w, ImportTrace(path, options));
+//
+// Both types are values; they are not thread-safe to mutate concurrently, like any value.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace gantry {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,   // the caller's input is malformed (bad trace row, bad spec field)
+  kNotFound,          // a named thing does not exist (file, team, GPU type)
+  kFailedPrecondition,  // the input is well-formed but cannot be honoured (job larger than cluster)
+  kOutOfRange,
+  kUnavailable,       // a transient failure; retrying may help
+  kInternal,          // a broken invariant in Gantry itself
+  kIoError,
+};
+
+const char* StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "InvalidArgument: trace.csv:12: field 'num_gpus': not a number".
+  std::string ToString() const;
+
+  // Returns a copy whose message is prefixed with `context` (e.g. the file being read).
+  Status WithContext(const std::string& context) const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+
+// Result<T> holds either a T or a non-OK Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
+    if (status_.ok()) status_ = Internal("Result constructed from an OK status without a value");
+  }
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace gantry
+
+#define GANTRY_CONCAT_INNER_(a, b) a##b
+#define GANTRY_CONCAT_(a, b) GANTRY_CONCAT_INNER_(a, b)
+
+// Returns from the enclosing function if `expr` (a Status) is not OK.
+#define GANTRY_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::gantry::Status gantry_status_ = (expr);        \
+    if (!gantry_status_.ok()) return gantry_status_; \
+  } while (0)
+
+// Declares `lhs` from the value of `rexpr` (a Result<T>), or returns its error.
+#define GANTRY_ASSIGN_OR_RETURN(lhs, rexpr) \
+  GANTRY_ASSIGN_OR_RETURN_IMPL_(GANTRY_CONCAT_(gantry_result_, __LINE__), lhs, rexpr)
+#define GANTRY_ASSIGN_OR_RETURN_IMPL_(result, lhs, rexpr) \
+  auto result = (rexpr);                                  \
+  if (!result.ok()) return result.status();               \
+  lhs = std::move(result).value()

@@ -1,0 +1,116 @@
+// Results of a simulation run and how they are reported.
+//
+// What one simulation run produced: per-job outcomes, sampled time series, counters, and the
+// summary computed from them; plus the writers for jobs.csv, summary.json and the HTML report.
+//
+// A SimResult refers to (does not own) the Workload, Cluster and teams it was produced from;
+// they must outlive it. Everything in it except `perf` is deterministic for given inputs and seed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/status.h"
+#include "gantry/workload/job.h"
+
+namespace gantry {
+
+struct JobOutcome {
+  Time start = -1;          // -1: never started (the run ended first)
+  Time end = -1;
+  int32_t nodes_spanned = 0;     // distinct nodes of the placement
+  int32_t span_level = -1;       // innermost topology level holding the whole placement
+                                 // (-1: one node; levels().size(): the whole cluster)
+  bool backfilled = false;       // started out of priority order by backfill
+  bool killed_at_limit = false;  // ran into its time limit (run_time > time_limit)
+};
+
+// The cluster's state at one instant; the simulator samples at evenly spaced times.
+struct TimeSample {
+  Time t = 0;
+  int32_t busy_gpus = 0;
+  int32_t pending_jobs = 0;
+  int32_t running_jobs = 0;
+  std::vector<int32_t> team_busy_gpus;  // indexed like SimResult::teams
+};
+
+struct TeamSummary {
+  std::string name;
+  int quota_gpus = kNoQuota;
+  int64_t jobs = 0;
+  int64_t jobs_completed = 0;
+  double gpu_hours = 0;          // GPU-hours used by the team's completed jobs
+  double share_of_usage = 0;     // gpu_hours / all teams' gpu_hours
+  double quota_utilization = 0;  // gpu_hours / (quota * makespan); 0 without quota
+  double mean_wait_s = 0;
+  double mean_slowdown = 0;      // mean bounded slowdown of the team's jobs
+};
+
+struct SimSummary {
+  std::string profile;
+  int64_t jobs = 0;               // jobs simulated
+  int64_t jobs_completed = 0;     // started and ended within the run
+  int64_t jobs_unfinished = 0;    // jobs - jobs_completed: no end (never started, or still running)
+  int64_t jobs_never_started = 0; // of jobs_unfinished, those that never started
+  int64_t jobs_skipped = 0;       // removed as bad input (only with --skip-bad)
+  std::vector<std::pair<std::string, int64_t>> skipped_by_reason;
+  int64_t jobs_killed_at_limit = 0;
+  int64_t jobs_backfilled = 0;
+  Time makespan = 0;              // last end minus first submit
+  double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
+  double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
+  double bounded_slowdown_mean = 0, bounded_slowdown_p95 = 0;  // threshold 10 s
+  double gpu_utilization = 0;     // busy GPU-seconds / (GPUs * makespan)
+  double jain_fairness = 0;       // Jain's index over per-team mean bounded slowdown
+  // Fragmentation: job-hours spent waiting while the cluster had at least as many free GPUs in
+  // total as the job asked for, and that as a fraction of all job-hours waited.
+  double frag_wait_job_hours = 0;
+  double total_wait_job_hours = 0;
+  double frag_wait_fraction = 0;
+  std::vector<TeamSummary> teams;
+};
+
+// Wall-clock measurements of the run; the only non-deterministic part of a result.
+struct SimPerf {
+  double wall_seconds = 0;
+  int64_t events = 0;             // submits + finishes processed
+  int64_t cycles = 0;             // scheduling cycles run
+  double events_per_second = 0;
+  int64_t peak_rss_kb = 0;
+};
+
+struct SimResult {
+  std::string profile;
+  const Workload* workload = nullptr;
+  const Cluster* cluster = nullptr;
+  std::vector<Team> teams;               // indexed like Job::team
+  std::vector<JobOutcome> outcomes;      // indexed like Workload::jobs
+  std::vector<TimeSample> samples;
+  // Job-seconds waited while enough GPUs were free in total, and all job-seconds waited.
+  double frag_wait_job_seconds = 0;
+  double total_wait_job_seconds = 0;
+  double busy_gpu_seconds = 0;
+  SimSummary summary;                    // filled by Summarize()
+  SimPerf perf;
+};
+
+// Computes result.summary from outcomes, samples and counters.
+void Summarize(SimResult& result);
+
+// summary.json's content (fields documented in docs/formats/outputs.md); ordered_json so that the
+// key order is fixed and the text is byte-identical across runs.
+nlohmann::ordered_json SummaryToJson(const SimResult& result);
+// One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
+// bounded_slowdown,backfilled,killed_at_limit (header documented in docs/formats/outputs.md).
+Status WriteJobsCsv(const SimResult& result, const std::string& path);
+Status WriteSummaryJson(const SimResult& result, const std::string& path);
+// A self-contained HTML page comparing the results side by side (Vega-Lite charts, inlined).
+Status WriteHtmlReport(const std::vector<const SimResult*>& results, const std::string& path);
+// Human-readable comparison table (one row per profile) for the terminal.
+std::string SummaryTable(const std::vector<const SimResult*>& results);
+
+}  // namespace gantry

@@ -1,0 +1,164 @@
+// The scheduling framework's extension points, modelled on the Kubernetes scheduling framework:
+//
+//   queue order  PriorityFactor   weighted factors summed into a job's priority (age, fair share,
+//                                 size, QoS, oracles); the engine orders pending jobs by the sum
+//   admission    AdmissionPlugin  may this job start now as far as policy goes (quotas; later
+//                                 Kueue-style cohorts with borrowing, lending and reclaim)
+//   placement    PlacementPlugin  filter + score fused: which GPUs on which nodes (first-fit,
+//                                 best-fit, topology-aware); later data locality, power
+//   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
+//   preemption   PreemptionPlugin hook called for a blocked head job (only "none" today; later
+//                                 checkpoint-aware victim selection)
+//
+// Plugins are created per engine from a Profile (profile.h) through the registry and are used
+// only from the engine's serial scheduling loop, so they need no locking.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/status.h"
+#include "gantry/common/time.h"
+#include "gantry/sched/free_index.h"
+#include "gantry/workload/job.h"
+
+namespace gantry {
+
+// Arguments of one plugin in a profile: strings as written, typed on read. Errors name the
+// plugin and the argument.
+class PluginArgs {
+ public:
+  PluginArgs() = default;
+  PluginArgs(std::string plugin, std::map<std::string, std::string> values)
+      : plugin_(std::move(plugin)), values_(std::move(values)) {}
+
+  Result<double> Number(const std::string& key, double fallback) const;
+  Result<int64_t> Integer(const std::string& key, int64_t fallback) const;
+  // Accepts seconds ("300"), or a number with s/m/h/d ("5m", "7d"); "inf" for kInfiniteTime.
+  Result<Duration> DurationArg(const std::string& key, Duration fallback) const;
+  Result<bool> Bool(const std::string& key, bool fallback) const;
+  Result<std::string> String(const std::string& key, const std::string& fallback) const;
+  // Every argument given must be one of `known` (catches typos in profiles).
+  Status CheckKnown(const std::vector<std::string>& known) const;
+  const std::map<std::string, std::string>& values() const { return values_; }
+
+ private:
+  std::string plugin_;
+  std::map<std::string, std::string> values_;
+};
+
+struct Slot {
+  NodeIndex node;
+  int gpus;
+};
+using Placement = std::vector<Slot>;
+
+// Per-node upper bounds on what a placement may take, on top of what is free. Backfill uses
+// this to keep GPUs promised to a reservation. Dense, reset in O(touched).
+class NodeCaps {
+ public:
+  explicit NodeCaps(size_t nodes) : cap_(nodes, INT_MAX) {}
+  int Effective(NodeIndex n, int free) const { return free < cap_[n] ? free : cap_[n]; }
+  int cap(NodeIndex n) const { return cap_[n]; }
+  void Set(NodeIndex n, int cap) {
+    if (cap_[n] == INT_MAX) touched_.push_back(n);
+    cap_[n] = cap;
+  }
+  bool empty() const { return touched_.empty(); }
+  const std::vector<NodeIndex>& touched() const { return touched_; }
+  void Clear() {
+    for (NodeIndex n : touched_) cap_[n] = INT_MAX;
+    touched_.clear();
+  }
+
+ private:
+  std::vector<int> cap_;
+  std::vector<NodeIndex> touched_;
+};
+
+class PlacementPlugin {
+ public:
+  virtual ~PlacementPlugin() = default;
+  virtual std::string_view name() const = 0;
+  // Chooses GPUs for all of `job` (gang: all or nothing) from `free`, taking at most
+  // caps->Effective() on each node when caps is given. Returns false when it does not fit;
+  // `out` is then unspecified.
+  virtual bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+                     Placement* out) const = 0;
+};
+
+// What priority factors may observe of the engine.
+struct TeamUsageView {
+  const std::vector<Team>* teams;
+  const std::vector<int>* running_gpus;  // per team
+};
+
+// One weighted term of a job's priority. The engine's priority of job j at time t is
+//   sum_f weight_f * (JobValue_f(j) + TeamValue_f(team of j))  +  age term,
+// where the age term (the "age" factor) grows linearly with time waited up to max_age. Keeping
+// the time-varying parts per team (or common to all jobs) lets the engine keep each team's queue
+// sorted without re-sorting every job whenever the clock moves.
+class PriorityFactor {
+ public:
+  virtual ~PriorityFactor() = default;
+  virtual std::string_view name() const = 0;
+  // Time-invariant part for a job; typically in [0, 1].
+  virtual double JobValue(const Job& job) const { return 0; }
+  // Team part as of the last Refresh; typically in [0, 1].
+  virtual double TeamValue(int team) const { return 0; }
+  // Called at most every Profile::priority_recalc_interval and before the first cycle.
+  virtual void Refresh(Time now, const TeamUsageView& usage) {}
+  virtual void OnJobStarted(const Job& job, Time now) {}
+  virtual void OnJobEnded(const Job& job, Time now) {}
+  // For the age factor only: the age (seconds) at which the factor reaches 1; kInfiniteTime for
+  // plain FIFO. Other factors return 0.
+  virtual Duration max_age() const { return 0; }
+  // Explains the value for `job` (why-pending output), e.g. "fairshare=0.42 (usage 31% of 12%)".
+  virtual std::string Describe(const Job& job) const;
+};
+
+class AdmissionPlugin {
+ public:
+  virtual ~AdmissionPlugin() = default;
+  virtual std::string_view name() const = 0;
+  // GPUs `team` may still start now; INT_MAX when unlimited. A team with zero headroom has its
+  // whole queue skipped in O(1).
+  virtual int Headroom(int team) const = 0;
+  virtual void OnJobStarted(const Job& job) = 0;
+  virtual void OnJobEnded(const Job& job) = 0;
+  // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
+  virtual std::string Explain(const Job& job) const = 0;
+};
+
+// A candidate set of running jobs to preempt so that a blocked job can start.
+class PreemptionPlugin {
+ public:
+  virtual ~PreemptionPlugin() = default;
+  virtual std::string_view name() const = 0;
+  // Returns victims for `blocked` (empty: none). Called for the highest-priority blocked job.
+  virtual std::vector<JobIndex> SelectVictims(const Job& blocked, Time now) = 0;
+};
+
+// Creates plugins by name. Built-ins register themselves; errors list the known names.
+Result<std::unique_ptr<PlacementPlugin>> CreatePlacementPlugin(const std::string& name,
+                                                               const PluginArgs& args,
+                                                               const Cluster& cluster);
+Result<std::unique_ptr<PriorityFactor>> CreatePriorityFactor(const std::string& name,
+                                                             const PluginArgs& args,
+                                                             const Cluster& cluster,
+                                                             const std::vector<Team>& teams);
+Result<std::unique_ptr<AdmissionPlugin>> CreateAdmissionPlugin(const std::string& name,
+                                                               const PluginArgs& args,
+                                                               const std::vector<Team>& teams);
+Result<std::unique_ptr<PreemptionPlugin>> CreatePreemptionPlugin(const std::string& name,
+                                                                 const PluginArgs& args);
+// Names of the built-in plugins per extension point, for --help and error messages.
+std::vector<std::pair<std::string, std::vector<std::string>>> BuiltinPluginNames();
+
+}  // namespace gantry

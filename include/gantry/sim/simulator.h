@@ -1,0 +1,42 @@
+// The trace-driven, discrete-event simulator: one of the engine's two drivers.
+//
+// It replays a workload's submissions against a simulated cluster and clock: at every instant
+// with events it delivers finishes, then submissions, to the Engine, runs one scheduling cycle,
+// and turns each start into a future finish (at the job's true run time, or its time limit if
+// that comes first: the job is killed there, as Slurm would). Single-threaded and deterministic:
+// the same inputs give the same SimResult (except SimPerf, which measures wall time).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/status.h"
+#include "gantry/report/result.h"
+#include "gantry/sched/profile.h"
+#include "gantry/workload/job.h"
+
+namespace gantry {
+
+struct SimOptions {
+  // Check the invariants after every event (no GPU double-booked, gangs whole and in shape,
+  // allowed GPU types, no start before submit, quotas held, engine's free index consistent).
+  // Default: on in debug builds. A violation ends the run with an Internal error.
+  bool check_invariants =
+#ifdef NDEBUG
+      false;
+#else
+      true;
+#endif
+  int target_samples = 500;  // time-series points for the report (about)
+  // Called now and then with the fraction of events done (for progress bars).
+  std::function<void(double)> progress;
+};
+
+// Runs `workload` (resolved against `cluster`; `teams` from ResolveWorkload) under `profile`.
+Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& teams,
+                           const Workload& workload, const Profile& profile,
+                           const SimOptions& options);
+
+}  // namespace gantry

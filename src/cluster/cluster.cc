@@ -1,0 +1,143 @@
+#include "gantry/cluster/cluster.h"
+
+#include <algorithm>
+#include <cctype>
+#include <unordered_set>
+
+namespace gantry {
+namespace {
+
+bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+int Cluster::GpusOfTypes(uint32_t mask) const {
+  int total = 0;
+  for (const Node& n : nodes_) {
+    if (mask & (1u << n.gpu_type)) total += n.gpus;
+  }
+  return total;
+}
+
+GpuTypeIndex Cluster::FindGpuType(const std::string& name) const {
+  for (size_t i = 0; i < gpu_types_.size(); ++i) {
+    if (EqualsIgnoreCase(gpu_types_[i].name, name)) return static_cast<GpuTypeIndex>(i);
+  }
+  return -1;
+}
+
+int Cluster::FindTeam(const std::string& name) const {
+  for (size_t i = 0; i < teams_.size(); ++i) {
+    if (teams_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<DomainIndex> Cluster::DomainPath(NodeIndex node) const {
+  std::vector<DomainIndex> path;
+  for (DomainIndex d = nodes_[node].domain; d >= 0; d = domains_[d].parent) path.push_back(d);
+  return path;
+}
+
+ClusterBuilder::ClusterBuilder(std::string name, std::vector<std::string> levels) {
+  cluster_.name_ = std::move(name);
+  cluster_.levels_ = std::move(levels);
+}
+
+Result<GpuTypeIndex> ClusterBuilder::AddGpuType(GpuType type) {
+  if (type.name.empty()) return InvalidArgument("GPU type with an empty name");
+  if (cluster_.FindGpuType(type.name) >= 0) {
+    return InvalidArgument("GPU type '" + type.name + "' is defined twice");
+  }
+  if (cluster_.gpu_types_.size() >= kMaxGpuTypes) {
+    return InvalidArgument("more than " + std::to_string(kMaxGpuTypes) + " GPU types");
+  }
+  cluster_.gpu_types_.push_back(std::move(type));
+  return static_cast<GpuTypeIndex>(cluster_.gpu_types_.size() - 1);
+}
+
+Status ClusterBuilder::OpenDomain(std::string name, int level) {
+  if (level < 0 || level >= static_cast<int>(cluster_.levels_.size())) {
+    return InvalidArgument("domain '" + name + "': level " + std::to_string(level) +
+                           " is not one of the " + std::to_string(cluster_.levels_.size()) +
+                           " topology levels");
+  }
+  DomainIndex parent = open_.empty() ? -1 : open_.back();
+  if (parent >= 0 && cluster_.domains_[parent].level <= level) {
+    return InvalidArgument("domain '" + name + "' (level " + cluster_.levels_[level] +
+                           ") cannot nest inside '" + cluster_.domains_[parent].name + "' (level " +
+                           cluster_.levels_[cluster_.domains_[parent].level] + ")");
+  }
+  if (open_.empty() && !cluster_.nodes_.empty() && cluster_.domains_.empty()) {
+    return InvalidArgument("domain '" + name + "' opened after nodes were added outside any domain");
+  }
+  Domain d;
+  d.name = std::move(name);
+  d.level = level;
+  d.parent = parent;
+  d.first_node = static_cast<NodeIndex>(cluster_.nodes_.size());
+  d.end_node = d.first_node;
+  cluster_.domains_.push_back(std::move(d));
+  open_.push_back(static_cast<DomainIndex>(cluster_.domains_.size() - 1));
+  return Status::Ok();
+}
+
+Status ClusterBuilder::CloseDomain() {
+  if (open_.empty()) return InvalidArgument("CloseDomain without an open domain");
+  Domain& d = cluster_.domains_[open_.back()];
+  d.end_node = static_cast<NodeIndex>(cluster_.nodes_.size());
+  open_.pop_back();
+  return Status::Ok();
+}
+
+Status ClusterBuilder::AddNode(Node node) {
+  if (node.gpu_type < 0 || node.gpu_type >= static_cast<int>(cluster_.gpu_types_.size())) {
+    return InvalidArgument("node '" + node.name + "': unknown GPU type index " +
+                           std::to_string(node.gpu_type));
+  }
+  if (node.gpus < 0) return InvalidArgument("node '" + node.name + "': negative GPU count");
+  if (open_.empty() && !cluster_.domains_.empty()) {
+    return InvalidArgument("node '" + node.name + "' is outside every domain of a cluster that has domains");
+  }
+  node.domain = open_.empty() ? -1 : open_.back();
+  if (!open_.empty() && cluster_.domains_[open_.back()].level != 0) {
+    return InvalidArgument("node '" + node.name + "' must sit in a domain of the innermost level '" +
+                           cluster_.levels_[0] + "'");
+  }
+  for (DomainIndex d : open_) cluster_.domains_[d].gpus += node.gpus;
+  cluster_.total_gpus_ += node.gpus;
+  cluster_.max_gpus_per_node_ = std::max(cluster_.max_gpus_per_node_, node.gpus);
+  cluster_.nodes_.push_back(std::move(node));
+  return Status::Ok();
+}
+
+Status ClusterBuilder::AddTeam(Team team) {
+  if (cluster_.FindTeam(team.name) >= 0) {
+    return InvalidArgument("team '" + team.name + "' is defined twice");
+  }
+  if (team.quota_gpus < kNoQuota) {
+    return InvalidArgument("team '" + team.name + "': negative quota");
+  }
+  cluster_.teams_.push_back(std::move(team));
+  return Status::Ok();
+}
+
+Result<Cluster> ClusterBuilder::Build() && {
+  if (!open_.empty()) {
+    return InvalidArgument("domain '" + cluster_.domains_[open_.back()].name + "' is never closed");
+  }
+  if (cluster_.nodes_.empty()) return InvalidArgument("cluster '" + cluster_.name_ + "' has no nodes");
+  if (cluster_.gpu_types_.empty()) return InvalidArgument("cluster has no GPU types");
+  std::unordered_set<std::string> names;
+  for (const Node& n : cluster_.nodes_) {
+    if (!names.insert(n.name).second) return InvalidArgument("node name '" + n.name + "' is used twice");
+  }
+  return std::move(cluster_);
+}
+
+}  // namespace gantry

@@ -1,0 +1,30 @@
+#include "gantry/common/time.h"
+
+#include <chrono>
+#include <cstdio>
+
+namespace gantry {
+
+Time RealClock::Now() const {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string FormatDuration(Duration s) {
+  if (s >= kInfiniteTime) return "-";
+  const char* sign = s < 0 ? "-" : "";
+  if (s < 0) s = -s;
+  char buf[64];
+  const int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
+  if (d > 0) {
+    std::snprintf(buf, sizeof buf, "%s%lldd %02lld:%02lld:%02lld", sign, static_cast<long long>(d),
+                  static_cast<long long>(h), static_cast<long long>(m), static_cast<long long>(sec));
+  } else {
+    std::snprintf(buf, sizeof buf, "%s%02lld:%02lld:%02lld", sign, static_cast<long long>(h),
+                  static_cast<long long>(m), static_cast<long long>(sec));
+  }
+  return buf;
+}
+
+}  // namespace gantry

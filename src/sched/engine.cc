@@ -1,0 +1,634 @@
+// The scheduling engine. See engine.h for the contract and docs/architecture.md for the design.
+//
+// Pending jobs live in per-team queues with time-invariant sort keys; a cycle merges the teams'
+// queue heads by current priority (k-way), so no cycle re-sorts or rescans every pending job.
+// A team whose quota is used up is skipped in O(1). Free GPUs are in a FreeIndex. Within one
+// cycle free capacity only shrinks, so a job shape that failed to fit stays unfit for the rest
+// of the cycle and is not tried again (the "failed shapes" memo).
+#include "gantry/sched/engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <climits>
+#include <cstdio>
+#include <queue>
+#include <unordered_map>
+
+#include "placement.h"
+
+namespace gantry {
+
+const char* ReasonName(Reason r) {
+  switch (r) {
+    case Reason::kNone: return "None";
+    case Reason::kPriority: return "Priority";
+    case Reason::kResources: return "Resources";
+    case Reason::kQuota: return "Quota";
+    case Reason::kReservation: return "Reservation";
+    case Reason::kTopology: return "Topology";
+    case Reason::kStartedHead: return "StartedInOrder";
+    case Reason::kStartedBackfill: return "Backfilled";
+  }
+  return "Unknown";
+}
+
+namespace {
+
+// Sort key inside a team's queue: higher key first, then earlier submit, then lower index.
+struct QueueKey {
+  double key;
+  Time submit;
+  JobIndex job;
+  bool operator<(const QueueKey& o) const {
+    if (key != o.key) return key > o.key;
+    if (submit != o.submit) return submit < o.submit;
+    return job < o.job;
+  }
+};
+using Queue = std::set<QueueKey>;
+
+// A failed placement attempt's shape; mode 0 = unconstrained, 1 = under reservation caps.
+struct ShapeKey {
+  int gpus, gpus_per_node, nodes;
+  uint32_t mask;
+  int mode;
+  bool operator==(const ShapeKey& o) const {
+    return gpus == o.gpus && gpus_per_node == o.gpus_per_node && nodes == o.nodes &&
+           mask == o.mask && mode == o.mode;
+  }
+};
+
+// Free GPUs over future time, as a step function, for conservative backfill: running jobs give
+// their GPUs back at their expected end; each reservation takes its GPUs over its window. This
+// is a whole-cluster GPU count (the textbook conservative backfill); node-level fit is checked
+// only for jobs that start now.
+class FreeProfile {
+ public:
+  void Reset(Time now, int free_now) {
+    steps_.clear();
+    steps_.push_back({now, free_now});
+  }
+  // From `t` on, `gpus` more are free.
+  void AddFrom(Time t, int gpus) {
+    const size_t i = Split(t);
+    for (size_t j = i; j < steps_.size(); ++j) steps_[j].free += gpus;
+  }
+  void Reserve(Time from, Time to, int gpus) {
+    const size_t i = Split(from);
+    const size_t j = to >= kInfiniteTime ? steps_.size() : Split(to);
+    for (size_t k = i; k < j; ++k) steps_[k].free -= gpus;
+  }
+  // Earliest step time t >= now with at least `gpus` free throughout [t, t + length).
+  Time EarliestStart(int gpus, Duration length) const {
+    size_t i = 0;
+    while (i < steps_.size()) {
+      if (steps_[i].free < gpus) {
+        ++i;
+        continue;
+      }
+      const Time start = steps_[i].t;
+      const Time end = start + length;
+      size_t j = i;
+      while (j < steps_.size() && steps_[j].t < end && steps_[j].free >= gpus) ++j;
+      if (j == steps_.size() || steps_[j].t >= end) return start;
+      i = j + 1;  // any start in [i, j] overlaps the short step j
+    }
+    return kInfiniteTime;
+  }
+
+ private:
+  struct Step {
+    Time t;
+    int free;
+  };
+  // Index of the step beginning exactly at t, inserting one if needed.
+  size_t Split(Time t) {
+    auto it = std::lower_bound(steps_.begin(), steps_.end(), t,
+                               [](const Step& s, Time v) { return s.t < v; });
+    if (it != steps_.end() && it->t == t) return static_cast<size_t>(it - steps_.begin());
+    const int free = it == steps_.begin() ? 0 : std::prev(it)->free;
+    it = steps_.insert(it, Step{t, free});
+    return static_cast<size_t>(it - steps_.begin());
+  }
+  std::vector<Step> steps_;
+};
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  Impl(const Cluster& cluster, std::vector<Team> teams, const Profile& profile)
+      : cluster_(cluster),
+        teams_(std::move(teams)),
+        profile_(profile),
+        free_(cluster),
+        caps_(cluster.nodes().size()),
+        team_running_(teams_.size(), 0),
+        queues_(teams_.size()) {}
+
+  Status Init() {
+    for (const PluginSpec& spec : profile_.priority) {
+      auto f = CreatePriorityFactor(spec.name, spec.args, cluster_, teams_);
+      if (!f.ok()) return f.status().WithContext("profile '" + profile_.name + "'");
+      if ((*f)->max_age() > 0) {
+        if (age_weight_ != 0) {
+          return InvalidArgument("profile '" + profile_.name + "': more than one age factor");
+        }
+        max_age_ = (*f)->max_age();
+        // Per second of waiting; plain FIFO (no cap) counts days.
+        age_rate_ = spec.weight / static_cast<double>(max_age_ >= kInfiniteTime ? 86400 : max_age_);
+        age_weight_ = spec.weight;
+      }
+      factors_.push_back(std::move(f).value());
+      weights_.push_back(spec.weight);
+    }
+    for (const PluginSpec& spec : profile_.admission) {
+      auto a = CreateAdmissionPlugin(spec.name, spec.args, teams_);
+      if (!a.ok()) return a.status().WithContext("profile '" + profile_.name + "'");
+      admission_.push_back(std::move(a).value());
+    }
+    auto p = CreatePlacementPlugin(profile_.placement.name, profile_.placement.args, cluster_);
+    if (!p.ok()) return p.status().WithContext("profile '" + profile_.name + "'");
+    placement_ = std::move(p).value();
+    auto pre = CreatePreemptionPlugin(profile_.preemption.name, profile_.preemption.args);
+    if (!pre.ok()) return pre.status().WithContext("profile '" + profile_.name + "'");
+    preemption_ = std::move(pre).value();
+    return Status::Ok();
+  }
+
+  Status Submit(const Job& job, Time now) {
+    if (job.index < 0) return InvalidArgument("job '" + job.id + "': negative index");
+    if (job.team < 0 || job.team >= static_cast<int>(teams_.size())) {
+      return InvalidArgument("job '" + job.id + "': team index " + std::to_string(job.team) +
+                             " is not one of the " + std::to_string(teams_.size()) + " teams");
+    }
+    if (job.gpus <= 0) return InvalidArgument("job '" + job.id + "': asks for no GPUs");
+    if (static_cast<size_t>(job.index) >= state_.size()) state_.resize(job.index + 1);
+    JobState& s = state_[job.index];
+    if (s.status.phase != JobStatus::Phase::kUnknown) {
+      return InvalidArgument("job '" + job.id + "' (index " + std::to_string(job.index) +
+                             ") was already submitted");
+    }
+    s.job = &job;
+    s.status.phase = JobStatus::Phase::kPending;
+    s.status.reason = Reason::kPriority;
+    double static_score = 0;
+    for (size_t i = 0; i < factors_.size(); ++i) static_score += weights_[i] * factors_[i]->JobValue(job);
+    s.static_score = static_score;
+    const bool ages = age_rate_ > 0 && max_age_ < kInfiniteTime;
+    if (ages && now - job.submit >= max_age_) {
+      s.old = true;
+      s.key = static_score + age_rate_ * static_cast<double>(max_age_);
+    } else {
+      s.old = false;
+      s.key = static_score - age_rate_ * static_cast<double>(job.submit);
+      if (ages) aging_.push({job.submit + max_age_, job.index});
+    }
+    Queues(job.team, s.old).insert({s.key, job.submit, job.index});
+    ++pending_;
+    dirty_ = true;
+    return Status::Ok();
+  }
+
+  Status Finish(JobIndex j, Time now) {
+    if (j < 0 || static_cast<size_t>(j) >= state_.size() ||
+        state_[j].status.phase != JobStatus::Phase::kRunning) {
+      return InvalidArgument("Finish(" + std::to_string(j) + "): the job is not running");
+    }
+    JobState& s = state_[j];
+    for (const Slot& slot : s.placement) free_.Release(slot.node, slot.gpus);
+    for (auto& a : admission_) a->OnJobEnded(*s.job);
+    for (auto& f : factors_) f->OnJobEnded(*s.job, now);
+    team_running_[s.job->team] -= s.job->gpus;
+    running_by_end_.erase({s.status.expected_end, j});
+    s.status.phase = JobStatus::Phase::kDone;
+    --running_;
+    dirty_ = true;
+    return Status::Ok();
+  }
+
+  void Schedule(Time now, std::vector<StartDecision>* starts) {
+    if (!refreshed_ || now >= next_refresh_) {
+      TeamUsageView view{&teams_, &team_running_};
+      for (auto& f : factors_) f->Refresh(now, view);
+      next_refresh_ = now + profile_.priority_recalc_interval;
+      refreshed_ = true;
+      ComputeTeamScores();
+    }
+    if (!dirty_) return;
+    dirty_ = false;
+    ++stats_.cycles;
+    AgeJobs(now);
+    if (pending_ == 0 || free_.total_free() == 0) return;
+    RunCycle(now, starts);
+  }
+
+  const JobStatus& status(JobIndex j) const {
+    static const JobStatus kUnknown;
+    if (j < 0 || static_cast<size_t>(j) >= state_.size()) return kUnknown;
+    return state_[j].status;
+  }
+  const Placement& placement(JobIndex j) const {
+    static const Placement kEmpty;
+    if (j < 0 || static_cast<size_t>(j) >= state_.size()) return kEmpty;
+    return state_[j].placement;
+  }
+  std::string Explain(JobIndex j) const;
+
+  const FreeIndex& free_index() const { return free_; }
+  const std::vector<Team>& teams() const { return teams_; }
+  int team_running_gpus(int t) const { return team_running_[t]; }
+  int64_t pending_count() const { return pending_; }
+  int64_t running_count() const { return running_; }
+  const EngineStats& stats() const { return stats_; }
+  const Profile& profile() const { return profile_; }
+
+ private:
+  struct JobState {
+    const Job* job = nullptr;
+    JobStatus status;
+    double static_score = 0;
+    double key = 0;
+    bool old = false;  // aged past max_age: in the team's "old" queue
+    Placement placement;
+  };
+
+  // Each team has two queues: jobs younger than max_age, whose age term still grows (key =
+  // static - rate * submit, the common rate * now added at comparison), and older ones whose
+  // age term is capped (key = static + rate * max_age).
+  Queue& Queues(int team, bool old) { return old ? queues_[team].old : queues_[team].young; }
+
+  void ComputeTeamScores() {
+    team_score_.assign(teams_.size(), 0.0);
+    for (size_t t = 0; t < teams_.size(); ++t) {
+      for (size_t i = 0; i < factors_.size(); ++i) {
+        team_score_[t] += weights_[i] * factors_[i]->TeamValue(static_cast<int>(t));
+      }
+    }
+  }
+
+  void AgeJobs(Time now) {
+    while (!aging_.empty() && aging_.top().first <= now) {
+      const JobIndex j = aging_.top().second;
+      aging_.pop();
+      JobState& s = state_[j];
+      if (s.status.phase != JobStatus::Phase::kPending || s.old) continue;
+      Queues(s.job->team, false).erase({s.key, s.job->submit, j});
+      s.old = true;
+      s.key = s.static_score + age_rate_ * static_cast<double>(max_age_);
+      Queues(s.job->team, true).insert({s.key, s.job->submit, j});
+    }
+  }
+
+  int Headroom(int team) const {
+    int h = INT_MAX;
+    for (const auto& a : admission_) h = std::min(h, a->Headroom(team));
+    return h;
+  }
+
+  // One stream per (team, young|old) queue, merged by current priority.
+  struct Stream {
+    double priority;
+    Time submit;
+    JobIndex job;
+    int team;
+    bool old;
+    Queue::const_iterator it;
+    bool operator<(const Stream& o) const {  // max-heap: "less" is lower priority
+      if (priority != o.priority) return priority < o.priority;
+      if (submit != o.submit) return submit > o.submit;
+      return job > o.job;
+    }
+  };
+
+  void PushStream(std::vector<Stream>& heap, int team, bool old, Queue::const_iterator it,
+                  Time now) {
+    const Queue& q = old ? queues_[team].old : queues_[team].young;
+    if (it == q.end()) return;
+    const double age_term = old ? 0.0 : age_rate_ * static_cast<double>(now);
+    heap.push_back({team_score_[team] + it->key + age_term, it->submit, it->job, team, old, it});
+    std::push_heap(heap.begin(), heap.end());
+  }
+
+  bool ShapeFailed(const Job& job, int mode) const {
+    const ShapeKey k{job.gpus, job.gpus_per_node, job.nodes, job.gpu_type_mask, mode};
+    return std::find(failed_.begin(), failed_.end(), k) != failed_.end();
+  }
+  void MarkShapeFailed(const Job& job, int mode) {
+    failed_.push_back({job.gpus, job.gpus_per_node, job.nodes, job.gpu_type_mask, mode});
+  }
+
+  bool TryPlace(const Job& job, int mode, const NodeCaps* caps) {
+    if (ShapeFailed(job, mode)) return false;
+    ++stats_.placements_tried;
+    if (placement_->Place(job, free_, caps, &scratch_)) return true;
+    MarkShapeFailed(job, mode);
+    return false;
+  }
+
+  // True when the job would fit if topology did not matter: then its wait is the topology's.
+  bool FitsIgnoringTopology(const Job& job) const {
+    const JobShape s = ShapeOf(job);
+    if (s.any) return free_.FreeOfTypes(job.gpu_type_mask) >= job.gpus;
+    return free_.NodesWithFree(job.gpu_type_mask, s.gpus_per_node) >= s.nodes;
+  }
+
+  void Start(JobIndex j, Time now, Reason reason, std::vector<StartDecision>* starts) {
+    JobState& s = state_[j];
+    const Job& job = *s.job;
+    Queues(job.team, s.old).erase({s.key, job.submit, j});
+    s.placement = scratch_;
+    for (const Slot& slot : s.placement) free_.Allocate(slot.node, slot.gpus);
+    for (auto& a : admission_) a->OnJobStarted(job);
+    for (auto& f : factors_) f->OnJobStarted(job, now);
+    team_running_[job.team] += job.gpus;
+    s.status.phase = JobStatus::Phase::kRunning;
+    s.status.reason = reason;
+    s.status.start = now;
+    s.status.expected_end = now + std::max<Duration>(job.time_limit, 1);
+    s.status.reserved_start = kInfiniteTime;
+    s.status.blocked_by = -1;
+    running_by_end_.insert({s.status.expected_end, j});
+    --pending_;
+    ++running_;
+    starts->push_back({j, now, s.placement, reason});
+  }
+
+  // EASY: when the blocked head job can start if running jobs end at their time limits, and
+  // which GPUs it will take then. Fills caps_ so that jobs running past that time leave those
+  // GPUs alone. Returns the shadow time (kInfiniteTime if running jobs never free enough).
+  Time ComputeReservation(const Job& head, Time now) {
+    ++stats_.reservations_computed;
+    caps_.Clear();
+    const JobShape shape = ShapeOf(head);
+    const uint32_t mask = head.gpu_type_mask;
+    const auto& nodes = cluster_.nodes();
+    extra_.clear();
+    const int g = shape.any ? 1 : shape.gpus_per_node;
+    int nodes_ok = free_.NodesWithFree(mask, g);
+    int total = free_.FreeOfTypes(mask);
+    Time shadow = kInfiniteTime;
+    for (const auto& [end, r] : running_by_end_) {
+      for (const Slot& slot : state_[r].placement) {
+        if (!((mask >> nodes[slot.node].gpu_type) & 1u)) continue;
+        int& e = extra_[slot.node];
+        const int before = free_.free(slot.node) + e;
+        e += slot.gpus;
+        if (before < g && before + slot.gpus >= g) ++nodes_ok;
+        total += slot.gpus;
+      }
+      const bool fits = shape.any ? total >= head.gpus : nodes_ok >= shape.nodes;
+      if (fits) {
+        shadow = std::max(end, now);
+        break;
+      }
+    }
+    if (shadow >= kInfiniteTime) return shadow;
+    // Choose the reserved GPUs: nodes freed by the ending jobs first (lowest index), then nodes
+    // free now. For each, slack = what is free at the shadow time minus what the head takes.
+    std::vector<std::pair<NodeIndex, int>> avail;  // (node, free at shadow)
+    for (const auto& [n, e] : extra_) avail.emplace_back(n, free_.free(n) + e);
+    std::sort(avail.begin(), avail.end());
+    int need = head.gpus;
+    int nodes_left = shape.any ? INT_MAX : shape.nodes;
+    auto reserve = [&](NodeIndex n, int at_shadow) {
+      if (need <= 0 || nodes_left <= 0) return;
+      const int take = shape.any ? std::min(need, at_shadow) : (at_shadow >= g ? g : 0);
+      if (take <= 0) return;
+      need -= take;
+      --nodes_left;
+      caps_.Set(n, at_shadow - take);
+    };
+    for (const auto& [n, at_shadow] : avail) reserve(n, at_shadow);
+    if (need > 0 && nodes_left > 0) {
+      free_.VisitDescending(mask, g, [&](NodeIndex n) {
+        if (extra_.count(n) == 0) reserve(n, free_.free(n));
+        return need > 0 && nodes_left > 0;
+      });
+    }
+    return shadow;
+  }
+
+  void BuildFreeProfile(Time now) {
+    profile_steps_.Reset(now, free_.total_free());
+    for (const auto& [end, r] : running_by_end_) {
+      profile_steps_.AddFrom(std::max(end, now), state_[r].job->gpus);
+    }
+  }
+
+  void RunCycle(Time now, std::vector<StartDecision>* starts) {
+    failed_.clear();
+    caps_.Clear();
+    std::vector<Stream>& heap = heap_;
+    heap.clear();
+    for (size_t t = 0; t < queues_.size(); ++t) {
+      if (Headroom(static_cast<int>(t)) <= 0) continue;
+      PushStream(heap, static_cast<int>(t), false, queues_[t].young.begin(), now);
+      PushStream(heap, static_cast<int>(t), true, queues_[t].old.begin(), now);
+    }
+    JobIndex head = -1;         // the highest-priority job that could not start
+    Time shadow = kInfiniteTime;
+    int examined = 0;
+    const int max_jobs = profile_.max_jobs_per_cycle;
+    const BackfillMode mode = profile_.backfill;
+    while (!heap.empty() && free_.total_free() > 0) {
+      if (max_jobs > 0 && examined >= max_jobs) break;
+      std::pop_heap(heap.begin(), heap.end());
+      Stream s = heap.back();
+      heap.pop_back();
+      const int team = s.team;
+      const int headroom = Headroom(team);
+      if (headroom <= 0) continue;  // quota used up: skip the team's whole queue
+      const JobIndex j = s.job;
+      auto next = std::next(s.it);
+      PushStream(heap, team, s.old, next, now);
+      JobState& st = state_[j];
+      const Job& job = *st.job;
+      ++examined;
+      ++stats_.jobs_examined;
+      st.status.blocked_by = -1;
+      st.status.reserved_start = kInfiniteTime;
+      if (job.gpus > headroom) {
+        st.status.reason = Reason::kQuota;
+        continue;
+      }
+      if (head < 0) {
+        if (TryPlace(job, 0, nullptr)) {
+          Start(j, now, Reason::kStartedHead, starts);
+          continue;
+        }
+        st.status.reason = FitsIgnoringTopology(job) ? Reason::kTopology : Reason::kResources;
+        head = j;
+        preemption_->SelectVictims(job, now);  // extension point; "none" picks no victims
+        if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
+        if (mode == BackfillMode::kEasy) {
+          shadow = ComputeReservation(job, now);
+          st.status.reserved_start = shadow;
+        } else {
+          BuildFreeProfile(now);
+          ReserveConservative(st, now);
+        }
+        continue;
+      }
+      // Backfill: start `job` only if no reservation is delayed.
+      if (mode == BackfillMode::kEasy) {
+        const Time end = now + std::max<Duration>(job.time_limit, 1);
+        const bool short_enough = end <= shadow;
+        if (TryPlace(job, short_enough ? 0 : 1, short_enough ? nullptr : &caps_)) {
+          if (!short_enough) {
+            for (const Slot& slot : scratch_) {
+              if (caps_.cap(slot.node) != INT_MAX) caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
+            }
+          }
+          Start(j, now, Reason::kStartedBackfill, starts);
+        } else {
+          st.status.reason = TryPlaceWouldFit(job) ? Reason::kReservation : Reason::kResources;
+          st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
+        }
+      } else {
+        const Duration length = std::max<Duration>(job.time_limit, 1);
+        const Time t = profile_steps_.EarliestStart(job.gpus, length);
+        if (t <= now && TryPlace(job, 0, nullptr)) {
+          profile_steps_.Reserve(now, now + length, job.gpus);
+          Start(j, now, Reason::kStartedBackfill, starts);
+        } else {
+          ReserveConservative(st, now);
+        }
+      }
+    }
+  }
+
+  // Whether the job would fit now if no reservation held GPUs back (for the reason only; uses
+  // the unconstrained memo so it costs at most one placement per shape and cycle).
+  bool TryPlaceWouldFit(const Job& job) { return TryPlace(job, 0, nullptr); }
+
+  void ReserveConservative(JobState& st, Time now) {
+    const Job& job = *st.job;
+    const Duration length = std::max<Duration>(job.time_limit, 1);
+    Time t = profile_steps_.EarliestStart(job.gpus, length);
+    if (t < kInfiniteTime) {
+      // A job that fits by count but not by node layout now reserves from now on.
+      if (t < now) t = now;
+      profile_steps_.Reserve(t, t + length, job.gpus);
+    }
+    st.status.reserved_start = t;
+    if (st.status.reason != Reason::kResources && st.status.reason != Reason::kTopology) {
+      st.status.reason = Reason::kResources;
+    }
+  }
+
+  const Cluster& cluster_;
+  std::vector<Team> teams_;
+  Profile profile_;
+  FreeIndex free_;
+  NodeCaps caps_;
+  std::vector<std::unique_ptr<PriorityFactor>> factors_;
+  std::vector<double> weights_;
+  std::vector<std::unique_ptr<AdmissionPlugin>> admission_;
+  std::unique_ptr<PlacementPlugin> placement_;
+  std::unique_ptr<PreemptionPlugin> preemption_;
+  double age_rate_ = 0;
+  double age_weight_ = 0;
+  Duration max_age_ = kInfiniteTime;
+
+  std::vector<JobState> state_;
+  std::vector<int> team_running_;
+  std::vector<double> team_score_;
+  struct TeamQueues {
+    Queue young, old;
+  };
+  std::vector<TeamQueues> queues_;
+  using AgingEntry = std::pair<Time, JobIndex>;
+  std::priority_queue<AgingEntry, std::vector<AgingEntry>, std::greater<>> aging_;
+  std::set<std::pair<Time, JobIndex>> running_by_end_;
+  int64_t pending_ = 0;
+  int64_t running_ = 0;
+  bool dirty_ = false;
+  bool refreshed_ = false;
+  Time next_refresh_ = 0;
+  EngineStats stats_;
+
+  // Per-cycle scratch, kept to avoid reallocation.
+  std::vector<Stream> heap_;
+  std::vector<ShapeKey> failed_;
+  Placement scratch_;
+  std::unordered_map<NodeIndex, int> extra_;
+  FreeProfile profile_steps_;
+};
+
+std::string Engine::Impl::Explain(JobIndex j) const {
+  const JobStatus& st = status(j);
+  if (st.phase == JobStatus::Phase::kUnknown) return "unknown job";
+  const JobState& s = state_[j];
+  const Job& job = *s.job;
+  std::string out;
+  char buf[256];
+  switch (st.phase) {
+    case JobStatus::Phase::kRunning:
+    case JobStatus::Phase::kDone: {
+      std::snprintf(buf, sizeof buf, "%s at t=%lld on %zu node(s)",
+                    st.reason == Reason::kStartedBackfill
+                        ? "started early by backfill (it ends before any reservation it could delay)"
+                        : "started in priority order",
+                    static_cast<long long>(st.start), s.placement.size());
+      out = buf;
+      if (st.phase == JobStatus::Phase::kDone) out += "; finished";
+      return out;
+    }
+    default:
+      break;
+  }
+  switch (st.reason) {
+    case Reason::kQuota:
+      for (const auto& a : admission_) {
+        if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
+      }
+      return "waiting for quota";
+    case Reason::kResources:
+      out = "highest-priority job that does not fit: waiting for " + std::to_string(job.gpus) +
+            " GPUs";
+      if (st.reserved_start < kInfiniteTime) {
+        out += "; expected to start by t=" + std::to_string(st.reserved_start) +
+               " (if running jobs end at their time limits)";
+      }
+      return out;
+    case Reason::kTopology:
+      return "enough GPUs are free, but not inside one allowed topology domain";
+    case Reason::kReservation:
+      return "GPUs are free, but starting now would delay the reservation of job " +
+             (st.blocked_by >= 0 ? state_[st.blocked_by].job->id : std::string("?"));
+    default:
+      break;
+  }
+  out = "waiting behind higher-priority jobs; priority terms: ";
+  for (size_t i = 0; i < factors_.size(); ++i) {
+    if (i) out += ", ";
+    out += factors_[i]->Describe(job);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(const Cluster& cluster, std::vector<Team> teams,
+                                               const Profile& profile) {
+  auto impl = std::make_unique<Impl>(cluster, std::move(teams), profile);
+  GANTRY_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+Status Engine::Submit(const Job& job, Time now) { return impl_->Submit(job, now); }
+Status Engine::Finish(JobIndex job, Time now) { return impl_->Finish(job, now); }
+void Engine::Schedule(Time now, std::vector<StartDecision>* starts) { impl_->Schedule(now, starts); }
+const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
+const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
+std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }
+const FreeIndex& Engine::free_index() const { return impl_->free_index(); }
+const std::vector<Team>& Engine::teams() const { return impl_->teams(); }
+int Engine::team_running_gpus(int team) const { return impl_->team_running_gpus(team); }
+int64_t Engine::pending_count() const { return impl_->pending_count(); }
+int64_t Engine::running_count() const { return impl_->running_count(); }
+const EngineStats& Engine::stats() const { return impl_->stats(); }
+const Profile& Engine::profile() const { return impl_->profile(); }
+
+}  // namespace gantry

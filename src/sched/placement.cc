@@ -1,0 +1,236 @@
+// Built-in placement plugins: first-fit, best-fit and topology-aware.
+//
+// A job's shape is either a gang (`nodes` nodes x `gpus_per_node` GPUs) or "any" (its GPUs may
+// be spread; we still pack them onto as few nodes as we can, since every extra node adds
+// network hops to the job's collectives).
+#include <algorithm>
+
+#include "placement.h"
+
+namespace gantry {
+namespace {
+
+inline bool TypeAllowed(const Cluster& c, NodeIndex n, uint32_t mask) {
+  return (mask >> c.nodes()[n].gpu_type) & 1u;
+}
+
+inline int Eff(const FreeIndex& f, const NodeCaps* caps, NodeIndex n) {
+  return caps ? caps->Effective(n, f.free(n)) : f.free(n);
+}
+
+// Gang with `k` nodes of `g` GPUs, lowest node indices first.
+bool FirstFitGang(const Job& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
+                  Placement* out) {
+  const Cluster& c = free.cluster();
+  if (k == 1 && (caps == nullptr || caps->empty())) {
+    const NodeIndex n = free.FirstWithFree(job.gpu_type_mask, g);
+    if (n < 0) return false;
+    out->push_back({n, g});
+    return true;
+  }
+  const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
+  for (NodeIndex n = 0; n < count && static_cast<int>(out->size()) < k; ++n) {
+    if (TypeAllowed(c, n, job.gpu_type_mask) && Eff(free, caps, n) >= g) out->push_back({n, g});
+  }
+  return static_cast<int>(out->size()) == k;
+}
+
+bool FirstFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Placement* out) {
+  const Cluster& c = free.cluster();
+  int need = job.gpus;
+  const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
+  for (NodeIndex n = 0; n < count && need > 0; ++n) {
+    if (!TypeAllowed(c, n, job.gpu_type_mask)) continue;
+    const int take = std::min(need, Eff(free, caps, n));
+    if (take > 0) {
+      out->push_back({n, take});
+      need -= take;
+    }
+  }
+  return need == 0;
+}
+
+// Gang: the k nodes with the fewest free GPUs that still hold g (least fragmentation left).
+bool BestFitGang(const Job& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
+                 Placement* out) {
+  free.VisitAscending(job.gpu_type_mask, g, [&](NodeIndex n) {
+    if (Eff(free, caps, n) >= g) out->push_back({n, g});
+    return static_cast<int>(out->size()) < k;
+  });
+  return static_cast<int>(out->size()) == k;
+}
+
+// Any: one best-fit node when the job fits on one; otherwise the fullest-free nodes first.
+bool BestFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Placement* out) {
+  if (job.gpus <= free.cluster().max_gpus_per_node() && BestFitGang(job, 1, job.gpus, free, caps, out)) {
+    return true;
+  }
+  out->clear();
+  int need = job.gpus;
+  free.VisitDescending(job.gpu_type_mask, 1, [&](NodeIndex n) {
+    const int take = std::min(need, Eff(free, caps, n));
+    if (take > 0) {
+      out->push_back({n, take});
+      need -= take;
+    }
+    return need > 0;
+  });
+  return need == 0;
+}
+
+class FirstFit final : public PlacementPlugin {
+ public:
+  std::string_view name() const override { return "first-fit"; }
+  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+             Placement* out) const override {
+    out->clear();
+    const JobShape s = ShapeOf(job);
+    return s.any ? FirstFitAny(job, free, caps, out)
+                 : FirstFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
+  }
+};
+
+class BestFit final : public PlacementPlugin {
+ public:
+  std::string_view name() const override { return "best-fit"; }
+  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+             Placement* out) const override {
+    out->clear();
+    const JobShape s = ShapeOf(job);
+    return s.any ? BestFitAny(job, free, caps, out)
+                 : BestFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
+  }
+};
+
+// Multi-node jobs go into the smallest topology domain that holds them (the innermost level
+// first; among domains of a level, the one left with the least spare capacity), nodes chosen
+// best-fit inside it. Single-node jobs are best-fit. With `max_span_level`, a job that fits in
+// no domain of that level or below waits instead of spreading wider.
+class Topology final : public PlacementPlugin {
+ public:
+  explicit Topology(int max_span_level) : max_span_level_(max_span_level) {}
+  std::string_view name() const override { return "topology"; }
+
+  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+             Placement* out) const override {
+    out->clear();
+    const JobShape s = ShapeOf(job);
+    const bool single = s.any ? job.gpus <= free.cluster().max_gpus_per_node() : s.nodes == 1;
+    if (single) {
+      if (s.any ? BestFitAny(job, free, caps, out)
+                : BestFitGang(job, 1, s.gpus_per_node, free, caps, out)) {
+        if (out->size() == 1 || max_span_level_ < 0) return true;
+      }
+      if (!s.any) return false;
+      out->clear();  // an "any" job split over nodes: fall through to domain search
+    }
+    const int levels = static_cast<int>(free.cluster().levels().size());
+    const int top = max_span_level_ >= 0 ? std::min(max_span_level_, levels - 1) : levels - 1;
+    for (int level = 0; level <= top; ++level) {
+      if (PlaceInLevel(job, s, level, free, caps, out)) return true;
+    }
+    if (max_span_level_ >= 0 && levels > 0) return false;
+    return s.any ? BestFitAny(job, free, caps, out)
+                 : BestFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
+  }
+
+ private:
+  bool PlaceInLevel(const Job& job, const JobShape& s, int level, const FreeIndex& free,
+                    const NodeCaps* caps, Placement* out) const {
+    // Candidates by the domain histograms (an upper bound when caps or GPU types restrict).
+    struct Candidate {
+      int64_t spare;
+      DomainIndex d;
+    };
+    std::vector<Candidate> candidates;
+    for (DomainIndex d : free.domains_at_level(level)) {
+      const int64_t have = s.any ? free.domain_free(d) : free.DomainNodesWithFree(d, s.gpus_per_node);
+      const int64_t want = s.any ? job.gpus : s.nodes;
+      if (have >= want) candidates.push_back({have - want, d});
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.spare != b.spare ? a.spare < b.spare : a.d < b.d;
+    });
+    const Cluster& c = free.cluster();
+    std::vector<std::pair<int, NodeIndex>> nodes;  // (effective free, node)
+    for (const Candidate& cand : candidates) {
+      const Domain& dom = c.domains()[cand.d];
+      nodes.clear();
+      const int min_free = s.any ? 1 : s.gpus_per_node;
+      for (NodeIndex n = dom.first_node; n < dom.end_node; ++n) {
+        if (!TypeAllowed(c, n, job.gpu_type_mask)) continue;
+        const int e = Eff(free, caps, n);
+        if (e >= min_free) nodes.emplace_back(e, n);
+      }
+      out->clear();
+      if (s.any) {
+        // Fullest nodes first: fewest nodes spanned.
+        std::sort(nodes.begin(), nodes.end(), [](auto& a, auto& b) {
+          return a.first != b.first ? a.first > b.first : a.second < b.second;
+        });
+        int need = job.gpus;
+        for (auto& [e, n] : nodes) {
+          if (need == 0) break;
+          const int take = std::min(need, e);
+          out->push_back({n, take});
+          need -= take;
+        }
+        if (need == 0) return true;
+      } else {
+        std::sort(nodes.begin(), nodes.end());
+        if (static_cast<int>(nodes.size()) >= s.nodes) {
+          for (int i = 0; i < s.nodes; ++i) out->push_back({nodes[i].second, s.gpus_per_node});
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  int max_span_level_;
+};
+
+}  // namespace
+
+JobShape ShapeOf(const Job& job) {
+  JobShape s;
+  if (job.nodes > 0 && job.gpus_per_node > 0) {
+    s.nodes = job.nodes;
+    s.gpus_per_node = job.gpus_per_node;
+  } else {
+    s.any = true;
+  }
+  return s;
+}
+
+Result<std::unique_ptr<PlacementPlugin>> CreatePlacementPlugin(const std::string& name,
+                                                               const PluginArgs& args,
+                                                               const Cluster& cluster) {
+  if (name == "first-fit" || name == "best-fit") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+    if (name == "first-fit") return std::unique_ptr<PlacementPlugin>(new FirstFit());
+    return std::unique_ptr<PlacementPlugin>(new BestFit());
+  }
+  if (name == "topology") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_span_level"}));
+    GANTRY_ASSIGN_OR_RETURN(std::string level, args.String("max_span_level", ""));
+    int index = -1;
+    if (!level.empty()) {
+      const auto& levels = cluster.levels();
+      for (size_t i = 0; i < levels.size(); ++i) {
+        if (levels[i] == level) index = static_cast<int>(i);
+      }
+      if (index < 0) {
+        std::string known;
+        for (const auto& l : levels) known += (known.empty() ? "" : ", ") + l;
+        return InvalidArgument("plugin 'topology': max_span_level '" + level +
+                               "' is not a level of cluster '" + cluster.name() + "' (levels: " +
+                               (known.empty() ? "none, the cluster is flat" : known) + ")");
+      }
+    }
+    return std::unique_ptr<PlacementPlugin>(new Topology(index));
+  }
+  return NotFound("unknown placement plugin '" + name + "' (known: first-fit, best-fit, topology)");
+}
+
+}  // namespace gantry

@@ -1,0 +1,180 @@
+// Built-in priority factors (queue ordering). With Slurm's multifactor plugin as the model:
+//   age        min(wait, max_age) / max_age; with max_age = inf, wait / 1 day (plain FIFO)
+//   fairshare  2^(-U/S): U = the team's share of decayed GPU usage (half-life), S = its share of
+//              all teams' shares (quota by default). 1 for an idle team, 0.5 at exactly its share
+//   job-size   gpus / cluster GPUs (or 1 minus that with favor_small)
+//   qos        min(qos, max_qos) / max_qos
+//   oracle-runtime  -run_time / 1 day: shortest job first. An ORACLE: reads the true run time,
+//                   which no real scheduler knows; for upper-bound comparisons only
+//   oracle-service  -(gpus * run_time) / 1 GPU-day: smallest service first (Tiresias-style),
+//                   also an oracle. Without preemption a job's remaining service is its whole
+//                   service, so this is also shortest-remaining-service-first.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "gantry/sched/plugin.h"
+
+namespace gantry {
+namespace {
+
+class AgeFactor final : public PriorityFactor {
+ public:
+  explicit AgeFactor(Duration max_age) : max_age_(max_age) {}
+  std::string_view name() const override { return "age"; }
+  Duration max_age() const override { return max_age_; }
+  std::string Describe(const Job& job) const override { return "age"; }
+
+ private:
+  Duration max_age_;
+};
+
+class FairShareFactor final : public PriorityFactor {
+ public:
+  FairShareFactor(Duration half_life, size_t teams)
+      : half_life_(static_cast<double>(half_life)),
+        usage_(teams, 0.0),
+        running_(teams, 0),
+        updated_(teams, 0),
+        value_(teams, 1.0),
+        shares_(teams, 1.0) {}
+
+  std::string_view name() const override { return "fairshare"; }
+  double TeamValue(int team) const override { return value_[team]; }
+
+  void OnJobStarted(const Job& job, Time now) override {
+    Advance(job.team, now);
+    running_[job.team] += job.gpus;
+  }
+  void OnJobEnded(const Job& job, Time now) override {
+    Advance(job.team, now);
+    running_[job.team] -= job.gpus;
+  }
+
+  void Refresh(Time now, const TeamUsageView& view) override {
+    const auto& teams = *view.teams;
+    double total_usage = 0, total_shares = 0;
+    for (size_t t = 0; t < usage_.size(); ++t) {
+      Advance(static_cast<int>(t), now);
+      total_usage += usage_[t];
+      shares_[t] = teams[t].shares > 0 ? teams[t].shares : 1.0;
+      total_shares += shares_[t];
+    }
+    for (size_t t = 0; t < usage_.size(); ++t) {
+      if (total_usage <= 0) {
+        value_[t] = 1.0;
+        continue;
+      }
+      const double u = usage_[t] / total_usage;
+      const double s = shares_[t] / total_shares;
+      value_[t] = std::exp2(-u / s);
+    }
+  }
+
+  std::string Describe(const Job& job) const override {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "fairshare=%.4f (team decayed usage %.0f GPU-h)",
+                  value_[job.team], usage_[job.team] / 3600.0);
+    return buf;
+  }
+
+ private:
+  // Decays the team's usage to `now` and adds what its running GPUs used meanwhile:
+  // U(t) = U(t0) d + R * h/ln2 * (1 - d), with d = 2^(-(t - t0)/h).
+  void Advance(int team, Time now) {
+    const double dt = static_cast<double>(now - updated_[team]);
+    if (dt <= 0) return;
+    const double decay = std::exp2(-dt / half_life_);
+    usage_[team] = usage_[team] * decay +
+                   running_[team] * (half_life_ / std::log(2.0)) * (1.0 - decay);
+    updated_[team] = now;
+  }
+
+  double half_life_;
+  std::vector<double> usage_;  // decayed GPU-seconds
+  std::vector<int64_t> running_;
+  std::vector<Time> updated_;
+  std::vector<double> value_;
+  std::vector<double> shares_;
+};
+
+class JobSizeFactor final : public PriorityFactor {
+ public:
+  JobSizeFactor(bool favor_small, int cluster_gpus)
+      : favor_small_(favor_small), cluster_gpus_(cluster_gpus > 0 ? cluster_gpus : 1) {}
+  std::string_view name() const override { return "job-size"; }
+  double JobValue(const Job& job) const override {
+    const double f = std::min(1.0, static_cast<double>(job.gpus) / cluster_gpus_);
+    return favor_small_ ? 1.0 - f : f;
+  }
+
+ private:
+  bool favor_small_;
+  int cluster_gpus_;
+};
+
+class QosFactor final : public PriorityFactor {
+ public:
+  explicit QosFactor(int max_qos) : max_qos_(max_qos > 0 ? max_qos : 1) {}
+  std::string_view name() const override { return "qos"; }
+  double JobValue(const Job& job) const override {
+    return std::clamp(static_cast<double>(job.qos) / max_qos_, 0.0, 1.0);
+  }
+
+ private:
+  int max_qos_;
+};
+
+class OracleFactor final : public PriorityFactor {
+ public:
+  explicit OracleFactor(bool by_service) : by_service_(by_service) {}
+  std::string_view name() const override {
+    return by_service_ ? "oracle-service" : "oracle-runtime";
+  }
+  double JobValue(const Job& job) const override {
+    const double run = static_cast<double>(job.run_time) / 86400.0;
+    return by_service_ ? -run * job.gpus : -run;
+  }
+
+ private:
+  bool by_service_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PriorityFactor>> CreatePriorityFactor(const std::string& name,
+                                                             const PluginArgs& args,
+                                                             const Cluster& cluster,
+                                                             const std::vector<Team>& teams) {
+  std::unique_ptr<PriorityFactor> f;
+  if (name == "age") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_age"}));
+    GANTRY_ASSIGN_OR_RETURN(Duration max_age, args.DurationArg("max_age", 7 * 86400));
+    if (max_age <= 0) return InvalidArgument("plugin 'age': max_age must be positive");
+    f = std::make_unique<AgeFactor>(max_age);
+  } else if (name == "fairshare") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"half_life"}));
+    GANTRY_ASSIGN_OR_RETURN(Duration half_life, args.DurationArg("half_life", 7 * 86400));
+    if (half_life <= 0 || half_life >= kInfiniteTime) {
+      return InvalidArgument("plugin 'fairshare': half_life must be a positive, finite duration");
+    }
+    f = std::make_unique<FairShareFactor>(half_life, teams.size());
+  } else if (name == "job-size") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"favor_small"}));
+    GANTRY_ASSIGN_OR_RETURN(bool favor_small, args.Bool("favor_small", false));
+    f = std::make_unique<JobSizeFactor>(favor_small, cluster.total_gpus());
+  } else if (name == "qos") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_qos"}));
+    GANTRY_ASSIGN_OR_RETURN(int64_t max_qos, args.Integer("max_qos", 3));
+    f = std::make_unique<QosFactor>(static_cast<int>(max_qos));
+  } else if (name == "oracle-runtime" || name == "oracle-service") {
+    GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+    f = std::make_unique<OracleFactor>(name == "oracle-service");
+  } else {
+    return NotFound("unknown priority factor '" + name +
+                    "' (known: age, fairshare, job-size, qos, oracle-runtime, oracle-service)");
+  }
+  return f;
+}
+
+}  // namespace gantry

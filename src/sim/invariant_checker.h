@@ -1,0 +1,92 @@
+// Private to sim/: an independent check of the engine's decisions, run after every event in
+// test builds. It keeps its own per-node and per-team bookkeeping instead of trusting the
+// engine's, so a bookkeeping bug in the engine shows up as a disagreement.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/status.h"
+#include "gantry/sched/free_index.h"
+#include "gantry/sched/plugin.h"
+#include "gantry/workload/job.h"
+
+namespace gantry {
+
+// Independent bookkeeping of what is allocated, to check the engine's decisions.
+class InvariantChecker {
+ public:
+  InvariantChecker(const Cluster& c, const std::vector<Team>& teams)
+      : cluster_(c), teams_(teams), used_(c.nodes().size(), 0), team_used_(teams.size(), 0) {}
+
+  Status OnStart(const Job& job, Time now, const Placement& p) {
+    const std::string who = "job " + job.id + " at t=" + std::to_string(now) + ": ";
+    if (now < job.submit) return Internal(who + "started before its submit time " + std::to_string(job.submit));
+    int total = 0;
+    std::vector<NodeIndex> seen;
+    for (const Slot& s : p) {
+      if (s.node < 0 || s.node >= static_cast<NodeIndex>(cluster_.nodes().size()) || s.gpus <= 0) {
+        return Internal(who + "bad slot");
+      }
+      const Node& node = cluster_.nodes()[s.node];
+      if (!((job.gpu_type_mask >> node.gpu_type) & 1u)) {
+        return Internal(who + "placed on node " + node.name + " of a GPU type it did not allow");
+      }
+      if (used_[s.node] + s.gpus > node.gpus) {
+        return Internal(who + "node " + node.name + " double-booked: " + std::to_string(used_[s.node]) +
+                        " + " + std::to_string(s.gpus) + " > " + std::to_string(node.gpus));
+      }
+      used_[s.node] += s.gpus;
+      total += s.gpus;
+      seen.push_back(s.node);
+    }
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+      return Internal(who + "placement names a node twice");
+    }
+    if (total != job.gpus) {
+      return Internal(who + "gang not whole: got " + std::to_string(total) + " of " +
+                      std::to_string(job.gpus) + " GPUs");
+    }
+    if (job.nodes > 0 && job.gpus_per_node > 0) {
+      if (static_cast<int>(p.size()) != job.nodes) return Internal(who + "wrong node count for its shape");
+      for (const Slot& s : p) {
+        if (s.gpus != job.gpus_per_node) return Internal(who + "wrong GPUs per node for its shape");
+      }
+    }
+    team_used_[job.team] += job.gpus;
+    const int q = teams_[job.team].quota_gpus;
+    if (q != kNoQuota && team_used_[job.team] > q) {
+      return Internal(who + "team " + teams_[job.team].name + " over quota: " +
+                      std::to_string(team_used_[job.team]) + " > " + std::to_string(q));
+    }
+    return Status::Ok();
+  }
+
+  // After all of a cycle's starts: the engine's free GPUs on the nodes of `p` must match ours.
+  Status CheckFree(const Placement& p, const FreeIndex& free) const {
+    for (const Slot& s : p) {
+      if (free.free(s.node) != cluster_.nodes()[s.node].gpus - used_[s.node]) {
+        return Internal("engine's free index says node " + cluster_.nodes()[s.node].name +
+                        " has " + std::to_string(free.free(s.node)) + " free GPUs, not " +
+                        std::to_string(cluster_.nodes()[s.node].gpus - used_[s.node]));
+      }
+    }
+    return Status::Ok();
+  }
+
+  void OnFinish(const Job& job, const Placement& p) {
+    for (const Slot& s : p) used_[s.node] -= s.gpus;
+    team_used_[job.team] -= job.gpus;
+  }
+
+ private:
+  const Cluster& cluster_;
+  const std::vector<Team>& teams_;
+  std::vector<int> used_;
+  std::vector<int> team_used_;
+};
+
+}  // namespace gantry
