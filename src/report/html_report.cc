@@ -1,0 +1,566 @@
+// The self-contained HTML report: summary tables plus Vega-Lite charts, with Vega, Vega-Lite and
+// Vega-Embed inlined so that the page works offline when opened from disk.
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gantry/report/result.h"
+#include "report/report_internal.h"
+
+#ifndef GANTRY_WEB_DIR
+#define GANTRY_WEB_DIR ""
+#endif
+
+namespace gantry {
+namespace {
+
+using nlohmann::ordered_json;
+using report_internal::AppendFixed;
+using report_internal::CompactDuration;
+using report_internal::NearestRank;
+using report_internal::Round6;
+
+// CDFs are drawn from at most this many points per profile, so a million-job run still makes
+// a page of a few hundred kilobytes of data.
+constexpr size_t kMaxCdfPoints = 200;
+// Teams drawn individually in the share charts; the rest are summed into "other" (more colours
+// than this cannot be told apart).
+constexpr size_t kMaxTeamsShown = 8;
+constexpr int kChartWidth = 560;
+constexpr int kChartHeight = 260;
+
+struct WebAsset {
+  const char* relative_path;
+  std::string content;
+};
+
+std::string WebDir() {
+  const char* env = std::getenv("GANTRY_WEB_DIR");
+  if (env != nullptr && env[0] != '\0') return env;
+  return GANTRY_WEB_DIR;
+}
+
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (!in && !in.eof()) return IoError("cannot read " + path);
+  return ss.str();
+}
+
+// Inlined text must not close the <script> element early; "<\/script" means the same inside JS
+// strings and JSON, and the minified libraries contain the sequence nowhere else.
+std::string EscapeForScript(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/' && i + 8 <= text.size()) {
+      std::string tag(text.substr(i + 2, 6));
+      std::transform(tag.begin(), tag.end(), tag.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      if (tag == "script") {
+        out += "<\\/";
+        ++i;
+        continue;
+      }
+    }
+    out += text[i];
+  }
+  return out;
+}
+
+std::string EscapeHtml(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string Fixed(double v, int decimals) {
+  std::string out;
+  AppendFixed(out, v, decimals);
+  return out;
+}
+
+std::string ProfileName(const SimResult& r) {
+  return r.summary.profile.empty() ? r.profile : r.summary.profile;
+}
+
+std::string TeamName(const SimResult& r, size_t team) {
+  if (team < r.teams.size()) return r.teams[team].name;
+  if (r.workload != nullptr && team < r.workload->teams.size()) return r.workload->teams[team];
+  return "team " + std::to_string(team);
+}
+
+// Sorted values of finished jobs: JCT when `jct`, else wait.
+std::vector<double> FinishedJobTimes(const SimResult& r, bool jct) {
+  std::vector<double> v;
+  if (r.workload == nullptr) return v;
+  const size_t n = std::min(r.workload->jobs.size(), r.outcomes.size());
+  v.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const JobOutcome& o = r.outcomes[i];
+    if (o.start < 0 || o.end < 0) continue;
+    const Time submit = r.workload->jobs[i].submit;
+    v.push_back(static_cast<double>(jct ? o.end - submit : o.start - submit));
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// A log-scale duration axis with ticks at round human durations inside [lo, hi].
+ordered_json DurationAxis(const std::string& title, double lo, double hi) {
+  ordered_json axis;
+  axis["title"] = title;
+  static constexpr double kTicks[] = {1,     10,    60,    300,    600,    1800,    3600,    10800,
+                                      21600, 43200, 86400, 172800, 604800, 2592000, 31536000};
+  ordered_json values = ordered_json::array();
+  for (double t : kTicks) {
+    if (t >= lo && t <= hi) values.push_back(t);
+  }
+  if (values.size() >= 2) axis["values"] = std::move(values);
+  axis["labelOverlap"] = true;  // drops crowded labels on wide ranges
+  axis["labelExpr"] =
+      "datum.value >= 86400 ? format(datum.value / 86400, '~g') + 'd' : "
+      "datum.value >= 3600 ? format(datum.value / 3600, '~g') + 'h' : "
+      "datum.value >= 60 ? format(datum.value / 60, '~g') + 'min' : "
+      "format(datum.value, '~g') + 's'";
+  return axis;
+}
+
+ordered_json ProfileColor(const std::vector<std::string>& profiles) {
+  ordered_json color;
+  color["field"] = "profile";
+  color["type"] = "nominal";
+  color["title"] = "Profile";
+  color["scale"]["domain"] = profiles;
+  color["legend"]["orient"] = "bottom";
+  return color;
+}
+
+ordered_json BaseSpec(const std::string& title, const std::string& subtitle) {
+  ordered_json spec;
+  spec["$schema"] = "https://vega.github.io/schema/vega-lite/v5.json";
+  spec["title"]["text"] = title;
+  if (!subtitle.empty()) spec["title"]["subtitle"] = subtitle;
+  spec["title"]["anchor"] = "start";
+  spec["width"] = kChartWidth;
+  spec["height"] = kChartHeight;
+  return spec;
+}
+
+// CDF of job durations per profile: exact nearest-rank quantiles at evenly spaced probabilities.
+ordered_json CdfChart(const std::vector<const SimResult*>& results,
+                      const std::vector<std::string>& profiles, bool jct) {
+  ordered_json rows = ordered_json::array();
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const SimResult* r : results) {
+    std::vector<double> v = FinishedJobTimes(*r, jct);
+    if (v.empty()) continue;
+    // A log axis cannot show 0; sub-second values are drawn at 1 s (stated in the subtitle).
+    for (double& x : v) x = std::max(x, 1.0);
+    const size_t k = std::min(v.size(), kMaxCdfPoints);
+    const std::string name = ProfileName(*r);
+    auto add = [&](double x, double p) {
+      ordered_json row;
+      row["profile"] = name;
+      row["seconds"] = Round6(x);
+      row["fraction"] = Round6(p);
+      rows.push_back(std::move(row));
+    };
+    add(v.front(), 0);
+    for (size_t i = 1; i <= k; ++i) {
+      const double p = static_cast<double>(i) / static_cast<double>(k);
+      add(NearestRank(v, p), p);
+    }
+    lo = any ? std::min(lo, v.front()) : v.front();
+    hi = any ? std::max(hi, v.back()) : v.back();
+    any = true;
+  }
+  ordered_json spec =
+      BaseSpec(jct ? "Job completion time (CDF)" : "Queueing wait (CDF)",
+               jct ? "submit to end, completed jobs; log scale"
+                   : "submit to start, completed jobs; log scale, waits under 1 s drawn at 1 s");
+  spec["data"]["values"] = std::move(rows);
+  spec["mark"]["type"] = "line";
+  spec["mark"]["interpolate"] = "step-after";
+  spec["mark"]["strokeWidth"] = 2;
+  spec["mark"]["clip"] = true;
+  auto& enc = spec["encoding"];
+  enc["x"]["field"] = "seconds";
+  enc["x"]["type"] = "quantitative";
+  enc["x"]["scale"]["type"] = "log";
+  enc["x"]["axis"] =
+      DurationAxis(jct ? "Job completion time (log scale)" : "Wait time (log scale)", lo, hi);
+  enc["y"]["field"] = "fraction";
+  enc["y"]["type"] = "quantitative";
+  enc["y"]["scale"]["domain"] = {0, 1};
+  enc["y"]["axis"]["title"] = "Fraction of completed jobs";
+  enc["y"]["axis"]["format"] = "%";
+  enc["color"] = ProfileColor(profiles);
+  enc["tooltip"] =
+      ordered_json::array({{{"field", "profile"}, {"type", "nominal"}},
+                           {{"field", "seconds"}, {"type", "quantitative"}, {"title", "seconds"}},
+                           {{"field", "fraction"}, {"type", "quantitative"}, {"format", ".1%"}}});
+  return spec;
+}
+
+struct TimeAxis {
+  double divisor = 3600;
+  std::string title = "Time since trace start (hours)";
+};
+
+TimeAxis ChooseTimeAxis(const std::vector<const SimResult*>& results) {
+  Time last = 0;
+  for (const SimResult* r : results) {
+    if (!r->samples.empty()) last = std::max(last, r->samples.back().t);
+  }
+  TimeAxis axis;
+  if (last > 3 * 86400) {
+    axis.divisor = 86400;
+    axis.title = "Time since trace start (days)";
+  }
+  return axis;
+}
+
+// One line per profile over the sampled time series; `value` maps a sample to the y value.
+template <typename ValueFn>
+ordered_json TimeSeriesChart(const std::vector<const SimResult*>& results,
+                             const std::vector<std::string>& profiles, const TimeAxis& axis,
+                             const std::string& title, const std::string& subtitle,
+                             const std::string& y_title, bool percent, ValueFn value) {
+  ordered_json rows = ordered_json::array();
+  for (const SimResult* r : results) {
+    const std::string name = ProfileName(*r);
+    for (const TimeSample& s : r->samples) {
+      ordered_json row;
+      row["profile"] = name;
+      row["t"] = Round6(static_cast<double>(s.t) / axis.divisor);
+      row["value"] = Round6(value(*r, s));
+      rows.push_back(std::move(row));
+    }
+  }
+  ordered_json spec = BaseSpec(title, subtitle);
+  spec["data"]["values"] = std::move(rows);
+  spec["mark"]["type"] = "line";
+  spec["mark"]["interpolate"] = "step-after";
+  spec["mark"]["strokeWidth"] = 1.5;
+  spec["mark"]["clip"] = true;
+  auto& enc = spec["encoding"];
+  enc["x"]["field"] = "t";
+  enc["x"]["type"] = "quantitative";
+  enc["x"]["axis"]["title"] = axis.title;
+  enc["y"]["field"] = "value";
+  enc["y"]["type"] = "quantitative";
+  enc["y"]["axis"]["title"] = y_title;
+  if (percent) enc["y"]["scale"]["domain"] = {0, 100};
+  enc["color"] = ProfileColor(profiles);
+  return spec;
+}
+
+// Teams ranked by busy GPU samples summed over every run, so that colours match across charts.
+std::vector<size_t> TopTeams(const std::vector<const SimResult*>& results, size_t* team_count) {
+  std::vector<double> busy;
+  for (const SimResult* r : results) {
+    for (const TimeSample& s : r->samples) {
+      if (busy.size() < s.team_busy_gpus.size()) busy.resize(s.team_busy_gpus.size(), 0);
+      for (size_t t = 0; t < s.team_busy_gpus.size(); ++t) busy[t] += s.team_busy_gpus[t];
+    }
+  }
+  *team_count = busy.size();
+  std::vector<size_t> order;
+  for (size_t t = 0; t < busy.size(); ++t) {
+    if (busy[t] > 0) order.push_back(t);
+  }
+  // Ties break by index so the choice is deterministic.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return busy[a] > busy[b]; });
+  if (order.size() > kMaxTeamsShown) order.resize(kMaxTeamsShown);
+  return order;
+}
+
+// Stacked area of each team's share of the busy GPUs over time, for one run.
+ordered_json TeamShareChart(const SimResult& r, const std::vector<size_t>& top,
+                            const std::vector<std::string>& team_domain, size_t team_count,
+                            const TimeAxis& axis) {
+  std::vector<int> slot(team_count, -1);
+  for (size_t i = 0; i < top.size(); ++i) slot[top[i]] = static_cast<int>(i);
+  const bool has_other = team_domain.size() > top.size();
+  ordered_json rows = ordered_json::array();
+  std::vector<double> share(team_domain.size());
+  for (const TimeSample& s : r.samples) {
+    std::fill(share.begin(), share.end(), 0.0);
+    int64_t busy = 0;
+    for (int32_t g : s.team_busy_gpus) busy += g;
+    if (busy > 0) {
+      for (size_t t = 0; t < s.team_busy_gpus.size(); ++t) {
+        const double pct = 100.0 * s.team_busy_gpus[t] / static_cast<double>(busy);
+        if (t < slot.size() && slot[t] >= 0) {
+          share[static_cast<size_t>(slot[t])] += pct;
+        } else if (has_other) {
+          share.back() += pct;
+        }
+      }
+    }
+    const double t = Round6(static_cast<double>(s.t) / axis.divisor);
+    for (size_t i = 0; i < team_domain.size(); ++i) {
+      ordered_json row;
+      row["t"] = t;
+      row["team"] = team_domain[i];
+      row["rank"] = static_cast<int>(i);
+      row["share"] = Round6(share[i]);
+      rows.push_back(std::move(row));
+    }
+  }
+  ordered_json spec = BaseSpec("GPU share by team: " + ProfileName(r),
+                               "each team's share of the busy GPUs (top " +
+                                   std::to_string(kMaxTeamsShown) + " teams, rest as other)");
+  spec["data"]["values"] = std::move(rows);
+  spec["mark"]["type"] = "area";
+  spec["mark"]["interpolate"] = "step-after";
+  auto& enc = spec["encoding"];
+  enc["x"]["field"] = "t";
+  enc["x"]["type"] = "quantitative";
+  enc["x"]["axis"]["title"] = axis.title;
+  enc["y"]["field"] = "share";
+  enc["y"]["type"] = "quantitative";
+  enc["y"]["stack"] = "zero";
+  enc["y"]["scale"]["domain"] = {0, 100};
+  enc["y"]["axis"]["title"] = "Share of busy GPUs (%)";
+  enc["color"]["field"] = "team";
+  enc["color"]["type"] = "nominal";
+  enc["color"]["title"] = "Team";
+  enc["color"]["scale"]["domain"] = team_domain;
+  enc["color"]["sort"] = team_domain;
+  enc["order"]["field"] = "rank";
+  enc["order"]["type"] = "quantitative";
+  return spec;
+}
+
+void AppendSummaryTable(std::string& html, const std::vector<const SimResult*>& results) {
+  html +=
+      "<table class=\"summary\"><thead><tr><th>Profile</th><th>Jobs</th><th>Completed</th>"
+      "<th>Unfinished</th><th>Makespan</th><th>GPU util.</th><th>Wait mean</th><th>Wait p50</th>"
+      "<th>Wait p95</th><th>Wait p99</th><th>JCT mean</th><th>JCT p50</th><th>JCT p95</th>"
+      "<th>JCT p99</th><th>Bounded slowdown mean</th><th>Bounded slowdown p95</th>"
+      "<th>Jain fairness</th><th>Frag. wait</th><th>Backfilled</th><th>Killed at limit</th>"
+      "</tr></thead><tbody>\n";
+  for (const SimResult* r : results) {
+    const SimSummary& s = r->summary;
+    const std::vector<std::string> cells = {std::to_string(s.jobs),
+                                            std::to_string(s.jobs_completed),
+                                            std::to_string(s.jobs_unfinished),
+                                            CompactDuration(static_cast<double>(s.makespan)),
+                                            Fixed(100 * s.gpu_utilization, 1) + "%",
+                                            CompactDuration(s.wait_mean),
+                                            CompactDuration(s.wait_p50),
+                                            CompactDuration(s.wait_p95),
+                                            CompactDuration(s.wait_p99),
+                                            CompactDuration(s.jct_mean),
+                                            CompactDuration(s.jct_p50),
+                                            CompactDuration(s.jct_p95),
+                                            CompactDuration(s.jct_p99),
+                                            Fixed(s.bounded_slowdown_mean, 2),
+                                            Fixed(s.bounded_slowdown_p95, 2),
+                                            Fixed(s.jain_fairness, 3),
+                                            Fixed(100 * s.frag_wait_fraction, 1) + "%",
+                                            std::to_string(s.jobs_backfilled),
+                                            std::to_string(s.jobs_killed_at_limit)};
+    html += "<tr><th>" + EscapeHtml(ProfileName(*r)) + "</th>";
+    for (const std::string& c : cells) html += "<td>" + EscapeHtml(c) + "</td>";
+    html += "</tr>\n";
+  }
+  html += "</tbody></table>\n";
+}
+
+void AppendRunsTable(std::string& html, const std::vector<const SimResult*>& results) {
+  html +=
+      "<table class=\"runs\"><thead><tr><th>Profile</th><th>Cluster</th><th>GPUs</th>"
+      "<th>Nodes</th><th>Trace</th><th>Format</th><th>Jobs</th><th>Skipped rows</th>"
+      "</tr></thead><tbody>\n";
+  for (const SimResult* r : results) {
+    const Cluster* c = r->cluster;
+    const Workload* w = r->workload;
+    html += "<tr><th>" + EscapeHtml(ProfileName(*r)) + "</th><td>" +
+            EscapeHtml(c != nullptr ? c->name() : "-") + "</td><td>" +
+            (c != nullptr ? std::to_string(c->total_gpus()) : "-") + "</td><td>" +
+            (c != nullptr ? std::to_string(c->nodes().size()) : "-") + "</td><td>" +
+            EscapeHtml(w != nullptr ? w->source : "-") + "</td><td>" +
+            EscapeHtml(w != nullptr ? w->format : "-") + "</td><td>" +
+            (w != nullptr ? std::to_string(w->jobs.size()) : "-") + "</td><td>" +
+            std::to_string(r->summary.jobs_skipped) + "</td></tr>\n";
+  }
+  html += "</tbody></table>\n";
+}
+
+constexpr std::string_view kStyle = R"css(
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px;
+       color: #222; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 4px 0; }
+h2 { font-size: 17px; margin: 28px 0 8px 0; }
+p.note { color: #555; font-size: 13px; margin: 4px 0; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; }
+thead th { background: #f3f4f6; font-weight: 600; }
+tbody th { text-align: left; font-weight: 600; }
+td { text-align: right; font-variant-numeric: tabular-nums; }
+table.runs td { text-align: left; }
+.charts { display: flex; flex-wrap: wrap; gap: 16px; }
+.chart { min-width: 600px; min-height: 320px; border: 1px solid #eee; padding: 8px; }
+[data-chart-error] { color: #b00020; }
+)css";
+
+// Renders every chart, then records completion (or the first error) on the page itself, where
+// the browser test and a curious reader can both see it.
+constexpr std::string_view kRenderScript = R"js(
+(function () {
+  var charts = JSON.parse(document.getElementById('gantry-charts').textContent);
+  function fail(el, e) {
+    var msg = (e && e.message) ? e.message : String(e);
+    el.setAttribute('data-chart-error', msg);
+    if (el !== document.body) el.textContent = 'Chart failed to render: ' + msg;
+    document.body.setAttribute('data-chart-error', msg);
+  }
+  try {
+    if (typeof vegaEmbed !== 'function') throw new Error('vega-embed did not load');
+    Promise.all(charts.map(function (c) {
+      var el = document.getElementById(c.id);
+      return vegaEmbed(el, c.spec, {renderer: 'svg', actions: false})
+          .catch(function (e) { fail(el, e); throw e; });
+    })).then(function () {
+      document.body.dataset.chartsRendered = String(charts.length);
+    }, function (e) { fail(document.body, e); });
+  } catch (e) {
+    fail(document.body, e);
+  }
+})();
+)js";
+
+}  // namespace
+
+Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const std::string& path) {
+  std::vector<const SimResult*> results;
+  for (const SimResult* r : all_results) {
+    if (r != nullptr) results.push_back(r);
+  }
+  if (results.empty()) return InvalidArgument("WriteHtmlReport: no results to report");
+
+  const std::string web_dir = WebDir();
+  std::vector<WebAsset> assets = {{"vega/build/vega.min.js", ""},
+                                  {"vega-lite/build/vega-lite.min.js", ""},
+                                  {"vega-embed/build/vega-embed.min.js", ""}};
+  for (WebAsset& a : assets) {
+    const std::string file = web_dir + "/" + a.relative_path;
+    Result<std::string> content = ReadWholeFile(file);
+    if (!content.ok() || content->empty()) {
+      return FailedPrecondition(
+          "HTML report needs the chart library " + file +
+          ", which is missing: run scripts/setup (it runs `npm ci --prefix web`), or set "
+          "GANTRY_WEB_DIR to a node_modules directory holding vega, vega-lite and vega-embed");
+    }
+    a.content = std::move(content).value();
+  }
+
+  std::vector<std::string> profiles;
+  for (const SimResult* r : results) profiles.push_back(ProfileName(*r));
+  const TimeAxis time_axis = ChooseTimeAxis(results);
+
+  ordered_json charts = ordered_json::array();
+  auto add_chart = [&](ordered_json spec) {
+    ordered_json c;
+    c["id"] = "chart-" + std::to_string(charts.size());
+    c["spec"] = std::move(spec);
+    charts.push_back(std::move(c));
+  };
+  add_chart(CdfChart(results, profiles, /*jct=*/true));
+  add_chart(CdfChart(results, profiles, /*jct=*/false));
+  add_chart(TimeSeriesChart(results, profiles, time_axis, "GPU utilisation",
+                            "busy GPUs / all GPUs, sampled", "Busy GPUs (%)", /*percent=*/true,
+                            [](const SimResult& r, const TimeSample& s) {
+                              const int total = r.cluster != nullptr ? r.cluster->total_gpus() : 0;
+                              return total > 0 ? 100.0 * s.busy_gpus / total : 0.0;
+                            }));
+  add_chart(TimeSeriesChart(results, profiles, time_axis, "Queue length",
+                            "jobs submitted and not yet started, sampled", "Pending jobs",
+                            /*percent=*/false, [](const SimResult&, const TimeSample& s) {
+                              return static_cast<double>(s.pending_jobs);
+                            }));
+  size_t team_count = 0;
+  const std::vector<size_t> top = TopTeams(results, &team_count);
+  std::vector<std::string> team_domain;
+  for (size_t t : top) team_domain.push_back(TeamName(*results.front(), t));
+  if (team_count > top.size()) team_domain.push_back("other");
+  for (const SimResult* r : results) {
+    add_chart(TeamShareChart(*r, top, team_domain, team_count, time_axis));
+  }
+
+  std::string title = "Gantry report";
+  if (results.front()->cluster != nullptr) title += ": " + results.front()->cluster->name();
+
+  std::string html;
+  size_t lib_bytes = 0;
+  for (const WebAsset& a : assets) lib_bytes += a.content.size();
+  html.reserve(lib_bytes + 256 * 1024);
+  html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>";
+  html += EscapeHtml(title);
+  html += "</title>\n<style>";
+  html += kStyle;
+  html += "</style>\n";
+  for (const WebAsset& a : assets) {
+    html += "<script>/* ";
+    html += a.relative_path;
+    html += " */\n";
+    html += EscapeForScript(a.content);
+    html += "\n</script>\n";
+  }
+  html += "</head>\n<body>\n<h1>" + EscapeHtml(title) + "</h1>\n";
+  html += "<p class=\"note\">Simulation results of " + std::to_string(results.size()) +
+          (results.size() == 1 ? " scheduling profile" : " scheduling profiles") +
+          " on the same workload. Durations: s = seconds, min = minutes, h = hours, d = days. "
+          "Percentiles are nearest-rank over completed jobs.</p>\n";
+  html += "<h2>Runs</h2>\n";
+  AppendRunsTable(html, results);
+  html += "<h2>Summary</h2>\n";
+  AppendSummaryTable(html, results);
+  html += "<h2>Charts</h2>\n<div class=\"charts\">\n";
+  for (const auto& c : charts) {
+    html += "<div class=\"chart\" id=\"" + c["id"].get<std::string>() + "\"></div>\n";
+  }
+  html += "</div>\n<script type=\"application/json\" id=\"gantry-charts\">";
+  html += EscapeForScript(charts.dump());
+  html += "</script>\n<script>";
+  html += kRenderScript;
+  html += "</script>\n</body>\n</html>\n";
+  return report_internal::WriteFileAtomically(path, html);
+}
+
+}  // namespace gantry

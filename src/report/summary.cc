@@ -1,0 +1,284 @@
+// Summarize(), summary.json and the terminal comparison table.
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gantry/report/result.h"
+#include "report/report_internal.h"
+
+namespace gantry {
+namespace {
+
+using report_internal::BoundedSlowdown;
+using report_internal::NearestRank;
+using report_internal::Round6;
+
+double Mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
+struct TeamAccumulator {
+  double gpu_seconds = 0;
+  double wait_sum = 0;
+  double slowdown_sum = 0;
+  int64_t jobs = 0;
+  int64_t completed = 0;
+};
+
+}  // namespace
+
+void Summarize(SimResult& result) {
+  SimSummary s;
+  s.profile = result.profile;
+  const Workload* w = result.workload;
+  const size_t n = w != nullptr ? std::min(w->jobs.size(), result.outcomes.size()) : 0;
+  s.jobs = static_cast<int64_t>(n);
+
+  size_t team_count = result.teams.size();
+  if (w != nullptr) team_count = std::max(team_count, w->teams.size());
+  std::vector<TeamAccumulator> acc(team_count);
+
+  std::vector<double> waits, jcts, slowdowns;
+  waits.reserve(n);
+  jcts.reserve(n);
+  slowdowns.reserve(n);
+  Time min_submit = 0, max_end = 0;
+  bool any_submit = false, any_end = false;
+  for (size_t i = 0; i < n; ++i) {
+    const Job& job = w->jobs[i];
+    const JobOutcome& o = result.outcomes[i];
+    if (!any_submit || job.submit < min_submit) min_submit = job.submit;
+    any_submit = true;
+    if (o.backfilled) ++s.jobs_backfilled;
+    if (o.killed_at_limit) ++s.jobs_killed_at_limit;
+    TeamAccumulator* team = nullptr;
+    if (job.team >= 0 && static_cast<size_t>(job.team) < acc.size()) {
+      team = &acc[static_cast<size_t>(job.team)];
+      ++team->jobs;
+    }
+    if (o.start < 0) {
+      ++s.jobs_never_started;
+      continue;
+    }
+    if (o.end < 0) continue;
+    ++s.jobs_completed;
+    if (!any_end || o.end > max_end) max_end = o.end;
+    any_end = true;
+    const double wait = static_cast<double>(o.start - job.submit);
+    const double jct = static_cast<double>(o.end - job.submit);
+    const double bsld = BoundedSlowdown(job.submit, o.start, o.end);
+    waits.push_back(wait);
+    jcts.push_back(jct);
+    slowdowns.push_back(bsld);
+    if (team != nullptr) {
+      ++team->completed;
+      team->gpu_seconds += static_cast<double>(job.gpus) * static_cast<double>(o.end - o.start);
+      team->wait_sum += wait;
+      team->slowdown_sum += bsld;
+    }
+  }
+  s.jobs_unfinished = s.jobs - s.jobs_completed;
+  s.makespan = any_end ? max_end - min_submit : 0;
+
+  s.wait_mean = Mean(waits);
+  s.jct_mean = Mean(jcts);
+  s.bounded_slowdown_mean = Mean(slowdowns);
+  std::sort(waits.begin(), waits.end());
+  std::sort(jcts.begin(), jcts.end());
+  std::sort(slowdowns.begin(), slowdowns.end());
+  s.wait_p50 = NearestRank(waits, 0.50);
+  s.wait_p95 = NearestRank(waits, 0.95);
+  s.wait_p99 = NearestRank(waits, 0.99);
+  s.jct_p50 = NearestRank(jcts, 0.50);
+  s.jct_p95 = NearestRank(jcts, 0.95);
+  s.jct_p99 = NearestRank(jcts, 0.99);
+  s.bounded_slowdown_p95 = NearestRank(slowdowns, 0.95);
+
+  const int total_gpus = result.cluster != nullptr ? result.cluster->total_gpus() : 0;
+  if (total_gpus > 0 && s.makespan > 0) {
+    s.gpu_utilization = result.busy_gpu_seconds /
+                        (static_cast<double>(total_gpus) * static_cast<double>(s.makespan));
+  }
+
+  if (w != nullptr) {
+    s.jobs_skipped = w->stats.rows_skipped;
+    // std::map iterates in key order, so the list is deterministic.
+    for (const auto& [reason, count] : w->stats.skipped_by_reason) {
+      s.skipped_by_reason.emplace_back(reason, count);
+    }
+  }
+
+  s.frag_wait_job_hours = result.frag_wait_job_seconds / 3600.0;
+  s.total_wait_job_hours = result.total_wait_job_seconds / 3600.0;
+  s.frag_wait_fraction = result.total_wait_job_seconds > 0
+                             ? result.frag_wait_job_seconds / result.total_wait_job_seconds
+                             : 0;
+
+  double all_gpu_seconds = 0;
+  for (const TeamAccumulator& a : acc) all_gpu_seconds += a.gpu_seconds;
+  double jain_sum = 0, jain_sum_sq = 0;
+  int jain_n = 0;
+  s.teams.reserve(team_count);
+  for (size_t t = 0; t < team_count; ++t) {
+    const TeamAccumulator& a = acc[t];
+    TeamSummary ts;
+    if (t < result.teams.size()) {
+      ts.name = result.teams[t].name;
+      ts.quota_gpus = result.teams[t].quota_gpus;
+    } else {
+      ts.name = w->teams[t];
+    }
+    ts.jobs = a.jobs;
+    ts.jobs_completed = a.completed;
+    ts.gpu_hours = a.gpu_seconds / 3600.0;
+    ts.share_of_usage = all_gpu_seconds > 0 ? a.gpu_seconds / all_gpu_seconds : 0;
+    if (ts.quota_gpus > 0 && s.makespan > 0) {
+      ts.quota_utilization =
+          a.gpu_seconds / (static_cast<double>(ts.quota_gpus) * static_cast<double>(s.makespan));
+    }
+    if (a.completed > 0) {
+      ts.mean_wait_s = a.wait_sum / static_cast<double>(a.completed);
+      ts.mean_slowdown = a.slowdown_sum / static_cast<double>(a.completed);
+      jain_sum += ts.mean_slowdown;
+      jain_sum_sq += ts.mean_slowdown * ts.mean_slowdown;
+      ++jain_n;
+    }
+    s.teams.push_back(std::move(ts));
+  }
+  s.jain_fairness = jain_n > 0 && jain_sum_sq > 0
+                        ? (jain_sum * jain_sum) / (static_cast<double>(jain_n) * jain_sum_sq)
+                        : 0;
+  result.summary = std::move(s);
+}
+
+nlohmann::ordered_json SummaryToJson(const SimResult& result) {
+  const SimSummary& s = result.summary;
+  nlohmann::ordered_json j;
+  j["profile"] = s.profile;
+  nlohmann::ordered_json run;
+  run["cluster"] = result.cluster != nullptr ? result.cluster->name() : "";
+  run["cluster_gpus"] = result.cluster != nullptr ? result.cluster->total_gpus() : 0;
+  run["trace_source"] = result.workload != nullptr ? result.workload->source : "";
+  run["trace_format"] = result.workload != nullptr ? result.workload->format : "";
+  j["run"] = std::move(run);
+  j["jobs"] = s.jobs;
+  j["jobs_completed"] = s.jobs_completed;
+  j["jobs_unfinished"] = s.jobs_unfinished;
+  j["jobs_never_started"] = s.jobs_never_started;
+  j["jobs_skipped"] = s.jobs_skipped;
+  nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
+  for (const auto& [reason, count] : s.skipped_by_reason) reasons[reason] = count;
+  j["skipped_by_reason"] = std::move(reasons);
+  j["jobs_killed_at_limit"] = s.jobs_killed_at_limit;
+  j["jobs_backfilled"] = s.jobs_backfilled;
+  j["makespan_s"] = s.makespan;
+  j["jct_mean_s"] = Round6(s.jct_mean);
+  j["jct_p50_s"] = Round6(s.jct_p50);
+  j["jct_p95_s"] = Round6(s.jct_p95);
+  j["jct_p99_s"] = Round6(s.jct_p99);
+  j["wait_mean_s"] = Round6(s.wait_mean);
+  j["wait_p50_s"] = Round6(s.wait_p50);
+  j["wait_p95_s"] = Round6(s.wait_p95);
+  j["wait_p99_s"] = Round6(s.wait_p99);
+  j["bounded_slowdown_mean"] = Round6(s.bounded_slowdown_mean);
+  j["bounded_slowdown_p95"] = Round6(s.bounded_slowdown_p95);
+  j["gpu_utilization"] = Round6(s.gpu_utilization);
+  j["jain_fairness"] = Round6(s.jain_fairness);
+  j["frag_wait_job_hours"] = Round6(s.frag_wait_job_hours);
+  j["total_wait_job_hours"] = Round6(s.total_wait_job_hours);
+  j["frag_wait_fraction"] = Round6(s.frag_wait_fraction);
+  nlohmann::ordered_json teams = nlohmann::ordered_json::array();
+  for (const TeamSummary& t : s.teams) {
+    nlohmann::ordered_json tj;
+    tj["name"] = t.name;
+    if (t.quota_gpus == kNoQuota) {
+      tj["quota_gpus"] = nullptr;
+    } else {
+      tj["quota_gpus"] = t.quota_gpus;
+    }
+    tj["jobs"] = t.jobs;
+    tj["jobs_completed"] = t.jobs_completed;
+    tj["gpu_hours"] = Round6(t.gpu_hours);
+    tj["share_of_usage"] = Round6(t.share_of_usage);
+    tj["quota_utilization"] = Round6(t.quota_utilization);
+    tj["mean_wait_s"] = Round6(t.mean_wait_s);
+    tj["mean_slowdown"] = Round6(t.mean_slowdown);
+    teams.push_back(std::move(tj));
+  }
+  j["teams"] = std::move(teams);
+  nlohmann::ordered_json perf;
+  perf["wall_seconds"] = Round6(result.perf.wall_seconds);
+  perf["events"] = result.perf.events;
+  perf["cycles"] = result.perf.cycles;
+  perf["events_per_second"] = Round6(result.perf.events_per_second);
+  perf["peak_rss_kb"] = result.perf.peak_rss_kb;
+  j["performance"] = std::move(perf);
+  return j;
+}
+
+Status WriteSummaryJson(const SimResult& result, const std::string& path) {
+  std::string text = SummaryToJson(result).dump(2);
+  text += '\n';
+  return report_internal::WriteFileAtomically(path, text);
+}
+
+std::string SummaryTable(const std::vector<const SimResult*>& results) {
+  using report_internal::AppendFixed;
+  using report_internal::CompactDuration;
+  const std::vector<std::string> header = {
+      "profile",  "jobs",     "done",    "makespan", "util%",    "wait avg", "wait p50",
+      "wait p95", "wait p99", "JCT avg", "JCT p95",  "BSLD avg", "Jain",     "frag%"};
+  std::vector<std::vector<std::string>> rows;
+  for (const SimResult* r : results) {
+    if (r == nullptr) continue;
+    const SimSummary& s = r->summary;
+    auto fixed = [](double v, int decimals) {
+      std::string out;
+      AppendFixed(out, v, decimals);
+      return out;
+    };
+    rows.push_back(
+        {s.profile.empty() ? r->profile : s.profile, std::to_string(s.jobs),
+         std::to_string(s.jobs_completed), CompactDuration(static_cast<double>(s.makespan)),
+         fixed(100 * s.gpu_utilization, 1), CompactDuration(s.wait_mean),
+         CompactDuration(s.wait_p50), CompactDuration(s.wait_p95), CompactDuration(s.wait_p99),
+         CompactDuration(s.jct_mean), CompactDuration(s.jct_p95), fixed(s.bounded_slowdown_mean, 2),
+         fixed(s.jain_fairness, 3), fixed(100 * s.frag_wait_fraction, 1)});
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) {
+    width[c] = header[c].size();
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (c > 0) out += "  ";
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      // Names read left-aligned, numbers right-aligned so their digits line up.
+      if (c == 0) {
+        out += cells[c];
+        if (c + 1 < cells.size()) out += pad;
+      } else {
+        out += pad;
+        out += cells[c];
+      }
+    }
+    out += '\n';
+  };
+  emit(header);
+  size_t total = 0;
+  for (size_t c = 0; c < width.size(); ++c) total += width[c] + (c > 0 ? 2 : 0);
+  out += std::string(total, '-');
+  out += '\n';
+  for (const auto& row : rows) emit(row);
+  return out;
+}
+
+}  // namespace gantry
