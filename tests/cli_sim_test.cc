@@ -1,0 +1,154 @@
+// End-to-end tests of `gantry sim` as a user runs it: the real binary on the bundled data.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun RunCli(const std::string& args) {
+  const std::string cmd = std::string(GANTRY_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path TempDir(const std::string& name) {
+  fs::path d = fs::path(testing::TempDir()) / ("gantry_cli_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+const std::string kSource = GANTRY_SOURCE_DIR;
+const std::string kSample = kSource + "/data/philly-sample.csv";
+const std::string kCluster = kSource + "/data/clusters/philly-256.yaml";
+
+// Same inputs and seed: byte-identical jobs.csv, and summary.json identical except for the
+// "performance" object (wall time), which is the one documented non-deterministic part.
+TEST(CliSim, SameInputsGiveByteIdenticalOutputs) {
+  const fs::path a = TempDir("det_a"), b = TempDir("det_b");
+  for (const fs::path& d : {a, b}) {
+    CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+                   " --format philly --profile fifo,slurm-like,slurm-conservative --seed 7 "
+                   "--check-invariants --no-report --out " + d.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+  }
+  for (const std::string profile : {"fifo", "slurm-like", "slurm-conservative"}) {
+    const std::string csv_a = ReadFile(a / profile / "jobs.csv");
+    ASSERT_GT(csv_a.size(), 1000u);
+    EXPECT_EQ(csv_a, ReadFile(b / profile / "jobs.csv")) << profile;
+    auto ja = nlohmann::json::parse(ReadFile(a / profile / "summary.json"));
+    auto jb = nlohmann::json::parse(ReadFile(b / profile / "summary.json"));
+    ASSERT_TRUE(ja.contains("performance"));
+    ja.erase("performance");
+    jb.erase("performance");
+    EXPECT_EQ(ja.dump(), jb.dump()) << profile;
+  }
+  // A different seed changes the estimated time limits and so, under backfill, the schedule.
+  const fs::path c = TempDir("det_c");
+  CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+                 " --format philly --profile slurm-like --seed 8 --no-report --out " + c.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(ReadFile(a / "slurm-like" / "jobs.csv"), ReadFile(c / "slurm-like" / "jobs.csv"));
+}
+
+TEST(CliSim, PoliciesDifferOnAContendedCluster) {
+  const fs::path d = TempDir("policies");
+  CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+                 " --format philly --profile fifo,fifo-easy --json --no-report --out " + d.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.size(), 2u);
+  const double fifo_wait = j[0]["wait_mean_s"].get<double>();
+  const double easy_wait = j[1]["wait_mean_s"].get<double>();
+  // Backfill must cut the mean wait on this queue-heavy sample (measured: days vs hours).
+  EXPECT_LT(easy_wait, fifo_wait / 2) << r.output;
+  EXPECT_GT(j[1]["jobs_backfilled"].get<int64_t>(), 0);
+}
+
+TEST(CliSim, BadInputNamesFileLineAndFieldWithExitCode3) {
+  const fs::path d = TempDir("bad");
+  const fs::path trace = d / "bad.csv";
+  std::ofstream(trace) << "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                       << "2017-10-01 00:00:00,60.0,1,60.0,6214e9\n"
+                       << "2017-10-01 00:01:00,60.0,abc,60.0,6214e9\n";
+  CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
+                 " --format philly --out " + (d / "out").string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("bad.csv:3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("num_gpus"), std::string::npos) << r.output;
+  // With --skip-bad the row is skipped and counted, and the run succeeds.
+  r = RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
+             " --format philly --skip-bad --no-report --out " + (d / "out").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("skipped 1"), std::string::npos) << r.output;
+  // A job larger than the cluster.
+  std::ofstream(trace) << "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                       << "2017-10-01 00:00:00,60.0,512,60.0,6214e9\n";
+  r = RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
+             " --format philly --out " + (d / "out").string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("bad.csv:2"), std::string::npos) << r.output;
+  // Unknown profile: the message lists the known ones.
+  r = RunCli("sim --cluster " + kCluster + " --trace " + kSample + " --profile nope --out " +
+             (d / "out").string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("slurm-like"), std::string::npos) << r.output;
+}
+
+// The acceptance run: the full Philly trace on the Philly cluster with fifo and
+// slurm-like writes the CSV, JSON and HTML report. Skips when ../shared is not beside the repo.
+TEST(CliSim, FullPhillyTraceWritesAllOutputs) {
+  std::string trace = kSource + "/../shared/traces/philly.csv";
+  if (!fs::exists(trace)) trace = "/work/shared/traces/philly.csv";
+  if (!fs::exists(trace)) GTEST_SKIP() << "full Philly trace not present";
+  if (!fs::exists(kSource + "/web/node_modules/vega/build/vega.min.js") &&
+      std::getenv("GANTRY_WEB_DIR") == nullptr) {
+    GTEST_SKIP() << "web assets not installed (scripts/setup)";
+  }
+  const fs::path d = TempDir("philly");
+  CliRun r = RunCli("sim --cluster " + kSource + "/data/clusters/philly.yaml --trace " + trace +
+                 " --format philly --profile fifo,slurm-like --out " + d.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const std::string profile : {"fifo", "slurm-like"}) {
+    auto j = nlohmann::json::parse(ReadFile(d / profile / "summary.json"));
+    EXPECT_EQ(j["jobs"].get<int64_t>(), 82247);
+    EXPECT_EQ(j["jobs_completed"].get<int64_t>(), 82247);
+    std::ifstream csv(d / profile / "jobs.csv");
+    int64_t lines = 0;
+    for (std::string line; std::getline(csv, line);) ++lines;
+    EXPECT_EQ(lines, 82248);  // header + one row per job
+  }
+  const std::string html = ReadFile(d / "report.html");
+  EXPECT_GT(html.size(), 100000u);
+  EXPECT_NE(html.find("slurm-like"), std::string::npos);
+}
+
+}  // namespace
