@@ -578,11 +578,13 @@ std::string Engine::Impl::Explain(JobIndex j) const {
     default:
       break;
   }
+  // A team at its quota has its queue skipped without touching its jobs, so ask admission now
+  // rather than trusting the last recorded reason.
+  for (const auto& a : admission_) {
+    if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
+  }
   switch (st.reason) {
     case Reason::kQuota:
-      for (const auto& a : admission_) {
-        if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
-      }
       return "waiting for quota";
     case Reason::kResources:
       out = "highest-priority job that does not fit: waiting for " + std::to_string(job.gpus) +

@@ -260,9 +260,10 @@ TEST(Scenario, QuotaHoldsTeamsBackButNotOthers) {
   (*engine)->Schedule(0, &starts);
   ASSERT_TRUE((*engine)->Submit(w.jobs[1], 1).ok());
   (*engine)->Schedule(1, &starts);
-  // A2 is skipped with its team's whole queue; its last recorded reason is from submission.
+  // A2 is skipped with its team's whole queue; Explain asks the quota plugin.
   EXPECT_EQ((*engine)->status(1).phase, JobStatus::Phase::kPending);
-  EXPECT_NE((*engine)->Explain(1).find("waiting"), std::string::npos);
+  EXPECT_EQ((*engine)->Explain(1),
+            "waiting for quota: team a uses 4 of its 4-GPU quota; this job needs 4");
 }
 
 TEST(InvariantChecker, CatchesDoubleBookingBrokenGangsAndEarlyStarts) {
