@@ -1,0 +1,119 @@
+// ObjectStore: the one storage interface every tier implements (memory, posix directory, S3).
+//
+// Keys are relative, '/'-separated names ("ckpt/step-100/chunk-ab12"); ValidateKey rejects
+// empty keys, absolute paths, "." and ".." segments, backslashes and control characters, so no
+// key can escape a directory tier. Every error is a Status whose message names the backend,
+// the object and what happened, e.g. "s3://bkt/pre: put 'a/b': HTTP 403 AccessDenied: ...".
+//
+// A put is atomic: readers see the old object or the whole new one, never a partial object
+// under its final name. Implementations are thread-safe: many operations may be in flight at
+// once (the async helpers below, or callers' own threads).
+//
+//   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> s, OpenObjectStore("file:///nvme/t", {}));
+//   GANTRY_RETURN_IF_ERROR(s->Put("a/b", bytes));
+//   GANTRY_ASSIGN_OR_RETURN(std::string back, s->Get("a/b"));
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gantry/common/status.h"
+
+namespace gantry {
+
+class ThreadPool;
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  int64_t mtime_unix = 0;  // last modification, seconds since the Unix epoch (0 if unknown)
+  std::string etag;        // backend-specific version tag (S3 ETag, or empty)
+};
+
+struct ListPage {
+  std::vector<ObjectInfo> objects;  // in key order
+  std::string next_token;           // pass to List for the next page; empty: no more pages
+};
+
+struct PutOptions {
+  // Fail with kAlreadyExists-style FailedPrecondition if the key exists (atomically where the
+  // backend can: memory, posix via link(2), S3 via If-None-Match: *). Backends that cannot do
+  // it atomically return Unimplemented-style FailedPrecondition from Put (see
+  // ObjectStore::SupportsCreateIfAbsent).
+  bool create_if_absent = false;
+};
+
+inline constexpr uint64_t kToEnd = std::numeric_limits<uint64_t>::max();
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // "memory", "posix", "s3", or a wrapper's name ("faulty(posix)").
+  virtual std::string_view backend() const = 0;
+  // Where it points, as a URL: "file:///data/tier", "s3://bucket/prefix", "mem://name".
+  virtual std::string url() const = 0;
+  virtual bool SupportsCreateIfAbsent() const = 0;
+
+  virtual Status Put(std::string_view key, std::string_view data, const PutOptions& options) = 0;
+  Status Put(std::string_view key, std::string_view data) { return Put(key, data, PutOptions{}); }
+  virtual Result<std::string> Get(std::string_view key) = 0;
+  // Bytes [offset, offset + length) (clipped at the end of the object); OutOfRange if offset is
+  // past the end.
+  virtual Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) = 0;
+  virtual Result<ObjectInfo> Head(std::string_view key) = 0;
+  // Up to max_keys objects whose key starts with prefix, after page_token.
+  virtual Result<ListPage> List(std::string_view prefix, std::string_view page_token,
+                                int max_keys) = 0;
+  // Deleting a missing key is not an error (as in S3).
+  virtual Status Delete(std::string_view key) = 0;
+
+  // Large objects straight from and to files. The defaults read/write the whole file in
+  // memory; posix and S3 override them (copy_file_range / parallel multipart and ranged GETs).
+  virtual Status PutFile(std::string_view key, const std::string& path);
+  virtual Status GetToFile(std::string_view key, const std::string& path);
+
+  // Asynchronous forms, run on `pool` (keep many operations in flight). The store and the
+  // data must outlive the futures.
+  std::future<Status> PutAsync(ThreadPool& pool, std::string key, std::string data);
+  std::future<Result<std::string>> GetAsync(ThreadPool& pool, std::string key);
+
+  // Every object under prefix, following pages.
+  Result<std::vector<ObjectInfo>> ListAll(std::string_view prefix);
+};
+
+// OK, or InvalidArgument naming the key and the rule it breaks.
+Status ValidateKey(std::string_view key);
+
+// Options for OpenObjectStore; S3 fields fall back to the standard AWS environment variables
+// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
+// AWS_ENDPOINT_URL, AWS_PROFILE) and to ~/.aws/credentials and ~/.aws/config.
+struct StoreOptions {
+  std::string endpoint;  // e.g. "http://127.0.0.1:7480"; empty: AWS default for the region
+  std::string region;
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;
+  std::string profile;   // AWS profile name
+  bool path_style = true;   // path-style (endpoint/bucket/key) or virtual-host (bucket.endpoint/key)
+  int max_attempts = 5;     // per request, with exponential backoff and full jitter
+  int base_backoff_ms = 50;
+  int max_backoff_ms = 5000;
+  int request_timeout_ms = 60000;
+  int connect_timeout_ms = 5000;
+  uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart
+  uint64_t part_size = 16ull << 20;
+  int parallelism = 16;     // parts or ranges in flight per large object
+};
+
+// Opens "mem://NAME" (a process-wide in-memory store per name), "file:///abs/dir" (or a plain
+// path), or "s3://bucket[/prefix]".
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
+                                                     const StoreOptions& options);
+
+}  // namespace gantry
