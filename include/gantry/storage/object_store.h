@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <limits>
 #include <memory>
@@ -109,6 +110,9 @@ struct StoreOptions {
   uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart
   uint64_t part_size = 16ull << 20;
   int parallelism = 16;     // parts or ranges in flight per large object
+  // Called by PutFile/GetToFile as bytes complete (from any thread; may be empty), so long
+  // transfers can show progress.
+  std::function<void(uint64_t bytes_done, uint64_t bytes_total)> progress;
 };
 
 // Opens "mem://NAME" (a process-wide in-memory store per name), "file:///abs/dir" (or a plain
