@@ -232,7 +232,9 @@ const std::vector<Generator>& Generators() {
          GANTRY_ASSIGN_OR_RETURN(GpuTypeIndex type, b.AddGpuType(*gpu));
          for (int64_t k = 0; k < p.Int("nodes"); ++k) {
            Node node;
-           node.name = "n" + std::to_string(k);
+           // Not "n" + to_string(k): GCC 12 at -O3 warns falsely on that (-Wrestrict, PR105651).
+           node.name = "n";
+           node.name += std::to_string(k);
            node.gpu_type = type;
            node.gpus = static_cast<int>(p.Int("gpus"));
            node.cpus = static_cast<int>(p.Int("cpus"));
