@@ -9,7 +9,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "gantry 0.1.0");
   gantry::cli::RegisterSimCommand(app);
   gantry::cli::RegisterTraceCommands(app);
+  gantry::cli::RegisterSynthCommand(app);
   gantry::cli::RegisterClusterCommands(app);
+  gantry::cli::RegisterStoreCommands(app);
+  gantry::cli::RegisterCacheCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -1,0 +1,314 @@
+// ChunkStore: a content-addressed chunk store spanning ordered tiers (memory -> local dir ->
+// shared dir / S3), each an ObjectStore, with LRU eviction between watermarks, pinning,
+// write-through or write-back, read-through with promotion, verification and repair of rotted
+// copies, blobs described by manifests, and mark-and-sweep garbage collection.
+//
+// Invariants (docs/storage.md "Chunk store" explains each mechanism):
+// - Eviction never deletes a tier's copy of a chunk unless a copy exists in a lower tier (one
+//   that is durable, if the evicting tier is), checked with Head on the lower tier, so the only
+//   copy of a chunk that has not reached a durable tier is never dropped.
+// - Garbage collection deletes only chunks that no manifest references, that no writer in this
+//   process has pinned, and that are older than `gc_grace_seconds`. Writers always (re)write a
+//   chunk before the manifest that references it, so a writer in another process that finishes
+//   its blob within the grace period never loses a chunk.
+// - Processes sharing a directory tier serialize eviction and GC with flock(2) on a lock file
+//   in the tier directory; chunk puts are atomic in the posix backend, so they need no lock.
+//
+// Thread-safe: any number of threads may read and write; write-back drains on one background
+// thread. The store owns its tiers' ObjectStores (shared with the caller if passed in).
+//
+//   ChunkStoreOptions o;
+//   o.tiers = {{.name = "mem", .url = "mem://cache", .capacity_bytes = 1 << 30},
+//              {.name = "nvme", .url = "file:///nvme/cache", .capacity_bytes = 100ull << 30},
+//              {.name = "s3", .url = "s3://bkt/cache", .durable = true, .codec = Codec::kZstd}};
+//   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> cs, ChunkStore::Open(std::move(o)));
+//   GANTRY_ASSIGN_OR_RETURN(Manifest m, cs->PutBlob("ckpt/step-100", bytes));
+//   GANTRY_ASSIGN_OR_RETURN(std::string back, cs->GetBlob("ckpt/step-100"));
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "gantry/cache/chunk.h"
+#include "gantry/common/metrics.h"
+#include "gantry/common/status.h"
+#include "gantry/storage/object_store.h"
+
+namespace gantry {
+
+struct TierOptions {
+  // Names the tier in metrics labels and error messages ("mem", "nvme", "s3").
+  std::string name;
+  // Opened with OpenObjectStore unless `store` is set.
+  std::string url;
+  std::shared_ptr<ObjectStore> store;
+  // Bytes of stored chunks (headers included) the tier may hold. Default: 0, unlimited.
+  uint64_t capacity_bytes = 0;
+  // When usage would exceed high * capacity, evict least recently used chunks down to
+  // low * capacity. Defaults: 0.9 and 0.7 (a pass frees a fifth of the tier, so passes are rare).
+  double high_watermark = 0.9;
+  double low_watermark = 0.7;
+  // A durable tier holds the copy of record (S3, a replicated shared file system).
+  bool durable = false;
+  // Verify each chunk read from this tier against its id. Default: on for every backend that
+  // can rot (everything but "memory").
+  std::optional<bool> verify;
+  // Codec for chunks written to this tier. Default: none (memory and NVMe tiers are faster
+  // than zstd's decoder; compress where bytes cost money or network).
+  Codec codec = Codec::kNone;
+  int zstd_level = 3;
+  // Lock file shared with other processes using the same tier. Default: "<dir>/.gantry-lock"
+  // for file:// tiers (shared between processes), none otherwise.
+  std::optional<std::string> lock_path;
+};
+
+enum class WriteMode {
+  kWriteThrough,  // PutChunk writes every tier down to the first durable one before returning
+  // PutChunk writes the top tier; a background thread copies to durable tiers. A chunk that
+  // does not fit in the top tier (full of pinned or undrained chunks) is written through.
+  kWriteBack,
+};
+
+struct ChunkStoreOptions {
+  std::vector<TierOptions> tiers;  // fastest first; at least one
+  // Default: 4 MiB (docs/storage.md "Chunk store" says why).
+  uint64_t chunk_size = kDefaultChunkSize;
+  WriteMode write_mode = WriteMode::kWriteThrough;
+  // Write-back: raw bytes accepted but not yet durable; writers block beyond it. Default 256 MiB.
+  uint64_t max_drain_backlog_bytes = 256ull << 20;
+  // Copy chunks found in a slower tier into every faster tier. Default: on.
+  bool promote_on_read = true;
+  // GC never deletes a chunk younger than this. Default: one hour.
+  int64_t gc_grace_seconds = 3600;
+  // Where metrics go. Default: a registry owned by the store.
+  MetricsRegistry* metrics = nullptr;
+  // For opening tier URLs (S3 endpoint, credentials).
+  StoreOptions store_options;
+};
+
+// The manifest of a blob, stored as JSON at "manifests/<name>" in the manifest tier (the first
+// durable tier, else the last tier):
+//   {"version":1,"name":"ckpt/a","size":10485760,"chunk_size":4194304,
+//    "chunks":[{"id":"<32 hex>","size":4194304},...]}
+struct ManifestChunk {
+  ChunkId id;
+  uint64_t size = 0;
+};
+struct Manifest {
+  std::string name;
+  uint64_t size = 0;
+  uint64_t chunk_size = 0;
+  std::vector<ManifestChunk> chunks;
+
+  std::string ToJson() const;
+  // InvalidArgument naming `what` (the object) and the bad field.
+  static Result<Manifest> FromJson(std::string_view json, std::string_view what);
+};
+
+struct TierStats {
+  std::string name;
+  bool durable = false;
+  uint64_t capacity_bytes = 0;
+  // As this process knows them (refreshed by every eviction pass on a shared tier). Tracked only
+  // for tiers with a capacity: an unlimited tier (S3) is not indexed in memory, and shows 0.
+  uint64_t used_bytes = 0;
+  uint64_t chunks = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t evictions = 0;
+  uint64_t corrupt = 0;   // copies that failed verification
+  uint64_t repaired = 0;  // corrupt copies rewritten from another tier
+};
+
+struct ChunkStoreStats {
+  std::vector<TierStats> tiers;
+  uint64_t drain_backlog_bytes = 0;
+  uint64_t drained_chunks = 0;
+  uint64_t promotions = 0;
+};
+
+struct GcReport {
+  uint64_t manifests = 0;
+  uint64_t referenced_chunks = 0;
+  uint64_t deleted_chunks = 0;  // summed over tiers
+  uint64_t deleted_bytes = 0;
+  uint64_t kept_young = 0;   // unreferenced but inside the grace period
+  uint64_t kept_pinned = 0;  // unreferenced but pinned or awaiting drain in this process
+};
+
+struct VerifyReport {
+  uint64_t checked = 0;
+  uint64_t corrupt = 0;
+  uint64_t repaired = 0;
+  std::vector<std::string> errors;  // one line per copy that could not be repaired
+};
+
+class ChunkStore {
+ public:
+  static Result<std::unique_ptr<ChunkStore>> Open(ChunkStoreOptions options);
+  // Drains write-back (errors are logged to the metrics, not returned; call Flush first to see
+  // them), then stops the drain thread.
+  ~ChunkStore();
+  ChunkStore(const ChunkStore&) = delete;
+  ChunkStore& operator=(const ChunkStore&) = delete;
+
+  // Stores one chunk (any size; blobs use chunk_size) and returns its id.
+  Result<ChunkId> PutChunk(std::string_view data);
+  // The chunk's raw bytes from the fastest tier that has a good copy. A copy failing
+  // verification is counted, skipped and rewritten from the good one. NotFound if no tier has
+  // it; IoError "corrupt chunk <id> in tier <name>" if every copy is bad.
+  Result<std::string> GetChunk(const ChunkId& id);
+
+  // Pinned chunks are never evicted or collected by this process. Pins nest (counted).
+  void Pin(const ChunkId& id);
+  void Unpin(const ChunkId& id);
+  class PinGuard {
+   public:
+    PinGuard(ChunkStore& store, const ChunkId& id) : store_(&store), id_(id) { store.Pin(id); }
+    ~PinGuard() {
+      if (store_ != nullptr) store_->Unpin(id_);
+    }
+    PinGuard(PinGuard&& o) noexcept : store_(o.store_), id_(o.id_) { o.store_ = nullptr; }
+    PinGuard(const PinGuard&) = delete;
+    PinGuard& operator=(const PinGuard&) = delete;
+    PinGuard& operator=(PinGuard&&) = delete;
+
+   private:
+    ChunkStore* store_;
+    ChunkId id_;
+  };
+
+  // Streams a blob in: chunks are written (and pinned) as data arrives, the manifest last, at
+  // Commit. Not thread-safe itself; destroying it uncommitted unpins its chunks (GC takes them
+  // after the grace period).
+  class BlobWriter {
+   public:
+    ~BlobWriter();
+    BlobWriter(BlobWriter&&) = delete;
+    Status Append(std::string_view data);
+    Result<Manifest> Commit();
+    const std::vector<ManifestChunk>& chunks() const { return manifest_.chunks; }
+
+   private:
+    friend class ChunkStore;
+    BlobWriter(ChunkStore& store, std::string name);
+    Status WriteChunk(std::string_view data);
+
+    ChunkStore& store_;
+    Manifest manifest_;
+    std::string pending_;  // bytes of a chunk not yet full
+    std::vector<ChunkId> pinned_;
+    bool committed_ = false;
+  };
+  // The name must be a valid object key (ValidateKey).
+  Result<std::unique_ptr<BlobWriter>> NewBlobWriter(std::string_view name);
+
+  Result<Manifest> PutBlob(std::string_view name, std::string_view data);
+  Result<std::string> GetBlob(std::string_view name);
+  Result<Manifest> GetManifest(std::string_view name);
+  Result<std::vector<std::string>> ListBlobs();
+  // Deletes the manifest only; its chunks go at the next GC (other manifests may share them).
+  Status DeleteBlob(std::string_view name);
+
+  // Waits until write-back has drained everything accepted so far; the first drain error since
+  // the last Flush, if any.
+  Status Flush();
+  // Mark-and-sweep over every tier (see the class comment).
+  Result<GcReport> CollectGarbage();
+  // Reads every chunk of every tier, verifies it, and with `repair` rewrites bad copies from a
+  // good one (or deletes them when a durable good copy exists elsewhere).
+  Result<VerifyReport> Verify(bool repair);
+  // Runs an eviction pass on every tier with a capacity.
+  Status EnforceCapacity();
+
+  ChunkStoreStats Stats() const;
+  std::string PrometheusText() const { return metrics_->PrometheusText(); }
+  MetricsRegistry& metrics() { return *metrics_; }
+  const ChunkStoreOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    uint64_t bytes = 0;       // stored size
+    int64_t last_access = 0;  // ns since the epoch; LRU order
+  };
+  struct Tier {
+    TierOptions opt;
+    std::shared_ptr<ObjectStore> store;
+    bool verify = true;
+    int lock_fd = -1;
+    std::mutex evict_mu;  // one eviction pass at a time in this process (flock across them)
+    // Guarded by ChunkStore::mu_.
+    std::unordered_map<ChunkId, Entry, ChunkIdHash> entries;
+    uint64_t used = 0;
+    // Metrics (owned by the registry).
+    Counter* hits;
+    Counter* misses;
+    Counter* bytes_read;
+    Counter* bytes_written;
+    Counter* evictions;
+    Counter* corrupt;
+    Counter* repaired;
+    Counter* skipped_full;
+    Gauge* used_gauge;
+    Histogram* get_latency;
+    Histogram* put_latency;
+  };
+
+  explicit ChunkStore(ChunkStoreOptions options);
+  Status Init();
+  int ManifestTier() const;
+  int FirstDurableTier() const;  // -1 if none
+
+  // Puts an encoded chunk into one tier (making room first) and indexes it.
+  Status WriteToTier(int tier, const ChunkId& id, std::string_view stored);
+  // PutChunk, optionally pinning the chunk before any tier sees it (BlobWriter).
+  Result<ChunkId> PutChunkImpl(std::string_view data, bool pin);
+  // Blocks until none of `ids` awaits the write-back drain; IoError if one never reached the
+  // durable tier.
+  Status WaitDurable(const std::vector<ChunkId>& ids);
+  // Evicts until `incoming` more bytes fit under the high watermark; FailedPrecondition if the
+  // tier cannot fit them even after evicting everything it may.
+  Status MakeRoom(int tier, uint64_t incoming);
+  bool HasCopyBelow(int tier, const ChunkId& id);
+  void Touch(int tier, const ChunkId& id, uint64_t bytes);
+  void Forget(int tier, const ChunkId& id);
+  bool IsProtected(const ChunkId& id) const;  // requires mu_
+  void DrainLoop();
+  Status ResyncFromListing(int tier);  // requires the tier's evict_mu (and flock)
+
+  ChunkStoreOptions options_;
+  std::unique_ptr<MetricsRegistry> owned_metrics_;
+  MetricsRegistry* metrics_;
+  std::vector<std::unique_ptr<Tier>> tiers_;
+  Counter* promotions_;
+  Counter* drained_;
+  Counter* drain_errors_;
+  Gauge* backlog_gauge_;
+
+  mutable std::mutex mu_;
+  std::condition_variable drain_cv_;    // wakes the drain thread
+  std::condition_variable backlog_cv_;  // wakes writers waiting for backlog room and Flush
+  std::unordered_map<ChunkId, int, ChunkIdHash> pins_;    // guarded by mu_
+  std::unordered_set<ChunkId, ChunkIdHash> pending_;      // guarded by mu_
+  std::deque<std::pair<ChunkId, uint64_t>> drain_queue_;  // guarded by mu_
+  uint64_t backlog_bytes_ = 0;                            // guarded by mu_
+  uint64_t in_flight_ = 0;  // chunks popped but not yet drained; guarded by mu_
+  Status drain_error_;      // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  std::mutex gc_mu_;
+  std::thread drain_thread_;
+};
+
+}  // namespace gantry
