@@ -1,0 +1,334 @@
+// Posix-specific behaviour: the on-disk layout, crash and full-disk safety, temp cleanup.
+#include "gantry/storage/posix_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class PosixStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = testing::TempDir() + "/gantry_posix_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = fs::path(tmpl).lexically_normal().string();
+    auto s = OpenPosixStore(dir_ + "/root", PosixStoreOptions{});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<std::string> TempFiles() {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(store_->temp_dir())) {
+      names.push_back(e.path().filename().string());
+    }
+    return names;
+  }
+  std::string Root() { return store_->root(); }
+
+  std::string dir_;
+  std::unique_ptr<PosixStore> store_;
+};
+
+TEST_F(PosixStoreTest, KeysMapToFilesAndNestedKeysCreateDirectories) {
+  ASSERT_TRUE(store_->Put("a/b/c", "xyz").ok());
+  EXPECT_TRUE(fs::is_directory(Root() + "/a/b"));
+  std::ifstream f(Root() + "/a/b/c");
+  std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "xyz");
+  EXPECT_TRUE(TempFiles().empty());
+  EXPECT_EQ(store_->url(), "file://" + Root());
+}
+
+TEST_F(PosixStoreTest, DeleteRemovesEmptiedParentsButNotTheRootOrNonEmptyOnes) {
+  ASSERT_TRUE(store_->Put("x/y/z/1", "1").ok());
+  ASSERT_TRUE(store_->Put("x/keep", "k").ok());
+  ASSERT_TRUE(store_->Delete("x/y/z/1").ok());
+  EXPECT_FALSE(fs::exists(Root() + "/x/y"));
+  EXPECT_TRUE(fs::exists(Root() + "/x/keep"));
+  ASSERT_TRUE(store_->Delete("x/keep").ok());
+  EXPECT_FALSE(fs::exists(Root() + "/x"));
+  EXPECT_TRUE(fs::is_directory(Root()));
+  EXPECT_TRUE(fs::is_directory(store_->temp_dir()));
+}
+
+TEST_F(PosixStoreTest, ReservedTempNameAndObjectDirectoryConflictsAreRejected) {
+  EXPECT_EQ(store_->Put(".gantry-tmp/x", "v").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Get(".gantry-tmp").status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->Put("obj", "v").ok());
+  Status under_object = store_->Put("obj/child", "v");
+  EXPECT_EQ(under_object.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(under_object.message(), HasSubstr("itself an object"));
+  ASSERT_TRUE(store_->Put("dir/child", "v").ok());
+  Status over_dir = store_->Put("dir", "v");
+  EXPECT_EQ(over_dir.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(over_dir.message(), HasSubstr("directory holding other objects"));
+  EXPECT_EQ(store_->Get("dir").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(TempFiles().empty());  // failed puts clean up after themselves
+}
+
+TEST_F(PosixStoreTest, ListSkipsTempFilesAndForeignEntries) {
+  ASSERT_TRUE(store_->Put("k", "v").ok());
+  std::ofstream(store_->temp_dir() + "/.tmp.leftover") << "partial";
+  fs::create_symlink("/etc/hostname", Root() + "/link");
+  auto all = store_->ListAll("");
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].key, "k");
+}
+
+TEST_F(PosixStoreTest, PutsRacingDeletesOfTheSameParentAllLand) {
+  // Delete removes emptied parents; a put between its mkdir and rename must recreate them.
+  // Without fsync: the race is in the namespace operations, and fsync only slows it down.
+  PosixStoreOptions o;
+  o.sync = false;
+  auto fast = OpenPosixStore(Root(), o);
+  ASSERT_TRUE(fast.ok());
+  store_ = std::move(fast).value();
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::thread deleter([&] {
+    while (!stop) {
+      if (!store_->Delete("p/q/other").ok()) ++failures;
+      if (!store_->Put("p/q/other", "o").ok()) ++failures;
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = "p/q/k" + std::to_string(i);
+    Status s = store_->Put(key, "v");
+    if (!s.ok()) {
+      ADD_FAILURE() << s.ToString();
+      break;
+    }
+    if (!store_->Delete(key).ok()) ++failures;
+  }
+  stop = true;
+  deleter.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(PosixStoreTest, FileTooLargeFailsCleanlyAndKeepsTheOldVersion) {
+  ASSERT_TRUE(store_->Put("big/obj", "old version").ok());
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    ::signal(SIGXFSZ, SIG_IGN);  // get EFBIG from write(2) instead of being killed
+    struct rlimit lim = {1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    Status s = store_->Put("big/obj", std::string(4 << 20, 'n'));
+    const std::string msg = s.ToString();
+    (void)!::write(pipefd[1], msg.data(), msg.size());
+    ::_exit(s.code() == StatusCode::kIoError ? 0 : 1);
+  }
+  ::close(pipefd[1]);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) msg.append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << msg;
+  EXPECT_THAT(msg, HasSubstr("file too large"));
+  EXPECT_THAT(msg, HasSubstr("'big/obj'"));
+  EXPECT_THAT(msg, HasSubstr("directory " + store_->temp_dir()));
+  auto got = store_->Get("big/obj");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, "old version");
+  EXPECT_TRUE(TempFiles().empty());
+}
+
+// Runs fn in a forked child with a private mount namespace holding a 1 MiB tmpfs at `dir`
+// (a real full disk, without touching the host). Returns the child's exit code and message;
+// 77 means the sandbox is not allowed here (not root, no CAP_SYS_ADMIN).
+int InSmallTmpfs(const std::string& dir, const std::function<std::string(int*)>& fn,
+                 std::string* msg) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+      ::_exit(77);
+    }
+    int code = 0;
+    const std::string m = fn(&code);
+    (void)!::write(pipefd[1], m.data(), m.size());
+    ::_exit(code);
+  }
+  ::close(pipefd[1]);
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) msg->append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int wstatus = 0;
+  if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
+  return WEXITSTATUS(wstatus);
+}
+
+TEST_F(PosixStoreTest, DiskFullFailsCleanlyAndKeepsTheOldVersion) {
+  const std::string mnt = dir_ + "/small";
+  fs::create_directories(mnt);
+  std::string msg;
+  const int code = InSmallTmpfs(
+      mnt,
+      [&](int* code) -> std::string {
+        // tmpfs also refuses O_DIRECT, so this exercises the buffered fallback too.
+        PosixStoreOptions o;
+        o.direct_io = true;
+        auto s = OpenPosixStore(mnt + "/tier", o);
+        if (!s.ok()) return *code = 2, s.status().ToString();
+        if (!(*s)->Put("obj", std::string(300 << 10, 'o')).ok()) return *code = 3, "first put";
+        Status full = (*s)->Put("obj", std::string(2 << 20, 'n'));
+        auto got = (*s)->Get("obj");
+        if (!got.ok() || *got != std::string(300 << 10, 'o')) return *code = 4, "old version lost";
+        if (!fs::is_empty((*s)->temp_dir())) return *code = 5, "temp file left behind";
+        if (full.code() != StatusCode::kIoError) return *code = 6, full.ToString();
+        return full.ToString();
+      },
+      &msg);
+  if (code == 77) GTEST_SKIP() << "cannot mount a private tmpfs here";
+  ASSERT_EQ(code, 0) << msg;
+  EXPECT_THAT(msg, HasSubstr("disk full"));
+  EXPECT_THAT(msg, HasSubstr("'obj'"));
+  EXPECT_THAT(msg, HasSubstr("directory " + mnt + "/tier/.gantry-tmp"));
+}
+
+TEST_F(PosixStoreTest, KilledWriterLeavesNoPartialObjectAndCleanupSweepsItsTemp) {
+  ASSERT_TRUE(store_->Put("ckpt/shard", "committed").ok());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string huge(512ull << 20, 'h');
+    (void)store_->Put("ckpt/shard", huge);
+    ::_exit(0);
+  }
+  // Kill the child as soon as its temp file has data in it, i.e. mid-write.
+  bool killed_mid_write = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& e : fs::directory_iterator(store_->temp_dir())) {
+      std::error_code ec;
+      if (fs::file_size(e.path(), ec) > 0 && !ec) killed_mid_write = true;
+    }
+    if (killed_mid_write) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ::kill(pid, SIGKILL);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(killed_mid_write) << "the child's write was never observed";
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+
+  auto got = store_->Get("ckpt/shard");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, "committed");
+  auto list = store_->ListAll("");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].size, 9u);
+
+  // The killed writer's temp file is still there; a young one is kept, an old one swept.
+  std::vector<std::string> temps = TempFiles();
+  ASSERT_EQ(temps.size(), 1u);
+  auto removed = store_->CleanupTemp(3600);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 0);
+  const std::string stale = store_->temp_dir() + "/" + temps[0];
+  struct timespec times[2] = {{1000000000, 0}, {1000000000, 0}};  // 2001
+  ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), times, 0), 0);
+  std::ofstream(store_->temp_dir() + "/.tmp.fresh") << "in flight";
+  removed = store_->CleanupTemp(3600);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 1);
+  EXPECT_THAT(TempFiles(), ElementsAre(".tmp.fresh"));
+}
+
+TEST_F(PosixStoreTest, ReadIntoFillsACallerBufferDirectAndBuffered) {
+  std::string data(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(store_->Put("r", data).ok());
+  for (bool direct : {false, true}) {
+    PosixStoreOptions o;
+    o.direct_io = direct;
+    auto s = OpenPosixStore(Root(), o);
+    ASSERT_TRUE(s.ok());
+    void* mem = nullptr;
+    ASSERT_EQ(::posix_memalign(&mem, 4096, 5 * 4096), 0);
+    char* buf = static_cast<char*>(mem);
+    auto n = (*s)->ReadInto("r", 0, buf, 5 * 4096);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, data.size());
+    EXPECT_EQ(std::string(buf, *n), data);
+    n = (*s)->ReadInto("r", 4096, buf, 10);
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(std::string(buf, 10), data.substr(4096, 10));
+    n = (*s)->ReadInto("r", 5, buf + 1, 4096);  // unaligned: falls back to buffered reads
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(std::string(buf + 1, 4096), data.substr(5, 4096));
+    EXPECT_EQ((*s)->ReadInto("r", data.size() + 1, buf, 1).status().code(),
+              StatusCode::kOutOfRange);
+    std::free(mem);
+  }
+}
+
+TEST_F(PosixStoreTest, DirectWritesOfUnalignedSizesKeepTheExactLength) {
+  PosixStoreOptions o;
+  o.direct_io = true;
+  o.io_size = 8192;
+  auto s = OpenPosixStore(Root(), o);
+  ASSERT_TRUE(s.ok());
+  for (size_t size : {size_t{1}, size_t{4095}, size_t{4096}, size_t{8193}, size_t{100001}}) {
+    std::string data(size, static_cast<char>('a' + size % 26));
+    ASSERT_TRUE((*s)->Put("d", data).ok());
+    EXPECT_EQ(fs::file_size(Root() + "/d"), size);
+    EXPECT_EQ(*store_->Get("d"), data);
+  }
+}
+
+TEST_F(PosixStoreTest, RelativeRootsAreMadeAbsolute) {
+  const std::string cwd = fs::current_path().string();
+  fs::current_path(dir_);
+  auto s = OpenPosixStore("rel/tier", {});
+  fs::current_path(cwd);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->root(), dir_ + "/rel/tier");
+  EXPECT_TRUE(fs::is_directory(dir_ + "/rel/tier/.gantry-tmp"));
+}
+
+TEST_F(PosixStoreTest, OpenRejectsARootThatIsAFile) {
+  std::ofstream(dir_ + "/file") << "x";
+  auto s = OpenPosixStore(dir_ + "/file", {});
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr(dir_ + "/file"));
+}
+
+}  // namespace
+}  // namespace gantry
