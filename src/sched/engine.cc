@@ -201,6 +201,7 @@ class Engine::Impl {
     for (auto& f : factors_) f->OnJobEnded(*s.job, now);
     team_running_[s.job->team] -= s.job->gpus;
     running_by_end_.erase({s.status.expected_end, j});
+    ++running_epoch_;
     s.status.phase = JobStatus::Phase::kDone;
     --running_;
     dirty_ = true;
@@ -326,7 +327,8 @@ class Engine::Impl {
     return false;
   }
 
-  // True when the job would fit if topology did not matter: then its wait is the topology's.
+  // True when the job would fit by GPU counts alone (no topology, no reservation caps): then
+  // its wait is the topology's or the reservation's. O(types * GPUs per node), no node scans.
   bool FitsIgnoringTopology(const Job& job) const {
     const JobShape s = ShapeOf(job);
     if (s.any) return free_.FreeOfTypes(job.gpu_type_mask) >= job.gpus;
@@ -349,6 +351,9 @@ class Engine::Impl {
     s.status.reserved_start = kInfiniteTime;
     s.status.blocked_by = -1;
     running_by_end_.insert({s.status.expected_end, j});
+    // A start in priority order may end after the head's shadow time: the head's reservation
+    // must be recomputed. Backfilled starts never delay it (that is their condition).
+    if (reason == Reason::kStartedHead) ++running_epoch_;
     --pending_;
     ++running_;
     starts->push_back({j, now, s.placement, reason});
@@ -418,7 +423,6 @@ class Engine::Impl {
 
   void RunCycle(Time now, std::vector<StartDecision>* starts) {
     failed_.clear();
-    caps_.Clear();
     std::vector<Stream>& heap = heap_;
     heap.clear();
     for (size_t t = 0; t < queues_.size(); ++t) {
@@ -462,7 +466,16 @@ class Engine::Impl {
         preemption_->SelectVictims(job, now);  // extension point; "none" picks no victims
         if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
         if (mode == BackfillMode::kEasy) {
-          shadow = ComputeReservation(job, now);
+          // The reservation (shadow time and caps, less what long backfills took since) stays
+          // exact while the head is the same job and no running job ended or started ahead of
+          // it: reuse it instead of walking the running jobs again.
+          if (j != reservation_head_ || running_epoch_ != reservation_epoch_ ||
+              now >= reservation_shadow_) {
+            reservation_shadow_ = ComputeReservation(job, now);
+            reservation_head_ = j;
+            reservation_epoch_ = running_epoch_;
+          }
+          shadow = reservation_shadow_;
           st.status.reserved_start = shadow;
         } else {
           BuildFreeProfile(now);
@@ -482,7 +495,7 @@ class Engine::Impl {
           }
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
-          st.status.reason = TryPlaceWouldFit(job) ? Reason::kReservation : Reason::kResources;
+          st.status.reason = FitsIgnoringTopology(job) ? Reason::kReservation : Reason::kResources;
           st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
         }
       } else {
@@ -497,10 +510,6 @@ class Engine::Impl {
       }
     }
   }
-
-  // Whether the job would fit now if no reservation held GPUs back (for the reason only; uses
-  // the unconstrained memo so it costs at most one placement per shape and cycle).
-  bool TryPlaceWouldFit(const Job& job) { return TryPlace(job, 0, nullptr); }
 
   void ReserveConservative(JobState& st, Time now) {
     const Job& job = *st.job;
@@ -554,6 +563,11 @@ class Engine::Impl {
   Placement scratch_;
   std::unordered_map<NodeIndex, int> extra_;
   FreeProfile profile_steps_;
+  // EASY reservation cache: valid for reservation_head_ while running_epoch_ is unchanged.
+  uint64_t running_epoch_ = 0;
+  uint64_t reservation_epoch_ = ~0ull;
+  JobIndex reservation_head_ = -1;
+  Time reservation_shadow_ = kInfiniteTime;
 };
 
 std::string Engine::Impl::Explain(JobIndex j) const {

@@ -13,7 +13,8 @@ FreeIndex::FreeIndex(const Cluster& cluster)
   free_by_type_.assign(num_types_, 0);
   count_by_type_.assign(static_cast<size_t>(num_types_) * (max_gpus_ + 1), 0);
   domain_free_.assign(domains.size(), 0);
-  domain_hist_.assign(domains.size() * (max_gpus_ + 1), 0);
+  domain_at_least_.assign(domains.size() * (max_gpus_ + 1), 0);
+  type_.resize(nodes.size());
   by_level_.resize(cluster.levels().size());
   for (size_t d = 0; d < domains.size(); ++d) {
     by_level_[domains[d].level].push_back(static_cast<DomainIndex>(d));
@@ -22,13 +23,14 @@ FreeIndex::FreeIndex(const Cluster& cluster)
     const Node& node = nodes[i];
     const int f = node.gpus;
     free_[i] = f;
+    type_[i] = static_cast<uint8_t>(node.gpu_type);
     bucket(node.gpu_type, f).insert(static_cast<NodeIndex>(i));
     free_by_type_[node.gpu_type] += f;
     count_by_type_[static_cast<size_t>(node.gpu_type) * (max_gpus_ + 1) + f]++;
     total_free_ += f;
     for (DomainIndex d = node.domain; d >= 0; d = domains[d].parent) {
       domain_free_[d] += f;
-      domain_hist_[static_cast<size_t>(d) * (max_gpus_ + 1) + f]++;
+      for (int g = 0; g <= f; ++g) domain_at_least_[static_cast<size_t>(d) * (max_gpus_ + 1) + g]++;
     }
   }
 }
@@ -42,10 +44,8 @@ int FreeIndex::FreeOfTypes(uint32_t mask) const {
 }
 
 int FreeIndex::DomainNodesWithFree(DomainIndex d, int g) const {
-  int count = 0;
-  const int* h = &domain_hist_[static_cast<size_t>(d) * (max_gpus_ + 1)];
-  for (int f = g < 0 ? 0 : g; f <= max_gpus_; ++f) count += h[f];
-  return count;
+  if (g > max_gpus_) return 0;
+  return domain_at_least_[static_cast<size_t>(d) * (max_gpus_ + 1) + (g < 0 ? 0 : g)];
 }
 
 int FreeIndex::NodesWithFree(uint32_t mask, int g) const {
@@ -84,9 +84,12 @@ void FreeIndex::Move(NodeIndex n, int from, int to) {
   const auto& domains = cluster_.domains();
   for (DomainIndex d = node.domain; d >= 0; d = domains[d].parent) {
     domain_free_[d] += delta;
-    const size_t db = static_cast<size_t>(d) * (max_gpus_ + 1);
-    domain_hist_[db + from]--;
-    domain_hist_[db + to]++;
+    int* at_least = &domain_at_least_[static_cast<size_t>(d) * (max_gpus_ + 1)];
+    if (to > from) {
+      for (int g = from + 1; g <= to; ++g) at_least[g]++;
+    } else {
+      for (int g = to + 1; g <= from; ++g) at_least[g]--;
+    }
   }
 }
 

@@ -10,8 +10,8 @@
 namespace gantry {
 namespace {
 
-inline bool TypeAllowed(const Cluster& c, NodeIndex n, uint32_t mask) {
-  return (mask >> c.nodes()[n].gpu_type) & 1u;
+inline bool TypeAllowed(const FreeIndex& f, NodeIndex n, uint32_t mask) {
+  return (mask >> f.gpu_type(n)) & 1u;
 }
 
 inline int Eff(const FreeIndex& f, const NodeCaps* caps, NodeIndex n) {
@@ -30,7 +30,7 @@ bool FirstFitGang(const Job& job, int k, int g, const FreeIndex& free, const Nod
   }
   const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
   for (NodeIndex n = 0; n < count && static_cast<int>(out->size()) < k; ++n) {
-    if (TypeAllowed(c, n, job.gpu_type_mask) && Eff(free, caps, n) >= g) out->push_back({n, g});
+    if (TypeAllowed(free, n, job.gpu_type_mask) && Eff(free, caps, n) >= g) out->push_back({n, g});
   }
   return static_cast<int>(out->size()) == k;
 }
@@ -40,7 +40,7 @@ bool FirstFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Pl
   int need = job.gpus;
   const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
   for (NodeIndex n = 0; n < count && need > 0; ++n) {
-    if (!TypeAllowed(c, n, job.gpu_type_mask)) continue;
+    if (!TypeAllowed(free, n, job.gpu_type_mask)) continue;
     const int take = std::min(need, Eff(free, caps, n));
     if (take > 0) {
       out->push_back({n, take});
@@ -78,12 +78,56 @@ bool BestFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Pla
   return need == 0;
 }
 
+// What reservation caps take away from the job's view of free capacity: nodes that hold `g`
+// free GPUs but may not give them, and GPUs held back. Caps touch few nodes (those reserved for
+// one job), so this is cheap, and it lets every search fail fast and exactly instead of scanning
+// nodes the counts say are usable.
+struct CapLoss {
+  NodeIndex node;
+  int lost_node;  // 1 if the node has >= g free but may give fewer than g
+  int lost_gpus;  // free - effective
+};
+
+void CollectCapLoss(const Job& job, int g, const FreeIndex& free, const NodeCaps* caps,
+                    std::vector<CapLoss>* out) {
+  out->clear();
+  if (caps == nullptr) return;
+  for (NodeIndex n : caps->touched()) {
+    if (!TypeAllowed(free, n, job.gpu_type_mask)) continue;
+    const int f = free.free(n), e = Eff(free, caps, n);
+    if (f == e) continue;
+    out->push_back({n, (f >= g && e < g) ? 1 : 0, f - e});
+  }
+}
+
+// False when the job cannot fit anywhere, however nodes are chosen.
+bool MayFit(const Job& job, const JobShape& s, const FreeIndex& free,
+            const std::vector<CapLoss>& loss) {
+  if (s.any) {
+    int64_t have = free.FreeOfTypes(job.gpu_type_mask);
+    for (const CapLoss& l : loss) have -= l.lost_gpus;
+    return have >= job.gpus;
+  }
+  int64_t have = free.NodesWithFree(job.gpu_type_mask, s.gpus_per_node);
+  for (const CapLoss& l : loss) have -= l.lost_node;
+  return have >= s.nodes;
+}
+
+bool MayFit(const Job& job, const FreeIndex& free, const NodeCaps* caps) {
+  const JobShape s = ShapeOf(job);
+  if (caps == nullptr || caps->empty()) return MayFit(job, s, free, {});
+  std::vector<CapLoss> loss;
+  CollectCapLoss(job, s.any ? 1 : s.gpus_per_node, free, caps, &loss);
+  return MayFit(job, s, free, loss);
+}
+
 class FirstFit final : public PlacementPlugin {
  public:
   std::string_view name() const override { return "first-fit"; }
   bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
              Placement* out) const override {
     out->clear();
+    if (!MayFit(job, free, caps)) return false;
     const JobShape s = ShapeOf(job);
     return s.any ? FirstFitAny(job, free, caps, out)
                  : FirstFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
@@ -96,6 +140,7 @@ class BestFit final : public PlacementPlugin {
   bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
              Placement* out) const override {
     out->clear();
+    if (!MayFit(job, free, caps)) return false;
     const JobShape s = ShapeOf(job);
     return s.any ? BestFitAny(job, free, caps, out)
                  : BestFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
@@ -115,6 +160,8 @@ class Topology final : public PlacementPlugin {
              Placement* out) const override {
     out->clear();
     const JobShape s = ShapeOf(job);
+    CollectCapLoss(job, s.any ? 1 : s.gpus_per_node, free, caps, &loss_);
+    if (!MayFit(job, s, free, loss_)) return false;
     const bool single = s.any ? job.gpus <= free.cluster().max_gpus_per_node() : s.nodes == 1;
     if (single) {
       if (s.any ? BestFitAny(job, free, caps, out)
@@ -142,9 +189,21 @@ class Topology final : public PlacementPlugin {
       int64_t spare;
       DomainIndex d;
     };
+    // Subtract what reservation caps hold back in each domain, so the counts stay exact.
+    const Cluster& cl = free.cluster();
+    adjust_.clear();
+    for (const CapLoss& l : loss_) {
+      DomainIndex d = cl.nodes()[l.node].domain;
+      while (d >= 0 && cl.domains()[d].level < level) d = cl.domains()[d].parent;
+      if (d >= 0) adjust_.emplace_back(d, s.any ? l.lost_gpus : l.lost_node);
+    }
+    std::sort(adjust_.begin(), adjust_.end());
     std::vector<Candidate> candidates;
+    size_t a = 0;
     for (DomainIndex d : free.domains_at_level(level)) {
-      const int64_t have = s.any ? free.domain_free(d) : free.DomainNodesWithFree(d, s.gpus_per_node);
+      int64_t have = s.any ? free.domain_free(d) : free.DomainNodesWithFree(d, s.gpus_per_node);
+      while (a < adjust_.size() && adjust_[a].first < d) ++a;
+      for (size_t b = a; b < adjust_.size() && adjust_[b].first == d; ++b) have -= adjust_[b].second;
       const int64_t want = s.any ? job.gpus : s.nodes;
       if (have >= want) candidates.push_back({have - want, d});
     }
@@ -158,7 +217,7 @@ class Topology final : public PlacementPlugin {
       nodes.clear();
       const int min_free = s.any ? 1 : s.gpus_per_node;
       for (NodeIndex n = dom.first_node; n < dom.end_node; ++n) {
-        if (!TypeAllowed(c, n, job.gpu_type_mask)) continue;
+        if (!TypeAllowed(free, n, job.gpu_type_mask)) continue;
         const int e = Eff(free, caps, n);
         if (e >= min_free) nodes.emplace_back(e, n);
       }
@@ -188,6 +247,9 @@ class Topology final : public PlacementPlugin {
   }
 
   int max_span_level_;
+  // Scratch reused across calls (the engine's loop is serial).
+  mutable std::vector<CapLoss> loss_;
+  mutable std::vector<std::pair<DomainIndex, int>> adjust_;
 };
 
 }  // namespace
