@@ -25,6 +25,8 @@ class FreeIndex {
   int free_of_type(GpuTypeIndex t) const { return free_by_type_[t]; }
   int FreeOfTypes(uint32_t mask) const;
   int domain_free(DomainIndex d) const { return domain_free_[d]; }
+  // GPU type of node n, from a dense array (no trip through the large Node records).
+  GpuTypeIndex gpu_type(NodeIndex n) const { return type_[n]; }
   // Nodes below domain `d` (any GPU type) with at least `g` free GPUs.
   int DomainNodesWithFree(DomainIndex d, int g) const;
   // Nodes of the types in `mask` with at least `g` free GPUs.
@@ -62,7 +64,10 @@ class FreeIndex {
   // count_by_type_[type * (max+1) + f]: nodes of that type with exactly f free.
   std::vector<int> count_by_type_;
   std::vector<int> domain_free_;
-  std::vector<int> domain_hist_;  // [domain][free]: nodes with exactly `free` free
+  // [domain][g]: nodes below the domain with at least g free GPUs (suffix counts, kept
+  // up to date on every change so the topology search reads one number per domain).
+  std::vector<int> domain_at_least_;
+  std::vector<uint8_t> type_;
   std::vector<std::vector<DomainIndex>> by_level_;
   int total_free_ = 0;
 };
