@@ -11,6 +11,7 @@
 // Endpoint and credentials: --endpoint, else GANTRY_S3_ENDPOINT; the keys from
 // GANTRY_S3_ACCESS_KEY / GANTRY_S3_SECRET_KEY, else the standard AWS variables and files.
 // Exit status 0 on success, 1 if any transfer failed (each failure is printed).
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,8 +23,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "gantry/common/status.h"
 #include "gantry/common/thread_pool.h"

@@ -21,11 +21,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gantry/common/rng.h"
 #include "gantry/common/status.h"
@@ -194,14 +193,16 @@ class S3CompatTest : public ::testing::Test {
   void AwsUpload(const std::string& data, std::string_view key) {
     const fs::path src = dir_ / "upload.bin";
     WriteFile(src, data);
-    CommandResult r = Aws("s3 cp --only-show-errors " + Quote(src.string()) + " " + Quote(S3Url(key)));
+    CommandResult r =
+        Aws("s3 cp --only-show-errors " + Quote(src.string()) + " " + Quote(S3Url(key)));
     ASSERT_EQ(r.code, 0) << "aws s3 cp up " << key << ":\n" << r.errors;
   }
 
   std::string AwsDownload(std::string_view key) {
     const fs::path dst = dir_ / "download.bin";
     fs::remove(dst);
-    CommandResult r = Aws("s3 cp --only-show-errors " + Quote(S3Url(key)) + " " + Quote(dst.string()));
+    CommandResult r =
+        Aws("s3 cp --only-show-errors " + Quote(S3Url(key)) + " " + Quote(dst.string()));
     EXPECT_EQ(r.code, 0) << "aws s3 cp down " << key << ":\n" << r.errors;
     return ReadFile(dst);
   }
@@ -385,7 +386,8 @@ TEST_F(S3CompatTest, HeadAndDeleteBothWays) {
 TEST_F(S3CompatTest, KeysNeedingUrlEncodingRoundTrip) {
   // Spaces, '+', '=', '%', '~', '&' and non-ASCII test the canonical URI and query encoding of
   // SigV4 against the server's.
-  const std::vector<std::string> keys = {"enc/a b+c=d.bin", "enc/100%~x&y", "enc/\xc3\xbc\xe2\x82\xac"};
+  const std::vector<std::string> keys = {"enc/a b+c=d.bin", "enc/100%~x&y",
+                                         "enc/\xc3\xbc\xe2\x82\xac"};
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string data = Bytes(200 + i, 1000 + i);
     ASSERT_TRUE(store_->Put(keys[i], data).ok()) << keys[i];
