@@ -436,6 +436,7 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
 
   std::vector<std::string> etags(parts);
   std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> uploaded{0};  // for the progress callback
   std::atomic<bool> failed{false};
   std::mutex err_mu;
   Status first_error;
@@ -461,6 +462,7 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
         Result<HttpResponse> r = Execute(up);
         if (r.ok()) {
           etags[i] = r->Header("etag");
+          if (o.progress) o.progress(uploaded.fetch_add(n) + n, size);
           if (etags[i].empty()) {
             st = Internal(Where("upload part", key) + ": part " + std::to_string(i + 1) +
                           " answered without an ETag");
@@ -623,6 +625,7 @@ Status S3Store::Download(std::string_view key, std::string* memory, int fd) {
   resp->body = std::string();
   const uint64_t ranges = (total - start + part - 1) / part;
   std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> downloaded{0};  // for the progress callback
   std::atomic<bool> failed{false};
   std::mutex err_mu;
   Status first_error;
@@ -654,6 +657,7 @@ Status S3Store::Download(std::string_view key, std::string* memory, int fd) {
         st = Internal(Where("get", key) + ": ranged GET answered HTTP " +
                       std::to_string(got->status));
       }
+      if (st.ok() && o.progress) o.progress(start + downloaded.fetch_add(n) + n, total);
       if (!st.ok()) {
         if (st.message().find("HTTP 412") != std::string::npos) {
           st = FailedPrecondition(Where("get", key) + ": object changed while being read");
