@@ -6,10 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -40,7 +39,8 @@ std::string ReadFile(const fs::path& p) {
 }
 
 fs::path TempDir(const std::string& name) {
-  fs::path d = fs::path(testing::TempDir()) / ("gantry_cli_" + name + "_" + std::to_string(getpid()));
+  fs::path d =
+      fs::path(testing::TempDir()) / ("gantry_cli_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -56,8 +56,9 @@ TEST(CliSim, SameInputsGiveByteIdenticalOutputs) {
   const fs::path a = TempDir("det_a"), b = TempDir("det_b");
   for (const fs::path& d : {a, b}) {
     CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
-                   " --format philly --profile fifo,slurm-like,slurm-conservative --seed 7 "
-                   "--check-invariants --no-report --out " + d.string());
+                      " --format philly --profile fifo,slurm-like,slurm-conservative --seed 7 "
+                      "--check-invariants --no-report --out " +
+                      d.string());
     ASSERT_EQ(r.code, 0) << r.output;
   }
   for (const std::string profile : {"fifo", "slurm-like", "slurm-conservative"}) {
@@ -73,16 +74,18 @@ TEST(CliSim, SameInputsGiveByteIdenticalOutputs) {
   }
   // A different seed changes the estimated time limits and so, under backfill, the schedule.
   const fs::path c = TempDir("det_c");
-  CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
-                 " --format philly --profile slurm-like --seed 8 --no-report --out " + c.string());
+  CliRun r =
+      RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+             " --format philly --profile slurm-like --seed 8 --no-report --out " + c.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(ReadFile(a / "slurm-like" / "jobs.csv"), ReadFile(c / "slurm-like" / "jobs.csv"));
 }
 
 TEST(CliSim, PoliciesDifferOnAContendedCluster) {
   const fs::path d = TempDir("policies");
-  CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
-                 " --format philly --profile fifo,fifo-easy --json --no-report --out " + d.string());
+  CliRun r =
+      RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+             " --format philly --profile fifo,fifo-easy --json --no-report --out " + d.string());
   ASSERT_EQ(r.code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j.size(), 2u);
@@ -100,7 +103,7 @@ TEST(CliSim, BadInputNamesFileLineAndFieldWithExitCode3) {
                        << "2017-10-01 00:00:00,60.0,1,60.0,6214e9\n"
                        << "2017-10-01 00:01:00,60.0,abc,60.0,6214e9\n";
   CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
-                 " --format philly --out " + (d / "out").string());
+                    " --format philly --out " + (d / "out").string());
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("bad.csv:3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("num_gpus"), std::string::npos) << r.output;
@@ -135,7 +138,7 @@ TEST(CliSim, FullPhillyTraceWritesAllOutputs) {
   }
   const fs::path d = TempDir("philly");
   CliRun r = RunCli("sim --cluster " + kSource + "/data/clusters/philly.yaml --trace " + trace +
-                 " --format philly --profile fifo,slurm-like --out " + d.string());
+                    " --format philly --profile fifo,slurm-like --out " + d.string());
   ASSERT_EQ(r.code, 0) << r.output;
   for (const std::string profile : {"fifo", "slurm-like"}) {
     auto j = nlohmann::json::parse(ReadFile(d / profile / "summary.json"));

@@ -10,9 +10,8 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.h"
 #include "gantry/cache/chunk_store.h"
@@ -51,11 +50,16 @@ Result<uint64_t> ParseSize(const std::string& text) {
   }
   const std::string unit = text.substr(used);
   double scale = 1;
-  if (unit == "K" || unit == "KiB") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) return InvalidArgument("size '" + text + "': unknown unit '" + unit + "'");
+  if (unit == "K" || unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    return InvalidArgument("size '" + text + "': unknown unit '" + unit + "'");
   if (v < 0) return InvalidArgument("size '" + text + "' is negative");
   return static_cast<uint64_t>(v * scale);
 }
@@ -94,8 +98,9 @@ Result<TierOptions> ParseTier(const std::string& spec, size_t index) {
 
 Result<std::unique_ptr<ChunkStore>> Open(CacheArgs& a) {
   if (a.tiers.empty()) {
-    return InvalidArgument("no tiers: pass --tier URL[,capacity=SIZE][,durable] once per tier, "
-                           "fastest first");
+    return InvalidArgument(
+        "no tiers: pass --tier URL[,capacity=SIZE][,durable] once per tier, "
+        "fastest first");
   }
   ChunkStoreOptions o;
   for (size_t i = 0; i < a.tiers.size(); ++i) {
@@ -152,7 +157,8 @@ int Stats(CacheArgs& a) {
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%-10s %-8s %12s %14s %10s  %s\n", "tier", "durable", "chunks", "bytes", "manifests", "url");
+  std::printf("%-10s %-8s %12s %14s %10s  %s\n", "tier", "durable", "chunks", "bytes", "manifests",
+              "url");
   for (const auto& t : out) {
     std::printf("%-10s %-8s %12llu %14llu %10llu  %s\n", t["tier"].get<std::string>().c_str(),
                 t["durable"].get<bool>() ? "yes" : "no",
@@ -170,8 +176,10 @@ int Verify(CacheArgs& a) {
   auto r = (*cs)->Verify(a.repair);
   if (!r.ok()) return Fail("verify", r.status());
   if (a.json) {
-    nlohmann::ordered_json j = {{"checked", r->checked}, {"corrupt", r->corrupt},
-                                {"repaired", r->repaired}, {"errors", r->errors}};
+    nlohmann::ordered_json j = {{"checked", r->checked},
+                                {"corrupt", r->corrupt},
+                                {"repaired", r->repaired},
+                                {"errors", r->errors}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("checked %llu copies: %llu corrupt, %llu repaired\n",
@@ -190,22 +198,20 @@ int Gc(CacheArgs& a) {
   auto r = (*cs)->CollectGarbage();
   if (!r.ok()) return Fail("gc", r.status());
   if (a.json) {
-    nlohmann::ordered_json j = {{"manifests", r->manifests},
-                                {"referenced_chunks", r->referenced_chunks},
-                                {"deleted_chunks", r->deleted_chunks},
-                                {"deleted_bytes", r->deleted_bytes},
-                                {"kept_young", r->kept_young},
-                                {"kept_pinned", r->kept_pinned}};
+    nlohmann::ordered_json j = {
+        {"manifests", r->manifests},           {"referenced_chunks", r->referenced_chunks},
+        {"deleted_chunks", r->deleted_chunks}, {"deleted_bytes", r->deleted_bytes},
+        {"kept_young", r->kept_young},         {"kept_pinned", r->kept_pinned}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("%llu manifests reference %llu chunks; deleted %llu chunk copies (%llu bytes); "
-                "kept %llu unreferenced inside the %lld s grace period\n",
-                static_cast<unsigned long long>(r->manifests),
-                static_cast<unsigned long long>(r->referenced_chunks),
-                static_cast<unsigned long long>(r->deleted_chunks),
-                static_cast<unsigned long long>(r->deleted_bytes),
-                static_cast<unsigned long long>(r->kept_young),
-                static_cast<long long>(a.grace_seconds));
+    std::printf(
+        "%llu manifests reference %llu chunks; deleted %llu chunk copies (%llu bytes); "
+        "kept %llu unreferenced inside the %lld s grace period\n",
+        static_cast<unsigned long long>(r->manifests),
+        static_cast<unsigned long long>(r->referenced_chunks),
+        static_cast<unsigned long long>(r->deleted_chunks),
+        static_cast<unsigned long long>(r->deleted_bytes),
+        static_cast<unsigned long long>(r->kept_young), static_cast<long long>(a.grace_seconds));
   }
   return kExitOk;
 }
@@ -275,8 +281,9 @@ void RegisterCacheCommands(CLI::App& app) {
       "Example:\n  gantry cache --tier file:///nvme/cache,capacity=100G "
       "--tier s3://bkt/cache,durable --endpoint http://127.0.0.1:7480 verify --repair\n"
       "Format and mechanisms: docs/storage.md (Chunk store).");
-  cache->add_option("--tier", a->tiers,
-                    "Tier, fastest first: URL[,name=N][,capacity=SIZE][,durable][,codec=C]")
+  cache
+      ->add_option("--tier", a->tiers,
+                   "Tier, fastest first: URL[,name=N][,capacity=SIZE][,durable][,codec=C]")
       ->take_all();
   cache->add_option("--mode", a->mode, "write-through or write-back")->capture_default_str();
   cache->add_option("--endpoint", a->store.endpoint, "S3 endpoint for s3:// tiers");
@@ -288,7 +295,8 @@ void RegisterCacheCommands(CLI::App& app) {
   stats->add_flag("--prometheus", a->prometheus, "This process's metrics, Prometheus text format");
   Run(stats, [a] { return Stats(*a); });
 
-  CLI::App* verify = cache->add_subcommand("verify", "Check every stored chunk copy against its id.");
+  CLI::App* verify =
+      cache->add_subcommand("verify", "Check every stored chunk copy against its id.");
   verify->add_flag("--repair", a->repair, "Rewrite corrupt copies from a good one");
   verify->add_flag("--json", a->json, "JSON output");
   Run(verify, [a] { return Verify(*a); });

@@ -6,9 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.h"
 #include "gantry/cluster/cluster.h"
@@ -95,7 +94,8 @@ int RunSim(const SimArgs& a) {
     return kExitOk;
   }
   if (a.cluster.empty() || a.trace.empty()) {
-    std::fprintf(stderr, "gantry sim: --cluster and --trace are required (see gantry sim --help)\n");
+    std::fprintf(stderr,
+                 "gantry sim: --cluster and --trace are required (see gantry sim --help)\n");
     return kExitUsage;
   }
   std::vector<Profile> profiles;
@@ -160,13 +160,15 @@ int RunSim(const SimArgs& a) {
   }
   if (a.json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const auto& r : results) out.push_back(nlohmann::ordered_json::parse(SummaryToJson(r).dump()));
+    for (const auto& r : results)
+      out.push_back(nlohmann::ordered_json::parse(SummaryToJson(r).dump()));
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("%s: %zu jobs on %s (%d GPUs)\n", workload->source.c_str(), workload->jobs.size(),
                 cluster->name().c_str(), cluster->total_gpus());
     if (workload->stats.rows_skipped > 0) {
-      std::printf("skipped %lld bad rows/jobs:", static_cast<long long>(workload->stats.rows_skipped));
+      std::printf("skipped %lld bad rows/jobs:",
+                  static_cast<long long>(workload->stats.rows_skipped));
       for (const auto& [why, n] : workload->stats.skipped_by_reason) {
         std::printf(" %s=%lld", why.c_str(), static_cast<long long>(n));
       }
@@ -175,7 +177,8 @@ int RunSim(const SimArgs& a) {
     std::printf("%s", SummaryTable(ptrs).c_str());
     for (const auto& r : results) {
       std::printf("%-20s simulated in %.2f s (%lld events, %.0f events/s)\n", r.profile.c_str(),
-                  r.perf.wall_seconds, static_cast<long long>(r.perf.events), r.perf.events_per_second);
+                  r.perf.wall_seconds, static_cast<long long>(r.perf.events),
+                  r.perf.events_per_second);
     }
     std::printf("wrote %s/<profile>/{jobs.csv,summary.json}%s\n", a.out.c_str(),
                 a.no_report ? "" : (" and " + report).c_str());
@@ -203,11 +206,13 @@ void RegisterSimCommand(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--profiles", args->profiles_file, "Extra profiles file (YAML)");
   sim->add_option("--out", args->out, "Output directory")->capture_default_str();
-  sim->add_option("--seed", args->seed, "Seed of the time-limit estimate model")->capture_default_str();
+  sim->add_option("--seed", args->seed, "Seed of the time-limit estimate model")
+      ->capture_default_str();
   sim->add_option("--openb-nodes", args->openb_nodes, "openb only: the node list CSV");
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
-  sim->add_flag("--skip-bad", args->skip_bad,
-                "Skip and count malformed rows and jobs the cluster cannot run, instead of failing");
+  sim->add_flag(
+      "--skip-bad", args->skip_bad,
+      "Skip and count malformed rows and jobs the cluster cannot run, instead of failing");
   sim->add_flag("--check-invariants", args->check_invariants,
                 "Check scheduling invariants after every event (slower)");
   sim->add_flag("--list-profiles", args->list_profiles, "List the available profiles and exit");

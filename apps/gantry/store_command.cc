@@ -8,9 +8,8 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.h"
 #include "gantry/storage/object_store.h"
@@ -76,8 +75,9 @@ Result<std::unique_ptr<ObjectStore>> Open(StoreArgs& a) {
     if (env != nullptr) a.store = env;
   }
   if (a.store.empty()) {
-    return InvalidArgument("no store: pass --store URL (s3://bucket/prefix, file:///dir, mem://name) "
-                           "or set GANTRY_STORE");
+    return InvalidArgument(
+        "no store: pass --store URL (s3://bucket/prefix, file:///dir, mem://name) "
+        "or set GANTRY_STORE");
   }
   a.options.path_style = !a.virtual_host;
   return OpenObjectStore(a.store, a.options);
@@ -181,7 +181,8 @@ void AddCommon(CLI::App* cmd, StoreArgs& a) {
   cmd->add_option("--region", a.options.region, "S3 region (default: $AWS_REGION, ~/.aws/config)");
   cmd->add_option("--access-key", a.options.access_key,
                   "S3 access key (default: $AWS_ACCESS_KEY_ID, ~/.aws/credentials)");
-  cmd->add_option("--secret-key", a.options.secret_key, "S3 secret key (default: $AWS_SECRET_ACCESS_KEY)");
+  cmd->add_option("--secret-key", a.options.secret_key,
+                  "S3 secret key (default: $AWS_SECRET_ACCESS_KEY)");
   cmd->add_option("--profile", a.options.profile, "AWS profile (default: $AWS_PROFILE)");
   cmd->add_flag("--virtual-host", a.virtual_host, "Virtual-host addressing (default: path-style)");
   cmd->add_option("--parallelism", a.options.parallelism, "Parts or ranges in flight")
@@ -195,11 +196,13 @@ void AddCommon(CLI::App* cmd, StoreArgs& a) {
 void RegisterStoreCommands(CLI::App& app) {
   auto a = std::make_shared<StoreArgs>();
   auto progress = std::make_shared<std::unique_ptr<TransferProgress>>();
-  CLI::App* store = app.add_subcommand("store", "Put, get, list, stat and remove objects in a store.");
+  CLI::App* store =
+      app.add_subcommand("store", "Put, get, list, stat and remove objects in a store.");
   store->require_subcommand(1);
   store->footer(
       "Examples:\n"
-      "  gantry store --store s3://bkt/data --endpoint http://127.0.0.1:7480 put shard-0 ./shard-0\n"
+      "  gantry store --store s3://bkt/data --endpoint http://127.0.0.1:7480 put shard-0 "
+      "./shard-0\n"
       "  gantry store --store file:///nvme/tier ls ckpt/ --json\n"
       "Exit codes: 0 ok, 2 usage, 3 bad input or missing object, 1 other failure.");
   AddCommon(store, *a);

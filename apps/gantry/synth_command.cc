@@ -54,7 +54,8 @@ void RegisterSynthCommand(CLI::App& app) {
   if (trace == nullptr) trace = app.add_subcommand("trace", "Import and inspect workload traces");
   auto args = std::make_shared<SynthArgs>();
   CLI::App* synth = trace->add_subcommand(
-      "synth", "Write a synthetic Philly-shaped workload (Philly CSV) for a cluster of a given size.");
+      "synth",
+      "Write a synthetic Philly-shaped workload (Philly CSV) for a cluster of a given size.");
   synth->footer(
       "Example:\n  gantry trace synth --jobs 100000 --cluster-gpus 100000 --out synth.csv\n"
       "  gantry sim --cluster dgx-h100:nodes=12500 --trace synth.csv --format philly\n\n"
@@ -62,8 +63,9 @@ void RegisterSynthCommand(CLI::App& app) {
       "estimates them again, identically when its --seed equals this --seed.");
   synth->add_option("--jobs", args->jobs, "Number of jobs")->capture_default_str();
   synth->add_option("--cluster-gpus", args->cluster_gpus, "GPUs of the target cluster")->required();
-  synth->add_option("--load", args->load,
-                    "Offered load: GPU-seconds asked / (cluster GPUs x arrival span)")
+  synth
+      ->add_option("--load", args->load,
+                   "Offered load: GPU-seconds asked / (cluster GPUs x arrival span)")
       ->capture_default_str();
   synth->add_option("--teams", args->teams, "Number of teams (Zipf-like shares)")
       ->capture_default_str();

@@ -5,9 +5,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "commands.h"
 #include "gantry/workload/trace.h"
@@ -98,8 +97,8 @@ void PrintText(const Workload& w, const TraceStats& s, int top, std::ostream& ou
 
   out << "\njobs by GPUs\n";
   char line[128];
-  std::snprintf(line, sizeof line, "  %6s %9s %7s %12s %7s\n", "GPUs", "jobs", "%jobs",
-                "GPU-hours", "%GPU-h");
+  std::snprintf(line, sizeof line, "  %6s %9s %7s %12s %7s\n", "GPUs", "jobs", "%jobs", "GPU-hours",
+                "%GPU-h");
   out << line;
   const std::map<int, double> hours = GpuHoursBySize(w);
   for (const auto& [gpus, n] : s.jobs_by_gpus) {
@@ -111,7 +110,8 @@ void PrintText(const Workload& w, const TraceStats& s, int top, std::ostream& ou
   }
 
   out << "\nrun time\n ";
-  for (const auto& [name, v] : s.run_time_percentiles) out << " " << name << " " << FormatDuration(v);
+  for (const auto& [name, v] : s.run_time_percentiles)
+    out << " " << name << " " << FormatDuration(v);
   out << "\n";
 
   out << "\ntop teams by GPU-hours\n";
@@ -159,8 +159,9 @@ void RegisterTraceCommands(CLI::App& app) {
   CLI::App* inspect = trace->add_subcommand(
       "inspect", "Summarise a trace: jobs, GPU-hours, job sizes, run times, top teams");
   inspect->add_option("FILE", options->file, "trace file")->required();
-  inspect->add_option("--format", options->format,
-                      "auto (from the header), philly, openb, helios, sacct or swf")
+  inspect
+      ->add_option("--format", options->format,
+                   "auto (from the header), philly, openb, helios, sacct or swf")
       ->check(CLI::IsMember({"auto", "philly", "openb", "helios", "sacct", "swf"}))
       ->capture_default_str();
   inspect->add_flag("--skip-bad", options->skip_bad,

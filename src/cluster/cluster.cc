@@ -74,7 +74,8 @@ Status ClusterBuilder::OpenDomain(std::string name, int level) {
                            cluster_.levels_[cluster_.domains_[parent].level] + ")");
   }
   if (open_.empty() && !cluster_.nodes_.empty() && cluster_.domains_.empty()) {
-    return InvalidArgument("domain '" + name + "' opened after nodes were added outside any domain");
+    return InvalidArgument("domain '" + name +
+                           "' opened after nodes were added outside any domain");
   }
   Domain d;
   d.name = std::move(name);
@@ -102,12 +103,14 @@ Status ClusterBuilder::AddNode(Node node) {
   }
   if (node.gpus < 0) return InvalidArgument("node '" + node.name + "': negative GPU count");
   if (open_.empty() && !cluster_.domains_.empty()) {
-    return InvalidArgument("node '" + node.name + "' is outside every domain of a cluster that has domains");
+    return InvalidArgument("node '" + node.name +
+                           "' is outside every domain of a cluster that has domains");
   }
   node.domain = open_.empty() ? -1 : open_.back();
   if (!open_.empty() && cluster_.domains_[open_.back()].level != 0) {
-    return InvalidArgument("node '" + node.name + "' must sit in a domain of the innermost level '" +
-                           cluster_.levels_[0] + "'");
+    return InvalidArgument("node '" + node.name +
+                           "' must sit in a domain of the innermost level '" + cluster_.levels_[0] +
+                           "'");
   }
   for (DomainIndex d : open_) cluster_.domains_[d].gpus += node.gpus;
   cluster_.total_gpus_ += node.gpus;
@@ -131,11 +134,13 @@ Result<Cluster> ClusterBuilder::Build() && {
   if (!open_.empty()) {
     return InvalidArgument("domain '" + cluster_.domains_[open_.back()].name + "' is never closed");
   }
-  if (cluster_.nodes_.empty()) return InvalidArgument("cluster '" + cluster_.name_ + "' has no nodes");
+  if (cluster_.nodes_.empty())
+    return InvalidArgument("cluster '" + cluster_.name_ + "' has no nodes");
   if (cluster_.gpu_types_.empty()) return InvalidArgument("cluster has no GPU types");
   std::unordered_set<std::string> names;
   for (const Node& n : cluster_.nodes_) {
-    if (!names.insert(n.name).second) return InvalidArgument("node name '" + n.name + "' is used twice");
+    if (!names.insert(n.name).second)
+      return InvalidArgument("node name '" + n.name + "' is used twice");
   }
   return std::move(cluster_);
 }

@@ -19,7 +19,8 @@ std::string FormatDuration(Duration s) {
   const int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
   if (d > 0) {
     std::snprintf(buf, sizeof buf, "%s%lldd %02lld:%02lld:%02lld", sign, static_cast<long long>(d),
-                  static_cast<long long>(h), static_cast<long long>(m), static_cast<long long>(sec));
+                  static_cast<long long>(h), static_cast<long long>(m),
+                  static_cast<long long>(sec));
   } else {
     std::snprintf(buf, sizeof buf, "%s%02lld:%02lld:%02lld", sign, static_cast<long long>(h),
                   static_cast<long long>(m), static_cast<long long>(sec));

@@ -22,9 +22,9 @@ class QuotaAdmission final : public AdmissionPlugin {
   void OnJobStarted(const Job& job) override { used_[job.team] += job.gpus; }
   void OnJobEnded(const Job& job) override { used_[job.team] -= job.gpus; }
   std::string Explain(const Job& job) const override {
-    return "team " + teams_[job.team].name + " uses " + std::to_string(used_[job.team]) + " of its " +
-           std::to_string(teams_[job.team].quota_gpus) + "-GPU quota; this job needs " +
-           std::to_string(job.gpus);
+    return "team " + teams_[job.team].name + " uses " + std::to_string(used_[job.team]) +
+           " of its " + std::to_string(teams_[job.team].quota_gpus) +
+           "-GPU quota; this job needs " + std::to_string(job.gpus);
   }
 
  private:

@@ -20,14 +20,22 @@ namespace gantry {
 
 const char* ReasonName(Reason r) {
   switch (r) {
-    case Reason::kNone: return "None";
-    case Reason::kPriority: return "Priority";
-    case Reason::kResources: return "Resources";
-    case Reason::kQuota: return "Quota";
-    case Reason::kReservation: return "Reservation";
-    case Reason::kTopology: return "Topology";
-    case Reason::kStartedHead: return "StartedInOrder";
-    case Reason::kStartedBackfill: return "Backfilled";
+    case Reason::kNone:
+      return "None";
+    case Reason::kPriority:
+      return "Priority";
+    case Reason::kResources:
+      return "Resources";
+    case Reason::kQuota:
+      return "Quota";
+    case Reason::kReservation:
+      return "Reservation";
+    case Reason::kTopology:
+      return "Topology";
+    case Reason::kStartedHead:
+      return "StartedInOrder";
+    case Reason::kStartedBackfill:
+      return "Backfilled";
   }
   return "Unknown";
 }
@@ -173,7 +181,8 @@ class Engine::Impl {
     s.status.phase = JobStatus::Phase::kPending;
     s.status.reason = Reason::kPriority;
     double static_score = 0;
-    for (size_t i = 0; i < factors_.size(); ++i) static_score += weights_[i] * factors_[i]->JobValue(job);
+    for (size_t i = 0; i < factors_.size(); ++i)
+      static_score += weights_[i] * factors_[i]->JobValue(job);
     s.static_score = static_score;
     const bool ages = age_rate_ > 0 && max_age_ < kInfiniteTime;
     if (ages && now - job.submit >= max_age_) {
@@ -430,7 +439,7 @@ class Engine::Impl {
       PushStream(heap, static_cast<int>(t), false, queues_[t].young.begin(), now);
       PushStream(heap, static_cast<int>(t), true, queues_[t].old.begin(), now);
     }
-    JobIndex head = -1;         // the highest-priority job that could not start
+    JobIndex head = -1;  // the highest-priority job that could not start
     Time shadow = kInfiniteTime;
     int examined = 0;
     const int max_jobs = profile_.max_jobs_per_cycle;
@@ -463,7 +472,7 @@ class Engine::Impl {
         }
         st.status.reason = FitsIgnoringTopology(job) ? Reason::kTopology : Reason::kResources;
         head = j;
-        preemption_->SelectVictims(job, now);  // extension point; "none" picks no victims
+        preemption_->SelectVictims(job, now);    // extension point; "none" picks no victims
         if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
         if (mode == BackfillMode::kEasy) {
           // The reservation (shadow time and caps, less what long backfills took since) stays
@@ -490,7 +499,8 @@ class Engine::Impl {
         if (TryPlace(job, short_enough ? 0 : 1, short_enough ? nullptr : &caps_)) {
           if (!short_enough) {
             for (const Slot& slot : scratch_) {
-              if (caps_.cap(slot.node) != INT_MAX) caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
+              if (caps_.cap(slot.node) != INT_MAX)
+                caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
             }
           }
           Start(j, now, Reason::kStartedBackfill, starts);
@@ -580,11 +590,12 @@ std::string Engine::Impl::Explain(JobIndex j) const {
   switch (st.phase) {
     case JobStatus::Phase::kRunning:
     case JobStatus::Phase::kDone: {
-      std::snprintf(buf, sizeof buf, "%s at t=%lld on %zu node(s)",
-                    st.reason == Reason::kStartedBackfill
-                        ? "started early by backfill (it ends before any reservation it could delay)"
-                        : "started in priority order",
-                    static_cast<long long>(st.start), s.placement.size());
+      std::snprintf(
+          buf, sizeof buf, "%s at t=%lld on %zu node(s)",
+          st.reason == Reason::kStartedBackfill
+              ? "started early by backfill (it ends before any reservation it could delay)"
+              : "started in priority order",
+          static_cast<long long>(st.start), s.placement.size());
       out = buf;
       if (st.phase == JobStatus::Phase::kDone) out += "; finished";
       return out;
@@ -635,7 +646,9 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 Status Engine::Submit(const Job& job, Time now) { return impl_->Submit(job, now); }
 Status Engine::Finish(JobIndex job, Time now) { return impl_->Finish(job, now); }
-void Engine::Schedule(Time now, std::vector<StartDecision>* starts) { impl_->Schedule(now, starts); }
+void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
+  impl_->Schedule(now, starts);
+}
 const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
 const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
 std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }

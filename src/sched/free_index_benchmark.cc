@@ -41,7 +41,8 @@ void BM_FreeIndexAllocateRelease(benchmark::State& state) {
   const int nodes = static_cast<int>(BigCluster().nodes().size());
   Rng rng(2);
   std::vector<std::pair<NodeIndex, int>> ops;
-  for (int i = 0; i < 4096; ++i) ops.emplace_back(static_cast<NodeIndex>(rng.Below(nodes)), 1 + static_cast<int>(rng.Below(8)));
+  for (int i = 0; i < 4096; ++i)
+    ops.emplace_back(static_cast<NodeIndex>(rng.Below(nodes)), 1 + static_cast<int>(rng.Below(8)));
   size_t i = 0;
   for (auto _ : state) {
     const auto [n, g] = ops[i++ & 4095];

@@ -3,9 +3,9 @@
 // A job's shape is either a gang (`nodes` nodes x `gpus_per_node` GPUs) or "any" (its GPUs may
 // be spread; we still pack them onto as few nodes as we can, since every extra node adds
 // network hops to the job's collectives).
-#include <algorithm>
-
 #include "placement.h"
+
+#include <algorithm>
 
 namespace gantry {
 namespace {
@@ -62,7 +62,8 @@ bool BestFitGang(const Job& job, int k, int g, const FreeIndex& free, const Node
 
 // Any: one best-fit node when the job fits on one; otherwise the fullest-free nodes first.
 bool BestFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Placement* out) {
-  if (job.gpus <= free.cluster().max_gpus_per_node() && BestFitGang(job, 1, job.gpus, free, caps, out)) {
+  if (job.gpus <= free.cluster().max_gpus_per_node() &&
+      BestFitGang(job, 1, job.gpus, free, caps, out)) {
     return true;
   }
   out->clear();
@@ -203,7 +204,8 @@ class Topology final : public PlacementPlugin {
     for (DomainIndex d : free.domains_at_level(level)) {
       int64_t have = s.any ? free.domain_free(d) : free.DomainNodesWithFree(d, s.gpus_per_node);
       while (a < adjust_.size() && adjust_[a].first < d) ++a;
-      for (size_t b = a; b < adjust_.size() && adjust_[b].first == d; ++b) have -= adjust_[b].second;
+      for (size_t b = a; b < adjust_.size() && adjust_[b].first == d; ++b)
+        have -= adjust_[b].second;
       const int64_t want = s.any ? job.gpus : s.nodes;
       if (have >= want) candidates.push_back({have - want, d});
     }

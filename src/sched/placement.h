@@ -6,9 +6,9 @@
 namespace gantry {
 
 struct JobShape {
-  bool any = false;        // GPUs may be spread over any nodes
-  int nodes = 0;           // gang: this many nodes...
-  int gpus_per_node = 0;   // ...with this many GPUs each
+  bool any = false;       // GPUs may be spread over any nodes
+  int nodes = 0;          // gang: this many nodes...
+  int gpus_per_node = 0;  // ...with this many GPUs each
 };
 
 JobShape ShapeOf(const Job& job);

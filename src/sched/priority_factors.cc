@@ -85,8 +85,8 @@ class FairShareFactor final : public PriorityFactor {
     const double dt = static_cast<double>(now - updated_[team]);
     if (dt <= 0) return;
     const double decay = std::exp2(-dt / half_life_);
-    usage_[team] = usage_[team] * decay +
-                   running_[team] * (half_life_ / std::log(2.0)) * (1.0 - decay);
+    usage_[team] =
+        usage_[team] * decay + running_[team] * (half_life_ / std::log(2.0)) * (1.0 - decay);
     updated_[team] = now;
   }
 

@@ -54,7 +54,8 @@ Result<PluginSpec> ParsePluginSpec(const std::string& source, const YAML::Node& 
         return FieldError(source, kv.second, field + ".weight", "\"" + w + "\" is not a number");
       }
     } else if (key == "args") {
-      if (!kv.second.IsMap()) return FieldError(source, kv.second, field + ".args", "expected a map");
+      if (!kv.second.IsMap())
+        return FieldError(source, kv.second, field + ".args", "expected a map");
       for (const auto& a : kv.second) {
         GANTRY_ASSIGN_OR_RETURN(std::string v,
                                 Scalar(source, a.second, field + ".args." + a.first.Scalar()));
@@ -91,16 +92,19 @@ Result<Profile> ParseOne(const std::string& source, const std::string& name,
     if (key == "description") {
       GANTRY_ASSIGN_OR_RETURN(p.description, Scalar(source, v, f + ".description"));
     } else if (key == "priority" || key == "admission") {
-      if (!v.IsSequence()) return FieldError(source, v, f + "." + key, "expected a list of plugins");
+      if (!v.IsSequence())
+        return FieldError(source, v, f + "." + key, "expected a list of plugins");
       for (size_t i = 0; i < v.size(); ++i) {
         GANTRY_ASSIGN_OR_RETURN(
-            PluginSpec s, ParsePluginSpec(source, v[i], f + "." + key + "[" + std::to_string(i) + "]", "plugin"));
+            PluginSpec s,
+            ParsePluginSpec(source, v[i], f + "." + key + "[" + std::to_string(i) + "]", "plugin"));
         (key == "priority" ? p.priority : p.admission).push_back(std::move(s));
       }
     } else if (key == "placement") {
       GANTRY_ASSIGN_OR_RETURN(p.placement, ParsePluginSpec(source, v, f + ".placement", "plugin"));
     } else if (key == "preemption") {
-      GANTRY_ASSIGN_OR_RETURN(p.preemption, ParsePluginSpec(source, v, f + ".preemption", "plugin"));
+      GANTRY_ASSIGN_OR_RETURN(p.preemption,
+                              ParsePluginSpec(source, v, f + ".preemption", "plugin"));
     } else if (key == "backfill") {
       GANTRY_ASSIGN_OR_RETURN(PluginSpec b, ParsePluginSpec(source, v, f + ".backfill", "mode"));
       if (b.name == "none") {
@@ -139,7 +143,8 @@ Result<Profile> ParseOne(const std::string& source, const std::string& name,
 
 }  // namespace
 
-Result<std::vector<Profile>> ParseProfiles(const std::string& yaml_text, const std::string& source) {
+Result<std::vector<Profile>> ParseProfiles(const std::string& yaml_text,
+                                           const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -151,7 +156,8 @@ Result<std::vector<Profile>> ParseProfiles(const std::string& yaml_text, const s
     return InvalidArgument(source + ": expected a top-level 'profiles:' map");
   }
   const YAML::Node profiles = root["profiles"];
-  if (!profiles.IsMap()) return FieldError(source, profiles, "profiles", "expected a map of profiles");
+  if (!profiles.IsMap())
+    return FieldError(source, profiles, "profiles", "expected a map of profiles");
   std::vector<Profile> out;
   for (const auto& kv : profiles) {
     GANTRY_ASSIGN_OR_RETURN(Profile p, ParseOne(source, kv.first.Scalar(), kv.second));

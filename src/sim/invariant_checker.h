@@ -23,7 +23,8 @@ class InvariantChecker {
 
   Status OnStart(const Job& job, Time now, const Placement& p) {
     const std::string who = "job " + job.id + " at t=" + std::to_string(now) + ": ";
-    if (now < job.submit) return Internal(who + "started before its submit time " + std::to_string(job.submit));
+    if (now < job.submit)
+      return Internal(who + "started before its submit time " + std::to_string(job.submit));
     int total = 0;
     std::vector<NodeIndex> seen;
     for (const Slot& s : p) {
@@ -35,8 +36,9 @@ class InvariantChecker {
         return Internal(who + "placed on node " + node.name + " of a GPU type it did not allow");
       }
       if (used_[s.node] + s.gpus > node.gpus) {
-        return Internal(who + "node " + node.name + " double-booked: " + std::to_string(used_[s.node]) +
-                        " + " + std::to_string(s.gpus) + " > " + std::to_string(node.gpus));
+        return Internal(who + "node " + node.name +
+                        " double-booked: " + std::to_string(used_[s.node]) + " + " +
+                        std::to_string(s.gpus) + " > " + std::to_string(node.gpus));
       }
       used_[s.node] += s.gpus;
       total += s.gpus;
@@ -51,7 +53,8 @@ class InvariantChecker {
                       std::to_string(job.gpus) + " GPUs");
     }
     if (job.nodes > 0 && job.gpus_per_node > 0) {
-      if (static_cast<int>(p.size()) != job.nodes) return Internal(who + "wrong node count for its shape");
+      if (static_cast<int>(p.size()) != job.nodes)
+        return Internal(who + "wrong node count for its shape");
       for (const Slot& s : p) {
         if (s.gpus != job.gpus_per_node) return Internal(who + "wrong GPUs per node for its shape");
       }
@@ -69,8 +72,8 @@ class InvariantChecker {
   Status CheckFree(const Placement& p, const FreeIndex& free) const {
     for (const Slot& s : p) {
       if (free.free(s.node) != cluster_.nodes()[s.node].gpus - used_[s.node]) {
-        return Internal("engine's free index says node " + cluster_.nodes()[s.node].name +
-                        " has " + std::to_string(free.free(s.node)) + " free GPUs, not " +
+        return Internal("engine's free index says node " + cluster_.nodes()[s.node].name + " has " +
+                        std::to_string(free.free(s.node)) + " free GPUs, not " +
                         std::to_string(cluster_.nodes()[s.node].gpus - used_[s.node]));
       }
     }

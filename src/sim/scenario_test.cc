@@ -135,8 +135,8 @@ profiles:
 //   D t=3 2 GPUs 200 s would overlap B's window: reserves after B, from 200.
 TEST(Scenario, ConservativeBackfillFillsHarmlessHoles) {
   Cluster c = MakeCluster(1, 1, 8, {});
-  Workload w = MakeWorkload({{0, 6, 1, 100, 100}, {1, 8, 1, 100, 100}, {2, 2, 1, 90, 90},
-                             {3, 2, 1, 200, 200}});
+  Workload w = MakeWorkload(
+      {{0, 6, 1, 100, 100}, {1, 8, 1, 100, 100}, {2, 2, 1, 90, 90}, {3, 2, 1, 200, 200}});
   Profile p = ProfileFromYaml(R"(
 profiles:
   fifo-conservative:
@@ -157,8 +157,11 @@ profiles:
 //   C starts at 100 on n0; B ends at 200 and D starts on n1 at 200.
 TEST(Scenario, EasyKeepsReservedNodesForTheHeadJob) {
   Cluster c = MakeCluster(1, 2, 4, {});
-  Workload w = MakeWorkload({{0, 2, 1, 100, 100}, {0, 4, 1, 200, 200}, {10, 4, 1, 100, 100},
-                             {20, 2, 1, 50, 1000}, {30, 2, 1, 60, 60}});
+  Workload w = MakeWorkload({{0, 2, 1, 100, 100},
+                             {0, 4, 1, 200, 200},
+                             {10, 4, 1, 100, 100},
+                             {20, 2, 1, 50, 1000},
+                             {30, 2, 1, 60, 60}});
   EXPECT_EQ(Starts(c, w, Builtin("fifo-easy")), (std::vector<Time>{0, 0, 100, 200, 30}));
   // Without backfill E waits behind C and D: it starts with D when B ends.
   EXPECT_EQ(Starts(c, w, Builtin("fifo")), (std::vector<Time>{0, 0, 100, 200, 200}));
@@ -171,9 +174,8 @@ TEST(Scenario, EasyKeepsReservedNodesForTheHeadJob) {
 //   (2500 + age) although it was submitted later. A2 starts when B1 ends, at 2000.
 TEST(Scenario, FairShareOrdersTeamsByUsage) {
   Cluster c = MakeCluster(1, 1, 4, {});
-  Workload w = MakeWorkload({{0, 4, 1, 1000, 1000, 0}, {10, 4, 1, 1000, 1000, 0},
-                             {20, 4, 1, 1000, 1000, 1}},
-                            2);
+  Workload w = MakeWorkload(
+      {{0, 4, 1, 1000, 1000, 0}, {10, 4, 1, 1000, 1000, 0}, {20, 4, 1, 1000, 1000, 1}}, 2);
   Profile p = ProfileFromYaml(R"(
 profiles:
   fairshare:
@@ -196,8 +198,8 @@ profiles:
 //   Allowed to span leaves (best-fit), G would start at 50.
 TEST(Scenario, GangMustFitOneTopologyDomain) {
   Cluster c = MakeCluster(2, 2, 4, {"leaf"});
-  Workload w = MakeWorkload({{0, 4, 1, 100, 100}, {0, 4, 1, 50, 50}, {0, 4, 1, 200, 200},
-                             {10, 8, 2, 100, 100}});
+  Workload w = MakeWorkload(
+      {{0, 4, 1, 100, 100}, {0, 4, 1, 50, 50}, {0, 4, 1, 200, 200}, {10, 8, 2, 100, 100}});
   Profile topo = ProfileFromYaml(R"(
 profiles:
   topo:
@@ -249,7 +251,8 @@ profiles:
 // although 4 GPUs are free; B1 (team b, no quota) starts. A2 starts when A1 ends at 100.
 TEST(Scenario, QuotaHoldsTeamsBackButNotOthers) {
   Cluster c = MakeCluster(1, 1, 8, {});
-  Workload w = MakeWorkload({{0, 4, 1, 100, 100, 0}, {1, 4, 1, 100, 100, 0}, {2, 4, 1, 100, 100, 1}}, 2);
+  Workload w =
+      MakeWorkload({{0, 4, 1, 100, 100, 0}, {1, 4, 1, 100, 100, 0}, {2, 4, 1, 100, 100, 1}}, 2);
   std::vector<Team> teams = {{"a", 4, 4.0}, {"b", kNoQuota, 1.0}};
   EXPECT_EQ(Starts(c, w, Builtin("fifo"), teams), (std::vector<Time>{0, 100, 2}));
 

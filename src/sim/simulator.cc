@@ -87,7 +87,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
 
   const Time first = jobs.empty() ? 0 : jobs[order.front()].submit;
   const Time last_submit = jobs.empty() ? 0 : jobs[order.back()].submit;
-  Duration sample_every = std::max<Duration>(1, (last_submit - first) / std::max(1, options.target_samples));
+  Duration sample_every =
+      std::max<Duration>(1, (last_submit - first) / std::max(1, options.target_samples));
   Time next_sample = first;
   const int num_teams = static_cast<int>(teams.size());
   std::vector<int32_t> team_busy(num_teams, 0);
@@ -109,15 +110,18 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       result.busy_gpu_seconds += dt * static_cast<double>(busy);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
       const int free_total = cluster.total_gpus() - static_cast<int>(busy);
-      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_gpus.PrefixSum(free_total));
+      result.frag_wait_job_seconds +=
+          dt * static_cast<double>(pending_by_gpus.PrefixSum(free_total));
       while (next_sample < now) {
-        result.samples.push_back({next_sample, static_cast<int32_t>(busy), static_cast<int32_t>(pending),
-                                  static_cast<int32_t>(running), team_busy});
+        result.samples.push_back({next_sample, static_cast<int32_t>(busy),
+                                  static_cast<int32_t>(pending), static_cast<int32_t>(running),
+                                  team_busy});
         next_sample += sample_every;
         if (static_cast<int>(result.samples.size()) >= 2 * options.target_samples) {
           // Long drain after the last submit: halve the resolution and keep going.
           std::vector<TimeSample> kept;
-          for (size_t i = 0; i < result.samples.size(); i += 2) kept.push_back(std::move(result.samples[i]));
+          for (size_t i = 0; i < result.samples.size(); i += 2)
+            kept.push_back(std::move(result.samples[i]));
           result.samples = std::move(kept);
           sample_every *= 2;
           next_sample = result.samples.back().t + sample_every;

@@ -83,8 +83,7 @@ Result<Endpoint> ParseEndpoint(std::string_view url) {
   // A bracketed IPv6 literal keeps its colons.
   const size_t colon = rest.rfind(':');
   const size_t bracket = rest.rfind(']');
-  if (colon != std::string_view::npos &&
-      (bracket == std::string_view::npos || colon > bracket)) {
+  if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
     e.host = std::string(rest.substr(0, colon));
     e.port = std::string(rest.substr(colon + 1));
     if (e.port.empty() || e.port.find_first_not_of("0123456789") != std::string::npos) {
@@ -222,8 +221,7 @@ std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view
     const size_t after = start + open.size();
     if (after >= xml.size()) break;
     const char next = xml[after];
-    if (next != '>' && next != ' ' && next != '/' && next != '\t' && next != '\n' &&
-        next != '\r') {
+    if (next != '>' && next != ' ' && next != '/' && next != '\t' && next != '\n' && next != '\r') {
       pos = after;  // a longer tag name that merely starts with `tag`
       continue;
     }
@@ -256,11 +254,16 @@ std::string XmlUnescape(std::string_view s) {
       continue;
     }
     const std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
+    if (ent == "amp")
+      out += '&';
+    else if (ent == "lt")
+      out += '<';
+    else if (ent == "gt")
+      out += '>';
+    else if (ent == "quot")
+      out += '"';
+    else if (ent == "apos")
+      out += '\'';
     else if (ent.size() > 1 && ent[0] == '#') {
       const bool hex = ent[1] == 'x' || ent[1] == 'X';
       const unsigned long cp =
@@ -293,12 +296,23 @@ std::string XmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

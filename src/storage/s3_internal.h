@@ -102,9 +102,9 @@ struct HttpResponse {
 
 // Where a fault hook is consulted, once per attempt before the request is sent.
 struct FaultPoint {
-  std::string op;        // "put", "get", "upload part", "complete multipart", ...
-  std::string key;       // the store-relative key
-  int part_number = 0;   // for "upload part"
+  std::string op;       // "put", "get", "upload part", "complete multipart", ...
+  std::string key;      // the store-relative key
+  int part_number = 0;  // for "upload part"
   int attempt = 1;
 };
 
@@ -112,8 +112,7 @@ class CurlPool;
 
 class S3Store final : public ObjectStore {
  public:
-  static Result<std::unique_ptr<S3Store>> Open(const std::string& bucket,
-                                               const std::string& prefix,
+  static Result<std::unique_ptr<S3Store>> Open(const std::string& bucket, const std::string& prefix,
                                                const StoreOptions& options, const EnvLookup& env);
   explicit S3Store(Config config);
   ~S3Store() override;
@@ -145,8 +144,8 @@ class S3Store final : public ObjectStore {
 
  private:
   struct Request;
-  using PartSource = std::function<Result<std::string_view>(uint64_t offset, uint64_t size,
-                                                            std::string* scratch)>;
+  using PartSource =
+      std::function<Result<std::string_view>(uint64_t offset, uint64_t size, std::string* scratch)>;
   using RangeSink = std::function<Status(uint64_t offset, const char* data, size_t size)>;
 
   std::string FullKey(std::string_view key) const;

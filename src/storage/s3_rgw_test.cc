@@ -2,6 +2,7 @@
 // GANTRY_S3_ENDPOINT, GANTRY_S3_ACCESS_KEY, GANTRY_S3_SECRET_KEY, GANTRY_S3_BUCKET. Skipped when
 // they are unset, except under CI (CI set), where a missing endpoint fails the test.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "gantry/storage/s3.h"
 #include "storage/s3_internal.h"
@@ -28,7 +27,8 @@ class S3RgwTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (Env("GANTRY_S3_ENDPOINT").empty()) {
-      if (!Env("CI").empty()) FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not: RGW did not start";
+      if (!Env("CI").empty())
+        FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not: RGW did not start";
       GTEST_SKIP() << "GANTRY_S3_ENDPOINT unset (start RGW with scripts/rgw start)";
     }
     options_.endpoint = Env("GANTRY_S3_ENDPOINT");
@@ -40,8 +40,8 @@ class S3RgwTest : public ::testing::Test {
     bucket_ = Env("GANTRY_S3_BUCKET");
     // A fresh prefix per test run keeps runs apart in a shared bucket.
     std::random_device rd;
-    prefix_ = "s3test-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) +
-              "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    prefix_ = "s3test-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) + "/" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name();
     auto s = S3Store::Open(bucket_, prefix_, options_, ProcessEnv());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
@@ -234,8 +234,7 @@ TEST_F(S3RgwTest, WrongSecretIsAClearErrorAndNotRetried) {
   auto u = S3Store::Open(bucket_, prefix_, options_, ProcessEnv());
   ASSERT_TRUE(u.ok());
   Status get = (*u)->Get("k").status();
-  EXPECT_NE(get.message().find("HTTP 403 InvalidAccessKeyId"), std::string::npos)
-      << get.ToString();
+  EXPECT_NE(get.message().find("HTTP 403 InvalidAccessKeyId"), std::string::npos) << get.ToString();
 }
 
 TEST_F(S3RgwTest, MissingBucketIsNotFoundNamingTheBucket) {
@@ -244,8 +243,7 @@ TEST_F(S3RgwTest, MissingBucketIsNotFoundNamingTheBucket) {
   Status put = (*s)->Put("k", "v");
   EXPECT_EQ(put.code(), StatusCode::kNotFound) << put.ToString();
   EXPECT_NE(put.message().find("NoSuchBucket"), std::string::npos) << put.ToString();
-  EXPECT_NE(put.message().find("bucket 'gantry-no-such-bucket' does not exist"),
-            std::string::npos);
+  EXPECT_NE(put.message().find("bucket 'gantry-no-such-bucket' does not exist"), std::string::npos);
   auto list = (*s)->List("", "", 10);
   EXPECT_EQ(list.status().code(), StatusCode::kNotFound) << list.status().ToString();
 }

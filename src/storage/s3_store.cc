@@ -1,8 +1,8 @@
 // S3 backend: the HTTP client on libcurl (connection reuse, signing, retries) and the
 // ObjectStore operations on top of it (single and multipart puts, ranged and parallel gets).
 #include <curl/curl.h>
-#include <openssl/evp.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,10 +160,8 @@ Status PwriteAll(int fd, const char* data, size_t size, uint64_t offset) {
 
 }  // namespace
 
-Result<std::unique_ptr<S3Store>> S3Store::Open(const std::string& bucket,
-                                               const std::string& prefix,
-                                               const StoreOptions& options,
-                                               const EnvLookup& env) {
+Result<std::unique_ptr<S3Store>> S3Store::Open(const std::string& bucket, const std::string& prefix,
+                                               const StoreOptions& options, const EnvLookup& env) {
   GANTRY_ASSIGN_OR_RETURN(Config config, ResolveConfig(bucket, prefix, options, env));
   return std::make_unique<S3Store>(std::move(config));
 }
@@ -206,10 +204,17 @@ Status S3Store::ErrorStatus(const Request& request, const HttpResponse& response
   if (err.code.empty()) {
     // HEAD answers carry no body; name the status instead.
     switch (response.status) {
-      case 403: err.code = "Forbidden"; break;
-      case 404: err.code = request.object_key.empty() ? "NoSuchBucket" : "NoSuchKey"; break;
-      case 412: err.code = "PreconditionFailed"; break;
-      default: err.code = "Error";
+      case 403:
+        err.code = "Forbidden";
+        break;
+      case 404:
+        err.code = request.object_key.empty() ? "NoSuchBucket" : "NoSuchKey";
+        break;
+      case 412:
+        err.code = "PreconditionFailed";
+        break;
+      default:
+        err.code = "Error";
     }
   }
   std::string msg = Where(request.op, request.user_key) + ": HTTP " +
@@ -250,8 +255,8 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
   for (int attempt = 1;; ++attempt) {
     if (attempt > 1) {
       retries_.fetch_add(1);
-      const int64_t ms = BackoffMs(attempt - 1, o.base_backoff_ms, o.max_backoff_ms,
-                                   JitterRandom());
+      const int64_t ms =
+          BackoffMs(attempt - 1, o.base_backoff_ms, o.max_backoff_ms, JitterRandom());
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     }
     HttpResponse response;
@@ -272,13 +277,12 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
       sreq.canonical_uri = target.canonical_uri;
       sreq.query = request.query;
       sreq.payload_hash = payload_hash;
-      const std::string amz_date = sigv4::AmzDate(
-          std::chrono::duration_cast<std::chrono::seconds>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count());
-      sreq.headers = {{"host", target.host},
-                      {"x-amz-content-sha256", payload_hash},
-                      {"x-amz-date", amz_date}};
+      const std::string amz_date =
+          sigv4::AmzDate(std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count());
+      sreq.headers = {
+          {"host", target.host}, {"x-amz-content-sha256", payload_hash}, {"x-amz-date", amz_date}};
       if (!config_.credentials.session_token.empty()) {
         sreq.headers.emplace_back("x-amz-security-token", config_.credentials.session_token);
       }
@@ -287,7 +291,8 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
           sigv4::Sign(sreq, config_.credentials, config_.region, "s3", amz_date);
 
       curl_slist* list = nullptr;
-      for (const auto& [k, v] : sreq.headers) list = curl_slist_append(list, (k + ": " + v).c_str());
+      for (const auto& [k, v] : sreq.headers)
+        list = curl_slist_append(list, (k + ": " + v).c_str());
       list = curl_slist_append(list, ("Authorization: " + sig.authorization).c_str());
       list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
       if (!request.content_type.empty()) {
@@ -345,8 +350,8 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
                  !response.Header("content-length").empty() &&
                  std::strtoull(response.Header("content-length").c_str(), nullptr, 10) !=
                      transfer.received) {
-        last_transport_error = "truncated body: got " + std::to_string(transfer.received) +
-                               " of " + response.Header("content-length") + " bytes";
+        last_transport_error = "truncated body: got " + std::to_string(transfer.received) + " of " +
+                               response.Header("content-length") + " bytes";
         retryable = true;
       } else if (response.status >= 200 && response.status < 300) {
         return response;
@@ -359,10 +364,10 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
       }
     }
     if (retryable && attempt < o.max_attempts) continue;
-    return Status(StatusCode::kUnavailable,
-                  Where(request.op, request.user_key) + ": " + request.method + " " + target.url +
-                      ": " + last_transport_error + " (after " + std::to_string(attempt) +
-                      " attempts)");
+    return Status(StatusCode::kUnavailable, Where(request.op, request.user_key) + ": " +
+                                                request.method + " " + target.url + ": " +
+                                                last_transport_error + " (after " +
+                                                std::to_string(attempt) + " attempts)");
   }
 }
 
@@ -407,9 +412,8 @@ bool S3Store::CompletedAlready(std::string_view key, const std::vector<std::stri
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(joined.data(), joined.size(), md, &len, EVP_md5(), nullptr);
-  const std::string want =
-      sigv4::HexEncode(std::string_view(reinterpret_cast<char*>(md), len)) + "-" +
-      std::to_string(etags.size());
+  const std::string want = sigv4::HexEncode(std::string_view(reinterpret_cast<char*>(md), len)) +
+                           "-" + std::to_string(etags.size());
   Result<ObjectInfo> info = Head(key);
   return info.ok() && info->etag == want;
 }
@@ -417,7 +421,8 @@ bool S3Store::CompletedAlready(std::string_view key, const std::vector<std::stri
 Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSource& source) {
   const StoreOptions& o = config_.options;
   uint64_t part_size = std::max<uint64_t>(o.part_size, kMinPartSize);
-  if ((size + part_size - 1) / part_size > kMaxParts) part_size = (size + kMaxParts - 1) / kMaxParts;
+  if ((size + part_size - 1) / part_size > kMaxParts)
+    part_size = (size + kMaxParts - 1) / kMaxParts;
   const uint64_t parts = std::max<uint64_t>(1, (size + part_size - 1) / part_size);
   const std::string full_key = FullKey(key);
 
@@ -524,8 +529,8 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
     abort.query = {{"uploadId", upload_id}};
     Result<HttpResponse> r = Execute(abort);
     if (!r.ok()) {
-      return result.WithContext("(abort of upload " + upload_id + " failed too: " +
-                                r.status().message() + ")");
+      return result.WithContext("(abort of upload " + upload_id +
+                                " failed too: " + r.status().message() + ")");
     }
   }
   return result;
@@ -542,7 +547,8 @@ Status S3Store::PutFile(std::string_view key, const std::string& path) {
     return ErrnoStatus(Where("put", key), "stat " + path, err);
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  auto read_at = [fd, &path](uint64_t off, uint64_t n, std::string* buf) -> Result<std::string_view> {
+  auto read_at = [fd, &path](uint64_t off, uint64_t n,
+                             std::string* buf) -> Result<std::string_view> {
     if (buf->size() < n) buf->resize(n);
     uint64_t done = 0;
     while (done < n) {
@@ -746,8 +752,7 @@ Result<ObjectInfo> S3Store::Head(std::string_view key) {
 // Page tokens are the last key of the previous page and go out as StartAfter: store-relative,
 // readable, increasing (ObjectStore::ListAll relies on that) and stable across servers, unlike
 // S3's opaque continuation tokens.
-Result<ListPage> S3Store::List(std::string_view prefix, std::string_view page_token,
-                               int max_keys) {
+Result<ListPage> S3Store::List(std::string_view prefix, std::string_view page_token, int max_keys) {
   const std::string base = config_.prefix.empty() ? "" : config_.prefix + "/";
   Request r;
   r.op = "list";

@@ -1,7 +1,9 @@
 // S3 backend without a real endpoint: configuration and credential resolution, addressing,
 // the retry policy, XML reading, and the HTTP client against a local fault-injecting server.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,9 +14,6 @@
 #include <map>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include "storage/s3_internal.h"
 
@@ -112,8 +111,7 @@ TEST(S3Config, SharedFilesWithProfile) {
   o.profile = "nobody";
   auto n = ResolveConfig("b", "", o, MapEnv(files));
   EXPECT_EQ(n.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(n.status().message().find("no S3 credentials for profile 'nobody'"),
-            std::string::npos);
+  EXPECT_NE(n.status().message().find("no S3 credentials for profile 'nobody'"), std::string::npos);
 }
 
 TEST(S3Config, BadEndpoints) {
@@ -156,7 +154,8 @@ TEST(S3Addressing, VirtualHost) {
   Target t = BuildTarget(c, "pre/x~y", {{"partNumber", "3"}, {"uploadId", "a/b=c"}});
   EXPECT_EQ(t.host, "bkt.s3.us-east-1.amazonaws.com");
   EXPECT_EQ(t.canonical_uri, "/pre/x~y");
-  EXPECT_EQ(t.url, "https://bkt.s3.us-east-1.amazonaws.com/pre/x~y?partNumber=3&uploadId=a%2Fb%3Dc");
+  EXPECT_EQ(t.url,
+            "https://bkt.s3.us-east-1.amazonaws.com/pre/x~y?partNumber=3&uploadId=a%2Fb%3Dc");
   EXPECT_EQ(BuildTarget(c, "", {}).canonical_uri, "/");
 }
 
@@ -340,8 +339,8 @@ class FaultServer {
         seen_.push_back(req);
       }
       reply = handler_(req);
-      const int64_t length =
-          reply.content_length >= 0 ? reply.content_length : static_cast<int64_t>(reply.body.size());
+      const int64_t length = reply.content_length >= 0 ? reply.content_length
+                                                       : static_cast<int64_t>(reply.body.size());
       std::string out = "HTTP/1.1 " + std::to_string(reply.status) + " X\r\n";
       for (const auto& [k, v] : reply.headers) out += k + ": " + v + "\r\n";
       out += "Content-Length: " + std::to_string(length) + "\r\n\r\n";
@@ -365,8 +364,8 @@ class FaultServer {
 Reply S3Error(int status, const std::string& code, const std::string& message) {
   Reply r;
   r.status = status;
-  r.body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>" + code +
-           "</Code><Message>" + message + "</Message></Error>";
+  r.body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>" + code + "</Code><Message>" +
+           message + "</Message></Error>";
   return r;
 }
 
@@ -389,8 +388,10 @@ TEST(S3Client, RetriesThrottlingErrorsAndTruncationThenSucceeds) {
   std::atomic<int> calls{0};
   FaultServer server([&](const SeenRequest&) {
     switch (calls++) {
-      case 0: return S3Error(503, "SlowDown", "Please reduce your request rate.");
-      case 1: return S3Error(500, "InternalError", "We encountered an internal error.");
+      case 0:
+        return S3Error(503, "SlowDown", "Please reduce your request rate.");
+      case 1:
+        return S3Error(500, "InternalError", "We encountered an internal error.");
       case 2: {
         Reply truncated;
         truncated.status = 206;
@@ -399,7 +400,8 @@ TEST(S3Client, RetriesThrottlingErrorsAndTruncationThenSucceeds) {
         truncated.headers["Content-Range"] = "bytes 0-10/11";
         return truncated;
       }
-      case 3: return S3Error(400, "RequestTimeout", "Your socket connection timed out.");
+      case 3:
+        return S3Error(400, "RequestTimeout", "Your socket connection timed out.");
       default: {
         Reply ok;
         ok.status = 206;
@@ -424,10 +426,10 @@ TEST(S3Client, RetriesThrottlingErrorsAndTruncationThenSucceeds) {
     EXPECT_EQ(r.headers.at("x-amz-content-sha256"),
               "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     EXPECT_EQ(r.headers.at("range"), "bytes=0-16777215");
-    EXPECT_EQ(r.headers.at("authorization").rfind("AWS4-HMAC-SHA256 Credential=AKIDTEST/", 0),
-              0u);
-    EXPECT_NE(r.headers.at("authorization").find("SignedHeaders=host;range;x-amz-content-sha256;"
-                                                 "x-amz-date,"),
+    EXPECT_EQ(r.headers.at("authorization").rfind("AWS4-HMAC-SHA256 Credential=AKIDTEST/", 0), 0u);
+    EXPECT_NE(r.headers.at("authorization")
+                  .find("SignedHeaders=host;range;x-amz-content-sha256;"
+                        "x-amz-date,"),
               std::string::npos);
   }
 }
@@ -488,8 +490,9 @@ TEST(S3Client, FailedPartAbortsTheMultipartUpload) {
   FaultServer server([](const SeenRequest& r) {
     Reply ok;
     if (r.method == "POST" && r.target.find("uploads=") != std::string::npos) {
-      ok.body = "<InitiateMultipartUploadResult><UploadId>up-1</UploadId>"
-                "</InitiateMultipartUploadResult>";
+      ok.body =
+          "<InitiateMultipartUploadResult><UploadId>up-1</UploadId>"
+          "</InitiateMultipartUploadResult>";
     } else if (r.method == "PUT" && r.target.find("partNumber=2&") != std::string::npos) {
       return S3Error(500, "InternalError", "disk on fire");
     } else if (r.method == "PUT") {
@@ -562,8 +565,9 @@ TEST(S3Client, LostCompleteAnswerIsRecognisedByTheMultipartETag) {
     FaultServer server([&](const SeenRequest& r) {
       Reply ok;
       if (r.method == "POST" && r.target.find("uploads=") != std::string::npos) {
-        ok.body = "<InitiateMultipartUploadResult><UploadId>u</UploadId>"
-                  "</InitiateMultipartUploadResult>";
+        ok.body =
+            "<InitiateMultipartUploadResult><UploadId>u</UploadId>"
+            "</InitiateMultipartUploadResult>";
       } else if (r.method == "PUT") {
         ok.headers["ETag"] = "\"" + part_md5 + "\"";
       } else if (r.method == "POST") {

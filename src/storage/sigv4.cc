@@ -73,8 +73,7 @@ std::string UriEncode(std::string_view s, bool encode_slash) {
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
-                            c == '~';
+                            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
     if (unreserved || (c == '/' && !encode_slash)) {
       out += static_cast<char>(c);
     } else {
@@ -139,8 +138,8 @@ Signature Sign(const Request& request, const Credentials& credentials, std::stri
                           sig.signed_headers + '\n' + request.payload_hash;
 
   const std::string_view date = amz_date.substr(0, 8);
-  std::string scope = std::string(date) + '/' + std::string(region) + '/' +
-                      std::string(service) + "/aws4_request";
+  std::string scope =
+      std::string(date) + '/' + std::string(region) + '/' + std::string(service) + "/aws4_request";
   sig.string_to_sign = "AWS4-HMAC-SHA256\n" + std::string(amz_date) + '\n' + scope + '\n' +
                        Sha256Hex(sig.canonical_request);
 

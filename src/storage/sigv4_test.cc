@@ -104,8 +104,7 @@ TEST(SigV4Suite, GetVanillaUtf8Query) {
 }
 
 TEST(SigV4Suite, GetUnreserved) {
-  const std::string path =
-      "/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  const std::string path = "/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
   EXPECT_EQ(UriEncode(path, false), path);
   const Signature s =
       Sign(SuiteRequest("GET", path, {}, {}, ""), kSuite, "us-east-1", "service", kSuiteDate);
@@ -115,10 +114,10 @@ TEST(SigV4Suite, GetUnreserved) {
 }
 
 TEST(SigV4Suite, GetHeaderValueTrim) {
-  const Signature s = Sign(
-      SuiteRequest("GET", "/", {}, {{"My-Header1", " value1"}, {"My-Header2", "\"a   b   c\""}},
-                   ""),
-      kSuite, "us-east-1", "service", kSuiteDate);
+  const Signature s =
+      Sign(SuiteRequest("GET", "/", {},
+                        {{"My-Header1", " value1"}, {"My-Header2", "\"a   b   c\""}}, ""),
+           kSuite, "us-east-1", "service", kSuiteDate);
   EXPECT_NE(s.canonical_request.find("my-header1:value1\nmy-header2:\"a b c\"\n"),
             std::string::npos);
   EXPECT_EQ(s.authorization,
@@ -127,12 +126,11 @@ TEST(SigV4Suite, GetHeaderValueTrim) {
 }
 
 TEST(SigV4Suite, GetHeaderKeyDuplicate) {
-  const Signature s = Sign(SuiteRequest("GET", "/", {},
-                                        {{"My-Header1", "value2"},
-                                         {"My-Header1", "value2"},
-                                         {"My-Header1", "value1"}},
-                                        ""),
-                           kSuite, "us-east-1", "service", kSuiteDate);
+  const Signature s =
+      Sign(SuiteRequest(
+               "GET", "/", {},
+               {{"My-Header1", "value2"}, {"My-Header1", "value2"}, {"My-Header1", "value1"}}, ""),
+           kSuite, "us-east-1", "service", kSuiteDate);
   EXPECT_NE(s.canonical_request.find("my-header1:value2,value2,value1\n"), std::string::npos);
   EXPECT_EQ(s.authorization,
             SuiteAuth("host;my-header1;x-amz-date",
@@ -153,10 +151,10 @@ TEST(SigV4Suite, GetHeaderValueOrder) {
 }
 
 TEST(SigV4Suite, PostXWwwFormUrlencoded) {
-  const Signature s = Sign(
-      SuiteRequest("POST", "/", {}, {{"Content-Type", "application/x-www-form-urlencoded"}},
-                   "Param1=value1"),
-      kSuite, "us-east-1", "service", kSuiteDate);
+  const Signature s =
+      Sign(SuiteRequest("POST", "/", {}, {{"Content-Type", "application/x-www-form-urlencoded"}},
+                        "Param1=value1"),
+           kSuite, "us-east-1", "service", kSuiteDate);
   EXPECT_EQ(s.canonical_request,
             "POST\n"
             "/\n"
@@ -198,17 +196,18 @@ TEST(SigV4S3Docs, GetObjectWithRange) {
   const Signature s =
       Sign(S3DocRequest("GET", "/test.txt", {}, {{"Range", "bytes=0-9"}}, Sha256Hex("")), kS3Docs,
            "us-east-1", "s3", kS3Date, ",");
-  EXPECT_EQ(s.canonical_request,
-            "GET\n"
-            "/test.txt\n"
-            "\n"
-            "host:examplebucket.s3.amazonaws.com\n"
-            "range:bytes=0-9\n"
-            "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
-            "x-amz-date:20130524T000000Z\n"
-            "\n"
-            "host;range;x-amz-content-sha256;x-amz-date\n"
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(
+      s.canonical_request,
+      "GET\n"
+      "/test.txt\n"
+      "\n"
+      "host:examplebucket.s3.amazonaws.com\n"
+      "range:bytes=0-9\n"
+      "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
+      "x-amz-date:20130524T000000Z\n"
+      "\n"
+      "host;range;x-amz-content-sha256;x-amz-date\n"
+      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(s.string_to_sign,
             "AWS4-HMAC-SHA256\n"
             "20130524T000000Z\n"
@@ -228,18 +227,19 @@ TEST(SigV4S3Docs, PutObject) {
                                          {"x-amz-storage-class", "REDUCED_REDUNDANCY"}},
                                         hash),
                            kS3Docs, "us-east-1", "s3", kS3Date, ",");
-  EXPECT_EQ(s.canonical_request,
-            "PUT\n"
-            "/test%24file.text\n"
-            "\n"
-            "date:Fri, 24 May 2013 00:00:00 GMT\n"
-            "host:examplebucket.s3.amazonaws.com\n"
-            "x-amz-content-sha256:44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072\n"
-            "x-amz-date:20130524T000000Z\n"
-            "x-amz-storage-class:REDUCED_REDUNDANCY\n"
-            "\n"
-            "date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class\n"
-            "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+  EXPECT_EQ(
+      s.canonical_request,
+      "PUT\n"
+      "/test%24file.text\n"
+      "\n"
+      "date:Fri, 24 May 2013 00:00:00 GMT\n"
+      "host:examplebucket.s3.amazonaws.com\n"
+      "x-amz-content-sha256:44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072\n"
+      "x-amz-date:20130524T000000Z\n"
+      "x-amz-storage-class:REDUCED_REDUNDANCY\n"
+      "\n"
+      "date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class\n"
+      "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
   EXPECT_EQ(s.string_to_sign,
             "AWS4-HMAC-SHA256\n"
             "20130524T000000Z\n"
@@ -254,16 +254,17 @@ TEST(SigV4S3Docs, GetBucketLifecycle) {
   // GET /?lifecycle: a parameter without a value signs as "lifecycle=".
   const Signature s = Sign(S3DocRequest("GET", "/", {{"lifecycle", ""}}, {}, Sha256Hex("")),
                            kS3Docs, "us-east-1", "s3", kS3Date, ",");
-  EXPECT_EQ(s.canonical_request,
-            "GET\n"
-            "/\n"
-            "lifecycle=\n"
-            "host:examplebucket.s3.amazonaws.com\n"
-            "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
-            "x-amz-date:20130524T000000Z\n"
-            "\n"
-            "host;x-amz-content-sha256;x-amz-date\n"
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(
+      s.canonical_request,
+      "GET\n"
+      "/\n"
+      "lifecycle=\n"
+      "host:examplebucket.s3.amazonaws.com\n"
+      "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
+      "x-amz-date:20130524T000000Z\n"
+      "\n"
+      "host;x-amz-content-sha256;x-amz-date\n"
+      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(s.string_to_sign,
             "AWS4-HMAC-SHA256\n"
             "20130524T000000Z\n"

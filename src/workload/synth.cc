@@ -19,7 +19,7 @@ struct SizeWeight {
   int gpus;
   double p;
 };
-constexpr SizeWeight kSizes[] = {{1, 0.900},  {2, 0.030},   {4, 0.030},   {8, 0.025},  {16, 0.0075},
+constexpr SizeWeight kSizes[] = {{1, 0.900},  {2, 0.030},  {4, 0.030},   {8, 0.025},   {16, 0.0075},
                                  {32, 0.004}, {64, 0.002}, {128, 0.001}, {256, 0.0005}};
 
 // Run times: log-normal around Philly's median (~20 min) with its spread (sigma ~2 in log space),
@@ -115,7 +115,8 @@ Result<Workload> SynthesizeWorkload(const SynthOptions& o) {
     std::vector<double> cum(n, 0.0);
     for (size_t i = 1; i < n; ++i) cum[i] = cum[i - 1] - std::log1p(-arrivals.Uniform());
     const double scale = span / cum[n - 1];
-    for (size_t i = 0; i < n; ++i) w.jobs[i].submit = static_cast<Time>(std::llround(cum[i] * scale));
+    for (size_t i = 0; i < n; ++i)
+      w.jobs[i].submit = static_cast<Time>(std::llround(cum[i] * scale));
   }
 
   TimeLimitModel model = o.time_limits;

@@ -53,7 +53,8 @@ TEST(SynthTest, OfferedLoadMatchesTarget) {
     const Workload w = MustSynth(o);
     // Computed here rather than with OfferedLoad, so the test does not trust the code under test.
     double work = 0;
-    for (const Job& j : w.jobs) work += static_cast<double>(j.gpus) * static_cast<double>(j.run_time);
+    for (const Job& j : w.jobs)
+      work += static_cast<double>(j.gpus) * static_cast<double>(j.run_time);
     const double span = static_cast<double>(w.jobs.back().submit - w.jobs.front().submit);
     ASSERT_GT(span, 0);
     const double load = work / (100000.0 * span);

@@ -16,8 +16,8 @@ namespace ti = trace_internal;
 
 namespace {
 
-constexpr TraceFormat kFormats[] = {TraceFormat::kPhilly, TraceFormat::kOpenb,
-                                    TraceFormat::kHelios, TraceFormat::kSacct, TraceFormat::kSwf};
+constexpr TraceFormat kFormats[] = {TraceFormat::kPhilly, TraceFormat::kOpenb, TraceFormat::kHelios,
+                                    TraceFormat::kSacct, TraceFormat::kSwf};
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -96,11 +96,16 @@ Result<TraceFormat> ParseTraceFormat(const std::string& name) {
 
 const char* TraceFormatName(TraceFormat format) {
   switch (format) {
-    case TraceFormat::kPhilly: return "philly";
-    case TraceFormat::kOpenb: return "openb";
-    case TraceFormat::kHelios: return "helios";
-    case TraceFormat::kSacct: return "sacct";
-    case TraceFormat::kSwf: return "swf";
+    case TraceFormat::kPhilly:
+      return "philly";
+    case TraceFormat::kOpenb:
+      return "openb";
+    case TraceFormat::kHelios:
+      return "helios";
+    case TraceFormat::kSacct:
+      return "sacct";
+    case TraceFormat::kSwf:
+      return "swf";
   }
   return "unknown";
 }
@@ -119,11 +124,16 @@ Result<Workload> ImportTrace(const std::string& path, TraceFormat format,
 Result<Workload> ImportTraceText(const std::string& text, const std::string& source_name,
                                  TraceFormat format, const ImportOptions& options) {
   switch (format) {
-    case TraceFormat::kPhilly: return ti::ImportPhilly(text, source_name, options);
-    case TraceFormat::kOpenb: return ti::ImportOpenb(text, source_name, options);
-    case TraceFormat::kHelios: return ti::ImportHelios(text, source_name, options);
-    case TraceFormat::kSacct: return ti::ImportSacct(text, source_name, options);
-    case TraceFormat::kSwf: return ti::ImportSwf(text, source_name, options);
+    case TraceFormat::kPhilly:
+      return ti::ImportPhilly(text, source_name, options);
+    case TraceFormat::kOpenb:
+      return ti::ImportOpenb(text, source_name, options);
+    case TraceFormat::kHelios:
+      return ti::ImportHelios(text, source_name, options);
+    case TraceFormat::kSacct:
+      return ti::ImportSacct(text, source_name, options);
+    case TraceFormat::kSwf:
+      return ti::ImportSwf(text, source_name, options);
   }
   return InvalidArgument("unknown trace format");
 }
@@ -152,8 +162,9 @@ void ApplyTimeLimitModel(Workload& workload, const TimeLimitModel& model) {
     if (job.time_limit > 0) continue;
     // Keyed by the job's line, not its index: skipping a bad row elsewhere must not change it.
     // Jobs built without a source line (synthetic workloads) are keyed by index instead.
-    const uint64_t key = job.source_line > 0 ? static_cast<uint64_t>(job.source_line)
-                                             : (uint64_t{1} << 40) + static_cast<uint64_t>(job.index);
+    const uint64_t key = job.source_line > 0
+                             ? static_cast<uint64_t>(job.source_line)
+                             : (uint64_t{1} << 40) + static_cast<uint64_t>(job.index);
     job.time_limit = ti::EstimateTimeLimit(model, job.run_time, key);
     job.time_limit_estimated = true;
   }
@@ -170,7 +181,8 @@ TraceStats ComputeTraceStats(const Workload& workload) {
   for (const Job& j : workload.jobs) {
     const double hours = static_cast<double>(j.gpus) * static_cast<double>(j.run_time) / 3600.0;
     s.gpu_hours += hours;
-    if (j.team >= 0 && j.team < static_cast<int32_t>(team_hours.size())) team_hours[j.team] += hours;
+    if (j.team >= 0 && j.team < static_cast<int32_t>(team_hours.size()))
+      team_hours[j.team] += hours;
     ++by_gpus[j.gpus];
     run_times.push_back(j.run_time);
     s.first_submit = first ? j.submit : std::min(s.first_submit, j.submit);
@@ -185,8 +197,11 @@ TraceStats ComputeTraceStats(const Workload& workload) {
       const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(run_times.size())));
       return run_times[std::clamp<size_t>(rank, 1, run_times.size()) - 1];
     };
-    s.run_time_percentiles = {{"p10", at(0.10)}, {"p50", at(0.50)}, {"p90", at(0.90)},
-                              {"p99", at(0.99)}, {"max", run_times.back()}};
+    s.run_time_percentiles = {{"p10", at(0.10)},
+                              {"p50", at(0.50)},
+                              {"p90", at(0.90)},
+                              {"p99", at(0.99)},
+                              {"max", run_times.back()}};
   }
   for (size_t t = 0; t < team_hours.size(); ++t) {
     s.gpu_hours_by_team.emplace_back(workload.teams[t], team_hours[t]);

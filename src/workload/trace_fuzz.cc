@@ -32,12 +32,18 @@ gantry::Cluster MakeCluster() {
 
 gantry::TraceFormat PickFormat(uint8_t byte) {
   switch (byte) {
-    case 'P': return gantry::TraceFormat::kPhilly;
-    case 'O': return gantry::TraceFormat::kOpenb;
-    case 'H': return gantry::TraceFormat::kHelios;
-    case 'S': return gantry::TraceFormat::kSacct;
-    case 'W': return gantry::TraceFormat::kSwf;
-    default: return static_cast<gantry::TraceFormat>(byte % 5);
+    case 'P':
+      return gantry::TraceFormat::kPhilly;
+    case 'O':
+      return gantry::TraceFormat::kOpenb;
+    case 'H':
+      return gantry::TraceFormat::kHelios;
+    case 'S':
+      return gantry::TraceFormat::kSacct;
+    case 'W':
+      return gantry::TraceFormat::kSwf;
+    default:
+      return static_cast<gantry::TraceFormat>(byte % 5);
   }
 }
 

@@ -63,11 +63,11 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
                row.Int("deletion_time", f[c_delete], 0, kMaxSeconds, &deleted)) {
       fractional = milli < 1000;
       if (scheduled < created) {
-        row.Bad("scheduled_time", std::to_string(scheduled) + " is before creation_time " +
-                                      std::to_string(created));
+        row.Bad("scheduled_time",
+                std::to_string(scheduled) + " is before creation_time " + std::to_string(created));
       } else if (deleted < scheduled) {
-        row.Bad("deletion_time", std::to_string(deleted) + " is before scheduled_time " +
-                                     std::to_string(scheduled));
+        row.Bad("deletion_time",
+                std::to_string(deleted) + " is before scheduled_time " + std::to_string(scheduled));
       }
     }
     if (row.kind() != Row::Kind::kJob) {

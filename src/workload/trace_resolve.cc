@@ -81,7 +81,8 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
     if (inserted) {
       it->second.gpus = cluster.GpusOfTypes(mask);
       for (const Node& n : cluster.nodes()) {
-        if (mask & (1u << n.gpu_type)) it->second.max_per_node = std::max(it->second.max_per_node, n.gpus);
+        if (mask & (1u << n.gpu_type))
+          it->second.max_per_node = std::max(it->second.max_per_node, n.gpus);
       }
     }
     return it->second;
@@ -115,31 +116,29 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
     const int quota = quota_known ? teams[job.team].quota_gpus : kNoQuota;
     if (has_set && !set_unknown[job.gpu_type_set].empty()) {
       reason = "unknown GPU type";
-      error = NotFound(where + "field '" + GpuTypeField(workload.format) + "': unknown GPU type '" +
-                       set_unknown[job.gpu_type_set] + "' (cluster has: " + TypeNames(cluster) +
-                       ")");
+      error =
+          NotFound(where + "field '" + GpuTypeField(workload.format) + "': unknown GPU type '" +
+                   set_unknown[job.gpu_type_set] + "' (cluster has: " + TypeNames(cluster) + ")");
     } else if (job.gpus > capacity_of(mask).gpus) {
       reason = "larger than cluster";
       error = FailedPrecondition(where + "job '" + job.id + "' asks for " +
                                  std::to_string(job.gpus) + " GPUs but the cluster has " +
                                  std::to_string(capacity_of(mask).gpus) + of_types);
-    } else if (job.gpus_per_node > 0 &&
-               (job.gpus_per_node > capacity_of(mask).max_per_node ||
-                nodes_fitting(mask, job.gpus_per_node) < job.nodes)) {
+    } else if (job.gpus_per_node > 0 && (job.gpus_per_node > capacity_of(mask).max_per_node ||
+                                         nodes_fitting(mask, job.gpus_per_node) < job.nodes)) {
       reason = "shape fits no node";
-      error = FailedPrecondition(
-          where + "job '" + job.id + "' needs " + std::to_string(job.nodes) + " node(s) with " +
-          std::to_string(job.gpus_per_node) + " GPUs each" + of_types + " but the cluster has " +
-          std::to_string(job.gpus_per_node > capacity_of(mask).max_per_node
-                             ? 0
-                             : nodes_fitting(mask, job.gpus_per_node)) +
-          " such node(s)");
+      error = FailedPrecondition(where + "job '" + job.id + "' needs " + std::to_string(job.nodes) +
+                                 " node(s) with " + std::to_string(job.gpus_per_node) +
+                                 " GPUs each" + of_types + " but the cluster has " +
+                                 std::to_string(job.gpus_per_node > capacity_of(mask).max_per_node
+                                                    ? 0
+                                                    : nodes_fitting(mask, job.gpus_per_node)) +
+                                 " such node(s)");
     } else if (quota != kNoQuota && job.gpus > quota) {
       reason = "larger than quota";
-      error = FailedPrecondition(where + "job '" + job.id + "' asks for " +
-                                 std::to_string(job.gpus) + " GPUs but team '" +
-                                 teams[job.team].name + "' has a quota of " +
-                                 std::to_string(quota));
+      error = FailedPrecondition(
+          where + "job '" + job.id + "' asks for " + std::to_string(job.gpus) + " GPUs but team '" +
+          teams[job.team].name + "' has a quota of " + std::to_string(quota));
     }
     if (!reason.empty()) {
       if (!options.skip_bad_jobs) return error;
@@ -211,8 +210,8 @@ Result<Cluster> ClusterFromOpenbNodes(const std::string& path) {
     node.gpus = static_cast<int>(gpus);
     node.cpus = static_cast<int>(cpu / 1000);
     node.memory_mb = mem;
-    GANTRY_RETURN_IF_ERROR(builder.AddNode(std::move(node)).WithContext(
-        path + ":" + std::to_string(lines.line_number())));
+    GANTRY_RETURN_IF_ERROR(builder.AddNode(std::move(node))
+                               .WithContext(path + ":" + std::to_string(lines.line_number())));
   }
   return std::move(builder).Build();
 }

@@ -125,8 +125,9 @@ Result<Workload> ImportSacct(std::string_view text, const std::string& source,
             EqualsIgnoreCase(tl, "Partition_Limit")) {
           limit = 0;  // no own limit: the estimate model supplies one
         } else if (!ParseSlurmDuration(tl, &limit)) {
-          row.Bad("Timelimit", Quote(tl) + " is not a time limit ([DD-]HH:MM:SS, MM:SS, MM, "
-                                           "UNLIMITED)");
+          row.Bad("Timelimit", Quote(tl) +
+                                   " is not a time limit ([DD-]HH:MM:SS, MM:SS, MM, "
+                                   "UNLIMITED)");
         } else if (limit == 0) {
           row.Bad("Timelimit", "0 is not a time limit");
         }

@@ -9,12 +9,24 @@ namespace {
 constexpr size_t kSwfFields = 18;
 
 // Field names as the SWF definition numbers them (1-based there, 0-based here).
-constexpr const char* kName[kSwfFields] = {
-    "job number",       "submit time",     "wait time",       "run time",
-    "allocated processors", "average CPU time", "used memory", "requested processors",
-    "requested time",   "requested memory", "status",        "user id",
-    "group id",         "executable",      "queue",           "partition",
-    "preceding job",    "think time"};
+constexpr const char* kName[kSwfFields] = {"job number",
+                                           "submit time",
+                                           "wait time",
+                                           "run time",
+                                           "allocated processors",
+                                           "average CPU time",
+                                           "used memory",
+                                           "requested processors",
+                                           "requested time",
+                                           "requested memory",
+                                           "status",
+                                           "user id",
+                                           "group id",
+                                           "executable",
+                                           "queue",
+                                           "partition",
+                                           "preceding job",
+                                           "think time"};
 
 // A number that may be -1 ("missing"); SWF writers sometimes print decimals, which are rounded.
 bool Field(Row& row, const std::vector<std::string_view>& f, size_t i, int64_t* out) {
@@ -65,8 +77,7 @@ Result<Workload> ImportSwf(std::string_view text, const std::string& source,
       row.BadRow("wrong column count", "expected 18 fields, found " + std::to_string(f.size()));
     } else if (Field(row, f, 0, &id) && Field(row, f, 1, &submit) && Field(row, f, 3, &run_time) &&
                Field(row, f, 4, &alloc) && Field(row, f, 7, &req) && Field(row, f, 8, &limit) &&
-               Field(row, f, 11, &user) && Field(row, f, 12, &group) &&
-               Field(row, f, 14, &queue)) {
+               Field(row, f, 11, &user) && Field(row, f, 12, &group) && Field(row, f, 14, &queue)) {
       const int64_t gpus = req > 0 ? req : alloc;
       if (submit < 0) {
         row.Bad("submit time", "missing value (-1)");
@@ -77,8 +88,8 @@ Result<Workload> ImportSwf(std::string_view text, const std::string& source,
                    "field 'requested processors': neither requested nor allocated processors "
                    "are given");
       } else if (gpus > kMaxGpus) {
-        row.Bad("requested processors", std::to_string(gpus) + " is larger than " +
-                                            std::to_string(kMaxGpus));
+        row.Bad("requested processors",
+                std::to_string(gpus) + " is larger than " + std::to_string(kMaxGpus));
       }
     }
     if (row.kind() != Row::Kind::kJob) {

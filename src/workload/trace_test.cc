@@ -80,8 +80,9 @@ TEST(PhillyTest, ParsesSortsAndShapes) {
 TEST(PhillyTest, BadRowsNameFileLineAndField) {
   const std::string header = "timestamp,duration,num_gpus,gpu_time,cluster\n";
   const std::string ok = "2017-10-09 07:01:55,66.0,1,66.0,a\n";
-  EXPECT_EQ(ImportError(header + ok + "2017-10-09 07:01:55,66.0,abc,66.0,a\n", TraceFormat::kPhilly),
-            "t.csv:3: field 'num_gpus': \"abc\" is not a whole number");
+  EXPECT_EQ(
+      ImportError(header + ok + "2017-10-09 07:01:55,66.0,abc,66.0,a\n", TraceFormat::kPhilly),
+      "t.csv:3: field 'num_gpus': \"abc\" is not a whole number");
   EXPECT_THAT(ImportError(header + "2017-10-09 07:01:55,66.0,0,0,a\n", TraceFormat::kPhilly),
               HasSubstr("t.csv:2: field 'num_gpus': 0 is less than 1"));
   EXPECT_THAT(ImportError(header + "2017-10-09 07:01:55,-5,1,0,a\n", TraceFormat::kPhilly),
@@ -137,12 +138,13 @@ constexpr char kOpenbHeader[] =
     "deletion_time,scheduled_time\n";
 
 TEST(OpenbTest, ParsesPods) {
-  const std::string text = std::string(kOpenbHeader) +
-                           "openb-pod-0001,12000,16384,1,1000,,LS,Running,100,1100,160\n"
-                           "openb-pod-0002,8000,8192,2,1000,V100M16|V100M32,BE,Succeeded,50,500,50\n"
-                           "openb-pod-0003,4000,4096,1,250,V100M16|V100M32,Guaranteed,Running,70,90,80\n"
-                           "openb-pod-0004,4000,4096,0,0,,LS,Running,70,90,80\n"
-                           "openb-pod-0005,4000,4096,1,1000,,LS,Pending,75,,\n";
+  const std::string text =
+      std::string(kOpenbHeader) +
+      "openb-pod-0001,12000,16384,1,1000,,LS,Running,100,1100,160\n"
+      "openb-pod-0002,8000,8192,2,1000,V100M16|V100M32,BE,Succeeded,50,500,50\n"
+      "openb-pod-0003,4000,4096,1,250,V100M16|V100M32,Guaranteed,Running,70,90,80\n"
+      "openb-pod-0004,4000,4096,0,0,,LS,Running,70,90,80\n"
+      "openb-pod-0005,4000,4096,1,1000,,LS,Pending,75,,\n";
   Workload w = MustImport(text, TraceFormat::kOpenb);
   ASSERT_EQ(w.jobs.size(), 3u);
   EXPECT_EQ(w.epoch_unix, 0);
@@ -206,7 +208,8 @@ constexpr char kHeliosHeader[] =
 TEST(HeliosTest, ParsesDateTimesAndSeconds) {
   const std::string text =
       std::string(kHeliosHeader) +
-      "j1,u1,vcA,16,64,2,COMPLETED,2020-04-01 00:00:10,2020-04-01 00:01:00,2020-04-01 01:01:00,,q1\n"
+      "j1,u1,vcA,16,64,2,COMPLETED,2020-04-01 00:00:10,2020-04-01 00:01:00,2020-04-01 "
+      "01:01:00,,q1\n"
       "j2,u2,vcB,3,8,2,COMPLETED,2020-04-01 00:00:00,2020-04-01 00:00:05,,100,\n"
       "j3,u2,vcB,0,8,1,COMPLETED,2020-04-01 00:00:00,2020-04-01 00:00:05,,100,\n"
       "j4,u2,vcB,1,8,1,CANCELLED,2020-04-01 00:00:00,,,0,\n";
@@ -456,15 +459,13 @@ TEST(TimeLimitModelTest, SkippingRowsDoesNotChangeOtherJobsLimits) {
   ImportOptions skip;
   skip.skip_bad_rows = true;
   Workload clean = MustImport(header + rows, TraceFormat::kPhilly, skip);
-  Workload with_bad =
-      MustImport(header + "bad row\n" + rows, TraceFormat::kPhilly, skip);
+  Workload with_bad = MustImport(header + "bad row\n" + rows, TraceFormat::kPhilly, skip);
   ASSERT_EQ(clean.jobs.size(), 2u);
   ASSERT_EQ(with_bad.jobs.size(), 2u);
   // Lines moved by one, so compare against a model keyed by line explicitly.
   EXPECT_EQ(with_bad.jobs[0].time_limit,
             trace_internal::EstimateTimeLimit(skip.time_limits, 3000, 3));
-  EXPECT_EQ(clean.jobs[0].time_limit,
-            trace_internal::EstimateTimeLimit(skip.time_limits, 3000, 2));
+  EXPECT_EQ(clean.jobs[0].time_limit, trace_internal::EstimateTimeLimit(skip.time_limits, 3000, 2));
   // The same import twice is identical.
   Workload again = MustImport(header + rows, TraceFormat::kPhilly, skip);
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(again.jobs[i].time_limit, clean.jobs[i].time_limit);
@@ -537,7 +538,8 @@ TEST(ResolveTest, ErrorsNameLineAndNumbers) {
     Workload w = SacctWorkload(SacctRow("1", "x", "gres/gpu:a100=8", 1));
     auto r = ResolveWorkload(w, c, {});
     ASSERT_FALSE(r.ok());
-    EXPECT_THAT(r.status().message(), HasSubstr("asks for 8 GPUs but the cluster has 4 of type a100"));
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("asks for 8 GPUs but the cluster has 4 of type a100"));
   }
   {
     // 3 nodes of 6: only two nodes have 6 GPUs.
@@ -558,12 +560,10 @@ TEST(ResolveTest, ErrorsNameLineAndNumbers) {
 }
 
 TEST(ResolveTest, SkipsAndReindexes) {
-  Workload w = SacctWorkload(SacctRow("1", "x", "gres/gpu:h100=1", 1) +
-                             SacctRow("2", "x", "gres/gpu=1", 1) +
-                             SacctRow("3", "x", "gres/gpu=64", 1) +
-                             SacctRow("4", "vision", "gres/gpu=16", 2) +
-                             SacctRow("5", "x", "gres/gpu=10", 1) +
-                             SacctRow("6", "x", "gres/gpu=2", 1));
+  Workload w = SacctWorkload(
+      SacctRow("1", "x", "gres/gpu:h100=1", 1) + SacctRow("2", "x", "gres/gpu=1", 1) +
+      SacctRow("3", "x", "gres/gpu=64", 1) + SacctRow("4", "vision", "gres/gpu=16", 2) +
+      SacctRow("5", "x", "gres/gpu=10", 1) + SacctRow("6", "x", "gres/gpu=2", 1));
   ResolveOptions options;
   options.skip_bad_jobs = true;
   auto r = ResolveWorkload(w, SmallCluster(), options);
@@ -667,12 +667,11 @@ namespace gantry {
 namespace {
 
 TEST(RealTraceTest, PhillySampleFitsPhillyCluster) {
-  Result<Cluster> cluster = LoadClusterSpecFile(std::string(GANTRY_SOURCE_DIR) +
-                                                "/data/clusters/philly.yaml");
+  Result<Cluster> cluster =
+      LoadClusterSpecFile(std::string(GANTRY_SOURCE_DIR) + "/data/clusters/philly.yaml");
   if (!cluster.ok()) GTEST_SKIP() << "philly.yaml: " << cluster.status().ToString();
-  Result<Workload> w =
-      ImportTrace(std::string(GANTRY_SOURCE_DIR) + "/data/philly-sample.csv", TraceFormat::kPhilly,
-                  {});
+  Result<Workload> w = ImportTrace(std::string(GANTRY_SOURCE_DIR) + "/data/philly-sample.csv",
+                                   TraceFormat::kPhilly, {});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   Result<std::vector<Team>> teams = ResolveWorkload(*w, *cluster, {});
   ASSERT_TRUE(teams.ok()) << teams.status().ToString();

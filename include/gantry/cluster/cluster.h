@@ -52,7 +52,7 @@ struct Domain {
   DomainIndex parent = -1;
   NodeIndex first_node = 0;  // [first_node, end_node) are the nodes below this domain
   NodeIndex end_node = 0;
-  int gpus = 0;              // total GPUs below this domain
+  int gpus = 0;  // total GPUs below this domain
 };
 
 // A team (Slurm account, Kueue ClusterQueue, Philly virtual cluster) and its GPU quota.

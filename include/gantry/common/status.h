@@ -19,12 +19,12 @@ namespace gantry {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the caller's input is malformed (bad trace row, bad spec field)
-  kNotFound,          // a named thing does not exist (file, team, GPU type)
+  kInvalidArgument,     // the caller's input is malformed (bad trace row, bad spec field)
+  kNotFound,            // a named thing does not exist (file, team, GPU type)
   kFailedPrecondition,  // the input is well-formed but cannot be honoured (job larger than cluster)
   kOutOfRange,
-  kUnavailable,       // a transient failure; retrying may help
-  kInternal,          // a broken invariant in Gantry itself
+  kUnavailable,  // a transient failure; retrying may help
+  kInternal,     // a broken invariant in Gantry itself
   kIoError,
 };
 
@@ -51,7 +51,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
@@ -64,7 +66,7 @@ inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) status_ = Internal("Result constructed from an OK status without a value");
   }

@@ -8,10 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/status.h"
@@ -20,7 +19,7 @@
 namespace gantry {
 
 struct JobOutcome {
-  Time start = -1;          // -1: never started (the run ended first)
+  Time start = -1;  // -1: never started (the run ended first)
   Time end = -1;
   int32_t nodes_spanned = 0;     // distinct nodes of the placement
   int32_t span_level = -1;       // innermost topology level holding the whole placement
@@ -47,25 +46,25 @@ struct TeamSummary {
   double share_of_usage = 0;     // gpu_hours / all teams' gpu_hours
   double quota_utilization = 0;  // gpu_hours / (quota * makespan); 0 without quota
   double mean_wait_s = 0;
-  double mean_slowdown = 0;      // mean bounded slowdown of the team's jobs
+  double mean_slowdown = 0;  // mean bounded slowdown of the team's jobs
 };
 
 struct SimSummary {
   std::string profile;
-  int64_t jobs = 0;               // jobs simulated
-  int64_t jobs_completed = 0;     // started and ended within the run
-  int64_t jobs_unfinished = 0;    // jobs - jobs_completed: no end (never started, or still running)
-  int64_t jobs_never_started = 0; // of jobs_unfinished, those that never started
-  int64_t jobs_skipped = 0;       // removed as bad input (only with --skip-bad)
+  int64_t jobs = 0;             // jobs simulated
+  int64_t jobs_completed = 0;   // started and ended within the run
+  int64_t jobs_unfinished = 0;  // jobs - jobs_completed: no end (never started, or still running)
+  int64_t jobs_never_started = 0;  // of jobs_unfinished, those that never started
+  int64_t jobs_skipped = 0;        // removed as bad input (only with --skip-bad)
   std::vector<std::pair<std::string, int64_t>> skipped_by_reason;
   int64_t jobs_killed_at_limit = 0;
   int64_t jobs_backfilled = 0;
-  Time makespan = 0;              // last end minus first submit
+  Time makespan = 0;  // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
   double bounded_slowdown_mean = 0, bounded_slowdown_p95 = 0;  // threshold 10 s
-  double gpu_utilization = 0;     // busy GPU-seconds / (GPUs * makespan)
-  double jain_fairness = 0;       // Jain's index over per-team mean bounded slowdown
+  double gpu_utilization = 0;  // busy GPU-seconds / (GPUs * makespan)
+  double jain_fairness = 0;    // Jain's index over per-team mean bounded slowdown
   // Fragmentation: job-hours spent waiting while the cluster had at least as many free GPUs in
   // total as the job asked for, and that as a fraction of all job-hours waited.
   double frag_wait_job_hours = 0;
@@ -77,8 +76,8 @@ struct SimSummary {
 // Wall-clock measurements of the run; the only non-deterministic part of a result.
 struct SimPerf {
   double wall_seconds = 0;
-  int64_t events = 0;             // submits + finishes processed
-  int64_t cycles = 0;             // scheduling cycles run
+  int64_t events = 0;  // submits + finishes processed
+  int64_t cycles = 0;  // scheduling cycles run
   double events_per_second = 0;
   int64_t peak_rss_kb = 0;
 };
@@ -87,14 +86,14 @@ struct SimResult {
   std::string profile;
   const Workload* workload = nullptr;
   const Cluster* cluster = nullptr;
-  std::vector<Team> teams;               // indexed like Job::team
-  std::vector<JobOutcome> outcomes;      // indexed like Workload::jobs
+  std::vector<Team> teams;           // indexed like Job::team
+  std::vector<JobOutcome> outcomes;  // indexed like Workload::jobs
   std::vector<TimeSample> samples;
   // Job-seconds waited while enough GPUs were free in total, and all job-seconds waited.
   double frag_wait_job_seconds = 0;
   double total_wait_job_seconds = 0;
   double busy_gpu_seconds = 0;
-  SimSummary summary;                    // filled by Summarize()
+  SimSummary summary;  // filled by Summarize()
   SimPerf perf;
 };
 

@@ -33,14 +33,14 @@ namespace gantry {
 
 // Why a job is where it is; Slurm's reason codes are the model.
 enum class Reason : uint8_t {
-  kNone,            // not yet considered
-  kPriority,        // higher-priority jobs go first; not examined this cycle
-  kResources,       // highest-priority blocked job: waits for GPUs, holds a reservation
-  kQuota,           // its team's quota is used up (Slurm: AssocGrpGRES)
-  kReservation,     // would delay a higher-priority job's reservation, cannot backfill
-  kTopology,        // enough GPUs are free but not inside one allowed topology domain
-  kStartedHead,     // started in priority order
-  kStartedBackfill, // started early by backfill without delaying any reservation
+  kNone,             // not yet considered
+  kPriority,         // higher-priority jobs go first; not examined this cycle
+  kResources,        // highest-priority blocked job: waits for GPUs, holds a reservation
+  kQuota,            // its team's quota is used up (Slurm: AssocGrpGRES)
+  kReservation,      // would delay a higher-priority job's reservation, cannot backfill
+  kTopology,         // enough GPUs are free but not inside one allowed topology domain
+  kStartedHead,      // started in priority order
+  kStartedBackfill,  // started early by backfill without delaying any reservation
 };
 const char* ReasonName(Reason r);
 
@@ -56,9 +56,9 @@ struct JobStatus {
   Phase phase = Phase::kUnknown;
   Reason reason = Reason::kNone;
   Time reserved_start = kInfiniteTime;  // planned start (kResources / conservative reservations)
-  JobIndex blocked_by = -1;             // for kReservation: the job whose reservation it would delay
+  JobIndex blocked_by = -1;  // for kReservation: the job whose reservation it would delay
   Time start = -1;
-  Time expected_end = -1;               // start + time limit
+  Time expected_end = -1;  // start + time limit
 };
 
 struct EngineStats {

@@ -100,16 +100,16 @@ struct StoreOptions {
   std::string access_key;
   std::string secret_key;
   std::string session_token;
-  std::string profile;   // AWS profile name
-  bool path_style = true;   // path-style (endpoint/bucket/key) or virtual-host (bucket.endpoint/key)
-  int max_attempts = 5;     // per request, with exponential backoff and full jitter
+  std::string profile;     // AWS profile name
+  bool path_style = true;  // path-style (endpoint/bucket/key) or virtual-host (bucket.endpoint/key)
+  int max_attempts = 5;    // per request, with exponential backoff and full jitter
   int base_backoff_ms = 50;
   int max_backoff_ms = 5000;
   int request_timeout_ms = 60000;
   int connect_timeout_ms = 5000;
   uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart
   uint64_t part_size = 16ull << 20;
-  int parallelism = 16;     // parts or ranges in flight per large object
+  int parallelism = 16;  // parts or ranges in flight per large object
   // Called by PutFile/GetToFile as bytes complete (from any thread; may be empty), so long
   // transfers can show progress.
   std::function<void(uint64_t bytes_done, uint64_t bytes_total)> progress;

@@ -30,7 +30,7 @@ Result<TraceFormat> DetectTraceFormat(const std::string& path);
 // up to a multiple of `round_to` seconds and capped at max(run_time, max_limit).
 struct TimeLimitModel {
   double exact_fraction = 0.1;
-  double log_mean = 1.0;    // median overestimate about e^1 = 2.7x
+  double log_mean = 1.0;  // median overestimate about e^1 = 2.7x
   double log_sigma = 0.8;
   Duration round_to = 900;  // users ask for quarter hours
   Duration max_limit = 14 * 86400;
@@ -38,8 +38,8 @@ struct TimeLimitModel {
 };
 
 struct ImportOptions {
-  bool skip_bad_rows = false;   // skip and count malformed rows instead of failing
-  TimeLimitModel time_limits;   // applied to jobs whose trace gives no limit
+  bool skip_bad_rows = false;  // skip and count malformed rows instead of failing
+  TimeLimitModel time_limits;  // applied to jobs whose trace gives no limit
   // openb only: requests of a fraction of a GPU (gpu_milli < 1000) are rounded up to one whole
   // GPU and counted in stats.fractional_gpu_rounded; when false they are bad rows.
   bool round_fractional_gpus = true;
