@@ -86,23 +86,23 @@ Result<std::unique_ptr<ObjectStore>> Open(StoreArgs& a) {
 int Put(StoreArgs& a) {
   auto store = Open(a);
   if (!store.ok()) return Fail("put", store.status());
-  if (a.file.empty() || a.file == "-") {
-    std::string data((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    PutOptions po;
-    po.create_if_absent = a.create_if_absent;
-    Status s = (*store)->Put(a.key, data, po);
+  const bool from_stdin = a.file.empty() || a.file == "-";
+  if (!from_stdin && !a.create_if_absent) {
+    // The backend's file path: multipart and parallel for S3, copy_file_range for posix.
+    Status s = (*store)->PutFile(a.key, a.file);
     return s.ok() ? kExitOk : Fail("put", s);
   }
-  if (a.create_if_absent) {
+  std::string data;
+  if (from_stdin) {
+    data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
     std::ifstream in(a.file, std::ios::binary);
     if (!in) return Fail("put", NotFound("cannot read '" + a.file + "'"));
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    PutOptions po;
-    po.create_if_absent = true;
-    Status s = (*store)->Put(a.key, data, po);
-    return s.ok() ? kExitOk : Fail("put", s);
+    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  Status s = (*store)->PutFile(a.key, a.file);
+  PutOptions po;
+  po.create_if_absent = a.create_if_absent;
+  Status s = (*store)->Put(a.key, data, po);
   return s.ok() ? kExitOk : Fail("put", s);
 }
 

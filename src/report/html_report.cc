@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gantry/common/text.h"
 #include "gantry/report/result.h"
 #include "report/report_internal.h"
 
@@ -73,33 +74,6 @@ std::string EscapeForScript(std::string_view text) {
       }
     }
     out += text[i];
-  }
-  return out;
-}
-
-std::string EscapeHtml(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
   }
   return out;
 }
@@ -395,8 +369,8 @@ void AppendSummaryTable(std::string& html, const std::vector<const SimResult*>& 
                                             Fixed(100 * s.frag_wait_fraction, 1) + "%",
                                             std::to_string(s.jobs_backfilled),
                                             std::to_string(s.jobs_killed_at_limit)};
-    html += "<tr><th>" + EscapeHtml(ProfileName(*r)) + "</th>";
-    for (const std::string& c : cells) html += "<td>" + EscapeHtml(c) + "</td>";
+    html += "<tr><th>" + EscapeMarkup(ProfileName(*r)) + "</th>";
+    for (const std::string& c : cells) html += "<td>" + EscapeMarkup(c) + "</td>";
     html += "</tr>\n";
   }
   html += "</tbody></table>\n";
@@ -410,12 +384,12 @@ void AppendRunsTable(std::string& html, const std::vector<const SimResult*>& res
   for (const SimResult* r : results) {
     const Cluster* c = r->cluster;
     const Workload* w = r->workload;
-    html += "<tr><th>" + EscapeHtml(ProfileName(*r)) + "</th><td>" +
-            EscapeHtml(c != nullptr ? c->name() : "-") + "</td><td>" +
+    html += "<tr><th>" + EscapeMarkup(ProfileName(*r)) + "</th><td>" +
+            EscapeMarkup(c != nullptr ? c->name() : "-") + "</td><td>" +
             (c != nullptr ? std::to_string(c->total_gpus()) : "-") + "</td><td>" +
             (c != nullptr ? std::to_string(c->nodes().size()) : "-") + "</td><td>" +
-            EscapeHtml(w != nullptr ? w->source : "-") + "</td><td>" +
-            EscapeHtml(w != nullptr ? w->format : "-") + "</td><td>" +
+            EscapeMarkup(w != nullptr ? w->source : "-") + "</td><td>" +
+            EscapeMarkup(w != nullptr ? w->format : "-") + "</td><td>" +
             (w != nullptr ? std::to_string(w->jobs.size()) : "-") + "</td><td>" +
             std::to_string(r->summary.jobs_skipped) + "</td></tr>\n";
   }
@@ -531,7 +505,7 @@ Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const s
   for (const WebAsset& a : assets) lib_bytes += a.content.size();
   html.reserve(lib_bytes + 256 * 1024);
   html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>";
-  html += EscapeHtml(title);
+  html += EscapeMarkup(title);
   html += "</title>\n<style>";
   html += kStyle;
   html += "</style>\n";
@@ -542,7 +516,7 @@ Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const s
     html += EscapeForScript(a.content);
     html += "\n</script>\n";
   }
-  html += "</head>\n<body>\n<h1>" + EscapeHtml(title) + "</h1>\n";
+  html += "</head>\n<body>\n<h1>" + EscapeMarkup(title) + "</h1>\n";
   html += "<p class=\"note\">Simulation results of " + std::to_string(results.size()) +
           (results.size() == 1 ? " scheduling profile" : " scheduling profiles") +
           " on the same workload. Durations: s = seconds, min = minutes, h = hours, d = days. "

@@ -292,32 +292,6 @@ std::string XmlUnescape(std::string_view s) {
   return out;
 }
 
-std::string XmlEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string XmlText(std::string_view xml, std::string_view tag) {
   std::vector<std::string_view> e = XmlElements(xml, tag);
   return e.empty() ? "" : XmlUnescape(e.front());

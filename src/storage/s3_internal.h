@@ -77,7 +77,6 @@ int64_t BackoffMs(int attempt, int base_ms, int max_ms, uint64_t random);
 std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view tag);
 std::string XmlText(std::string_view xml, std::string_view tag);
 std::string XmlUnescape(std::string_view s);
-std::string XmlEscape(std::string_view s);
 
 struct ErrorBody {
   std::string code;

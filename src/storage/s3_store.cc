@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "gantry/common/text.h"
 #include "gantry/common/thread_pool.h"
 #include "gantry/storage/s3.h"
 #include "storage/s3_internal.h"
@@ -495,7 +496,7 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
     std::string xml = "<CompleteMultipartUpload>";
     for (uint64_t i = 0; i < parts; ++i) {
       xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
-             XmlEscape(etags[i]) + "</ETag></Part>";
+             EscapeMarkup(etags[i]) + "</ETag></Part>";
     }
     xml += "</CompleteMultipartUpload>";
     Request complete;

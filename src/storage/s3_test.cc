@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "gantry/common/text.h"
 #include "storage/s3_internal.h"
 
 namespace gantry::s3 {
@@ -192,7 +193,7 @@ TEST(S3Xml, ErrorBodyAndEntities) {
       "<BucketName>b</BucketName></Error>");
   EXPECT_EQ(e.code, "NoSuchKey");
   EXPECT_EQ(e.message, "The key <a&b> AB does not exist");
-  EXPECT_EQ(XmlEscape("<\"&'>"), "&lt;&quot;&amp;&apos;&gt;");
+  EXPECT_EQ(EscapeMarkup("<\"&'>"), "&lt;&quot;&amp;&#39;&gt;");
 }
 
 TEST(S3Xml, ListObjectsV2) {
