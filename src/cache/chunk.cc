@@ -153,52 +153,68 @@ Result<ChunkHeader> ParseChunkHeader(std::string_view stored) {
   return h;
 }
 
-Result<std::string> DecodeChunk(std::string_view stored, const ChunkId& id, bool verify_hash) {
+Result<uint64_t> DecodedLength(std::string_view stored, const ChunkId& id) {
   Result<ChunkHeader> parsed = ParseChunkHeader(stored);
   if (!parsed.ok()) return Corrupt(id, parsed.status().message());
   const ChunkHeader& h = *parsed;
   if (h.checksum != id) return Corrupt(id, "header names chunk " + h.checksum.ToHex());
-  std::string_view payload = stored.substr(kChunkHeaderSize);
+  const uint64_t payload = stored.size() - kChunkHeaderSize;
   // A rotted length field must not make us allocate terabytes: no codec expands more than
   // this (zstd's maximum ratio is far lower; lz4's is 255).
-  if (h.raw_length > (payload.size() + 1) * 4096 && h.codec != Codec::kNone) {
+  if (h.raw_length > (payload + 1) * 4096 && h.codec != Codec::kNone) {
     return Corrupt(id, "implausible raw length " + std::to_string(h.raw_length));
   }
-  std::string raw;
-  switch (h.codec) {
+  if (h.codec == Codec::kNone && payload != h.raw_length) {
+    return Corrupt(id, "length " + std::to_string(payload) + ", header says " +
+                           std::to_string(h.raw_length));
+  }
+  return h.raw_length;
+}
+
+Status DecodeChunkInto(std::string_view stored, const ChunkId& id, char* out, uint64_t out_size,
+                       bool verify_hash) {
+  GANTRY_ASSIGN_OR_RETURN(uint64_t raw_length, DecodedLength(stored, id));
+  if (raw_length != out_size) {
+    return Corrupt(id, "decodes to " + std::to_string(raw_length) + " bytes, expected " +
+                           std::to_string(out_size));
+  }
+  const Codec codec = static_cast<Codec>(static_cast<uint8_t>(stored[5]));
+  std::string_view payload = stored.substr(kChunkHeaderSize);
+  switch (codec) {
     case Codec::kNone:
-      if (payload.size() != h.raw_length) {
-        return Corrupt(id, "length " + std::to_string(payload.size()) + ", header says " +
-                               std::to_string(h.raw_length));
-      }
-      raw.assign(payload);
+      if (raw_length > 0) std::memcpy(out, payload.data(), raw_length);
       break;
     case Codec::kLz4: {
-      if (h.raw_length > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE)) {
+      if (raw_length > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE)) {
         return Corrupt(id, "lz4 raw length too large");
       }
-      raw.resize(h.raw_length);
-      int n = LZ4_decompress_safe(payload.data(), raw.data(), static_cast<int>(payload.size()),
-                                  static_cast<int>(raw.size()));
-      if (n < 0 || static_cast<uint64_t>(n) != h.raw_length) {
-        return Corrupt(id,
-                       "lz4 payload does not decode to " + std::to_string(h.raw_length) + " bytes");
+      int n = LZ4_decompress_safe(payload.data(), out, static_cast<int>(payload.size()),
+                                  static_cast<int>(raw_length));
+      if (n < 0 || static_cast<uint64_t>(n) != raw_length) {
+        return Corrupt(id, "lz4 payload does not decode to " + std::to_string(raw_length) +
+                               " bytes");
       }
       break;
     }
     case Codec::kZstd: {
-      raw.resize(h.raw_length);
-      size_t n = ZSTD_decompress(raw.data(), raw.size(), payload.data(), payload.size());
-      if (ZSTD_isError(n) || n != h.raw_length) {
-        return Corrupt(
-            id, "zstd payload does not decode to " + std::to_string(h.raw_length) + " bytes");
+      size_t n = ZSTD_decompress(out, raw_length, payload.data(), payload.size());
+      if (ZSTD_isError(n) || n != raw_length) {
+        return Corrupt(id, "zstd payload does not decode to " + std::to_string(raw_length) +
+                               " bytes");
       }
       break;
     }
   }
-  if (!verify_hash) return raw;
-  ChunkId actual = HashChunk(raw);
+  if (!verify_hash) return Status::Ok();
+  ChunkId actual = HashChunk(std::string_view(out, raw_length));
   if (actual != id) return Corrupt(id, "content hashes to " + actual.ToHex());
+  return Status::Ok();
+}
+
+Result<std::string> DecodeChunk(std::string_view stored, const ChunkId& id, bool verify_hash) {
+  GANTRY_ASSIGN_OR_RETURN(uint64_t raw_length, DecodedLength(stored, id));
+  std::string raw(raw_length, '\0');
+  GANTRY_RETURN_IF_ERROR(DecodeChunkInto(stored, id, raw.data(), raw.size(), verify_hash));
   return raw;
 }
 

@@ -79,6 +79,12 @@ Result<ChunkHeader> ParseChunkHeader(std::string_view stored);
 Result<std::string> DecodeChunk(std::string_view stored, const ChunkId& id,
                                 bool verify_hash = true);
 
+// The raw length a stored chunk decodes to, after checking its header against `id`.
+Result<uint64_t> DecodedLength(std::string_view stored, const ChunkId& id);
+// DecodeChunk into caller memory of exactly the raw length (no intermediate copy).
+Status DecodeChunkInto(std::string_view stored, const ChunkId& id, char* out, uint64_t out_size,
+                       bool verify_hash = true);
+
 // Fixed-size split: views into `data` of `chunk_size` bytes (the last one shorter). Empty data
 // gives no chunks.
 std::vector<std::string_view> SplitChunks(std::string_view data, uint64_t chunk_size);

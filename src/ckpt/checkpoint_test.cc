@@ -1,0 +1,628 @@
+#include "gantry/ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "gantry/storage/faulty_store.h"
+#include "gantry/storage/memory_store.h"
+
+namespace gantry::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/gantry-ckpt-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& s) const { return path_ + "/" + s; }
+
+ private:
+  std::string path_;
+};
+
+// A float tensor whose every element is a function of (seed, index).
+std::vector<float> Values(size_t n, float seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = seed * 1000.0f + static_cast<float>(i % 9973);
+  return v;
+}
+
+SaveTensor Tensor(const std::string& name, const std::vector<float>& v,
+                  std::vector<int64_t> shape) {
+  SaveTensor t;
+  t.name = name;
+  t.dtype = DType::kFloat32;
+  t.global_shape = std::move(shape);
+  t.data = v.data();
+  return t;
+}
+
+RestoreTarget Target(const std::string& name, std::vector<float>& v, std::vector<int64_t> shape,
+                     int64_t row_offset = 0, int64_t rows = -1) {
+  RestoreTarget t;
+  t.name = name;
+  t.dtype = DType::kFloat32;
+  t.global_shape = std::move(shape);
+  t.row_offset = row_offset;
+  t.rows = rows;
+  t.data = v.data();
+  return t;
+}
+
+SaveOptions At(int64_t step, std::vector<std::string> tags = {}, std::string metadata = "{}",
+                std::string structure = "null") {
+  SaveOptions o;
+  o.step = step;
+  o.tags = std::move(tags);
+  o.metadata_json = std::move(metadata);
+  o.structure_json = std::move(structure);
+  return o;
+}
+
+EngineOptions Options(const TempDir& dir) {
+  EngineOptions o;
+  o.durable_url = dir.sub("durable");
+  o.local_url = dir.sub("local");
+  o.chunk_size = 64 << 10;
+  o.host_buffer_bytes = 1 << 20;  // smaller than the states below: Save pipelines
+  o.job = "test";
+  return o;
+}
+
+std::unique_ptr<ObjectStore> OpenDir(const std::string& path) {
+  auto s = OpenObjectStore(path, {});
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+std::unique_ptr<CheckpointEngine> MustOpen(EngineOptions o) {
+  auto e = CheckpointEngine::Open(std::move(o));
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifest
+
+CheckpointManifest SmallManifest() {
+  CheckpointManifest m;
+  m.job = "j";
+  m.step = 7;
+  m.world_size = 1;
+  m.chunk_size = 8;
+  m.created_unix = 1700000000;
+  m.tags = {"best"};
+  m.metadata_json = R"({"lr":0.001})";
+  m.ranks.push_back({0, R"({"k":[1,2]})", 12, 12, 2, 2});
+  TensorRecord t;
+  t.name = "w";
+  t.dtype = DType::kInt32;
+  t.global_shape = {3};
+  t.slices.push_back({0, 0, 3, 12, {{HashChunk("12345678"), 8}, {HashChunk("abcd"), 4}}});
+  m.tensors.push_back(t);
+  return m;
+}
+
+TEST(ManifestTest, RoundTripsEveryField) {
+  CheckpointManifest m = SmallManifest();
+  auto back = CheckpointManifest::FromJson(m.ToJson(), "m");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->step, 7);
+  EXPECT_EQ(back->tags, std::vector<std::string>{"best"});
+  EXPECT_EQ(back->metadata_json, R"({"lr":0.001})");
+  EXPECT_EQ(back->ranks[0].structure_json, R"({"k":[1,2]})");
+  ASSERT_EQ(back->tensors.size(), 1u);
+  EXPECT_EQ(back->tensors[0].dtype, DType::kInt32);
+  EXPECT_EQ(back->tensors[0].slices[0].chunks[1].id, HashChunk("abcd"));
+  EXPECT_EQ(back->ToJson(), m.ToJson());
+}
+
+TEST(ManifestTest, TamperedTruncatedAndUnknownAreRejected) {
+  std::string json = SmallManifest().ToJson();
+  std::string tampered = json;
+  tampered.replace(tampered.find("\"step\": 7"), 9, "\"step\": 8");
+  auto t = CheckpointManifest::FromJson(tampered, "m");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("checksum: does not match"), std::string::npos)
+      << t.status().message();
+
+  auto cut = CheckpointManifest::FromJson(json.substr(0, json.size() / 2), "m");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("not valid JSON"), std::string::npos);
+
+  // An unknown dtype with a valid checksum (a newer writer) is named, not misread.
+  CheckpointManifest m = SmallManifest();
+  std::string doc = m.ToJson();
+  doc.replace(doc.find("\"int32\""), 7, "\"int4x\"");
+  auto j = nlohmann::json::parse(doc);
+  j.erase("checksum");
+  j["checksum"] = HashChunk(j.dump()).ToHex();
+  auto u = CheckpointManifest::FromJson(j.dump(), "m");
+  ASSERT_FALSE(u.ok());
+  EXPECT_NE(u.status().message().find("unknown dtype 'int4x'"), std::string::npos)
+      << u.status().message();
+}
+
+TEST(ManifestTest, MergeRejectsGapsAndOverlaps) {
+  auto part = [](int rank, int64_t off, int64_t rows) {
+    CheckpointManifest p;
+    p.kind = CheckpointManifest::Kind::kPart;
+    p.job = "j";
+    p.world_size = 2;
+    p.ranks.push_back({rank, "null", 0, 0, 0, 0});
+    TensorRecord t;
+    t.name = "w";
+    t.global_shape = {4};
+    t.slices.push_back({rank, off, rows, static_cast<uint64_t>(rows) * 4, {}});
+    p.tensors.push_back(t);
+    return p;
+  };
+  EXPECT_TRUE(MergeParts({part(0, 0, 2), part(1, 2, 2)}).ok());
+  auto gap = MergeParts({part(0, 0, 1), part(1, 2, 2)});
+  ASSERT_FALSE(gap.ok());
+  EXPECT_NE(gap.status().message().find("cover rows [0, 1) of 4"), std::string::npos);
+  auto overlap = MergeParts({part(0, 0, 3), part(1, 2, 2)});
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_NE(overlap.status().message().find("overlapping rows"), std::string::npos);
+  // The same rows on every rank (a replicated tensor) keep one copy.
+  auto replicated = MergeParts({part(0, 0, 4), part(1, 0, 4)});
+  ASSERT_TRUE(replicated.ok());
+  EXPECT_EQ(replicated->tensors[0].slices.size(), 1u);
+}
+
+TEST(ManifestTest, DTypeNamesAndErrors) {
+  EXPECT_EQ(*ParseDType("bfloat16"), DType::kBFloat16);
+  EXPECT_EQ(DTypeSize(DType::kComplex128), 16u);
+  auto bad = ParseDType("qint8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown dtype 'qint8' (known: float32"),
+            std::string::npos);
+  EXPECT_FALSE(ValidateJobName("a/b").ok());
+  EXPECT_TRUE(ValidateJobName("run-7.b_2").ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Save and restore
+
+TEST(CheckpointTest, SaveIsAsynchronousAndRestoresExactly) {
+  TempDir dir;
+  auto e = MustOpen(Options(dir));
+  std::vector<float> a = Values(100000, 1);  // 400 KB: several chunks, more than... the pool
+  std::vector<float> b = Values(7, 2);
+  std::vector<int64_t> ints = {-1, 0, 1LL << 40};
+  std::vector<float> scalar = {3.5f};
+  SaveTensor ti;
+  ti.name = "ints";
+  ti.dtype = DType::kInt64;
+  ti.global_shape = {3};
+  ti.data = ints.data();
+  SaveTensor empty;
+  empty.name = "empty";
+  empty.global_shape = {0, 4};
+  std::vector<SaveTensor> ts = {Tensor("a", a, {1000, 100}), Tensor("b", b, {7}), ti, empty,
+                                Tensor("scalar", scalar, {})};
+  auto h = e->Save(ts, At(10, {}, R"({"epoch":3})"));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  // The caller may change its tensors once Save returns: the snapshot holds the old values.
+  std::fill(a.begin(), a.end(), -1.0f);
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_TRUE((*h)->done());
+  SaveStats st = (*h)->stats();
+  EXPECT_EQ(st.bytes_total, 400000u + 28 + 24 + 4);
+  EXPECT_EQ(st.bytes_written, st.bytes_total);
+  EXPECT_GT(st.committed_seconds, 0);
+
+  auto latest = e->LatestStep();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, 10);
+  auto m = e->ReadManifest(10);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->metadata_json, R"({"epoch":3})");
+  std::vector<float> a2(100000), b2(7), s2(1);
+  std::vector<int64_t> i2(3);
+  RestoreTarget ri;
+  ri.name = "ints";
+  ri.dtype = DType::kInt64;
+  ri.global_shape = {3};
+  ri.data = i2.data();
+  std::vector<RestoreTarget> rs = {Target("a", a2, {1000, 100}), Target("b", b2, {7}), ri,
+                                   Target("scalar", s2, {})};
+  RestoreStats stats;
+  Status s = e->Restore(*m, rs, &stats);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(a2, Values(100000, 1));
+  EXPECT_EQ(b2, Values(7, 2));
+  EXPECT_EQ(i2, ints);
+  EXPECT_EQ(s2[0], 3.5f);
+  EXPECT_EQ(stats.from_local, stats.chunks);  // everything came from the local tier
+  EXPECT_EQ(stats.from_durable, 0u);
+}
+
+TEST(CheckpointTest, SecondSaveWritesOnlyChangedChunks) {
+  TempDir dir;
+  auto e = MustOpen(Options(dir));
+  std::vector<std::vector<float>> ws;
+  for (int i = 0; i < 10; ++i) ws.push_back(Values(65536, static_cast<float>(i)));  // 4 chunks each
+  auto save = [&](int64_t step) {
+    std::vector<SaveTensor> ts;
+    for (int i = 0; i < 10; ++i) ts.push_back(Tensor("w" + std::to_string(i), ws[i], {65536}));
+    auto h = e->Save(ts, At(step));
+    EXPECT_TRUE(h.ok());
+    EXPECT_TRUE((*h)->Wait().ok());
+    return (*h)->stats();
+  };
+  EXPECT_DOUBLE_EQ(save(1).written_fraction(), 1.0);
+  ws[3][5] += 1;  // one tensor of ten changes, in one of its chunks
+  SaveStats second = save(2);
+  EXPECT_EQ(second.chunks_written, 1u);
+  EXPECT_NEAR(second.written_fraction(), 0.025, 1e-9);
+  // A restarted process is incremental against the newest checkpoint too.
+  e.reset();
+  e = MustOpen(Options(dir));
+  ws[7][0] += 1;
+  EXPECT_EQ(save(3).chunks_written, 1u);
+  auto m = e->ReadManifest(3);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->ranks[0].chunks_written, 1u);
+  EXPECT_EQ(m->ranks[0].chunks_total, 40u);
+}
+
+TEST(CheckpointTest, StepsMustIncreaseAndBadInputIsNamed) {
+  TempDir dir;
+  auto e = MustOpen(Options(dir));
+  std::vector<float> a = Values(10, 1);
+  std::vector<SaveTensor> ts = {Tensor("a", a, {10})};
+  ASSERT_TRUE((*e->Save(ts, At(5)))->Wait().ok());
+  auto again = e->Save(ts, At(5));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("not above the previous checkpoint's step 5"),
+            std::string::npos);
+  std::vector<SaveTensor> dup = {Tensor("a", a, {10}), Tensor("a", a, {10})};
+  EXPECT_FALSE(e->Save(dup, At(6)).ok());
+  std::vector<SaveTensor> outside = {Tensor("a", a, {10})};
+  outside[0].row_offset = 5;
+  outside[0].rows = 6;
+  auto o = e->Save(outside, At(6));
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("outside the global shape [10]"), std::string::npos);
+
+  auto m = e->ReadManifest(5);
+  ASSERT_TRUE(m.ok());
+  std::vector<float> wrong(11);
+  auto shape = e->Restore(*m, std::vector<RestoreTarget>{Target("a", wrong, {11})});
+  EXPECT_NE(shape.message().find("tensor 'a': the checkpoint's shape is [10], the target's [11]"),
+            std::string::npos)
+      << shape.message();
+  std::vector<float> ok(10);
+  auto dtype_target = Target("a", ok, {10});
+  dtype_target.dtype = DType::kInt32;
+  auto dt = e->Restore(*m, std::vector<RestoreTarget>{dtype_target});
+  EXPECT_NE(dt.message().find("holds float32, the target is int32"), std::string::npos);
+  auto missing = e->Restore(*m, std::vector<RestoreTarget>{Target("nope", ok, {10})});
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_EQ(e->ReadManifest(99).status().code(), StatusCode::kNotFound);
+}
+
+TEST(CheckpointTest, RestoreFallsBackPastMissingAndCorruptCopies) {
+  TempDir dir;
+  auto e = MustOpen(Options(dir));
+  std::vector<float> a = Values(50000, 4);
+  ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {50000})}, At(1)))->Wait().ok());
+  auto m = e->ReadManifest(1);
+  ASSERT_TRUE(m.ok());
+  const auto& chunks = m->tensors[0].slices[0].chunks;
+  ASSERT_GE(chunks.size(), 3u);
+  // Chunk 0: gone from the local tier. Chunk 1: a flipped byte in the local copy.
+  fs::remove(dir.sub("local/" + ChunkKey(chunks[0].id)));
+  {
+    std::fstream f(dir.sub("local/" + ChunkKey(chunks[1].id)),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  std::vector<float> back(50000);
+  RestoreStats st;
+  Status s = e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {50000})}, &st);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(st.from_durable, 2u);
+  EXPECT_EQ(st.corrupt, 1u);
+  // Missing everywhere: an error naming the tensor and every source tried.
+  fs::remove(dir.sub("durable/" + ChunkKey(chunks[0].id)));
+  s = e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {50000})});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tensor 'a'"), std::string::npos);
+  EXPECT_NE(s.message().find("missing or corrupt in every source"), std::string::npos);
+  auto v = e->Verify(1);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->missing, 1u);
+  EXPECT_EQ(v->corrupt, 0u);
+}
+
+// Four ranks save row slices of the same tensors; they load onto 2 and 8 ranks.
+TEST(CheckpointTest, FourRanksCommitTogetherAndReshard) {
+  TempDir dir;
+  const int64_t rows = 96, cols = 1000;
+  std::vector<float> full = Values(rows * cols, 9);
+  std::vector<float> bias = Values(cols, 3);  // replicated on every rank
+  std::vector<std::thread> ranks;
+  std::vector<Status> results(4);
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] {
+      EngineOptions o = Options(dir);
+      o.local_url = dir.sub("local" + std::to_string(r));
+      o.rank = r;
+      o.world_size = 4;
+      auto e = CheckpointEngine::Open(o);
+      if (!e.ok()) {
+        results[r] = e.status();
+        return;
+      }
+      SaveTensor t = Tensor("w", full, {rows, cols});
+      t.row_offset = r * rows / 4;
+      t.rows = rows / 4;
+      t.data = full.data() + t.row_offset * cols;
+      std::vector<SaveTensor> ts = {t, Tensor("bias", bias, {cols})};
+      auto h = (*e)->Save(ts, At(100, {}, "{}", std::to_string(r)));
+      results[r] = h.ok() ? (*h)->Wait() : h.status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.message();
+
+  auto e = MustOpen(Options(dir));
+  auto m = e->ReadManifest(100);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->world_size, 4);
+  EXPECT_EQ(m->ranks[3].structure_json, "3");
+  ASSERT_EQ(m->FindTensor("w")->slices.size(), 4u);
+  EXPECT_EQ(m->FindTensor("bias")->slices.size(), 1u);
+  for (int new_world : {2, 8}) {
+    std::vector<float> assembled(rows * cols);
+    for (int r = 0; r < new_world; ++r) {
+      const int64_t off = r * rows / new_world, n = rows / new_world;
+      std::vector<float> mine(n * cols);
+      Status s = e->Restore(*m, std::vector<RestoreTarget>{Target("w", mine, {rows, cols}, off, n)});
+      ASSERT_TRUE(s.ok()) << s.message();
+      std::copy(mine.begin(), mine.end(), assembled.begin() + off * cols);
+    }
+    EXPECT_EQ(assembled, full) << "world " << new_world;
+  }
+}
+
+TEST(CheckpointTest, MissingRankNeverCommits) {
+  TempDir dir;
+  EngineOptions o = Options(dir);
+  o.world_size = 2;
+  o.commit_timeout_ms = 300;
+  auto e = MustOpen(o);
+  std::vector<float> a = Values(10, 1);
+  auto h = e->Save(std::vector<SaveTensor>{Tensor("a", a, {10})}, At(1));
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE((*h)->WaitFor(Durability::kDurable).ok());  // its own part is durable
+  Status s = (*h)->Wait();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("only 1 of 2 ranks wrote their part"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(e->LatestStep().status().code(), StatusCode::kNotFound);
+}
+
+TEST(CheckpointTest, WorksWithoutLocalTierAndOnMemoryStore) {
+  EngineOptions o;
+  o.durable_url = "mem://ckpt-test-no-local";
+  o.chunk_size = 4096;
+  o.host_buffer_bytes = 8192;
+  o.durable_codec = Codec::kZstd;
+  auto e = MustOpen(o);
+  std::vector<float> a = Values(10000, 5);
+  ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {10000})}, At(1)))->Wait().ok());
+  auto m = e->ReadManifest(1);
+  ASSERT_TRUE(m.ok());
+  std::vector<float> back(10000);
+  ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {10000})}).ok());
+  EXPECT_EQ(back, a);
+}
+
+TEST(CheckpointTest, FailingDurableTierFailsTheSaveAndKeepsThePrevious) {
+  TempDir dir;
+  auto faulty = std::make_shared<FaultyStore>(OpenDir(dir.sub("durable")),
+                                              FaultPlan{});
+  EngineOptions o = Options(dir);
+  o.durable_store = faulty;
+  auto e = MustOpen(o);
+  std::vector<float> a = Values(40000, 1);
+  std::vector<SaveTensor> ts = {Tensor("a", a, {40000})};
+  ASSERT_TRUE((*e->Save(ts, At(1)))->Wait().ok());
+  FaultPlan full;
+  full.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
+  full.rules.back().key_prefix = "chunks/";
+  faulty->SetPlan(full);
+  a[0] = 42;
+  auto h = e->Save(ts, At(2));
+  ASSERT_TRUE(h.ok());
+  Status s = (*h)->Wait();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("checkpoint step 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("injected"), std::string::npos) << s.message();
+  faulty->SetPlan(FaultPlan{});
+  EXPECT_EQ(*e->LatestStep(), 1);
+  auto m = e->ReadManifest(1);
+  ASSERT_TRUE(m.ok());
+  std::vector<float> back(40000);
+  ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {40000})}).ok());
+  EXPECT_EQ(back, Values(40000, 1));
+  // The next save works again, and writes what the failed one did not.
+  auto h3 = e->Save(ts, At(3));
+  ASSERT_TRUE(h3.ok());
+  EXPECT_TRUE((*h3)->Wait().ok());
+}
+
+TEST(CheckpointTest, FullLocalDiskFallsBackToTheDurableTier) {
+  TempDir dir;
+  auto faulty = std::make_shared<FaultyStore>(OpenDir(dir.sub("local")), FaultPlan{});
+  FaultPlan full;
+  full.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
+  faulty->SetPlan(full);
+  EngineOptions o = Options(dir);
+  o.local_store = faulty;
+  auto e = MustOpen(o);
+  std::vector<float> a = Values(40000, 1);
+  auto h = e->Save(std::vector<SaveTensor>{Tensor("a", a, {40000})}, At(1));
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE((*h)->Wait().ok());
+  std::vector<float> back(40000);
+  auto m = e->ReadManifest(1);
+  RestoreStats st;
+  ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {40000})}, &st).ok());
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(st.from_durable, st.chunks);
+}
+
+TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {
+  TempDir dir;
+  EngineOptions o = Options(dir);
+  o.retention.keep_last = 2;
+  o.retention.keep_every = 10;
+  o.gc_grace_seconds = 0;
+  auto e = MustOpen(o);
+  std::vector<float> a(20000);
+  for (int64_t step : {5, 10, 15, 20, 25, 30}) {
+    a = Values(20000, static_cast<float>(step));
+    std::vector<std::string> tags;
+    if (step == 5) tags = {"best"};
+    ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})},
+                          At(step, tags)))
+                    ->Wait()
+                    .ok());
+  }
+  auto list = e->List();
+  ASSERT_TRUE(list.ok());
+  std::vector<int64_t> steps;
+  for (const auto& c : *list) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 20, 25, 30}));  // 15 went: not last 2, not %10
+  auto gc = e->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  EXPECT_GT(gc->deleted_chunks, 0u);  // step 15's chunks
+  for (int64_t step : steps) {
+    auto v = e->Verify(step);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->missing + v->corrupt, 0u) << "step " << step;
+  }
+  ASSERT_TRUE(e->Remove(30).ok());
+  EXPECT_EQ(*e->LatestStep(), 25);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash safety: kill -9 the saver at random instants; the latest checkpoint always restores to
+// exactly what was saved at its step.
+
+constexpr int64_t kKillRows = 64, kKillCols = 4096;  // 1 MiB per tensor
+
+std::vector<float> KillValues(int64_t step, int tensor) {
+  // Tensor 0 changes every step; the others only every fourth (incremental saves).
+  const int64_t version = tensor == 0 ? step : step / 4;
+  return Values(kKillRows * kKillCols, static_cast<float>(version * 10 + tensor));
+}
+
+[[noreturn]] void SaverChild(EngineOptions o) {
+  auto e = CheckpointEngine::Open(o);
+  if (!e.ok()) _exit(3);
+  Result<int64_t> latest = (*e)->LatestStep();
+  int64_t step = latest.ok() ? *latest + 1 : 1;
+  for (;; ++step) {
+    std::vector<std::vector<float>> data;
+    std::vector<SaveTensor> ts;
+    for (int t = 0; t < 4; ++t) data.push_back(KillValues(step, t));
+    for (int t = 0; t < 4; ++t) ts.push_back(Tensor("t" + std::to_string(t), data[t], {kKillRows, kKillCols}));
+    auto h = (*e)->Save(ts, At(step));
+    if (!h.ok() || !(*h)->Wait().ok()) _exit(4);
+  }
+}
+
+void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  int64_t previous = -1;
+  std::string seen;  // the latest step after each kill, for the log
+  for (int round = 0; round < rounds; ++round) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) SaverChild(o);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400000));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the saver exited by itself: " << status;
+
+    auto e = MustOpen(o);
+    Result<int64_t> latest = e->LatestStep();
+    if (!latest.ok()) {
+      ASSERT_EQ(latest.status().code(), StatusCode::kNotFound) << latest.status().message();
+      ASSERT_EQ(previous, -1) << "a committed checkpoint disappeared";
+      continue;
+    }
+    ASSERT_GE(*latest, previous) << "latest went backwards";
+    seen += " " + std::to_string(*latest);
+    previous = *latest;
+    auto m = e->ReadManifest(*latest);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    for (int t = 0; t < 4; ++t) {
+      std::vector<float> back(kKillRows * kKillCols);
+      Status s = e->Restore(
+          *m, std::vector<RestoreTarget>{Target("t" + std::to_string(t), back, {kKillRows, kKillCols})});
+      ASSERT_TRUE(s.ok()) << "round " << round << " step " << *latest << ": " << s.message();
+      ASSERT_EQ(back, KillValues(*latest, t)) << "round " << round << " step " << *latest;
+    }
+  }
+  std::cout << "latest committed step after each kill:" << seen << "\n";
+  EXPECT_GT(previous, 0) << "no checkpoint ever committed: the kills came too early";
+}
+
+TEST(CheckpointCrashTest, KillNineAtRandomPointsPosix) {
+  TempDir dir;
+  EngineOptions o = Options(dir);
+  o.chunk_size = 256 << 10;
+  o.host_buffer_bytes = 2 << 20;
+  KillAtRandomPoints(o, 12, 42);
+}
+
+TEST(CheckpointCrashTest, KillNineAtRandomPointsS3) {
+  const char* endpoint = std::getenv("GANTRY_S3_ENDPOINT");
+  if (endpoint == nullptr || *endpoint == '\0') {
+    if (std::getenv("CI") != nullptr) FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not";
+    GTEST_SKIP() << "GANTRY_S3_ENDPOINT unset (start RGW with scripts/rgw start)";
+  }
+  EngineOptions o;
+  o.store_options.endpoint = endpoint;
+  o.store_options.access_key = std::getenv("GANTRY_S3_ACCESS_KEY");
+  o.store_options.secret_key = std::getenv("GANTRY_S3_SECRET_KEY");
+  o.store_options.region = "us-east-1";
+  o.durable_url = std::string("s3://") + std::getenv("GANTRY_S3_BUCKET") + "/ckpt-kill-" +
+                  std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
+  o.chunk_size = 256 << 10;
+  o.host_buffer_bytes = 2 << 20;
+  o.job = "kill";
+  KillAtRandomPoints(o, 8, 7);
+}
+
+}  // namespace
+}  // namespace gantry::ckpt
