@@ -713,6 +713,14 @@ Result<GcReport> ChunkStore::CollectGarbage() {
   // delete live chunks.
   std::unordered_set<ChunkId, ChunkIdHash> live;
   ObjectStore& ms = *tiers_[ManifestTier()]->store;
+  // Checkpoints (src/ckpt) keep their chunks in this layout too, referenced from manifests this
+  // store cannot read: sweeping here would delete them. Their GC marks both kinds.
+  GANTRY_ASSIGN_OR_RETURN(ListPage checkpoints, ms.List("ckpt/", "", 1));
+  if (!checkpoints.objects.empty()) {
+    return FailedPrecondition("gc: " + ms.url() +
+                              " holds checkpoints (ckpt/); collect with `gantry ckpt gc`, which "
+                              "also keeps the chunk store's blobs (nothing deleted)");
+  }
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> manifests, ms.ListAll(kManifestPrefix));
   for (const ObjectInfo& o : manifests) {
     Result<std::string> json = ms.Get(o.key);

@@ -435,6 +435,20 @@ TEST_F(ChunkStoreTest, GcStopsOnAnUnreadableManifestWithoutDeleting) {
   EXPECT_NE(r.status().message().find("manifests/broken"), std::string::npos);
 }
 
+TEST_F(ChunkStoreTest, GcRefusesARootHoldingCheckpoints) {
+  ChunkStoreOptions o = ThreeTiers();
+  o.gc_grace_seconds = 0;
+  auto cs = Open(std::move(o));
+  Result<ChunkId> orphan = cs->PutChunk(RandomBytes(100, 95));  // referenced by no blob
+  ASSERT_TRUE(orphan.ok());
+  fs::create_directories(root_ + "/remote/ckpt/job/000000000001");
+  std::ofstream(root_ + "/remote/ckpt/job/000000000001/manifest.json") << "{}";
+  Result<GcReport> r = cs->CollectGarbage();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gantry ckpt gc"), std::string::npos);
+  EXPECT_TRUE(fs::exists(PathOf("remote", *orphan)));
+}
+
 TEST_F(ChunkStoreTest, GcSparesChunksOfAWriterThatHasNotWrittenItsManifest) {
   auto writer_store = Open(ThreeTiers());
   std::string data = RandomBytes(3500, 94);

@@ -14,6 +14,7 @@
 #include "ckpt/buffer_pool.h"
 #include "gantry/cache/chunk_store.h"
 #include "gantry/common/thread_pool.h"
+#include "gantry/storage/posix_store.h"
 
 namespace gantry::ckpt {
 
@@ -394,6 +395,9 @@ void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
     std::unique_lock<std::mutex> lock(job->mu);
     job->cv.wait(lock, [&] { return job->durable_left == 0; });
     s = job->error;
+    std::lock_guard<std::mutex> hl(job->handle->mu_);
+    job->handle->stats_.chunks_written = job->chunks_written;
+    job->handle->stats_.bytes_written = job->bytes_written;
   }
   if (s.ok()) {
     std::vector<std::shared_ptr<ChunkWrite>> borrowed;
@@ -476,9 +480,19 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
   if (o.local_store != nullptr) {
     impl.local = o.local_store;
   } else if (!o.local_url.empty()) {
-    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> local,
-                            OpenObjectStore(o.local_url, o.store_options));
-    impl.local = std::move(local);
+    const bool is_path = o.local_url.find("://") == std::string::npos;
+    if (is_path || o.local_url.starts_with("file://")) {
+      PosixStoreOptions po;
+      po.sync = o.local_fsync;
+      GANTRY_ASSIGN_OR_RETURN(
+          std::unique_ptr<PosixStore> local,
+          OpenPosixStore(is_path ? o.local_url : o.local_url.substr(7), po));
+      impl.local = std::move(local);
+    } else {
+      GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> local,
+                              OpenObjectStore(o.local_url, o.store_options));
+      impl.local = std::move(local);
+    }
   }
   impl.peer_urls = o.peers;
   impl.pool = std::make_unique<HostBufferPool>(o.chunk_size, o.host_buffer_bytes);
@@ -641,12 +655,7 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     job->handle->stats_.blocking_seconds = SecondsSince(start);
   }
   if (job->pieces.empty()) job->handle->Reach(Durability::kLocal);
-  std::future<void> commit = impl.commit_pool->Submit([&impl, job] {
-    impl.Finish(job);
-    std::lock_guard<std::mutex> lock(job->handle->mu_);
-    job->handle->stats_.chunks_written = job->chunks_written;
-    job->handle->stats_.bytes_written = job->bytes_written;
-  });
+  std::future<void> commit = impl.commit_pool->Submit([&impl, job] { impl.Finish(job); });
   {
     std::lock_guard<std::mutex> lock(impl.mu);
     impl.commits.push_back(std::move(commit));

@@ -559,7 +559,7 @@ std::vector<float> KillValues(int64_t step, int tensor) {
   }
 }
 
-void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed) {
+void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int max_sleep_ms) {
   std::mt19937_64 rng(seed);
   int64_t previous = -1;
   std::string seen;  // the latest step after each kill, for the log
@@ -567,7 +567,7 @@ void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) SaverChild(o);
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400000));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % (max_sleep_ms * 1000)));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -602,7 +602,7 @@ TEST(CheckpointCrashTest, KillNineAtRandomPointsPosix) {
   EngineOptions o = Options(dir);
   o.chunk_size = 256 << 10;
   o.host_buffer_bytes = 2 << 20;
-  KillAtRandomPoints(o, 12, 42);
+  KillAtRandomPoints(o, 12, 42, 400);
 }
 
 TEST(CheckpointCrashTest, KillNineAtRandomPointsS3) {
@@ -621,7 +621,7 @@ TEST(CheckpointCrashTest, KillNineAtRandomPointsS3) {
   o.chunk_size = 256 << 10;
   o.host_buffer_bytes = 2 << 20;
   o.job = "kill";
-  KillAtRandomPoints(o, 8, 7);
+  KillAtRandomPoints(o, 8, 7, 1200);
 }
 
 }  // namespace

@@ -68,6 +68,10 @@ struct EngineOptions {
   // Checkpoints of this rank whose chunks stay in the local tier; older ones' local chunks are
   // deleted after a commit (the durable copies remain). Default 2.
   int keep_local = 2;
+  // fsync chunks written to a file:// local tier. Off by default: the local tier is a cache of
+  // the durable one, a process crash keeps the page cache, and after a node crash every chunk
+  // is verified on read and fetched from a peer or the durable tier if it did not survive.
+  bool local_fsync = false;
   Retention retention;
   // Rank 0 waits this long for the other ranks' parts before giving up the commit.
   int64_t commit_timeout_ms = 10 * 60 * 1000;
