@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "gantry/common/thread_pool.h"
+#include "gantry/storage/http_store.h"
 #include "gantry/storage/memory_store.h"
 #include "gantry/storage/posix_store.h"
 #include "gantry/storage/s3.h"
@@ -175,7 +176,14 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
   constexpr std::string_view kMem = "mem://";
   constexpr std::string_view kFile = "file://";
   constexpr std::string_view kS3 = "s3://";
+  constexpr std::string_view kHttp = "http://";
   std::string_view u = url;
+  if (u.starts_with(kHttp)) {  // a peer's gantry-agent, read-only
+    HttpStoreOptions http;
+    http.connect_timeout_ms = options.connect_timeout_ms;
+    http.timeout_ms = options.request_timeout_ms;
+    return OpenHttpStore(url, http);
+  }
   if (u.starts_with(kMem)) {
     std::string name(u.substr(kMem.size()));
     if (name.empty()) return InvalidArgument("store URL '" + url + "': mem:// needs a name");
@@ -199,7 +207,7 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
     }
   } else if (u.find("://") != std::string_view::npos) {
     return InvalidArgument("store URL '" + url +
-                           "': unknown scheme (expected mem://, file://, s3:// or a path)");
+                           "': unknown scheme (expected mem://, file://, s3://, http:// or a path)");
   } else {
     path = url;
   }

@@ -116,7 +116,8 @@ struct StoreOptions {
 };
 
 // Opens "mem://NAME" (a process-wide in-memory store per name), "file:///abs/dir" (or a plain
-// path), or "s3://bucket[/prefix]".
+// path), "s3://bucket[/prefix]", or "http://host:port" (a peer's gantry-agent, read-only; see
+// http_store.h; timeouts from request_timeout_ms and connect_timeout_ms).
 Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
                                                      const StoreOptions& options);
 

@@ -1,0 +1,159 @@
+// gantry-agent: serves a node's local tier directory to peers over HTTP (read-only, byte
+// ranges), so a restoring node can fetch checkpoint chunks from a neighbour instead of the
+// durable tier. Runs until SIGINT or SIGTERM.
+//
+//   gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070
+//
+// Exit status: 0 after a signal, 2 on a usage error, 3 if the root cannot be served, 4 if the
+// address cannot be bound.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "gantry/agent/agent.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitBadRoot = 3;
+constexpr int kExitCannotListen = 4;
+
+// "HOST:PORT" or "[V6]:PORT" into host and port; false with *why set on anything else.
+bool ParseListen(const std::string& s, std::string* host, int* port, std::string* why) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) {
+    *why = "expected HOST:PORT, like 127.0.0.1:7070 or 0.0.0.0:0";
+    return false;
+  }
+  std::string h = s.substr(0, colon);
+  if (h.front() == '[') {
+    if (h.size() < 3 || h.back() != ']') {
+      *why = "an IPv6 host must be bracketed, like [::1]:7070";
+      return false;
+    }
+    h = h.substr(1, h.size() - 2);
+  } else if (h.find(':') != std::string::npos) {
+    *why = "an IPv6 host must be bracketed, like [::1]:7070";
+    return false;
+  }
+  const std::string p = s.substr(colon + 1);
+  if (p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(p) > 65535) {
+    *why = "port '" + p + "' is not a number from 0 to 65535";
+    return false;
+  }
+  *host = h;
+  *port = std::stoi(p);
+  return true;
+}
+
+// Writes the port beside `path` and renames it into place, so a script polling for the file
+// never reads a partial number.
+bool WritePortFile(const std::string& path, int port, std::string* why) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *why = "create " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  const std::string text = std::to_string(port) + "\n";
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int write_err = errno;
+  if (::close(fd) != 0 || !written) {
+    *why = "write " + tmp + ": " + std::strerror(written ? errno : write_err);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    *why = "rename " + tmp + " to " + path + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gantry-agent: serves this node's local tier directory to peers over HTTP, read-only.\n"
+      "Peers read it as an object store at http://HOST:PORT (GET/HEAD /v1/objects/KEY with byte\n"
+      "ranges; /healthz; /metrics in Prometheus text). There is no authentication: listen only\n"
+      "on a trusted cluster network. Runs until SIGINT or SIGTERM (exit 0).",
+      "gantry-agent"};
+  std::string root;
+  std::string listen = "127.0.0.1:7070";
+  int threads = 8;
+  std::string port_file;
+  app.add_option("--root", root, "Directory to serve (a posix tier root, e.g. /nvme/gantry)")
+      ->required();
+  app.add_option("--listen", listen,
+                 "Address to listen on, HOST:PORT ([V6]:PORT for IPv6); port 0 picks a free one")
+      ->capture_default_str();
+  app.add_option("--threads", threads,
+                 "Requests served at once (each on its own connection); more wait in a queue")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--port-file", port_file,
+                 "Write the bound port to this file (atomically) once listening; useful with "
+                 "port 0");
+  app.set_version_flag("--version", "gantry-agent 0.1.0");
+  app.footer(
+      "Example:\n  gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070 --threads 32\n"
+      "Exit status: 0 after SIGINT/SIGTERM, 2 usage error, 3 root cannot be served, 4 address "
+      "cannot be bound.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+
+  gantry::AgentOptions options;
+  std::string why;
+  if (!ParseListen(listen, &options.host, &options.port, &why)) {
+    std::cerr << "gantry-agent: --listen '" << listen << "': " << why << "\n";
+    return kExitUsage;
+  }
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(root, ec);
+  options.root = ec ? root : abs.lexically_normal().string();
+  options.threads = threads;
+
+  // Block the stop signals before any thread starts, so every thread inherits the mask and the
+  // main thread alone receives them through sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A peer hanging up mid-response must not kill the daemon.
+  signal(SIGPIPE, SIG_IGN);
+
+  gantry::Result<std::unique_ptr<gantry::AgentServer>> agent = gantry::AgentServer::Start(options);
+  if (!agent.ok()) {
+    std::cerr << agent.status().message() << "\n";
+    return agent.status().code() == gantry::StatusCode::kUnavailable ? kExitCannotListen
+                                                                     : kExitBadRoot;
+  }
+  if (!port_file.empty() && !WritePortFile(port_file, (*agent)->port(), &why)) {
+    std::cerr << "gantry-agent: --port-file: " << why << "\n";
+    (*agent)->Stop();
+    return kExitUsage;
+  }
+  std::cout << "gantry-agent: serving " << options.root << " on " << (*agent)->url() << std::endl;
+
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  std::cerr << "gantry-agent: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping\n";
+  (*agent)->Stop();
+  return 0;
+}
