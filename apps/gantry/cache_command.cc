@@ -31,13 +31,7 @@ struct CacheArgs {
   std::string file;
 };
 
-int Fail(const std::string& what, const Status& s) {
-  std::fprintf(stderr, "gantry cache %s: %s\n", what.c_str(), s.ToString().c_str());
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ||
-                 s.code() == StatusCode::kFailedPrecondition
-             ? kExitBadInput
-             : kExitFailure;
-}
+int Fail(const std::string& what, const Status& s) { return ReportFailure("cache " + what, s); }
 
 // "100G", "512M", "4096" -> bytes.
 Result<uint64_t> ParseSize(const std::string& text) {

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   gantry::cli::RegisterClusterCommands(app);
   gantry::cli::RegisterStoreCommands(app);
   gantry::cli::RegisterCacheCommands(app);
+  gantry::cli::RegisterCkptCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -30,17 +30,7 @@ struct StoreArgs {
   bool create_if_absent = false;
 };
 
-int Fail(const std::string& what, const Status& s) {
-  std::fprintf(stderr, "gantry store %s: %s\n", what.c_str(), s.ToString().c_str());
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kFailedPrecondition:
-      return kExitBadInput;
-    default:
-      return kExitFailure;
-  }
-}
+int Fail(const std::string& what, const Status& s) { return ReportFailure("store " + what, s); }
 
 // A transfer progress line on stderr, only on a terminal; safe to call from many threads.
 class TransferProgress {

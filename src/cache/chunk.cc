@@ -100,8 +100,29 @@ Result<Codec> ParseCodec(std::string_view name) {
   return InvalidArgument("unknown codec '" + std::string(name) + "' (want none, lz4 or zstd)");
 }
 
+namespace {
+void WriteHeader(char* out, Codec codec, uint64_t raw_length, const ChunkId& id) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = static_cast<char>(kVersion);
+  out[5] = static_cast<char>(codec);
+  out[6] = out[7] = 0;
+  PutLe64(out + 8, raw_length);
+  PutLe64(out + 16, id.hi);
+  PutLe64(out + 24, id.lo);
+}
+}  // namespace
+
+std::string RawChunkHeader(const ChunkId& id, uint64_t raw_length) {
+  std::string out(kChunkHeaderSize, '\0');
+  WriteHeader(out.data(), Codec::kNone, raw_length, id);
+  return out;
+}
+
 std::string EncodeChunk(std::string_view raw, Codec codec, int level) {
-  ChunkId id = HashChunk(raw);
+  return EncodeChunkWithId(raw, HashChunk(raw), codec, level);
+}
+
+std::string EncodeChunkWithId(std::string_view raw, const ChunkId& id, Codec codec, int level) {
   std::string out(kChunkHeaderSize, '\0');
   size_t payload = 0;
   if (codec == Codec::kLz4 && raw.size() <= static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) {
@@ -123,12 +144,7 @@ std::string EncodeChunk(std::string_view raw, Codec codec, int level) {
   } else {
     out.resize(kChunkHeaderSize + payload);
   }
-  std::memcpy(out.data(), kMagic, 4);
-  out[4] = static_cast<char>(kVersion);
-  out[5] = static_cast<char>(codec);
-  PutLe64(out.data() + 8, raw.size());
-  PutLe64(out.data() + 16, id.hi);
-  PutLe64(out.data() + 24, id.lo);
+  WriteHeader(out.data(), codec, raw.size(), id);
   return out;
 }
 
@@ -165,8 +181,8 @@ Result<uint64_t> DecodedLength(std::string_view stored, const ChunkId& id) {
     return Corrupt(id, "implausible raw length " + std::to_string(h.raw_length));
   }
   if (h.codec == Codec::kNone && payload != h.raw_length) {
-    return Corrupt(id, "length " + std::to_string(payload) + ", header says " +
-                           std::to_string(h.raw_length));
+    return Corrupt(
+        id, "length " + std::to_string(payload) + ", header says " + std::to_string(h.raw_length));
   }
   return h.raw_length;
 }
@@ -191,16 +207,16 @@ Status DecodeChunkInto(std::string_view stored, const ChunkId& id, char* out, ui
       int n = LZ4_decompress_safe(payload.data(), out, static_cast<int>(payload.size()),
                                   static_cast<int>(raw_length));
       if (n < 0 || static_cast<uint64_t>(n) != raw_length) {
-        return Corrupt(id, "lz4 payload does not decode to " + std::to_string(raw_length) +
-                               " bytes");
+        return Corrupt(id,
+                       "lz4 payload does not decode to " + std::to_string(raw_length) + " bytes");
       }
       break;
     }
     case Codec::kZstd: {
       size_t n = ZSTD_decompress(out, raw_length, payload.data(), payload.size());
       if (ZSTD_isError(n) || n != raw_length) {
-        return Corrupt(id, "zstd payload does not decode to " + std::to_string(raw_length) +
-                               " bytes");
+        return Corrupt(id,
+                       "zstd payload does not decode to " + std::to_string(raw_length) + " bytes");
       }
       break;
     }

@@ -4,6 +4,9 @@
 // share one buffer; a buffer returns to the pool when its last chunk is written.
 #pragma once
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +18,8 @@ namespace gantry::ckpt {
 
 class HostBufferPool {
  public:
+  static constexpr uint64_t kHugePage = 2ull << 20;
+
   struct Buffer {
     char* data = nullptr;
     int refs = 0;  // guarded by the pool's mutex
@@ -42,10 +47,12 @@ class HostBufferPool {
       free_.pop_back();
     } else {
       auto owned = std::make_unique<Buffer>();
-      // Page alignment lets a local tier write it with O_DIRECT.
-      const uint64_t size = (buffer_bytes_ + 4095) / 4096 * 4096;
-      owned->data = static_cast<char*>(std::aligned_alloc(4096, size));
+      // Huge-page alignment (and the hint) make the first touch of a fresh buffer 512 times
+      // fewer page faults; page alignment alone would let a local tier write with O_DIRECT.
+      const uint64_t size = (buffer_bytes_ + kHugePage - 1) / kHugePage * kHugePage;
+      owned->data = static_cast<char*>(std::aligned_alloc(kHugePage, size));
       if (owned->data == nullptr) throw std::bad_alloc();
+      ::madvise(owned->data, size, MADV_HUGEPAGE);  // a hint: failure changes nothing
       b = owned.get();
       all_.push_back(std::move(owned));
     }

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -147,12 +148,14 @@ struct SaveJob {
 
   std::mutex mu;
   std::condition_variable cv;
-  size_t local_left = 0;    // guarded by mu
-  size_t durable_left = 0;  // guarded by mu
-  Status error;             // guarded by mu
+  size_t local_left = 0;                              // guarded by mu
+  size_t durable_left = 0;                            // guarded by mu
+  Status error;                                       // guarded by mu
   std::vector<std::shared_ptr<ChunkWrite>> borrowed;  // guarded by mu
-  uint64_t chunks_written = 0;                        // guarded by mu
-  uint64_t bytes_written = 0;                         // guarded by mu
+  // Chunks in the local tier waiting for the save to be wholly local before draining.
+  std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> to_drain;  // guarded by mu
+  uint64_t chunks_written = 0;                                            // guarded by mu
+  uint64_t bytes_written = 0;                                             // guarded by mu
 
   void RecordError(const Status& s) {
     std::lock_guard<std::mutex> lock(mu);
@@ -166,9 +169,9 @@ struct CheckpointEngine::Impl {
   std::shared_ptr<ObjectStore> local;  // may be null
   std::vector<std::string> peer_urls;
   std::unique_ptr<HostBufferPool> pool;
-  std::unique_ptr<ThreadPool> copy_pool;   // the blocking snapshot copies
-  std::unique_ptr<ThreadPool> io_pool;     // hashing and local writes
-  std::unique_ptr<ThreadPool> drain_pool;  // durable writes
+  std::unique_ptr<ThreadPool> copy_pool;    // the blocking snapshot copies
+  std::unique_ptr<ThreadPool> io_pool;      // hashing and local writes
+  std::unique_ptr<ThreadPool> drain_pool;   // durable writes
   std::unique_ptr<ThreadPool> commit_pool;  // one thread: finishes saves in step order
 
   std::mutex mu;
@@ -207,6 +210,15 @@ void CheckpointEngine::Impl::PieceLocal(const std::shared_ptr<SaveJob>& job) {
       job->handle->stats_.local_seconds = SecondsSince(job->start);
     }
     job->handle->Reach(Durability::kLocal);
+    std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> drain;
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      drain.swap(job->to_drain);
+    }
+    for (auto& [id, write] : drain) {
+      drain_pool->Submit(
+          [this, job, id = id, write = write] { DrainPiece(job, id, write, nullptr, nullptr, 0); });
+    }
   }
 }
 
@@ -246,11 +258,18 @@ void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, s
     job->bytes_written += p.size;
   }
   if (local != nullptr) {
-    Status s = local->Put(ChunkKey(id), EncodeChunk(std::string_view(p.data, p.size), Codec::kNone));
+    const std::string header = RawChunkHeader(id, p.size);
+    const std::string_view parts[] = {header, std::string_view(p.data, p.size)};
+    Status s = local->PutParts(ChunkKey(id), parts, PutOptions{});
     if (s.ok()) {
       pool->Release(p.buffer);
+      {
+        // Drained once the whole save is local: the local tier comes first, so its writes do
+        // not share the disk and CPUs with reading chunks back for the durable tier.
+        std::lock_guard<std::mutex> lock(job->mu);
+        job->to_drain.emplace_back(id, write);
+      }
       PieceLocal(job);
-      drain_pool->Submit([this, job, id, write] { DrainPiece(job, id, write, nullptr, nullptr, 0); });
       return;
     }
     // A full or failing local disk must not lose the checkpoint: write this chunk straight to
@@ -272,7 +291,14 @@ void CheckpointEngine::Impl::DrainPiece(const std::shared_ptr<SaveJob>& job, con
   const std::string key = ChunkKey(id);
   Status s;
   if (buffer != nullptr) {
-    s = durable().Put(key, EncodeChunk(std::string_view(data, size), opt().durable_codec));
+    const std::string_view raw(data, size);
+    if (opt().durable_codec == Codec::kNone) {
+      const std::string header = RawChunkHeader(id, size);
+      const std::string_view parts[] = {header, raw};
+      s = durable().PutParts(key, parts, PutOptions{});
+    } else {
+      s = durable().Put(key, EncodeChunkWithId(raw, id, opt().durable_codec));
+    }
     pool->Release(buffer);
   } else {
     Result<std::string> stored = local->Get(key);
@@ -282,7 +308,8 @@ void CheckpointEngine::Impl::DrainPiece(const std::shared_ptr<SaveJob>& job, con
       s = durable().Put(key, *stored);
     } else {
       Result<std::string> raw = DecodeChunk(*stored, id);
-      s = raw.ok() ? durable().Put(key, EncodeChunk(*raw, opt().durable_codec)) : raw.status();
+      s = raw.ok() ? durable().Put(key, EncodeChunkWithId(*raw, id, opt().durable_codec))
+                   : raw.status();
     }
   }
   {
@@ -327,13 +354,15 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   const std::string manifest_key = ManifestKey(o.job, step);
   if (o.rank != 0) {
     GANTRY_ASSIGN_OR_RETURN(bool committed, PollUntil(
-        [&]() -> Result<bool> {
-          Result<ObjectInfo> h = durable().Head(manifest_key);
-          if (h.ok()) return true;
-          if (h.status().code() == StatusCode::kNotFound) return false;
-          return h.status();
-        },
-        o.commit_timeout_ms));
+                                                [&]() -> Result<bool> {
+                                                  Result<ObjectInfo> h =
+                                                      durable().Head(manifest_key);
+                                                  if (h.ok()) return true;
+                                                  if (h.status().code() == StatusCode::kNotFound)
+                                                    return false;
+                                                  return h.status();
+                                                },
+                                                o.commit_timeout_ms));
     if (!committed) {
       return Unavailable("rank 0 did not commit within " + std::to_string(o.commit_timeout_ms) +
                          " ms (this rank's part is durable)");
@@ -343,13 +372,15 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   // Rank 0: wait for every rank's part, merge, write the manifest, then the latest pointer.
   const std::string prefix = StepPrefix(o.job, step);
   std::vector<ObjectInfo> parts;
-  GANTRY_ASSIGN_OR_RETURN(bool all_parts, PollUntil(
-      [&]() -> Result<bool> {
-        GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objs, durable().ListAll(prefix + "rank-"));
-        parts = std::move(objs);
-        return parts.size() >= static_cast<size_t>(o.world_size);
-      },
-      o.commit_timeout_ms));
+  GANTRY_ASSIGN_OR_RETURN(bool all_parts,
+                          PollUntil(
+                              [&]() -> Result<bool> {
+                                GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objs,
+                                                        durable().ListAll(prefix + "rank-"));
+                                parts = std::move(objs);
+                                return parts.size() >= static_cast<size_t>(o.world_size);
+                              },
+                              o.commit_timeout_ms));
   if (!all_parts) {
     return Unavailable("only " + std::to_string(parts.size()) + " of " +
                        std::to_string(o.world_size) + " ranks wrote their part within " +
@@ -464,8 +495,7 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
   if (o.host_buffer_bytes < o.chunk_size) {
     return InvalidArgument("checkpoint engine: host_buffer_bytes (" +
                            std::to_string(o.host_buffer_bytes) +
-                           ") must hold at least one chunk (" + std::to_string(o.chunk_size) +
-                           ")");
+                           ") must hold at least one chunk (" + std::to_string(o.chunk_size) + ")");
   }
   o.io_threads = std::max(1, o.io_threads);
   std::unique_ptr<CheckpointEngine> e(new CheckpointEngine(o));
@@ -484,9 +514,8 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
     if (is_path || o.local_url.starts_with("file://")) {
       PosixStoreOptions po;
       po.sync = o.local_fsync;
-      GANTRY_ASSIGN_OR_RETURN(
-          std::unique_ptr<PosixStore> local,
-          OpenPosixStore(is_path ? o.local_url : o.local_url.substr(7), po));
+      GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PosixStore> local,
+                              OpenPosixStore(is_path ? o.local_url : o.local_url.substr(7), po));
       impl.local = std::move(local);
     } else {
       GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> local,
@@ -562,7 +591,8 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
       return InvalidArgument(what + "unknown dtype");
     }
     for (int64_t d : t.global_shape) {
-      if (d < 0) return InvalidArgument(what + "negative dimension in " + ShapeString(t.global_shape));
+      if (d < 0)
+        return InvalidArgument(what + "negative dimension in " + ShapeString(t.global_shape));
     }
     const int64_t global_rows = GlobalRows(t.global_shape);
     const int64_t rows = t.rows < 0 ? global_rows - t.row_offset : t.rows;
@@ -616,6 +646,12 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
 
   // The blocking part: copy each chunk into pool memory (small chunks share a buffer), in
   // parallel, handing each to the background as soon as it is copied.
+  // When the whole snapshot fits in the pool, background work starts after the copy, so the
+  // copy has the CPUs and memory bandwidth to itself and the blocking part is shortest. A
+  // larger state is pipelined: pieces are written as they are copied, freeing buffers.
+  uint64_t footprint = 0;
+  for (const Piece& p : job->pieces) footprint += (p.size + 63) / 64 * 64;
+  const bool defer = footprint + impl.pool->buffer_bytes() <= impl.pool->capacity_bytes();
   std::vector<std::future<void>> copies;
   HostBufferPool::Buffer* current = nullptr;
   uint64_t used = 0;
@@ -623,11 +659,11 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   std::vector<size_t> batch;
   auto flush_batch = [&] {
     if (batch.empty()) return;
-    copies.push_back(impl.copy_pool->Submit([&impl, job, b = std::move(batch)] {
+    copies.push_back(impl.copy_pool->Submit([&impl, job, defer, b = std::move(batch)] {
       for (size_t i : b) {
         Piece& p = job->pieces[i];
         std::memcpy(p.data, p.src, p.size);
-        impl.io_pool->Submit([&impl, job, i] { impl.ProcessPiece(job, i); });
+        if (!defer) impl.io_pool->Submit([&impl, job, i] { impl.ProcessPiece(job, i); });
       }
     }));
     batch.clear();
@@ -650,6 +686,11 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   flush_batch();
   if (current != nullptr) impl.pool->Release(current);
   for (auto& f : copies) f.get();
+  if (defer) {
+    for (size_t i = 0; i < job->pieces.size(); ++i) {
+      impl.io_pool->Submit([&impl, job, i] { impl.ProcessPiece(job, i); });
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(job->handle->mu_);
     job->handle->stats_.blocking_seconds = SecondsSince(start);
@@ -714,7 +755,8 @@ Result<int64_t> CheckpointEngine::LatestStep() {
   if (pointer.ok()) {
     char* end = nullptr;
     long long step = std::strtoll(pointer->c_str(), &end, 10);
-    if (end != pointer->c_str() && step >= 0 && durable_->Head(ManifestKey(options_.job, step)).ok()) {
+    if (end != pointer->c_str() && step >= 0 &&
+        durable_->Head(ManifestKey(options_.job, step)).ok()) {
       return static_cast<int64_t>(step);
     }
   } else if (pointer.status().code() != StatusCode::kNotFound) {
@@ -766,8 +808,9 @@ struct Fetch {
 
 }  // namespace
 
-Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const RestoreTarget> targets,
-                                 RestoreStats* stats_out, const ProgressFn& progress) {
+Status CheckpointEngine::Restore(const CheckpointManifest& m,
+                                 std::span<const RestoreTarget> targets, RestoreStats* stats_out,
+                                 const ProgressFn& progress) {
   const auto start = Clock::now();
   // Plan: which byte ranges of which chunks land where.
   std::unordered_map<ChunkId, size_t, ChunkIdHash> index;
@@ -796,7 +839,8 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
                              ShapeString(rec->global_shape));
     }
     const uint64_t row_bytes = RowBytes(rec->dtype, rec->global_shape);
-    if (rows > 0 && row_bytes > 0 && t.data == nullptr) return InvalidArgument(what + ": no memory");
+    if (rows > 0 && row_bytes > 0 && t.data == nullptr)
+      return InvalidArgument(what + ": no memory");
     const uint64_t want_begin = static_cast<uint64_t>(t.row_offset) * row_bytes;
     const uint64_t want_end = want_begin + static_cast<uint64_t>(rows) * row_bytes;
     total += want_end - want_begin;
@@ -850,6 +894,31 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
   sources.back()->store = durable_;
   sources.back()->kind = Source::kDurable;
 
+  // A whole uncompressed chunk in a directory tier is read straight into the target (header
+  // first, then the payload), with no intermediate buffer. nullopt: take the general path.
+  auto read_direct = [](ObjectStore& store, const std::string& key,
+                        const Fetch& f) -> std::optional<Status> {
+    auto* posix = dynamic_cast<PosixStore*>(&store);
+    if (posix == nullptr || f.copies.size() != 1 || f.copies[0].src_offset != 0 ||
+        f.copies[0].length != f.size) {
+      return std::nullopt;
+    }
+    char header[kChunkHeaderSize];
+    Result<uint64_t> n = posix->ReadInto(key, 0, header, sizeof header);
+    if (!n.ok()) return n.status();
+    Result<ChunkHeader> h = ParseChunkHeader(std::string_view(header, *n));
+    if (!h.ok() || h->codec != Codec::kNone || h->raw_length != f.size || h->checksum != f.id) {
+      return std::nullopt;  // compressed, or damaged: the general path decodes and reports
+    }
+    char* dst = f.copies[0].dst;
+    Result<uint64_t> got = posix->ReadInto(key, kChunkHeaderSize, dst, f.size);
+    if (!got.ok()) return got.status();
+    if (*got != f.size || HashChunk(std::string_view(dst, f.size)) != f.id) {
+      return IoError("corrupt chunk " + f.id.ToHex() + ": content does not match its id");
+    }
+    return Status::Ok();
+  };
+
   std::atomic<uint64_t> done_bytes{0}, from_local{0}, from_peers{0}, from_durable{0}, corrupt{0};
   std::mutex progress_mu;
   auto fetch_one = [&](Fetch& f) -> Status {
@@ -857,7 +926,14 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
     std::string why;
     for (auto& src : sources) {
       if (src->dead.load()) continue;
-      Result<std::string> stored = src->store->Get(key);
+      std::optional<Status> direct = read_direct(*src->store, key, f);
+      if (direct.has_value() && !direct->ok()) {
+        if (direct->code() != StatusCode::kNotFound) ++corrupt;
+        why += "; " + src->name + ": " + direct->message();
+        continue;
+      }
+      Result<std::string> stored =
+          direct.has_value() ? Result<std::string>(std::string()) : src->store->Get(key);
       if (!stored.ok()) {
         why += "; " + src->name + ": " + stored.status().message();
         if (src->kind == Source::kPeer && stored.status().code() != StatusCode::kNotFound) {
@@ -867,7 +943,10 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
       }
       // Whole-chunk copies decode straight into the target; partial ones through a buffer.
       Status s;
-      if (f.copies.size() == 1 && f.copies[0].src_offset == 0 && f.copies[0].length == f.size) {
+      if (direct.has_value()) {
+        s = Status::Ok();  // already in place and verified
+      } else if (f.copies.size() == 1 && f.copies[0].src_offset == 0 &&
+                 f.copies[0].length == f.size) {
         s = DecodeChunkInto(*stored, f.id, f.copies[0].dst, f.size);
       } else {
         Result<std::string> raw = DecodeChunk(*stored, f.id);
@@ -875,7 +954,8 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
           raw = IoError("corrupt chunk " + f.id.ToHex() + ": size differs from the manifest");
         }
         if (raw.ok()) {
-          for (const CopyOut& c : f.copies) std::memcpy(c.dst, raw->data() + c.src_offset, c.length);
+          for (const CopyOut& c : f.copies)
+            std::memcpy(c.dst, raw->data() + c.src_offset, c.length);
         }
         s = raw.status();
       }
@@ -885,8 +965,9 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
         if (src->kind == Source::kPeer) src->dead.store(true);  // garbage: stop asking it
         continue;
       }
-      (src->kind == Source::kLocal ? from_local : src->kind == Source::kPeer ? from_peers
-                                                                               : from_durable)
+      (src->kind == Source::kLocal  ? from_local
+       : src->kind == Source::kPeer ? from_peers
+                                    : from_durable)
           .fetch_add(1);
       uint64_t bytes = 0;
       for (const CopyOut& c : f.copies) bytes += c.length;
@@ -907,7 +988,8 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m, std::span<const Re
   ThreadPool pool(std::min<int>(threads, std::max<size_t>(1, fetches.size())));
   std::vector<std::future<Status>> results;
   results.reserve(fetches.size());
-  for (Fetch& f : fetches) results.push_back(pool.Submit([&fetch_one, &f] { return fetch_one(f); }));
+  for (Fetch& f : fetches)
+    results.push_back(pool.Submit([&fetch_one, &f] { return fetch_one(f); }));
   Status first;
   for (auto& r : results) {
     Status s = r.get();
@@ -932,8 +1014,8 @@ Status CheckpointEngine::Remove(int64_t step) {
   const std::string prefix = StepPrefix(options_.job, step);
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_->ListAll(prefix));
   if (objects.empty()) {
-    return NotFound("no checkpoint at step " + std::to_string(step) + " of job '" +
-                    options_.job + "'");
+    return NotFound("no checkpoint at step " + std::to_string(step) + " of job '" + options_.job +
+                    "'");
   }
   // The manifest first: from then on the checkpoint does not exist, whatever else happens.
   GANTRY_RETURN_IF_ERROR(durable_->Delete(ManifestKey(options_.job, step)));
@@ -943,7 +1025,8 @@ Status CheckpointEngine::Remove(int64_t step) {
     GANTRY_RETURN_IF_ERROR(durable_->Delete(LatestKey(options_.job)));
     Result<int64_t> newest = LatestStep();
     if (newest.ok()) {
-      GANTRY_RETURN_IF_ERROR(durable_->Put(LatestKey(options_.job), std::to_string(*newest) + "\n"));
+      GANTRY_RETURN_IF_ERROR(
+          durable_->Put(LatestKey(options_.job), std::to_string(*newest) + "\n"));
     }
   }
   return Status::Ok();
@@ -970,8 +1053,8 @@ Status CheckpointEngine::Impl::ApplyRetention(const Retention& r, std::vector<in
 
 Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> retention) {
   CkptGcReport report;
-  GANTRY_RETURN_IF_ERROR(impl_->ApplyRetention(retention.value_or(options_.retention),
-                                               &report.removed_steps));
+  GANTRY_RETURN_IF_ERROR(
+      impl_->ApplyRetention(retention.value_or(options_.retention), &report.removed_steps));
   const int64_t now = NowUnix();
   const int64_t grace = options_.gc_grace_seconds;
   // Unfinished saves older than the grace period (or below the newest commit) will never commit.
@@ -991,9 +1074,8 @@ Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> r
   std::unordered_set<ChunkId, ChunkIdHash> live;
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_->ListAll("ckpt/"));
   for (const ObjectInfo& obj : objects) {
-    const bool is_manifest = obj.key.size() > 14 &&
-                             (obj.key.ends_with("/manifest.json") ||
-                              obj.key.find("/rank-") != std::string::npos);
+    const bool is_manifest = obj.key.size() > 14 && (obj.key.ends_with("/manifest.json") ||
+                                                     obj.key.find("/rank-") != std::string::npos);
     if (!is_manifest) continue;
     Result<std::string> text = durable_->Get(obj.key);
     if (!text.ok()) {

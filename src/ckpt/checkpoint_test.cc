@@ -12,11 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
@@ -70,7 +69,7 @@ RestoreTarget Target(const std::string& name, std::vector<float>& v, std::vector
 }
 
 SaveOptions At(int64_t step, std::vector<std::string> tags = {}, std::string metadata = "{}",
-                std::string structure = "null") {
+               std::string structure = "null") {
   SaveOptions o;
   o.step = step;
   o.tags = std::move(tags);
@@ -359,6 +358,41 @@ TEST(CheckpointTest, RestoreFallsBackPastMissingAndCorruptCopies) {
   EXPECT_EQ(v->corrupt, 0u);
 }
 
+TEST(CheckpointTest, DamagedManifestOnDiskIsRefusedAndOlderStepsStillLoad) {
+  TempDir dir;
+  auto e = MustOpen(Options(dir));
+  std::vector<float> a = Values(1000, 1);
+  ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {1000})}, At(1)))->Wait().ok());
+  a[0] = 7;
+  ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {1000})}, At(2)))->Wait().ok());
+  const std::string path = dir.sub("durable/" + ManifestKey("test", 2));
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // Tampered: one digit of a chunk size changed.
+  std::string tampered = text;
+  tampered.replace(tampered.find("\"size\": 4000"), 13, "\"size\": 4001");
+  std::ofstream(path, std::ios::trunc) << tampered;
+  auto m = e->ReadManifest(2);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("checksum: does not match"), std::string::npos)
+      << m.status().message();
+  // Truncated.
+  std::ofstream(path, std::ios::trunc) << text.substr(0, text.size() / 3);
+  m = e->ReadManifest(2);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("not valid JSON"), std::string::npos);
+  EXPECT_NE(m.status().message().find(ManifestKey("test", 2)), std::string::npos);
+  // The previous checkpoint is untouched.
+  auto m1 = e->ReadManifest(1);
+  ASSERT_TRUE(m1.ok());
+  std::vector<float> back(1000);
+  ASSERT_TRUE(e->Restore(*m1, std::vector<RestoreTarget>{Target("a", back, {1000})}).ok());
+  EXPECT_EQ(back, Values(1000, 1));
+}
+
 // Four ranks save row slices of the same tensors; they load onto 2 and 8 ranks.
 TEST(CheckpointTest, FourRanksCommitTogetherAndReshard) {
   TempDir dir;
@@ -402,7 +436,8 @@ TEST(CheckpointTest, FourRanksCommitTogetherAndReshard) {
     for (int r = 0; r < new_world; ++r) {
       const int64_t off = r * rows / new_world, n = rows / new_world;
       std::vector<float> mine(n * cols);
-      Status s = e->Restore(*m, std::vector<RestoreTarget>{Target("w", mine, {rows, cols}, off, n)});
+      Status s =
+          e->Restore(*m, std::vector<RestoreTarget>{Target("w", mine, {rows, cols}, off, n)});
       ASSERT_TRUE(s.ok()) << s.message();
       std::copy(mine.begin(), mine.end(), assembled.begin() + off * cols);
     }
@@ -445,8 +480,7 @@ TEST(CheckpointTest, WorksWithoutLocalTierAndOnMemoryStore) {
 
 TEST(CheckpointTest, FailingDurableTierFailsTheSaveAndKeepsThePrevious) {
   TempDir dir;
-  auto faulty = std::make_shared<FaultyStore>(OpenDir(dir.sub("durable")),
-                                              FaultPlan{});
+  auto faulty = std::make_shared<FaultyStore>(OpenDir(dir.sub("durable")), FaultPlan{});
   EngineOptions o = Options(dir);
   o.durable_store = faulty;
   auto e = MustOpen(o);
@@ -510,10 +544,8 @@ TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {
     a = Values(20000, static_cast<float>(step));
     std::vector<std::string> tags;
     if (step == 5) tags = {"best"};
-    ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})},
-                          At(step, tags)))
-                    ->Wait()
-                    .ok());
+    ASSERT_TRUE(
+        (*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})}, At(step, tags)))->Wait().ok());
   }
   auto list = e->List();
   ASSERT_TRUE(list.ok());
@@ -553,7 +585,8 @@ std::vector<float> KillValues(int64_t step, int tensor) {
     std::vector<std::vector<float>> data;
     std::vector<SaveTensor> ts;
     for (int t = 0; t < 4; ++t) data.push_back(KillValues(step, t));
-    for (int t = 0; t < 4; ++t) ts.push_back(Tensor("t" + std::to_string(t), data[t], {kKillRows, kKillCols}));
+    for (int t = 0; t < 4; ++t)
+      ts.push_back(Tensor("t" + std::to_string(t), data[t], {kKillRows, kKillCols}));
     auto h = (*e)->Save(ts, At(step));
     if (!h.ok() || !(*h)->Wait().ok()) _exit(4);
   }
@@ -587,8 +620,8 @@ void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int m
     ASSERT_TRUE(m.ok()) << m.status().message();
     for (int t = 0; t < 4; ++t) {
       std::vector<float> back(kKillRows * kKillCols);
-      Status s = e->Restore(
-          *m, std::vector<RestoreTarget>{Target("t" + std::to_string(t), back, {kKillRows, kKillCols})});
+      Status s = e->Restore(*m, std::vector<RestoreTarget>{
+                                    Target("t" + std::to_string(t), back, {kKillRows, kKillCols})});
       ASSERT_TRUE(s.ok()) << "round " << round << " step " << *latest << ": " << s.message();
       ASSERT_EQ(back, KillValues(*latest, t)) << "round " << round << " step " << *latest;
     }

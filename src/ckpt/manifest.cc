@@ -122,8 +122,8 @@ Status CheckSlices(const Reader& r, const TensorRecord& t, const std::string& pa
     return r.Error(path + "slices", "a part holds exactly one slice per tensor");
   }
   if (kind == CheckpointManifest::Kind::kCheckpoint && next_row != global_rows) {
-    return r.Error(path + "slices", "slices cover rows [0, " + std::to_string(next_row) +
-                                        ") of " + std::to_string(global_rows));
+    return r.Error(path + "slices", "slices cover rows [0, " + std::to_string(next_row) + ") of " +
+                                        std::to_string(global_rows));
   }
   return Status::Ok();
 }
@@ -262,7 +262,8 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
   if (doc.is_discarded()) return r.Error("document", "not valid JSON (truncated or damaged?)");
   if (!doc.is_object()) return r.Error("document", "not a JSON object");
   GANTRY_ASSIGN_OR_RETURN(std::string format, r.Get<std::string>(doc, "format", ""));
-  if (format != kFormat) return r.Error("format", "is '" + format + "', expected " + "'gantry-checkpoint'");
+  if (format != kFormat)
+    return r.Error("format", "is '" + format + "', expected " + "'gantry-checkpoint'");
   GANTRY_ASSIGN_OR_RETURN(int version, r.Get<int>(doc, "version", ""));
   if (version != kManifestVersion) {
     return r.Error("version", "is " + std::to_string(version) + "; this build reads version " +
@@ -329,8 +330,7 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
     Result<DType> parsed = ParseDType(dtype);
     if (!parsed.ok()) return r.Error(path + "dtype", parsed.status().message());
     t.dtype = *parsed;
-    GANTRY_ASSIGN_OR_RETURN(t.global_shape,
-                            r.Get<std::vector<int64_t>>(tj, "global_shape", path));
+    GANTRY_ASSIGN_OR_RETURN(t.global_shape, r.Get<std::vector<int64_t>>(tj, "global_shape", path));
     for (int64_t d : t.global_shape) {
       if (d < 0) return r.Error(path + "global_shape", "negative dimension");
     }
@@ -368,10 +368,10 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
 
 Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
   if (parts.empty()) return InvalidArgument("merge: no parts");
-  std::sort(parts.begin(), parts.end(), [](const CheckpointManifest& a,
-                                           const CheckpointManifest& b) {
-    return a.ranks.front().rank < b.ranks.front().rank;
-  });
+  std::sort(parts.begin(), parts.end(),
+            [](const CheckpointManifest& a, const CheckpointManifest& b) {
+              return a.ranks.front().rank < b.ranks.front().rank;
+            });
   const CheckpointManifest& first = parts.front();
   CheckpointManifest m;
   m.kind = CheckpointManifest::Kind::kCheckpoint;
@@ -410,9 +410,9 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
         merged.global_shape = t.global_shape;
       } else if (merged.dtype != t.dtype || merged.global_shape != t.global_shape) {
         return InvalidArgument(where + "tensor '" + t.name + "': rank " + std::to_string(i) +
-                               " saved " + DTypeName(t.dtype) + " " +
-                               ShapeString(t.global_shape) + ", an earlier rank " +
-                               DTypeName(merged.dtype) + " " + ShapeString(merged.global_shape));
+                               " saved " + DTypeName(t.dtype) + " " + ShapeString(t.global_shape) +
+                               ", an earlier rank " + DTypeName(merged.dtype) + " " +
+                               ShapeString(merged.global_shape));
       }
       for (SliceRecord& s : t.slices) merged.slices.push_back(std::move(s));
     }
@@ -420,10 +420,9 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
   for (auto& [name, t] : tensors) {
     // Replicated tensors (the same rows saved by several ranks, e.g. a bias every data-parallel
     // rank holds) keep the lowest rank's copy; other overlaps are an error.
-    std::stable_sort(t.slices.begin(), t.slices.end(), [](const SliceRecord& a,
-                                                          const SliceRecord& b) {
-      return a.row_offset < b.row_offset;
-    });
+    std::stable_sort(
+        t.slices.begin(), t.slices.end(),
+        [](const SliceRecord& a, const SliceRecord& b) { return a.row_offset < b.row_offset; });
     std::vector<SliceRecord> kept;
     for (SliceRecord& s : t.slices) {
       if (!kept.empty() && s.row_offset < kept.back().row_offset + kept.back().rows) {

@@ -155,6 +155,16 @@ std::future<Result<std::string>> ObjectStore::GetAsync(ThreadPool& pool, std::st
   return pool.Submit([this, key = std::move(key)]() -> Result<std::string> { return Get(key); });
 }
 
+Status ObjectStore::PutParts(std::string_view key, std::span<const std::string_view> parts,
+                             const PutOptions& options) {
+  std::string joined;
+  size_t n = 0;
+  for (std::string_view p : parts) n += p.size();
+  joined.reserve(n);
+  for (std::string_view p : parts) joined.append(p);
+  return Put(key, joined, options);
+}
+
 Result<std::vector<ObjectInfo>> ObjectStore::ListAll(std::string_view prefix) {
   std::vector<ObjectInfo> all;
   std::string token;
@@ -206,8 +216,9 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
                              "': file URLs must be absolute, like file:///data/tier");
     }
   } else if (u.find("://") != std::string_view::npos) {
-    return InvalidArgument("store URL '" + url +
-                           "': unknown scheme (expected mem://, file://, s3://, http:// or a path)");
+    return InvalidArgument(
+        "store URL '" + url +
+        "': unknown scheme (expected mem://, file://, s3://, http:// or a path)");
   } else {
     path = url;
   }

@@ -484,6 +484,30 @@ Status PosixStore::Put(std::string_view key, std::string_view data, const PutOpt
   return txn.Commit(options.create_if_absent);
 }
 
+Status PosixStore::PutParts(std::string_view key, std::span<const std::string_view> parts,
+                            const PutOptions& options) {
+  uint64_t total = 0;
+  for (std::string_view p : parts) total += p.size();
+  // O_DIRECT needs aligned offsets, and big objects are written in parallel: both take the
+  // joined path.
+  if (options_.direct_io || total >= options_.parallel_threshold) {
+    return ObjectStore::PutParts(key, parts, options);
+  }
+  GANTRY_RETURN_IF_ERROR(CheckPosixKey(*this, "put", key));
+  PutTxn txn(*this, key);
+  GANTRY_RETURN_IF_ERROR(txn.Begin(false));
+  const bool stream = options_.sync && total >= kStreamThreshold;
+  uint64_t off = 0;
+  for (std::string_view p : parts) {
+    if (int err = WriteSpan(txn.fd(), false, p.data(), p.size(), off, options_.io_size, stream)) {
+      return txn.Fail("write temp file " + txn.tmp(), temp_dir(), err);
+    }
+    off += p.size();
+  }
+  GANTRY_RETURN_IF_ERROR(txn.Finish(total));
+  return txn.Commit(options.create_if_absent);
+}
+
 Status PosixStore::PutFile(std::string_view key, const std::string& path) {
   GANTRY_RETURN_IF_ERROR(CheckPosixKey(*this, "put", key));
   Fd src(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -62,6 +62,11 @@ inline constexpr uint64_t kDefaultChunkSize = 4ull << 20;
 // Header + payload. If compression does not shrink the data, the chunk is stored raw (codec
 // kNone) so reading it back costs nothing extra. `level` is the zstd level (ignored by lz4).
 std::string EncodeChunk(std::string_view raw, Codec codec, int level = 3);
+// EncodeChunk for a caller that already hashed the bytes (`id` must be HashChunk(raw)).
+std::string EncodeChunkWithId(std::string_view raw, const ChunkId& id, Codec codec, int level = 3);
+// The header of an uncompressed chunk: written before the raw bytes, it makes the stored chunk
+// without copying them (ObjectStore::PutParts).
+std::string RawChunkHeader(const ChunkId& id, uint64_t raw_length);
 
 struct ChunkHeader {
   uint8_t version = 0;

@@ -43,9 +43,9 @@ namespace gantry::ckpt {
 // What a checkpoint keeps when retention runs (after each commit, and by `gantry ckpt gc`): a
 // checkpoint survives if any rule keeps it. The newest committed checkpoint always survives.
 struct Retention {
-  int keep_last = 0;         // the newest N; 0: keep every checkpoint (retention off)
-  int64_t keep_every = 0;    // steps that are multiples of K; 0: none
-  bool keep_tagged = true;   // checkpoints with at least one tag
+  int keep_last = 0;        // the newest N; 0: keep every checkpoint (retention off)
+  int64_t keep_every = 0;   // steps that are multiples of K; 0: none
+  bool keep_tagged = true;  // checkpoints with at least one tag
 };
 
 struct EngineOptions {

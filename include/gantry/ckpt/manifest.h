@@ -90,8 +90,8 @@ struct CheckpointManifest {
   uint64_t chunk_size = kDefaultChunkSize;
   int64_t created_unix = 0;
   std::vector<std::string> tags;
-  std::string metadata_json = "{}";  // user metadata, a JSON object
-  std::vector<RankRecord> ranks;     // sorted by rank; in a part, exactly one
+  std::string metadata_json = "{}";   // user metadata, a JSON object
+  std::vector<RankRecord> ranks;      // sorted by rank; in a part, exactly one
   std::vector<TensorRecord> tensors;  // sorted by name
 
   // JSON with a "checksum" field: XXH3-128 over the rest of the document, so a tampered or

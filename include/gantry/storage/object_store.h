@@ -19,6 +19,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,10 @@ class ObjectStore {
 
   virtual Status Put(std::string_view key, std::string_view data, const PutOptions& options) = 0;
   Status Put(std::string_view key, std::string_view data) { return Put(key, data, PutOptions{}); }
+  // Put of the concatenation of `parts` (a header and a payload, say) without the caller
+  // building it. The default concatenates; posix writes the parts in place.
+  virtual Status PutParts(std::string_view key, std::span<const std::string_view> parts,
+                          const PutOptions& options);
   virtual Result<std::string> Get(std::string_view key) = 0;
   // Bytes [offset, offset + length) (clipped at the end of the object); OutOfRange if offset is
   // past the end.

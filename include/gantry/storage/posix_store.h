@@ -51,6 +51,8 @@ class PosixStore : public ObjectStore {
 
   Status Put(std::string_view key, std::string_view data, const PutOptions& options) override;
   using ObjectStore::Put;
+  Status PutParts(std::string_view key, std::span<const std::string_view> parts,
+                  const PutOptions& options) override;
   Result<std::string> Get(std::string_view key) override;
   Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) override;
   Result<ObjectInfo> Head(std::string_view key) override;

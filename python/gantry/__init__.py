@@ -1,0 +1,23 @@
+"""Gantry's Python API. `gantry.checkpoint` saves and loads PyTorch and numpy state with the
+asynchronous, multi-rank checkpoint engine:
+
+    import gantry.checkpoint
+    handle = gantry.checkpoint.save(state, step=100, root="/shared/ckpt")
+    state = gantry.checkpoint.load(step="latest", root="/shared/ckpt")
+
+`python3 -m gantry export|import` converts checkpoints to and from plain torch.save files.
+"""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `import gantry` stays cheap (and works without the compiled module) until checkpoint
+    # functionality is used.
+    if name == "checkpoint":
+        import importlib
+        return importlib.import_module("gantry.checkpoint")
+    if name in ("CheckpointError", "RowShard"):
+        from gantry import checkpoint
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module 'gantry' has no attribute {name!r}")
