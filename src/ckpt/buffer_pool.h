@@ -35,6 +35,7 @@ class HostBufferPool {
   HostBufferPool& operator=(const HostBufferPool&) = delete;
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
+  uint64_t max_buffers() const { return max_buffers_; }
   uint64_t capacity_bytes() const { return buffer_bytes_ * max_buffers_; }
 
   // A free buffer with one reference, waiting for one to be released if all are in use.

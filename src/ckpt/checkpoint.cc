@@ -29,6 +29,22 @@ double SecondsSince(Clock::time_point start) {
 
 int64_t NowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
 
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// What launchers already give every rank of one launch (EngineOptions::run_id).
+std::string DefaultRunId() {
+  if (std::string v = Env("GANTRY_RUN_ID"); !v.empty()) return v;
+  if (std::string v = Env("TORCHELASTIC_RUN_ID"); !v.empty()) return "torchelastic:" + v;
+  if (std::string v = Env("SLURM_JOB_ID"); !v.empty()) {
+    const std::string restart = Env("SLURM_RESTART_COUNT");
+    return "slurm:" + v + (restart.empty() ? "" : "." + restart);
+  }
+  return "";
+}
+
 // Parses "ckpt/<job>/<12 digits>/<rest>" into the step and rest; false for other keys.
 bool ParseStepKey(std::string_view key, std::string_view prefix, int64_t* step,
                   std::string_view* rest) {
@@ -156,6 +172,8 @@ struct SaveJob {
   std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> to_drain;  // guarded by mu
   uint64_t chunks_written = 0;                                            // guarded by mu
   uint64_t bytes_written = 0;                                             // guarded by mu
+  std::vector<ChunkId> written;  // chunks this save made durable; guarded by mu
+  std::vector<ChunkId> reused;   // chunks skipped as already durable; guarded by mu
 
   void RecordError(const Status& s) {
     std::lock_guard<std::mutex> lock(mu);
@@ -174,6 +192,9 @@ struct CheckpointEngine::Impl {
   std::unique_ptr<ThreadPool> drain_pool;   // durable writes
   std::unique_ptr<ThreadPool> commit_pool;  // one thread: finishes saves in step order
 
+  // One snapshot at a time: concurrent Saves each holding part of the pool while waiting for
+  // more would deadlock (their pieces are only handed to the background after the copy).
+  std::mutex save_mu;
   std::mutex mu;
   // Chunks known durable, with the newest step that referenced them; pruned to the last save.
   std::unordered_map<ChunkId, int64_t, ChunkIdHash> known;                         // guarded by mu
@@ -181,6 +202,7 @@ struct CheckpointEngine::Impl {
   std::deque<std::vector<ChunkId>> local_history;  // chunk ids of recent saves, for keep_local
   int64_t last_step = -1;                          // guarded by mu
   std::vector<std::future<void>> commits;          // guarded by mu
+  Status first_error;                              // since the last WaitAll; guarded by mu
 
   const EngineOptions& opt() const { return engine->options_; }
   ObjectStore& durable() { return *engine->durable_; }
@@ -193,6 +215,7 @@ struct CheckpointEngine::Impl {
   void PieceDurable(const std::shared_ptr<SaveJob>& job);
   void Finish(const std::shared_ptr<SaveJob>& job);
   Status Commit(const std::shared_ptr<SaveJob>& job);
+  Status CheckReused(const std::shared_ptr<SaveJob>& job);
   Status WriteLatest(int64_t step);
   Status ApplyRetention(const Retention& r, std::vector<int64_t>* removed);
   void TrimLocal(const std::vector<ChunkId>& ids);
@@ -238,6 +261,8 @@ void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, s
     auto k = known.find(id);
     if (k != known.end()) {
       k->second = std::max(k->second, job->part.step);
+      std::lock_guard<std::mutex> jl(job->mu);
+      job->reused.push_back(id);
     } else if (auto f = inflight.find(id); f != inflight.end()) {
       std::lock_guard<std::mutex> jl(job->mu);
       job->borrowed.push_back(f->second);
@@ -305,7 +330,14 @@ void CheckpointEngine::Impl::DrainPiece(const std::shared_ptr<SaveJob>& job, con
     if (!stored.ok()) {
       s = stored.status().WithContext("drain to durable tier: read local copy");
     } else if (opt().durable_codec == Codec::kNone) {
-      s = durable().Put(key, *stored);
+      // The local copy becomes the copy of record: check it first (a rotted local disk must
+      // not reach the durable tier, where later saves would trust it).
+      Result<uint64_t> n = DecodedLength(*stored, id);
+      const bool good =
+          n.ok() && HashChunk(std::string_view(*stored).substr(kChunkHeaderSize)) == id;
+      s = good ? durable().Put(key, *stored)
+               : IoError("drain to durable tier: the local copy of chunk " + id.ToHex() +
+                         " is corrupt");
     } else {
       Result<std::string> raw = DecodeChunk(*stored, id);
       s = raw.ok() ? durable().Put(key, EncodeChunkWithId(*raw, id, opt().durable_codec))
@@ -316,6 +348,10 @@ void CheckpointEngine::Impl::DrainPiece(const std::shared_ptr<SaveJob>& job, con
     std::lock_guard<std::mutex> lock(mu);
     inflight.erase(id);
     if (s.ok()) known[id] = std::max(known[id], job->part.step);
+  }
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->written.push_back(id);
   }
   write->Finish(s);
   if (!s.ok()) job->RecordError(s);
@@ -353,45 +389,61 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
 
   const std::string manifest_key = ManifestKey(o.job, step);
   if (o.rank != 0) {
-    GANTRY_ASSIGN_OR_RETURN(bool committed, PollUntil(
-                                                [&]() -> Result<bool> {
-                                                  Result<ObjectInfo> h =
-                                                      durable().Head(manifest_key);
-                                                  if (h.ok()) return true;
-                                                  if (h.status().code() == StatusCode::kNotFound)
-                                                    return false;
-                                                  return h.status();
-                                                },
-                                                o.commit_timeout_ms));
+    // Committed once a manifest of this step from this run exists (one a crashed earlier
+    // attempt wrote at the same step does not count).
+    GANTRY_ASSIGN_OR_RETURN(bool committed,
+                            PollUntil(
+                                [&]() -> Result<bool> {
+                                  Result<std::string> text = durable().Get(manifest_key);
+                                  if (!text.ok()) {
+                                    if (text.status().code() == StatusCode::kNotFound) return false;
+                                    return text.status();
+                                  }
+                                  Result<CheckpointManifest> m =
+                                      CheckpointManifest::FromJson(*text, manifest_key);
+                                  return m.ok() && m->run_id == o.run_id;
+                                },
+                                o.commit_timeout_ms));
     if (!committed) {
       return Unavailable("rank 0 did not commit within " + std::to_string(o.commit_timeout_ms) +
                          " ms (this rank's part is durable)");
     }
     return Status::Ok();
   }
-  // Rank 0: wait for every rank's part, merge, write the manifest, then the latest pointer.
+  // Rank 0: wait for every rank's part of this run, merge, write the manifest, then `latest`.
+  // Parts are read as they appear; one from another run (left by a crashed attempt) is read
+  // again on later polls, since that rank overwrites it when it gets there.
   const std::string prefix = StepPrefix(o.job, step);
-  std::vector<ObjectInfo> parts;
+  std::map<std::string, CheckpointManifest> accepted;  // by key
   GANTRY_ASSIGN_OR_RETURN(bool all_parts,
                           PollUntil(
                               [&]() -> Result<bool> {
                                 GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objs,
                                                         durable().ListAll(prefix + "rank-"));
-                                parts = std::move(objs);
-                                return parts.size() >= static_cast<size_t>(o.world_size);
+                                for (const ObjectInfo& info : objs) {
+                                  if (accepted.count(info.key) > 0) continue;
+                                  Result<std::string> text = durable().Get(info.key);
+                                  if (!text.ok()) {
+                                    if (text.status().code() == StatusCode::kNotFound) continue;
+                                    return text.status();
+                                  }
+                                  Result<CheckpointManifest> m =
+                                      CheckpointManifest::FromJson(*text, info.key);
+                                  if (!m.ok())
+                                    continue;  // torn by a writer that died? the rank rewrites it
+                                  if (m->run_id == o.run_id)
+                                    accepted.emplace(info.key, std::move(*m));
+                                }
+                                return accepted.size() >= static_cast<size_t>(o.world_size);
                               },
                               o.commit_timeout_ms));
   if (!all_parts) {
-    return Unavailable("only " + std::to_string(parts.size()) + " of " +
+    return Unavailable("only " + std::to_string(accepted.size()) + " of " +
                        std::to_string(o.world_size) + " ranks wrote their part within " +
                        std::to_string(o.commit_timeout_ms) + " ms; not committed");
   }
   std::vector<CheckpointManifest> manifests;
-  for (const ObjectInfo& info : parts) {
-    GANTRY_ASSIGN_OR_RETURN(std::string text, durable().Get(info.key));
-    GANTRY_ASSIGN_OR_RETURN(CheckpointManifest m, CheckpointManifest::FromJson(text, info.key));
-    manifests.push_back(std::move(m));
-  }
+  for (auto& [key, m] : accepted) manifests.push_back(std::move(m));
   GANTRY_ASSIGN_OR_RETURN(CheckpointManifest merged, MergeParts(std::move(manifests)));
   merged.tags = job->options.tags;
   merged.metadata_json = job->options.metadata_json;
@@ -405,6 +457,42 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   return Status::Ok();
 }
 
+// Chunks skipped because the previous save stored them are referenced by no manifest of this
+// save yet: if something removed them meanwhile (`gantry ckpt rm` of that checkpoint, then a GC
+// in another process), the part must not point at them. One HEAD each, in parallel.
+Status CheckpointEngine::Impl::CheckReused(const std::shared_ptr<SaveJob>& job) {
+  std::vector<ChunkId> reused;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    reused = job->reused;
+  }
+  std::vector<std::future<Status>> heads;
+  heads.reserve(reused.size());
+  for (const ChunkId& id : reused) {
+    heads.push_back(drain_pool->Submit([this, id] {
+      Result<ObjectInfo> h = durable().Head(ChunkKey(id));
+      return h.ok() ? Status::Ok() : h.status();
+    }));
+  }
+  Status first;
+  for (size_t i = 0; i < heads.size(); ++i) {
+    Status s = heads[i].get();
+    if (s.ok()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      known.erase(reused[i]);
+    }
+    if (first.ok()) {
+      first = s.code() == StatusCode::kNotFound
+                  ? IoError("chunk " + reused[i].ToHex() +
+                            ", shared with the previous checkpoint, is gone from the durable "
+                            "tier (removed and collected?); the next save writes it again")
+                  : s;
+    }
+  }
+  return first;
+}
+
 void CheckpointEngine::Impl::TrimLocal(const std::vector<ChunkId>& ids) {
   if (local == nullptr) return;
   local_history.push_back(ids);
@@ -415,7 +503,11 @@ void CheckpointEngine::Impl::TrimLocal(const std::vector<ChunkId>& ids) {
     std::unordered_set<ChunkId, ChunkIdHash> live;
     for (const auto& v : local_history) live.insert(v.begin(), v.end());
     for (const ChunkId& id : old) {
-      if (live.count(id) == 0) (void)local->Delete(ChunkKey(id));
+      if (live.count(id) > 0) continue;
+      // Under mu: a newer save that is writing this chunk again registers it in `inflight`
+      // before its local write, so it is either seen here or written after this delete.
+      std::lock_guard<std::mutex> lock(mu);
+      if (inflight.count(id) == 0) (void)local->Delete(ChunkKey(id));
     }
   }
 }
@@ -441,13 +533,24 @@ void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
       if (!b.ok() && s.ok()) s = b.WithContext("a chunk this save shares with an earlier one");
     }
   }
+  if (s.ok()) s = CheckReused(job);
   if (s.ok()) s = Commit(job);
   std::vector<ChunkId> ids = job->part.ChunkIds();
   {
-    // Incremental saves compare against the chunks of the newest save only.
     std::lock_guard<std::mutex> lock(mu);
-    for (auto it = known.begin(); it != known.end();) {
-      it = it->second < job->part.step ? known.erase(it) : std::next(it);
+    if (s.ok()) {
+      // Incremental saves compare against the chunks of the newest committed save only.
+      for (auto it = known.begin(); it != known.end();) {
+        it = it->second < job->part.step ? known.erase(it) : std::next(it);
+      }
+    } else {
+      // What a failed save wrote is referenced by no checkpoint and may be collected: later
+      // saves must write it again rather than point at it.
+      std::lock_guard<std::mutex> jl(job->mu);
+      for (const ChunkId& id : job->written) {
+        auto it = known.find(id);
+        if (it != known.end() && it->second == job->part.step) known.erase(it);
+      }
     }
   }
   if (s.ok()) {
@@ -459,6 +562,9 @@ void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
     job->handle->Reach(Durability::kCommitted);
   } else {
     job->handle->Fail(s);
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.ok())
+      first_error = s.WithContext("checkpoint step " + std::to_string(job->part.step));
   }
 }
 
@@ -498,6 +604,7 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
                            ") must hold at least one chunk (" + std::to_string(o.chunk_size) + ")");
   }
   o.io_threads = std::max(1, o.io_threads);
+  if (o.run_id.empty()) o.run_id = DefaultRunId();
   std::unique_ptr<CheckpointEngine> e(new CheckpointEngine(o));
   if (o.durable_store != nullptr) {
     e->durable_ = o.durable_store;
@@ -533,6 +640,9 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
 
   // Incremental across restarts: the chunks this rank stored in the newest checkpoint.
   Result<int64_t> latest = e->LatestStep();
+  if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) {
+    return latest.status().WithContext("checkpoint engine: reading the newest checkpoint");
+  }
   if (latest.ok()) {
     Result<CheckpointManifest> m = e->ReadManifest(*latest);
     if (m.ok() && m->world_size == o.world_size) {
@@ -554,6 +664,7 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   Impl& impl = *impl_;
   const EngineOptions& o = options_;
   if (so.step < 0) return InvalidArgument("save: step must not be negative");
+  std::lock_guard<std::mutex> one_snapshot(impl.save_mu);
   {
     std::lock_guard<std::mutex> lock(impl.mu);
     if (so.step <= impl.last_step) {
@@ -573,6 +684,7 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   part.chunk_size = o.chunk_size;
   part.tags = so.tags;
   part.metadata_json = so.metadata_json;
+  part.run_id = o.run_id;
   RankRecord rr;
   rr.rank = o.rank;
   rr.structure_json = so.structure_json;
@@ -649,9 +761,16 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   // When the whole snapshot fits in the pool, background work starts after the copy, so the
   // copy has the CPUs and memory bandwidth to itself and the blocking part is shortest. A
   // larger state is pipelined: pieces are written as they are copied, freeing buffers.
-  uint64_t footprint = 0;
-  for (const Piece& p : job->pieces) footprint += (p.size + 63) / 64 * 64;
-  const bool defer = footprint + impl.pool->buffer_bytes() <= impl.pool->capacity_bytes();
+  // (The layout below, simulated: pieces that do not fit a buffer's rest start a new one.)
+  uint64_t buffers_needed = 0, fill = 0;
+  for (const Piece& p : job->pieces) {
+    if (buffers_needed == 0 || fill + p.size > impl.pool->buffer_bytes()) {
+      ++buffers_needed;
+      fill = 0;
+    }
+    fill += (p.size + 63) / 64 * 64;
+  }
+  const bool defer = buffers_needed <= impl.pool->max_buffers();
   std::vector<std::future<void>> copies;
   HostBufferPool::Buffer* current = nullptr;
   uint64_t used = 0;
@@ -711,7 +830,10 @@ Status CheckpointEngine::WaitAll() {
     commits.swap(impl_->commits);
   }
   for (auto& f : commits) f.get();
-  return Status::Ok();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Status s = impl_->first_error;
+  impl_->first_error = Status::Ok();
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -737,12 +859,17 @@ Result<std::vector<CheckpointInfo>> CheckpointEngine::List() {
   std::vector<CheckpointInfo> out;
   for (auto& [step, info] : steps) {
     if (info.committed) {
+      // An unreadable manifest is an error, not an untagged checkpoint: retention would delete
+      // a tagged one after one failed GET.
       Result<CheckpointManifest> m = ReadManifest(step);
+      if (!m.ok() && m.status().code() != StatusCode::kNotFound) return m.status();
       if (m.ok()) {
         info.world_size = m->world_size;
         info.bytes = m->TotalBytes();
         info.created_unix = m->created_unix;
         info.tags = m->tags;
+      } else {
+        info.committed = false;  // removed meanwhile
       }
     }
     out.push_back(std::move(info));
@@ -1089,7 +1216,10 @@ Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> r
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> blobs, durable_->ListAll("manifests/"));
   for (const ObjectInfo& obj : blobs) {
     Result<std::string> text = durable_->Get(obj.key);
-    if (!text.ok()) continue;
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) continue;
+      return text.status().WithContext("gc (nothing deleted)");
+    }
     Result<Manifest> m = Manifest::FromJson(*text, obj.key);
     if (!m.ok()) return m.status().WithContext("gc (nothing deleted)");
     for (const ManifestChunk& c : m->chunks) live.insert(c.id);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -183,6 +184,14 @@ TEST(ManifestTest, MergeRejectsGapsAndOverlaps) {
   auto overlap = MergeParts({part(0, 0, 3), part(1, 2, 2)});
   ASSERT_FALSE(overlap.ok());
   EXPECT_NE(overlap.status().message().find("overlapping rows"), std::string::npos);
+  // A rank holding no rows overlaps nothing.
+  EXPECT_TRUE(MergeParts({part(0, 0, 4), part(1, 0, 0)}).ok());
+  // Parts of different runs (a crashed attempt's leftovers) never merge.
+  auto p1 = part(1, 2, 2);
+  p1.run_id = "other";
+  auto runs = MergeParts({part(0, 0, 2), p1});
+  ASSERT_FALSE(runs.ok());
+  EXPECT_NE(runs.status().message().find("from run 'other'"), std::string::npos);
   // The same rows on every rank (a replicated tensor) keep one copy.
   auto replicated = MergeParts({part(0, 0, 4), part(1, 0, 4)});
   ASSERT_TRUE(replicated.ok());
@@ -445,6 +454,51 @@ TEST(CheckpointTest, FourRanksCommitTogetherAndReshard) {
   }
 }
 
+// A crashed attempt left rank 1's part of step 1; the relaunched run (a new run id) must not
+// merge it with its own rank 0's part.
+TEST(CheckpointTest, PartsOfACrashedEarlierRunAreNotMerged) {
+  TempDir dir;
+  const int64_t rows = 8, cols = 1000;
+  auto open_rank = [&](int rank, const std::string& run, int64_t timeout_ms) {
+    EngineOptions o = Options(dir);
+    o.local_url = dir.sub("local" + std::to_string(rank) + run);
+    o.rank = rank;
+    o.world_size = 2;
+    o.run_id = run;
+    o.commit_timeout_ms = timeout_ms;
+    return MustOpen(o);
+  };
+  auto save_rows = [&](CheckpointEngine& e, int rank, const std::vector<float>& full) {
+    SaveTensor t = Tensor("w", full, {rows, cols});
+    t.row_offset = rank * rows / 2;
+    t.rows = rows / 2;
+    t.data = full.data() + t.row_offset * cols;
+    auto h = e.Save(std::vector<SaveTensor>{t}, At(1));
+    EXPECT_TRUE(h.ok());
+    return *h;
+  };
+  std::vector<float> old_data = Values(rows * cols, 1), new_data = Values(rows * cols, 2);
+  {
+    auto stale = open_rank(1, "attempt-1", 100);
+    EXPECT_FALSE(save_rows(*stale, 1, old_data)->Wait().ok());  // rank 0 never came
+  }
+  auto r0 = open_rank(0, "attempt-2", 10000);
+  auto h0 = save_rows(*r0, 0, new_data);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(h0->done());  // the stale part does not complete the set
+  EXPECT_EQ(r0->LatestStep().status().code(), StatusCode::kNotFound);
+  auto r1 = open_rank(1, "attempt-2", 10000);
+  auto h1 = save_rows(*r1, 1, new_data);
+  ASSERT_TRUE(h0->Wait().ok());
+  ASSERT_TRUE(h1->Wait().ok());
+  auto m = r0->ReadManifest(1);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->run_id, "attempt-2");
+  std::vector<float> back(rows * cols);
+  ASSERT_TRUE(r0->Restore(*m, std::vector<RestoreTarget>{Target("w", back, {rows, cols})}).ok());
+  EXPECT_EQ(back, new_data);
+}
+
 TEST(CheckpointTest, MissingRankNeverCommits) {
   TempDir dir;
   EngineOptions o = Options(dir);
@@ -498,6 +552,8 @@ TEST(CheckpointTest, FailingDurableTierFailsTheSaveAndKeepsThePrevious) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("checkpoint step 2"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("injected"), std::string::npos) << s.message();
+  EXPECT_FALSE(e->WaitAll().ok());  // the failed save's error, once
+  EXPECT_TRUE(e->WaitAll().ok());
   faulty->SetPlan(FaultPlan{});
   EXPECT_EQ(*e->LatestStep(), 1);
   auto m = e->ReadManifest(1);
@@ -530,6 +586,43 @@ TEST(CheckpointTest, FullLocalDiskFallsBackToTheDurableTier) {
   ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {40000})}, &st).ok());
   EXPECT_EQ(back, a);
   EXPECT_EQ(st.from_durable, st.chunks);
+}
+
+// 20 tensors of 40 KiB: 800 KiB fits a 1 MiB pool by bytes, but with 64 KiB buffers each
+// holds one tensor, so the snapshot needs 20 buffers of 16 and must hand pieces to the
+// background as it copies instead of waiting for buffers forever.
+TEST(CheckpointTest, ManySmallTensorsNeedMoreBuffersThanTheirBytesSuggest) {
+  TempDir dir;
+  auto e = MustOpen(Options(dir));  // 64 KiB chunks, 1 MiB pool
+  std::vector<std::vector<float>> ws;
+  std::vector<SaveTensor> ts;
+  for (int i = 0; i < 20; ++i) ws.push_back(Values(10240, static_cast<float>(i)));
+  for (int i = 0; i < 20; ++i) ts.push_back(Tensor("t" + std::to_string(100 + i), ws[i], {10240}));
+  auto done = std::async(std::launch::async, [&] {
+    auto h = e->Save(ts, At(1));
+    return h.ok() ? (*h)->Wait() : h.status();
+  });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "save hung";
+  EXPECT_TRUE(done.get().ok());
+}
+
+// A local copy that rots between the local write and the drain must not become the copy of
+// record.
+TEST(CheckpointTest, ACorruptLocalCopyIsNotDrainedToTheDurableTier) {
+  TempDir dir;
+  FaultPlan rot;
+  rot.rules.push_back(FaultRule::Nth(FaultOp::kGet, FaultKind::kBitFlip, 1));
+  auto local = std::make_shared<FaultyStore>(OpenDir(dir.sub("local")), rot);
+  EngineOptions o = Options(dir);
+  o.local_store = local;
+  auto e = MustOpen(o);
+  std::vector<float> a = Values(40000, 1);
+  auto h = e->Save(std::vector<SaveTensor>{Tensor("a", a, {40000})}, At(1));
+  ASSERT_TRUE(h.ok());
+  Status s = (*h)->Wait();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is corrupt"), std::string::npos) << s.message();
+  EXPECT_EQ(e->LatestStep().status().code(), StatusCode::kNotFound);
 }
 
 TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {

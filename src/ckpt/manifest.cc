@@ -247,6 +247,7 @@ std::string CheckpointManifest::ToJson() const {
               {"created_unix", created_unix},
               {"tags", tags},
               {"metadata", metadata.is_object() ? metadata : json::object()},
+              {"run", run_id},
               {"ranks", std::move(ranks_json)},
               {"tensors", std::move(tensors_json)}};
   // The checksum covers the document as dumped without it (keys sorted, so the reader can
@@ -291,6 +292,11 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
   if (m.step < 0) return r.Error("step", "negative");
   if (m.world_size < 1) return r.Error("world_size", "must be at least 1");
   if (m.chunk_size == 0) return r.Error("chunk_size", "must be positive");
+  auto run = doc.find("run");
+  if (run != doc.end()) {
+    if (!run->is_string()) return r.Error("run", "not a string");
+    m.run_id = run->get<std::string>();
+  }
   auto meta = doc.find("metadata");
   m.metadata_json = meta != doc.end() && meta->is_object() ? meta->dump() : "{}";
 
@@ -382,6 +388,7 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
   m.created_unix = first.created_unix;
   m.tags = first.tags;
   m.metadata_json = first.metadata_json;
+  m.run_id = first.run_id;
   const std::string where = "checkpoint " + m.job + " step " + std::to_string(m.step) + ": ";
   if (parts.size() != static_cast<size_t>(m.world_size)) {
     return InvalidArgument(where + std::to_string(parts.size()) + " parts for a world of " +
@@ -393,6 +400,10 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
     if (p.kind != CheckpointManifest::Kind::kPart || p.ranks.size() != 1 ||
         p.ranks.front().rank != static_cast<int>(i)) {
       return InvalidArgument(where + "part " + std::to_string(i) + " is missing or repeated");
+    }
+    if (p.run_id != m.run_id) {
+      return InvalidArgument(where + "rank " + std::to_string(i) + "'s part is from run '" +
+                             p.run_id + "', rank 0's from run '" + m.run_id + "'");
     }
     if (p.world_size != m.world_size || p.chunk_size != m.chunk_size || p.step != m.step ||
         p.job != m.job) {
@@ -424,6 +435,12 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
         t.slices.begin(), t.slices.end(),
         [](const SliceRecord& a, const SliceRecord& b) { return a.row_offset < b.row_offset; });
     std::vector<SliceRecord> kept;
+    // A rank holding no rows of a tensor overlaps nothing; keep one empty slice only when the
+    // tensor has no rows at all.
+    const bool all_empty = std::all_of(t.slices.begin(), t.slices.end(),
+                                       [](const SliceRecord& s) { return s.rows == 0; });
+    std::erase_if(t.slices, [&](const SliceRecord& s) { return s.rows == 0 && !all_empty; });
+    if (all_empty && t.slices.size() > 1) t.slices.resize(1);
     for (SliceRecord& s : t.slices) {
       if (!kept.empty() && s.row_offset < kept.back().row_offset + kept.back().rows) {
         if (s.row_offset == kept.back().row_offset && s.rows == kept.back().rows) continue;

@@ -59,6 +59,12 @@ struct EngineOptions {
   std::string job = "default";  // checkpoints of one training run; one key segment
   int rank = 0;
   int world_size = 1;
+  // Names this launch of the job; every rank of it must pass the same one, and a relaunch after
+  // a crash a new one, so parts the crashed attempt left are never merged into a checkpoint.
+  // Default: $GANTRY_RUN_ID, else $TORCHELASTIC_RUN_ID (torchrun), else $SLURM_JOB_ID plus
+  // $SLURM_RESTART_COUNT, else empty (no protection: fine for one rank, whose own part is
+  // simply rewritten).
+  std::string run_id;
   uint64_t chunk_size = kDefaultChunkSize;
   // Host buffer pool for asynchronous save: bytes of snapshots in flight. Save blocks (pipelined
   // with the background writes) when a state is larger. Default 1 GiB.
@@ -216,7 +222,7 @@ class CheckpointEngine {
   // InvalidArgument for a duplicate name, a bad slice or a step not above the previous save's.
   Result<std::shared_ptr<SaveHandle>> Save(std::span<const SaveTensor> tensors,
                                            const SaveOptions& options);
-  // Waits for every save in flight to finish (any level); the first error.
+  // Waits for every save in flight to finish; the first save error since the last WaitAll.
   Status WaitAll();
 
   // Committed steps, ascending, and every step with parts (CheckpointInfo).

@@ -90,7 +90,10 @@ struct CheckpointManifest {
   uint64_t chunk_size = kDefaultChunkSize;
   int64_t created_unix = 0;
   std::vector<std::string> tags;
-  std::string metadata_json = "{}";   // user metadata, a JSON object
+  std::string metadata_json = "{}";  // user metadata, a JSON object
+  // The run (launch) that wrote it: parts of one checkpoint must share it, so parts a crashed
+  // earlier attempt left at the same step are never merged with fresh ones. Empty: unknown.
+  std::string run_id;
   std::vector<RankRecord> ranks;      // sorted by rank; in a part, exactly one
   std::vector<TensorRecord> tensors;  // sorted by name
 
@@ -108,8 +111,9 @@ struct CheckpointManifest {
 };
 
 // Merges the parts of all world_size ranks into the commit record; InvalidArgument if a rank is
-// missing or duplicated, or two ranks disagree on a tensor's dtype or global shape, or the
-// slices of a tensor do not tile its rows.
+// missing or duplicated, the parts come from different runs, two ranks disagree on a tensor's
+// dtype or global shape, or the slices of a tensor do not tile its rows. Zero-row slices are
+// dropped (one is kept for a tensor with no rows).
 Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts);
 
 // Object keys (see the layout above).
