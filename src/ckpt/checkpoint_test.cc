@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "common/small_tmpfs.h"
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
 
@@ -623,6 +624,80 @@ TEST(CheckpointTest, ACorruptLocalCopyIsNotDrainedToTheDurableTier) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("is corrupt"), std::string::npos) << s.message();
   EXPECT_EQ(e->LatestStep().status().code(), StatusCode::kNotFound);
+}
+
+// A real full disk (a 1 MiB tmpfs in a private mount namespace) under the durable tier: the
+// save fails naming the cause, the previous checkpoint stays latest and restorable.
+TEST(CheckpointTest, FullDurableDiskFailsTheSaveAndKeepsThePrevious) {
+  TempDir dir;
+  const std::string mnt = dir.sub("small");
+  fs::create_directories(mnt);
+  std::string msg;
+  const int code = test_support::InSmallTmpfs(
+      mnt,
+      [&](int* code) -> std::string {
+        EngineOptions o = Options(dir);
+        o.durable_url = mnt + "/durable";
+        auto e = CheckpointEngine::Open(o);
+        if (!e.ok()) return *code = 2, e.status().ToString();
+        std::vector<float> small = Values(50000, 1);  // 200 KB
+        auto h1 = (*e)->Save(std::vector<SaveTensor>{Tensor("a", small, {50000})}, At(1));
+        if (!h1.ok() || !(*h1)->Wait().ok()) return *code = 3, "first save failed";
+        std::vector<float> big = Values(500000, 2);  // 2 MB: does not fit
+        auto h2 = (*e)->Save(std::vector<SaveTensor>{Tensor("a", big, {500000})}, At(2));
+        if (!h2.ok()) return *code = 4, h2.status().ToString();
+        Status full = (*h2)->Wait();
+        if (full.ok()) return *code = 5, "the save into a full disk succeeded";
+        Result<int64_t> latest = (*e)->LatestStep();
+        if (!latest.ok() || *latest != 1) return *code = 6, "latest moved";
+        auto m = (*e)->ReadManifest(1);
+        std::vector<float> back(50000);
+        if (!m.ok() ||
+            !(*e)->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {50000})}).ok() ||
+            back != small) {
+          return *code = 7, "previous checkpoint unreadable";
+        }
+        return full.ToString();
+      },
+      &msg);
+  if (code == 77) GTEST_SKIP() << "cannot mount a private tmpfs here";
+  ASSERT_EQ(code, 0) << msg;
+  EXPECT_NE(msg.find("disk full"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checkpoint step 2"), std::string::npos) << msg;
+}
+
+// A real full local disk: chunks that do not fit go straight to the durable tier and the save
+// commits.
+TEST(CheckpointTest, FullLocalDiskStillCommitsThroughTheDurableTier) {
+  TempDir dir;
+  const std::string mnt = dir.sub("small");
+  fs::create_directories(mnt);
+  std::string msg;
+  const int code = test_support::InSmallTmpfs(
+      mnt,
+      [&](int* code) -> std::string {
+        EngineOptions o = Options(dir);
+        o.local_url = mnt + "/local";
+        auto e = CheckpointEngine::Open(o);
+        if (!e.ok()) return *code = 2, e.status().ToString();
+        std::vector<float> big = Values(500000, 2);  // 2 MB in a 1 MiB local tier
+        auto h = (*e)->Save(std::vector<SaveTensor>{Tensor("a", big, {500000})}, At(1));
+        if (!h.ok()) return *code = 3, h.status().ToString();
+        if (Status s = (*h)->Wait(); !s.ok()) return *code = 4, s.ToString();
+        auto m = (*e)->ReadManifest(1);
+        std::vector<float> back(500000);
+        RestoreStats st;
+        if (!m.ok() ||
+            !(*e)->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {500000})}, &st).ok() ||
+            back != big) {
+          return *code = 5, "restore failed";
+        }
+        if (st.from_local == 0 || st.from_durable == 0) return *code = 6, "expected both tiers";
+        return "";
+      },
+      &msg);
+  if (code == 77) GTEST_SKIP() << "cannot mount a private tmpfs here";
+  ASSERT_EQ(code, 0) << msg;
 }
 
 TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {

@@ -19,10 +19,13 @@
 #include <functional>
 #include <thread>
 
+#include "common/small_tmpfs.h"
+
 namespace gantry {
 namespace {
 
 namespace fs = std::filesystem;
+using ::gantry::test_support::InSmallTmpfs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -161,36 +164,6 @@ TEST_F(PosixStoreTest, FileTooLargeFailsCleanlyAndKeepsTheOldVersion) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, "old version");
   EXPECT_TRUE(TempFiles().empty());
-}
-
-// Runs fn in a forked child with a private mount namespace holding a 1 MiB tmpfs at `dir`
-// (a real full disk, without touching the host). Returns the child's exit code and message;
-// 77 means the sandbox is not allowed here (not root, no CAP_SYS_ADMIN).
-int InSmallTmpfs(const std::string& dir, const std::function<std::string(int*)>& fn,
-                 std::string* msg) {
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    if (::unshare(CLONE_NEWNS) != 0 ||
-        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
-      ::_exit(77);
-    }
-    int code = 0;
-    const std::string m = fn(&code);
-    (void)!::write(pipefd[1], m.data(), m.size());
-    ::_exit(code);
-  }
-  ::close(pipefd[1]);
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) msg->append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int wstatus = 0;
-  if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
-  return WEXITSTATUS(wstatus);
 }
 
 TEST_F(PosixStoreTest, DiskFullFailsCleanlyAndKeepsTheOldVersion) {

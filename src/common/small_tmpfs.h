@@ -1,0 +1,47 @@
+// InSmallTmpfs: a test helper that runs a function in a forked child whose private mount
+// namespace holds a tiny tmpfs at a directory: a real "disk full" without touching the host.
+// Header-only, for tests (the storage and checkpoint tests include it from src/).
+#pragma once
+
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+
+namespace gantry::test_support {
+
+// Runs fn(&exit_code) in the child with a tmpfs of `size` ("1m") mounted at `dir`; returns the
+// child's exit code and appends the string fn returned to *msg. 77 means the sandbox is not
+// allowed here (not root, no CAP_SYS_ADMIN): callers skip. -1: the child died otherwise.
+inline int InSmallTmpfs(const std::string& dir, const std::function<std::string(int*)>& fn,
+                        std::string* msg, const char* size = "1m") {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    const std::string opts = std::string("size=") + size;
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+      ::_exit(77);
+    }
+    int code = 0;
+    const std::string m = fn(&code);
+    (void)!::write(pipefd[1], m.data(), m.size());
+    ::_exit(code);
+  }
+  ::close(pipefd[1]);
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) msg->append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int wstatus = 0;
+  if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
+  return WEXITSTATUS(wstatus);
+}
+
+}  // namespace gantry::test_support
