@@ -28,7 +28,7 @@ namespace {
 constexpr std::string_view kObjectsPrefix = "/v1/objects/";
 // Each pread/write step of a streamed body: large enough to amortise the syscalls, small enough
 // that many concurrent streams stay cheap.
-constexpr size_t kStreamPiece = 256 << 10;
+constexpr size_t kStreamPiece = 1 << 20;
 constexpr char kReservedTopLevel[] = ".gantry-tmp";  // PosixStore's temp files: never objects
 
 // An open file shared by the response and its content provider, closed when both are done.
