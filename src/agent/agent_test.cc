@@ -225,6 +225,23 @@ class AgentTest : public ::testing::Test {
   std::unique_ptr<ObjectStore> peer_;
 };
 
+TEST_F(AgentTest, GetPartsStreamsStraightIntoCallerBuffers) {
+  std::string big(5 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + 3);
+  ASSERT_TRUE(tier_->Put("big", big).ok());
+  std::string head(32, '\0'), body(big.size() - 32, '\0');
+  const std::span<char> parts[] = {std::span<char>(head), std::span<char>(body)};
+  auto n = peer_->GetParts("big", 0, parts);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, big.size());
+  EXPECT_EQ(head + body, big);
+  auto tail = peer_->GetParts("big", big.size() - 10, parts);  // clipped at the end
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(*tail, 10u);
+  EXPECT_EQ(peer_->GetParts("big", big.size() + 1, parts).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(peer_->GetParts("none", 0, parts).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(AgentTest, GetRangeAndHeadMatchTheObjectStoreContract) {
   ASSERT_TRUE(tier_->Put("r", "0123456789").ok());
   EXPECT_EQ(peer_->backend(), "http");

@@ -1021,26 +1021,27 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
   sources.back()->store = durable_;
   sources.back()->kind = Source::kDurable;
 
-  // A whole uncompressed chunk in a directory tier is read straight into the target (header
-  // first, then the payload), with no intermediate buffer. nullopt: take the general path.
+  // A whole chunk is read straight into the target: its header into a small buffer, its
+  // payload into the tensor (GetParts: preadv on a directory tier, the socket on a peer), then
+  // verified in place. nullopt: the stored chunk is compressed or damaged, take the general
+  // path (which decodes, or reports what is wrong).
   auto read_direct = [](ObjectStore& store, const std::string& key,
                         const Fetch& f) -> std::optional<Status> {
-    auto* posix = dynamic_cast<PosixStore*>(&store);
-    if (posix == nullptr || f.copies.size() != 1 || f.copies[0].src_offset != 0 ||
-        f.copies[0].length != f.size) {
+    if (f.copies.size() != 1 || f.copies[0].src_offset != 0 || f.copies[0].length != f.size) {
       return std::nullopt;
     }
     char header[kChunkHeaderSize];
-    Result<uint64_t> n = posix->ReadInto(key, 0, header, sizeof header);
-    if (!n.ok()) return n.status();
-    Result<ChunkHeader> h = ParseChunkHeader(std::string_view(header, *n));
-    if (!h.ok() || h->codec != Codec::kNone || h->raw_length != f.size || h->checksum != f.id) {
-      return std::nullopt;  // compressed, or damaged: the general path decodes and reports
-    }
     char* dst = f.copies[0].dst;
-    Result<uint64_t> got = posix->ReadInto(key, kChunkHeaderSize, dst, f.size);
-    if (!got.ok()) return got.status();
-    if (*got != f.size || HashChunk(std::string_view(dst, f.size)) != f.id) {
+    const std::span<char> parts[] = {std::span<char>(header, sizeof header),
+                                     std::span<char>(dst, f.size)};
+    Result<uint64_t> n = store.GetParts(key, 0, parts);
+    if (!n.ok()) return n.status();
+    if (*n < kChunkHeaderSize) return std::nullopt;
+    Result<ChunkHeader> h = ParseChunkHeader(std::string_view(header, kChunkHeaderSize));
+    if (!h.ok() || h->codec != Codec::kNone || h->raw_length != f.size || h->checksum != f.id) {
+      return std::nullopt;
+    }
+    if (*n != kChunkHeaderSize + f.size || HashChunk(std::string_view(dst, f.size)) != f.id) {
       return IoError("corrupt chunk " + f.id.ToHex() + ": content does not match its id");
     }
     return Status::Ok();
@@ -1055,8 +1056,13 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
       if (src->dead.load()) continue;
       std::optional<Status> direct = read_direct(*src->store, key, f);
       if (direct.has_value() && !direct->ok()) {
-        if (direct->code() != StatusCode::kNotFound) ++corrupt;
+        const bool bad_copy = direct->message().starts_with("corrupt chunk");
+        if (bad_copy) ++corrupt;
         why += "; " + src->name + ": " + direct->message();
+        // A peer that fails for anything but a missing chunk, or serves garbage, is dropped.
+        if (src->kind == Source::kPeer && direct->code() != StatusCode::kNotFound) {
+          src->dead.store(true);
+        }
         continue;
       }
       Result<std::string> stored =

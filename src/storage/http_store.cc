@@ -88,7 +88,10 @@ struct Exchange {
   std::string content_length_text;  // as sent, for messages when it is not a number
   std::string content_range;
   std::string last_modified;
-  std::string body;       // the kept bytes of a 2xx body, or the start of an error body
+  std::string body;  // the kept bytes of a 2xx body, or the start of an error body
+  // Set for GetParts: kept 2xx bytes go here, in order, instead of into `body`.
+  std::span<const std::span<char>> sink;
+  uint64_t sunk = 0;      // bytes written into sink
   uint64_t received = 0;  // body bytes seen
   bool overflow = false;  // a 206 body longer than the range asked for
 };
@@ -155,6 +158,29 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// Keeps body bytes: appended to x->body, or copied into the caller's parts (GetParts).
+void Keep(Exchange* x, const char* data, uint64_t bytes) {
+  if (x->sink.empty()) {
+    x->body.append(data, static_cast<size_t>(bytes));
+    return;
+  }
+  uint64_t pos = 0;  // where x->sunk falls among the parts
+  for (std::span<char> p : x->sink) {
+    if (bytes == 0) break;
+    if (x->sunk >= pos + p.size()) {
+      pos += p.size();
+      continue;
+    }
+    const uint64_t at = x->sunk - pos;
+    const uint64_t n = std::min<uint64_t>(bytes, p.size() - at);
+    std::memcpy(p.data() + at, data, static_cast<size_t>(n));
+    data += n;
+    bytes -= n;
+    x->sunk += n;
+    pos += p.size();
+  }
+}
+
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   auto* x = static_cast<Exchange*>(user);
   const size_t bytes = size * n;
@@ -172,20 +198,20 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
       x->overflow = true;
       return 0;  // aborts the transfer
     }
-    if (at == 0 && x->has_content_length) {
+    if (at == 0 && x->has_content_length && x->sink.empty()) {
       x->body.reserve(static_cast<size_t>(std::min(x->content_length, kMaxReserve)));
     }
-    x->body.append(data, bytes);
+    Keep(x, data, bytes);
     return bytes;
   }
-  if (at == 0 && x->has_content_length) {
+  if (at == 0 && x->has_content_length && x->sink.empty()) {
     x->body.reserve(static_cast<size_t>(
         std::min({x->content_length, x->keep_end - x->keep_begin, kMaxReserve})));
   }
   // Keep the overlap of [at, at + bytes) with [keep_begin, keep_end).
   const uint64_t lo = std::max(at, x->keep_begin);
   const uint64_t hi = std::min(at + bytes, x->keep_end);
-  if (lo < hi) x->body.append(data + (lo - at), static_cast<size_t>(hi - lo));
+  if (lo < hi) Keep(x, data + (lo - at), hi - lo);
   return bytes;
 }
 
@@ -247,9 +273,26 @@ class HttpStore final : public ObjectStore {
   }
 
   Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) override {
-    GANTRY_RETURN_IF_ERROR(ValidateKey(key));
-    if (length == 0) return CheckOffset(key, offset, false, std::nullopt);
     Exchange x;
+    GANTRY_RETURN_IF_ERROR(RangeInto(key, offset, length, &x));
+    return std::move(x.body);
+  }
+
+  Result<uint64_t> GetParts(std::string_view key, uint64_t offset,
+                            std::span<const std::span<char>> parts) override {
+    uint64_t total = 0;
+    for (std::span<char> p : parts) total += p.size();
+    Exchange x;
+    x.sink = parts;
+    GANTRY_RETURN_IF_ERROR(RangeInto(key, offset, total, &x));
+    return x.sunk;
+  }
+
+  // A ranged GET whose kept bytes land in x->body or x->sink; checks the answer.
+  Status RangeInto(std::string_view key, uint64_t offset, uint64_t length, Exchange* xp) {
+    Exchange& x = *xp;
+    GANTRY_RETURN_IF_ERROR(ValidateKey(key));
+    if (length == 0) return CheckOffset(key, offset, false, std::nullopt).status();
     x.ranged = true;
     std::string range = "bytes=" + std::to_string(offset) + "-";
     uint64_t want = length;
@@ -263,12 +306,14 @@ class HttpStore final : public ObjectStore {
     x.keep_begin = offset;
     x.keep_end = offset + want;
     GANTRY_RETURN_IF_ERROR(Perform("get range", key, "GET", range, &x));
-    if (x.status == 416)
-      return CheckOffset(key, offset, true, TotalFromContentRange(x.content_range));
+    if (x.status == 416) {
+      x.body.clear();  // the refusal's text is not object bytes
+      return CheckOffset(key, offset, true, TotalFromContentRange(x.content_range)).status();
+    }
     if (x.status == 200) {
       GANTRY_RETURN_IF_ERROR(CheckComplete("get range", key, x));
       if (offset > x.received) return PastEnd(key, offset, x.received);
-      return std::move(x.body);
+      return Status::Ok();
     }
     if (x.status != 206) return HttpError("get range", key, x);
     GANTRY_RETURN_IF_ERROR(CheckComplete("get range", key, x));
@@ -284,7 +329,7 @@ class HttpStore final : public ObjectStore {
                      x.content_range + "' with " + std::to_string(x.received) +
                      " body bytes: inconsistent");
     }
-    return std::move(x.body);
+    return Status::Ok();
   }
 
   Result<ObjectInfo> Head(std::string_view key) override {

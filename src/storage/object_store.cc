@@ -155,6 +155,20 @@ std::future<Result<std::string>> ObjectStore::GetAsync(ThreadPool& pool, std::st
   return pool.Submit([this, key = std::move(key)]() -> Result<std::string> { return Get(key); });
 }
 
+Result<uint64_t> ObjectStore::GetParts(std::string_view key, uint64_t offset,
+                                       std::span<const std::span<char>> parts) {
+  uint64_t total = 0;
+  for (std::span<char> p : parts) total += p.size();
+  GANTRY_ASSIGN_OR_RETURN(std::string bytes, GetRange(key, offset, total));
+  uint64_t done = 0;
+  for (std::span<char> p : parts) {
+    const uint64_t n = std::min<uint64_t>(p.size(), bytes.size() - done);
+    if (n > 0) std::memcpy(p.data(), bytes.data() + done, n);
+    done += n;
+  }
+  return done;
+}
+
 Status ObjectStore::PutParts(std::string_view key, std::span<const std::string_view> parts,
                              const PutOptions& options) {
   std::string joined;

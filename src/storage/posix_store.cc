@@ -601,6 +601,29 @@ Result<std::string> PosixStore::GetRange(std::string_view key, uint64_t offset, 
   return out;
 }
 
+Result<uint64_t> PosixStore::GetParts(std::string_view key, uint64_t offset,
+                                      std::span<const std::span<char>> parts) {
+  uint64_t size = 0;
+  GANTRY_ASSIGN_OR_RETURN(int raw, OpenObject(*this, "get", key, &size));
+  Fd fd(raw);
+  if (offset > size) {
+    return OutOfRange(url() + ": get '" + std::string(key) + "': offset " + std::to_string(offset) +
+                      " is past the end (size " + std::to_string(size) + ")");
+  }
+  uint64_t done = 0;
+  for (std::span<char> p : parts) {
+    const uint64_t want = std::min<uint64_t>(p.size(), size - offset - done);
+    if (want == 0) break;
+    uint64_t got = 0;
+    if (int rc = PreadAll(fd.get(), p.data(), want, offset + done, &got)) {
+      return ReadError(*this, key, rc);
+    }
+    done += got;
+    if (got != want) break;  // shrank under us: the caller checks the count
+  }
+  return done;
+}
+
 Result<uint64_t> PosixStore::ReadInto(std::string_view key, uint64_t offset, char* buf,
                                       uint64_t buf_len) {
   uint64_t size = 0;

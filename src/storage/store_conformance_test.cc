@@ -138,6 +138,24 @@ TEST_P(StoreTest, GetRangeClipsAndRejectsOffsetsPastTheEnd) {
   EXPECT_TRUE(*part == big.substr(12345, 3 << 20));
 }
 
+TEST_P(StoreTest, GetPartsFillsCallerBuffersInOrderAndClips) {
+  ASSERT_TRUE(store_->Put("r", "0123456789").ok());
+  char a[3], b[4];
+  const std::span<char> parts[] = {std::span<char>(a, 3), std::span<char>(b, 4)};
+  auto n = store_->GetParts("r", 2, parts);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 7u);
+  EXPECT_EQ(std::string(a, 3), "234");
+  EXPECT_EQ(std::string(b, 4), "5678");
+  auto clipped = store_->GetParts("r", 6, parts);  // 4 bytes left: "678" then "9"
+  ASSERT_TRUE(clipped.ok());
+  EXPECT_EQ(*clipped, 4u);
+  EXPECT_EQ(std::string(a, 3), "678");
+  EXPECT_EQ(b[0], '9');
+  EXPECT_EQ(store_->GetParts("r", 11, parts).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(store_->GetParts("no/such", 0, parts).status().code(), StatusCode::kNotFound);
+}
+
 TEST_P(StoreTest, CreateIfAbsentFailsOnExistingKeysAndKeepsTheOldValue) {
   ASSERT_TRUE(store_->SupportsCreateIfAbsent());
   PutOptions o;

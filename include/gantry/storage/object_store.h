@@ -69,6 +69,12 @@ class ObjectStore {
   virtual Status PutParts(std::string_view key, std::span<const std::string_view> parts,
                           const PutOptions& options);
   virtual Result<std::string> Get(std::string_view key) = 0;
+  // Reads bytes from `offset` into `parts` in order (a chunk's header, then its payload in the
+  // caller's tensor, say) without an intermediate buffer, stopping at the end of the object;
+  // returns the bytes read. OutOfRange if offset is past the end. The default goes through
+  // GetRange; posix (preadv) and http (straight from the socket) override it.
+  virtual Result<uint64_t> GetParts(std::string_view key, uint64_t offset,
+                                    std::span<const std::span<char>> parts);
   // Bytes [offset, offset + length) (clipped at the end of the object); OutOfRange if offset is
   // past the end.
   virtual Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) = 0;

@@ -54,6 +54,8 @@ class PosixStore : public ObjectStore {
   Status PutParts(std::string_view key, std::span<const std::string_view> parts,
                   const PutOptions& options) override;
   Result<std::string> Get(std::string_view key) override;
+  Result<uint64_t> GetParts(std::string_view key, uint64_t offset,
+                            std::span<const std::span<char>> parts) override;
   Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) override;
   Result<ObjectInfo> Head(std::string_view key) override;
   Result<ListPage> List(std::string_view prefix, std::string_view page_token,
