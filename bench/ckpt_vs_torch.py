@@ -48,6 +48,7 @@ def median(xs):
 def fio_write(directory, size_bytes):
     """fio sequential buffered write of size_bytes in 4 MiB blocks, fsync at the end; bytes/s."""
     os.makedirs(directory, exist_ok=True)
+    os.sync()
     out = subprocess.run(
         ["fio", "--name=seqwrite", f"--directory={directory}", "--rw=write", "--bs=4M",
          f"--size={size_bytes}", "--ioengine=psync", "--direct=0", "--end_fsync=1",
@@ -99,6 +100,7 @@ def main():
         torch_save, torch_load = [], []
         for _ in range(args.repeat):
             drop_file(torch_path)
+            os.sync()
             t0 = time.perf_counter()
             torch.save(state, torch_path)
             torch_save.append(time.perf_counter() - t0)
@@ -127,6 +129,7 @@ def main():
             if r > 0:  # every chunk of every tensor changes: a full write
                 for t in state.values():
                     t[::chunk_elems] += 1.0
+            os.sync()
             h = ck.save(state, step)
             h.wait()
             st = h.stats
@@ -271,6 +274,10 @@ commit {commit}, this 2-core VM: a state dict of {r['tensors']} float32 tensors,
 {chr(10).join(table)}
 
 How each side is measured:
+- Every timed write (torch.save, fio, Gantry save) starts after `sync`, so none of them pays
+  for the write-back of an earlier one. This VM's disk and page cache are still noisy: the
+  baselines' runs above vary several-fold, and so do the ratios between whole runs (see the
+  numbers of each run).
 - **torch.save / torch.load**: `torch.save(state, path)` of the same dict to a file in the bench
   directory (no fsync, as users call it), then `torch.load(path)` from the page cache.
 - **Gantry save**: `Checkpointer(durable, local=DIR/local, host_buffer_bytes=state + 64 MiB)`,
