@@ -226,6 +226,8 @@ EngineOptions OptionsFromKwargs(const std::string& root, const py::kwargs& kwarg
       o.durable_codec = Unwrap(ParseCodec(value.cast<std::string>()));
     } else if (key == "keep_local") {
       o.keep_local = value.cast<int>();
+    } else if (key == "run_id") {
+      o.run_id = value.cast<std::string>();
     } else if (key == "local_fsync") {
       o.local_fsync = value.cast<bool>();
     } else if (key == "keep_last") {
@@ -458,7 +460,7 @@ void DefineModule(py::module_& m) {
       .def(py::init(&OpenEngine), py::arg("root"),
            "Opens the engine: root (durable tier URL or path) and keyword options local, peers, "
            "job, rank, world_size, chunk_size, host_buffer_bytes, io_threads, codec, "
-           "keep_local, local_fsync, keep_last, keep_every, keep_tagged, peer_timeout_ms, "
+           "keep_local, local_fsync, run_id, keep_last, keep_every, keep_tagged, peer_timeout_ms, "
            "commit_timeout_ms, gc_grace_seconds, endpoint, region, access_key, secret_key, "
            "session_token, profile")
       .def("close", &PyEngine::Close, "Waits for saves in flight and releases the engine")
