@@ -294,7 +294,7 @@ How each side is measured:
   way a training job restores, and what DCP's `load` does); the first of these runs also pays
   for first-touching the freshly made `into` tensors. `Checkpointer.load(step)` allocates fresh
   tensors, as torch.load does; on this VM first-touching 2 GiB of new memory (page faults and
-  zeroing) costs about as much as the whole torch.load, which is why that row stays near 1x.
+  zeroing) costs about as much as the whole torch.load, which keeps that row well under 3x.
   Chunks come from the local tier's page cache, like the torch file.
 - **Peer restore**: a second `Checkpointer` with no local tier and `peers=[gantry-agent]`, the
   agent serving the first one's local tier over 127.0.0.1; every chunk came from the peer
