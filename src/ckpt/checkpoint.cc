@@ -1190,13 +1190,14 @@ Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> r
       impl_->ApplyRetention(retention.value_or(options_.retention), &report.removed_steps));
   const int64_t now = NowUnix();
   const int64_t grace = options_.gc_grace_seconds;
-  // Unfinished saves older than the grace period (or below the newest commit) will never commit.
-  Result<int64_t> latest = LatestStep();
+  // Unfinished saves older than the grace period will never commit.
   GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
   for (const CheckpointInfo& c : all) {
     if (c.committed) continue;
+    // Older than the grace period (longer than any commit may wait for the other ranks);
+    // an unknown time counts as young.
     const bool stale = c.created_unix != 0 && c.created_unix < now - grace;
-    if (stale || (latest.ok() && c.step < *latest && c.created_unix < now - grace)) {
+    if (stale) {
       GANTRY_RETURN_IF_ERROR(Remove(c.step));
       report.removed_steps.push_back(c.step);
     }
