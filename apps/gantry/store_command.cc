@@ -66,7 +66,8 @@ Result<std::unique_ptr<ObjectStore>> Open(StoreArgs& a) {
   }
   if (a.store.empty()) {
     return InvalidArgument(
-        "no store: pass --store URL (s3://bucket/prefix, file:///dir, mem://name) "
+        "no store: pass --store URL (s3://bucket/prefix, file:///dir, mem://name, "
+        "http://agent:port) "
         "or set GANTRY_STORE");
   }
   a.options.path_style = !a.virtual_host;
@@ -164,7 +165,8 @@ int Remove(StoreArgs& a) {
 
 void AddCommon(CLI::App* cmd, StoreArgs& a) {
   cmd->add_option("--store", a.store,
-                  "Store URL: s3://bucket[/prefix], file:///dir (or a path), mem://name. "
+                  "Store URL: s3://bucket[/prefix], file:///dir (or a path), mem://name, or a peer "
+                  "gantry-agent http://host:port (read-only). "
                   "Default: $GANTRY_STORE");
   cmd->add_option("--endpoint", a.options.endpoint,
                   "S3 endpoint, e.g. http://127.0.0.1:7480 (default: $AWS_ENDPOINT_URL or AWS)");
