@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/test_support.h"
 #include "gantry/agent/agent.h"
 #include "gantry/ckpt/checkpoint.h"
 
@@ -20,19 +21,6 @@ namespace gantry::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gantry-peer-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string sub(const std::string& s) const { return path_ + "/" + s; }
-
- private:
-  std::string path_;
-};
 
 // A TCP listener that accepts connections and never answers (a hung peer).
 class HungPeer {
@@ -108,7 +96,7 @@ class PeerRestoreTest : public ::testing::Test {
     return a.ok() ? std::move(a).value() : nullptr;
   }
 
-  TempDir dir_;
+  test_support::TempDir dir_{"gantry-peer-test"};
   std::vector<float> data_;
 };
 

@@ -1054,7 +1054,12 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
     std::string why;
     for (auto& src : sources) {
       if (src->dead.load()) continue;
-      std::optional<Status> direct = read_direct(*src->store, key, f);
+      // Local and peer copies are stored raw; the durable tier's only when it has no codec (a
+      // compressed chunk would be read once here and again to decode it).
+      const bool raw_copies =
+          src->kind != Source::kDurable || options_.durable_codec == Codec::kNone;
+      std::optional<Status> direct =
+          raw_copies ? read_direct(*src->store, key, f) : std::optional<Status>();
       if (direct.has_value() && !direct->ok()) {
         const bool bad_copy = direct->message().starts_with("corrupt chunk");
         if (bad_copy) ++corrupt;

@@ -18,7 +18,7 @@
 #include <random>
 #include <thread>
 
-#include "common/small_tmpfs.h"
+#include "common/test_support.h"
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
 
@@ -26,20 +26,6 @@ namespace gantry::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gantry-ckpt-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& s) const { return path_ + "/" + s; }
-
- private:
-  std::string path_;
-};
 
 // A float tensor whose every element is a function of (seed, index).
 std::vector<float> Values(size_t n, float seed) {
@@ -80,7 +66,7 @@ SaveOptions At(int64_t step, std::vector<std::string> tags = {}, std::string met
   return o;
 }
 
-EngineOptions Options(const TempDir& dir) {
+EngineOptions Options(const test_support::TempDir& dir) {
   EngineOptions o;
   o.durable_url = dir.sub("durable");
   o.local_url = dir.sub("local");
@@ -214,7 +200,7 @@ TEST(ManifestTest, DTypeNamesAndErrors) {
 // Save and restore
 
 TEST(CheckpointTest, SaveIsAsynchronousAndRestoresExactly) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto e = MustOpen(Options(dir));
   std::vector<float> a = Values(100000, 1);  // 400 KB: several chunks, more than... the pool
   std::vector<float> b = Values(7, 2);
@@ -268,7 +254,7 @@ TEST(CheckpointTest, SaveIsAsynchronousAndRestoresExactly) {
 }
 
 TEST(CheckpointTest, SecondSaveWritesOnlyChangedChunks) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto e = MustOpen(Options(dir));
   std::vector<std::vector<float>> ws;
   for (int i = 0; i < 10; ++i) ws.push_back(Values(65536, static_cast<float>(i)));  // 4 chunks each
@@ -297,7 +283,7 @@ TEST(CheckpointTest, SecondSaveWritesOnlyChangedChunks) {
 }
 
 TEST(CheckpointTest, StepsMustIncreaseAndBadInputIsNamed) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto e = MustOpen(Options(dir));
   std::vector<float> a = Values(10, 1);
   std::vector<SaveTensor> ts = {Tensor("a", a, {10})};
@@ -333,7 +319,7 @@ TEST(CheckpointTest, StepsMustIncreaseAndBadInputIsNamed) {
 }
 
 TEST(CheckpointTest, RestoreFallsBackPastMissingAndCorruptCopies) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto e = MustOpen(Options(dir));
   std::vector<float> a = Values(50000, 4);
   ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {50000})}, At(1)))->Wait().ok());
@@ -369,7 +355,7 @@ TEST(CheckpointTest, RestoreFallsBackPastMissingAndCorruptCopies) {
 }
 
 TEST(CheckpointTest, DamagedManifestOnDiskIsRefusedAndOlderStepsStillLoad) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto e = MustOpen(Options(dir));
   std::vector<float> a = Values(1000, 1);
   ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {1000})}, At(1)))->Wait().ok());
@@ -405,7 +391,7 @@ TEST(CheckpointTest, DamagedManifestOnDiskIsRefusedAndOlderStepsStillLoad) {
 
 // Four ranks save row slices of the same tensors; they load onto 2 and 8 ranks.
 TEST(CheckpointTest, FourRanksCommitTogetherAndReshard) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   const int64_t rows = 96, cols = 1000;
   std::vector<float> full = Values(rows * cols, 9);
   std::vector<float> bias = Values(cols, 3);  // replicated on every rank
@@ -458,7 +444,7 @@ TEST(CheckpointTest, FourRanksCommitTogetherAndReshard) {
 // A crashed attempt left rank 1's part of step 1; the relaunched run (a new run id) must not
 // merge it with its own rank 0's part.
 TEST(CheckpointTest, PartsOfACrashedEarlierRunAreNotMerged) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   const int64_t rows = 8, cols = 1000;
   auto open_rank = [&](int rank, const std::string& run, int64_t timeout_ms) {
     EngineOptions o = Options(dir);
@@ -501,7 +487,7 @@ TEST(CheckpointTest, PartsOfACrashedEarlierRunAreNotMerged) {
 }
 
 TEST(CheckpointTest, MissingRankNeverCommits) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   EngineOptions o = Options(dir);
   o.world_size = 2;
   o.commit_timeout_ms = 300;
@@ -534,7 +520,7 @@ TEST(CheckpointTest, WorksWithoutLocalTierAndOnMemoryStore) {
 }
 
 TEST(CheckpointTest, FailingDurableTierFailsTheSaveAndKeepsThePrevious) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto faulty = std::make_shared<FaultyStore>(OpenDir(dir.sub("durable")), FaultPlan{});
   EngineOptions o = Options(dir);
   o.durable_store = faulty;
@@ -569,7 +555,7 @@ TEST(CheckpointTest, FailingDurableTierFailsTheSaveAndKeepsThePrevious) {
 }
 
 TEST(CheckpointTest, FullLocalDiskFallsBackToTheDurableTier) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto faulty = std::make_shared<FaultyStore>(OpenDir(dir.sub("local")), FaultPlan{});
   FaultPlan full;
   full.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
@@ -593,7 +579,7 @@ TEST(CheckpointTest, FullLocalDiskFallsBackToTheDurableTier) {
 // holds one tensor, so the snapshot needs 20 buffers of 16 and must hand pieces to the
 // background as it copies instead of waiting for buffers forever.
 TEST(CheckpointTest, ManySmallTensorsNeedMoreBuffersThanTheirBytesSuggest) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   auto e = MustOpen(Options(dir));  // 64 KiB chunks, 1 MiB pool
   std::vector<std::vector<float>> ws;
   std::vector<SaveTensor> ts;
@@ -610,7 +596,7 @@ TEST(CheckpointTest, ManySmallTensorsNeedMoreBuffersThanTheirBytesSuggest) {
 // A local copy that rots between the local write and the drain must not become the copy of
 // record.
 TEST(CheckpointTest, ACorruptLocalCopyIsNotDrainedToTheDurableTier) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   FaultPlan rot;
   rot.rules.push_back(FaultRule::Nth(FaultOp::kGet, FaultKind::kBitFlip, 1));
   auto local = std::make_shared<FaultyStore>(OpenDir(dir.sub("local")), rot);
@@ -629,7 +615,7 @@ TEST(CheckpointTest, ACorruptLocalCopyIsNotDrainedToTheDurableTier) {
 // A real full disk (a 1 MiB tmpfs in a private mount namespace) under the durable tier: the
 // save fails naming the cause, the previous checkpoint stays latest and restorable.
 TEST(CheckpointTest, FullDurableDiskFailsTheSaveAndKeepsThePrevious) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   const std::string mnt = dir.sub("small");
   fs::create_directories(mnt);
   std::string msg;
@@ -669,7 +655,7 @@ TEST(CheckpointTest, FullDurableDiskFailsTheSaveAndKeepsThePrevious) {
 // A real full local disk: chunks that do not fit go straight to the durable tier and the save
 // commits.
 TEST(CheckpointTest, FullLocalDiskStillCommitsThroughTheDurableTier) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   const std::string mnt = dir.sub("small");
   fs::create_directories(mnt);
   std::string msg;
@@ -701,7 +687,7 @@ TEST(CheckpointTest, FullLocalDiskStillCommitsThroughTheDurableTier) {
 }
 
 TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   EngineOptions o = Options(dir);
   o.retention.keep_last = 2;
   o.retention.keep_every = 10;
@@ -799,7 +785,7 @@ void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int m
 }
 
 TEST(CheckpointCrashTest, KillNineAtRandomPointsPosix) {
-  TempDir dir;
+  test_support::TempDir dir("gantry-ckpt-test");
   EngineOptions o = Options(dir);
   o.chunk_size = 256 << 10;
   o.host_buffer_bytes = 2 << 20;

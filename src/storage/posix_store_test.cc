@@ -19,7 +19,7 @@
 #include <functional>
 #include <thread>
 
-#include "common/small_tmpfs.h"
+#include "common/test_support.h"
 
 namespace gantry {
 namespace {

@@ -1,6 +1,7 @@
-// InSmallTmpfs: a test helper that runs a function in a forked child whose private mount
-// namespace holds a tiny tmpfs at a directory: a real "disk full" without touching the host.
-// Header-only, for tests (the storage and checkpoint tests include it from src/).
+// Test helpers shared by several test binaries (header-only, included from src/): TempDir, a
+// scratch directory removed with everything in it; InSmallTmpfs, which runs a function in a
+// forked child whose private mount namespace holds a tiny tmpfs at a directory, a real
+// "disk full" without touching the host.
 #pragma once
 
 #include <sched.h>
@@ -8,10 +9,33 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 namespace gantry::test_support {
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "gantry-test") {
+    std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + tmpl);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& s) const { return path_ + "/" + s; }
+
+ private:
+  std::string path_;
+};
 
 // Runs fn(&exit_code) in the child with a tmpfs of `size` ("1m") mounted at `dir`; returns the
 // child's exit code and appends the string fn returned to *msg. 77 means the sandbox is not
