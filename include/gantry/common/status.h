@@ -17,15 +17,26 @@
 
 namespace gantry {
 
+// The canonical codes, after absl::StatusCode (and gRPC's): a caller decides what to do from the
+// code alone, never from the message. Add a code only where some caller reacts to it.
 enum class StatusCode {
   kOk = 0,
   kInvalidArgument,     // the caller's input is malformed (bad trace row, bad spec field)
-  kNotFound,            // a named thing does not exist (file, team, GPU type)
-  kFailedPrecondition,  // the input is well-formed but cannot be honoured (job larger than cluster)
-  kOutOfRange,
-  kUnavailable,  // a transient failure; retrying may help
-  kInternal,     // a broken invariant in Gantry itself
-  kIoError,
+  kNotFound,            // a named thing does not exist (file, team, GPU type, object)
+  kFailedPrecondition,  // well-formed but cannot be honoured in this state (job larger than
+                        // cluster, a condition on an object did not hold: HTTP 412)
+  kOutOfRange,          // a read past the end, a number too large for its type
+  kUnavailable,         // a transient failure; retrying may help (connection refused, HTTP 503)
+  kInternal,            // a broken invariant in Gantry itself
+  kIoError,             // an I/O failure no other code describes (EIO)
+  kAlreadyExists,       // a create-only write found the name taken (EEXIST, a lost put race)
+  kResourceExhausted,   // out of space or quota (ENOSPC, EDQUOT, a tier at capacity)
+  kPermissionDenied,    // not allowed (EACCES, EPERM, EROFS, HTTP 401 and 403)
+  kDataLoss,            // stored bytes are damaged (a checksum mismatch, a truncated file)
+  kDeadlineExceeded,    // a deadline passed before the operation finished (a timeout)
+  kUnimplemented,       // the backend or build cannot do this (a read-only store asked to write)
+  kAborted,             // lost a race with a concurrent writer (HTTP 409); retry from the start
+  kCancelled,           // the caller cancelled the operation
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -62,6 +73,20 @@ inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
 // Result<T> holds either a T or a non-OK Status.
 template <typename T>
