@@ -1,5 +1,10 @@
 # gantry_module(NAME DEPS ...): builds src/NAME/*.cc (minus tests, benchmarks, fuzzers) into the
 # library gantry_NAME, and src/NAME/*_test.cc into the test binary gantry_NAME_test.
+
+# Modules that run thread pools and servers: their tests carry the ctest label `threaded`, which
+# the `tsan` preset (ThreadSanitizer) runs.
+set(GANTRY_THREADED_MODULES storage cache ckpt agent)
+
 function(gantry_module name)
   cmake_parse_arguments(M "" "" "DEPS" ${ARGN})
   file(GLOB all_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/src/${name}/*.cc")
@@ -32,5 +37,15 @@ function(gantry_module name)
     target_compile_definitions(gantry_${name}_test PRIVATE
       GANTRY_SOURCE_DIR="${CMAKE_SOURCE_DIR}" GANTRY_WEB_DIR="${GANTRY_WEB_DIR}")
     gtest_discover_tests(gantry_${name}_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
+    if(name IN_LIST GANTRY_THREADED_MODULES)
+      # A second label cannot go through gtest_discover_tests' PROPERTIES (its post-build step
+      # splits the list), so a file that ctest reads after the discovered tests adds it.
+      set(labels_file "${CMAKE_BINARY_DIR}/gantry_${name}_test_labels.cmake")
+      file(WRITE "${labels_file}"
+        "foreach(t IN LISTS gantry_${name}_test_TESTS)\n"
+        "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"unit;threaded\")\n"
+        "endforeach()\n")
+      set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
+    endif()
   endif()
 endfunction()

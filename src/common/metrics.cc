@@ -151,7 +151,7 @@ MetricsRegistry::Family& MetricsRegistry::GetFamily(std::string_view name, std::
 
 Counter& MetricsRegistry::GetCounter(std::string_view name, std::string_view help,
                                      MetricLabels labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family& f = GetFamily(name, help, Type::kCounter, labels);
   auto& slot = f.counters[labels];
   if (!slot) slot = std::make_unique<Counter>();
@@ -160,7 +160,7 @@ Counter& MetricsRegistry::GetCounter(std::string_view name, std::string_view hel
 
 Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
                                  MetricLabels labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family& f = GetFamily(name, help, Type::kGauge, labels);
   auto& slot = f.gauges[labels];
   if (!slot) slot = std::make_unique<Gauge>();
@@ -169,7 +169,7 @@ Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
 
 Histogram& MetricsRegistry::GetHistogram(std::string_view name, std::string_view help,
                                          MetricLabels labels, std::vector<double> bounds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family& f = GetFamily(name, help, Type::kHistogram, labels);
   auto& slot = f.histograms[labels];
   if (!slot) slot = std::make_unique<Histogram>(std::move(bounds));
@@ -177,7 +177,7 @@ Histogram& MetricsRegistry::GetHistogram(std::string_view name, std::string_view
 }
 
 std::string MetricsRegistry::PrometheusText() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string out;
   for (const auto& [name, f] : families_) {
     out += "# HELP " + name + " " + EscapeHelp(f.help) + "\n";

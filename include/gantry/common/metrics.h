@@ -20,11 +20,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "gantry/common/thread_annotations.h"
 
 namespace gantry {
 
@@ -90,14 +91,16 @@ class MetricsRegistry {
   // family are fixed by its first registration; asking for an existing name with another type
   // is a programming error and aborts. Names must match [a-zA-Z_:][a-zA-Z0-9_:]*, label names
   // [a-zA-Z_][a-zA-Z0-9_]* (checked; a bad name aborts, as it is a bug in the caller).
-  Counter& GetCounter(std::string_view name, std::string_view help, MetricLabels labels = {});
-  Gauge& GetGauge(std::string_view name, std::string_view help, MetricLabels labels = {});
+  Counter& GetCounter(std::string_view name, std::string_view help, MetricLabels labels = {})
+      EXCLUDES(mu_);
+  Gauge& GetGauge(std::string_view name, std::string_view help, MetricLabels labels = {})
+      EXCLUDES(mu_);
   // The bounds are fixed by the series' first registration.
   Histogram& GetHistogram(std::string_view name, std::string_view help, MetricLabels labels,
-                          std::vector<double> bounds);
+                          std::vector<double> bounds) EXCLUDES(mu_);
 
   // Every family with "# HELP" and "# TYPE" lines, then its series. Deterministic.
-  std::string PrometheusText() const;
+  std::string PrometheusText() const EXCLUDES(mu_);
 
  private:
   enum class Type { kCounter, kGauge, kHistogram };
@@ -108,11 +111,11 @@ class MetricsRegistry {
     std::map<MetricLabels, std::unique_ptr<Gauge>> gauges;
     std::map<MetricLabels, std::unique_ptr<Histogram>> histograms;
   };
-  Family& GetFamily(std::string_view name, std::string_view help, Type type,
-                    MetricLabels& labels);  // requires mu_
+  Family& GetFamily(std::string_view name, std::string_view help, Type type, MetricLabels& labels)
+      REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, Family, std::less<>> families_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Family, std::less<>> families_ GUARDED_BY(mu_);
 };
 
 }  // namespace gantry

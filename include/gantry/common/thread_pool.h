@@ -7,15 +7,15 @@
 //   std::future<int> f = pool.Submit([] { return 42; });
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "gantry/common/thread_annotations.h"
 
 namespace gantry {
 
@@ -38,14 +38,14 @@ class ThreadPool {
   }
 
  private:
-  void Enqueue(std::function<void()> task);
-  void Work();
+  void Enqueue(std::function<void()> task) EXCLUDES(mu_);
+  void Work() EXCLUDES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
-  std::vector<std::thread> workers_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;  // written only by the constructor
 };
 
 }  // namespace gantry
