@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "common/test_support.h"
 #include "gantry/agent/agent.h"
 #include "gantry/ckpt/checkpoint.h"
+#include "gantry/storage/object_store.h"
 
 namespace gantry::ckpt {
 namespace {
@@ -44,9 +46,14 @@ class HungPeer {
   int port_;
 };
 
+// The cluster's agent token: agents require it, and restoring engines send it from the
+// environment (StoreOptions::agent_token's default), as on a real node.
+constexpr char kToken[] = "peer-test-token";
+
 class PeerRestoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    ::setenv(kAgentTokenEnv, kToken, 1);
     data_.resize(300000);
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<float>(i) * 0.5f;
     EngineOptions o = Writer();
@@ -62,6 +69,7 @@ class PeerRestoreTest : public ::testing::Test {
     ASSERT_TRUE(h.ok());
     ASSERT_TRUE((*h)->Wait().ok());
   }
+  void TearDown() override { ::unsetenv(kAgentTokenEnv); }
   EngineOptions Writer() {
     EngineOptions o;
     o.durable_url = dir_.sub("durable");
@@ -88,9 +96,10 @@ class PeerRestoreTest : public ::testing::Test {
     if (s.ok() && back != data_) return Internal("restored data differs");
     return s;
   }
-  std::unique_ptr<AgentServer> Serve(const std::string& root) {
+  std::unique_ptr<AgentServer> Serve(const std::string& root, const std::string& token = kToken) {
     AgentOptions ao;
     ao.root = root;
+    ao.token = token;
     auto a = AgentServer::Start(ao);
     EXPECT_TRUE(a.ok()) << a.status().message();
     return a.ok() ? std::move(a).value() : nullptr;
@@ -154,6 +163,15 @@ TEST_F(PeerRestoreTest, ADeadPeerFallsThroughToTheDurableTier) {
   RestoreStats st;
   Status s = RestoreVia({url}, &st);
   ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(st.from_durable, st.chunks);
+}
+
+TEST_F(PeerRestoreTest, APeerOfAnotherClusterRefusesUsAndTheDurableTierServes) {
+  auto agent = Serve(dir_.sub("node1"), "another-clusters-token");
+  RestoreStats st;
+  Status s = RestoreVia({agent->url()}, &st);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(st.from_peers, 0u);
   EXPECT_EQ(st.from_durable, st.chunks);
 }
 

@@ -1,8 +1,9 @@
 // gantry-agent: serves a node's local tier directory to peers over HTTP (read-only, byte
 // ranges), so a restoring node can fetch checkpoint chunks from a neighbour instead of the
-// durable tier. Runs until SIGINT or SIGTERM.
+// durable tier. Peers must present the cluster's agent token (--token-file, or
+// $GANTRY_AGENT_TOKEN); /healthz is open. Runs until SIGINT or SIGTERM.
 //
-//   gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070
+//   gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070 --token-file /etc/gantry/agent-token
 //
 // Exit status: 0 after a signal, 2 on a usage error, 3 if the root cannot be served, 4 if the
 // address cannot be bound.
@@ -11,14 +12,18 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 
 #include "gantry/agent/agent.h"
+#include "gantry/storage/object_store.h"
 
 namespace {
 
@@ -80,19 +85,43 @@ bool WritePortFile(const std::string& path, int port, std::string* why) {
   return true;
 }
 
+// The token in `path`: the whole file, less trailing whitespace (the newline an editor or
+// `echo` adds). False with *why set if it cannot be read or is empty.
+bool ReadTokenFile(const std::string& path, std::string* token, std::string* why) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    *why = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text.empty()) {
+    *why = path + " is empty";
+    return false;
+  }
+  *token = std::move(text);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "gantry-agent: serves this node's local tier directory to peers over HTTP, read-only.\n"
       "Peers read it as an object store at http://HOST:PORT (GET/HEAD /v1/objects/KEY with byte\n"
-      "ranges; /healthz; /metrics in Prometheus text). There is no authentication: listen only\n"
-      "on a trusted cluster network. Runs until SIGINT or SIGTERM (exit 0).",
+      "ranges; /healthz; /metrics in Prometheus text). Every request but /healthz must carry\n"
+      "'Authorization: Bearer TOKEN' with the cluster's agent token, read from --token-file or\n"
+      "else $GANTRY_AGENT_TOKEN (peers' gantry commands and Checkpointers send the same "
+      "variable).\n"
+      "Runs until SIGINT or SIGTERM (exit 0).",
       "gantry-agent"};
   std::string root;
   std::string listen = "127.0.0.1:7070";
   int threads = 8;
   std::string port_file;
+  std::string token_file;
+  bool allow_unauthenticated = false;
+  gantry::AgentOptions options;
   app.add_option("--root", root, "Directory to serve (a posix tier root, e.g. /nvme/gantry)")
       ->required();
   app.add_option("--listen", listen,
@@ -105,9 +134,23 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file,
                  "Write the bound port to this file (atomically) once listening; useful with "
                  "port 0");
+  app.add_option("--token-file", token_file,
+                 "File holding the cluster's agent token (trailing whitespace ignored); default: "
+                 "$GANTRY_AGENT_TOKEN");
+  app.add_flag("--allow-unauthenticated", allow_unauthenticated,
+               "Serve without a token: only where every host that can reach the port is trusted");
+  app.add_option("--header-timeout-ms", options.header_timeout_ms,
+                 "A client must send its whole request head within this time, or is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600 * 1000));
+  app.add_option("--max-connections-per-client", options.max_connections_per_client,
+                 "Connections one client address may hold open; more are refused (503)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.set_version_flag("--version", "gantry-agent 0.1.0");
   app.footer(
-      "Example:\n  gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070 --threads 32\n"
+      "Example:\n  GANTRY_AGENT_TOKEN=$(cat /etc/gantry/agent-token) \\\n"
+      "    gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070 --threads 32\n"
       "Exit status: 0 after SIGINT/SIGTERM, 2 usage error, 3 root cannot be served, 4 address "
       "cannot be bound.");
   try {
@@ -116,7 +159,6 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
 
-  gantry::AgentOptions options;
   std::string why;
   if (!ParseListen(listen, &options.host, &options.port, &why)) {
     std::cerr << "gantry-agent: --listen '" << listen << "': " << why << "\n";
@@ -126,6 +168,26 @@ int main(int argc, char** argv) {
   const std::filesystem::path abs = std::filesystem::absolute(root, ec);
   options.root = ec ? root : abs.lexically_normal().string();
   options.threads = threads;
+  if (!token_file.empty()) {
+    if (!ReadTokenFile(token_file, &options.token, &why)) {
+      std::cerr << "gantry-agent: --token-file: " << why << "\n";
+      return kExitUsage;
+    }
+  } else {
+    options.token = gantry::DefaultAgentToken();
+  }
+  if (options.token.empty() && !allow_unauthenticated) {
+    std::cerr << "gantry-agent: no agent token: pass --token-file FILE or set "
+              << gantry::kAgentTokenEnv
+              << " (the same on every node of the cluster), or --allow-unauthenticated on a "
+                 "network where every host is trusted\n";
+    return kExitUsage;
+  }
+  if (!gantry::IsValidAgentToken(options.token)) {
+    std::cerr << "gantry-agent: the agent token may hold only printable ASCII without spaces\n";
+    return kExitUsage;
+  }
+  options.allow_unauthenticated = allow_unauthenticated;
 
   // Block the stop signals before any thread starts, so every thread inherits the mask and the
   // main thread alone receives them through sigwait.

@@ -1,35 +1,68 @@
 // The gantry-agent HTTP server on cpp-httplib: object reads with byte ranges, streamed with
-// pread from one descriptor per request; health and metrics. See include/gantry/agent/agent.h.
+// pread from one descriptor per request; health and metrics; bearer-token checks. See
+// include/gantry/agent/agent.h.
+//
+// Connections do not follow httplib's own model. Debian's cpp-httplib 0.11 gives each accepted
+// socket a pool thread that blocks in recv until the request head is complete, with only a
+// per-recv timeout, so eight clients each sending a header line every few seconds held all
+// eight threads and froze the agent, /healthz included. Here instead:
+//   listener (httplib's accept loop) -> Admit: the per-client cap, then the poll thread;
+//   poll thread (epoll, edge-triggered): peeks at what arrived until the head is complete,
+//     then queues the connection for a worker; past its head deadline: 408 and closed;
+//   workers (options.threads for objects, one for /healthz and /metrics): httplib's parser and
+//     our routes run on the received head through a Stream whose every wait is bounded; a kept
+//     alive connection then goes back to the poll thread, not to sleep on a worker.
+// httplib still parses requests and writes responses (Server::process_request, a protected
+// member, takes any Stream); only socket handling is ours.
 #include "gantry/agent/agent.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <ctime>
-#include <mutex>
+#include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry {
 namespace {
+
+using SteadyClock = std::chrono::steady_clock;
 
 constexpr std::string_view kObjectsPrefix = "/v1/objects/";
 // Each pread/write step of a streamed body: large enough to amortise the syscalls, small enough
 // that many concurrent streams stay cheap.
 constexpr size_t kStreamPiece = 1 << 20;
 constexpr char kReservedTopLevel[] = ".gantry-tmp";  // PosixStore's temp files: never objects
+// The longest request head the poll thread waits for. httplib refuses lines over 8 KiB, so a
+// head this long without its end goes to a worker at once, to be answered 400 or 414 there.
+constexpr size_t kMaxHead = 16 << 10;
+// Requests served on one kept-alive connection before it is closed (as httplib's default does).
+constexpr int kMaxRequestsPerConnection = 100;
 
 // An open file shared by the response and its content provider, closed when both are done.
 struct OpenFile {
@@ -37,14 +70,6 @@ struct OpenFile {
   ~OpenFile() {
     if (fd >= 0) ::close(fd);
   }
-};
-
-// Debian's libcpp-httplib listens with a backlog of 5 (compiled in), so a burst of peers
-// connecting at once overflows the accept queue and their SYNs are retried after a full second.
-// Linux lets listen(2) on a listening socket raise the backlog; the socket is a protected member.
-class Server : public httplib::Server {
- public:
-  void RaiseBacklog(int backlog) { ::listen(svr_sock_, backlog); }
 };
 
 std::string HttpDate(time_t t) {
@@ -68,29 +93,517 @@ std::string RouteOf(std::string_view path) {
   return "other";
 }
 
+int MsUntil(SteadyClock::time_point t) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t - SteadyClock::now()).count();
+  return ms <= 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+// Waits up to ms for `events` on fd; true once ready (or in error: the next call reports it).
+bool PollFd(int fd, short events, int ms) {
+  pollfd p{fd, events, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, ms);
+  } while (r < 0 && errno == EINTR);
+  return r > 0;
+}
+
+// The numeric address and port of a socket's peer (or own end). IPv4-mapped IPv6 addresses
+// read as plain IPv4, so a client counts as one whichever way it connected.
+bool SocketAddress(int fd, bool peer, std::string* ip, int* port) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  auto* sa = reinterpret_cast<sockaddr*>(&ss);
+  if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return false;
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+    *port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+      ::inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], buf, sizeof(buf));
+    } else {
+      ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+    }
+    *port = ntohs(a->sin6_port);
+  } else {
+    return false;
+  }
+  *ip = buf;
+  return true;
+}
+
+// Answers a connection that is refused or timed out, then closes it, never blocking: the poll
+// and listener threads must not wait on any one client. Request bytes still unread are drained
+// first, so that the close does not reset the connection before the client reads the answer.
+void AnswerAndClose(int fd, std::string_view status, const std::string& text) {
+  char junk[4096];
+  for (int i = 0; i < 8 && ::recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; ++i) {
+  }
+  const std::string msg = "HTTP/1.1 " + std::string(status) +
+                          "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+                          std::to_string(text.size() + 1) + "\r\nConnection: close\r\n\r\n" + text +
+                          "\n";
+  (void)!::send(fd, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+// Where the request head in `b` ends (just past its blank line), or 0 if it has not arrived.
+// httplib accepts bare-LF line ends too, so "\n\n" ends a head as well as "\r\n\r\n".
+size_t HeadEnd(std::string_view b) {
+  for (size_t i = b.find('\n'); i != std::string_view::npos; i = b.find('\n', i + 1)) {
+    if (i + 1 < b.size() && b[i + 1] == '\n') return i + 2;
+    if (i + 2 < b.size() && b[i + 1] == '\r' && b[i + 2] == '\n') return i + 3;
+  }
+  return 0;
+}
+
+// True for requests of /healthz and /metrics, which have a worker of their own.
+bool IsControlRequest(std::string_view head) {
+  const size_t sp = head.find(' ');
+  if (sp == std::string_view::npos) return false;
+  const size_t end = head.find_first_of(" ?\r\n", sp + 1);
+  if (end == std::string_view::npos) return false;
+  const std::string_view target = head.substr(sp + 1, end - sp - 1);
+  return target == "/healthz" || target == "/metrics";
+}
+
+using Digest = std::array<unsigned char, 32>;
+
+Digest Sha256(std::string_view s) {
+  Digest d{};
+  unsigned int len = 0;
+  EVP_Digest(s.data(), s.size(), d.data(), &len, EVP_sha256(), nullptr);
+  return d;
+}
+
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+// The httplib::Stream of one request. The head, already received in full, is read out of the
+// socket at once; everything else comes straight from the socket. Every wait is bounded:
+// reads by the request's deadline (the body timeout), each send by the I/O timeout. Sockets
+// are used with MSG_DONTWAIT, so a blocking send can never outlast the poll before it.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(int fd, SteadyClock::time_point read_deadline, int io_timeout_ms)
+      : fd_(fd), deadline_(read_deadline), io_timeout_ms_(io_timeout_ms) {}
+
+  // Reads the first n bytes (the head the poll thread saw arrive) into the buffer.
+  bool Prefetch(size_t n) {
+    head_.resize(n);
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ReadSocket(head_.data() + got, n - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  }
+  bool timed_out() const { return timed_out_; }
+
+  bool is_readable() const override {
+    return pos_ < head_.size() || PollFd(fd_, POLLIN, MsUntil(deadline_));
+  }
+  bool is_writable() const override { return PollFd(fd_, POLLOUT, io_timeout_ms_); }
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ < head_.size()) {
+      const size_t n = std::min(size, head_.size() - pos_);
+      std::memcpy(ptr, head_.data() + pos_, n);
+      pos_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    return ReadSocket(ptr, size);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    while (true) {
+      const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) return n;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+      if (!PollFd(fd_, POLLOUT, io_timeout_ms_)) return -1;
+    }
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    SocketAddress(fd_, /*peer=*/true, &ip, &port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    SocketAddress(fd_, /*peer=*/false, &ip, &port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  ssize_t ReadSocket(char* ptr, size_t size) {
+    while (true) {
+      const ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
+      if (n >= 0) return n;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+      const int ms = MsUntil(deadline_);
+      if (ms == 0 || !PollFd(fd_, POLLIN, ms)) {
+        timed_out_ = true;
+        return -1;
+      }
+    }
+  }
+
+  const int fd_;
+  const SteadyClock::time_point deadline_;
+  const int io_timeout_ms_;
+  std::string head_;
+  size_t pos_ = 0;
+  bool timed_out_ = false;
+};
+
+// httplib's accept loop hands each accepted socket to a TaskQueue. Running it inline on the
+// listener thread is right here: our process_and_close_socket only registers the socket.
+class InlineQueue final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+class Server final : public httplib::Server {
+ public:
+  explicit Server(std::function<void(int)> admit) : admit_(std::move(admit)) {
+    new_task_queue = [] { return new InlineQueue; };  // httplib takes ownership
+  }
+  // Debian's libcpp-httplib listens with a backlog of 5 (compiled in), so a burst of peers
+  // connecting at once overflows the accept queue and their SYNs are retried after a whole
+  // second. Linux lets listen(2) on a listening socket raise the backlog.
+  void RaiseBacklog(int backlog) { ::listen(svr_sock_, backlog); }
+  // Parses and answers one request from `strm`; false if the connection is done for.
+  bool ServeOne(httplib::Stream& strm, bool close_connection, bool* connection_closed,
+                const std::function<void(httplib::Request&)>& setup_request) {
+    return process_request(strm, close_connection, *connection_closed, setup_request);
+  }
+
+ private:
+  // httplib calls this (a private virtual, which a subclass may override though not call) for
+  // every accepted socket; the socket is ours from here on.
+  bool process_and_close_socket(socket_t sock) override {
+    admit_(sock);
+    return true;
+  }
+
+  std::function<void(int)> admit_;
+};
+
 }  // namespace
 
 struct AgentServer::Impl {
+  // A client connection while it is not being served.
+  struct Conn {
+    int fd = -1;
+    std::string client;  // the peer's address, the key of the per-client cap
+    // Past this the connection is closed: the head deadline, or the keep-alive one while idle.
+    SteadyClock::time_point deadline;
+    bool idle = false;    // kept alive, and no byte of its next request has arrived yet
+    size_t head_len = 0;  // once queued: bytes of the request head (0: unknown, too long)
+    int served = 0;       // requests answered on this connection
+  };
+
   AgentOptions options;
   int root_fd = -1;
   int port = 0;
+  Digest token_digest{};
   std::unique_ptr<MetricsRegistry> own_metrics;
   MetricsRegistry* metrics = nullptr;
   Counter* bytes_served = nullptr;
   Counter* read_errors = nullptr;
   Counter* aborted = nullptr;
-  Server server;
+  Counter* refused_per_client = nullptr;
+  Counter* head_timeouts = nullptr;
+  Gauge* open_connections = nullptr;
+  Server server{[this](int fd) { Admit(fd); }};
+  int epoll_fd = -1;
+  int wake_fd = -1;  // an eventfd that interrupts the poll thread's epoll_wait
   std::thread listener;
-  std::mutex stop_mu;
-  bool stopped = false;  // guarded by stop_mu
+  std::thread poller;
+  std::vector<std::thread> workers;  // workers[0] serves the control lane
+
+  Mutex mu;
+  CondVar data_cv;
+  CondVar control_cv;
+  std::unordered_map<int, Conn> waiting GUARDED_BY(mu);            // by fd: on the poll thread
+  std::deque<Conn> data_ready GUARDED_BY(mu);                      // heads in, for a worker
+  std::deque<Conn> control_ready GUARDED_BY(mu);                   // /healthz and /metrics
+  std::unordered_map<std::string, int> per_client GUARDED_BY(mu);  // open connections
+  bool stopping GUARDED_BY(mu) = false;
+
+  Mutex stop_mu;
+  bool stopped GUARDED_BY(stop_mu) = false;
 
   ~Impl() {
     if (root_fd >= 0) ::close(root_fd);
+    if (epoll_fd >= 0) ::close(epoll_fd);
+    if (wake_fd >= 0) ::close(wake_fd);
   }
+
+  // --- Connections ---------------------------------------------------------------------------
+
+  // On the listener thread, for each accepted socket.
+  void Admit(int fd) EXCLUDES(mu) {
+    std::string client;
+    int client_port = 0;
+    if (!SocketAddress(fd, /*peer=*/true, &client, &client_port)) {
+      ::close(fd);
+      return;
+    }
+    {
+      MutexLock lock(mu);
+      if (stopping) {
+        ::close(fd);
+        return;
+      }
+      int& open = per_client[client];
+      if (open < options.max_connections_per_client) {
+        ++open;
+        open_connections->Add(1);
+        Conn c;
+        c.fd = fd;
+        c.client = client;
+        c.deadline = SteadyClock::now() + std::chrono::milliseconds(options.header_timeout_ms);
+        Park(std::move(c));
+        return;
+      }
+    }
+    refused_per_client->Increment();
+    AnswerAndClose(fd, "503 Service Unavailable",
+                   "too many connections from " + client + " (at most " +
+                       std::to_string(options.max_connections_per_client) + ")");
+  }
+
+  // Hands a connection to the poll thread, which waits for its (next) request head. With
+  // EPOLLET, bytes that arrived before the registration are reported at once.
+  void Park(Conn c) REQUIRES(mu) {
+    const int fd = c.fd;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.fd = fd;
+    waiting.emplace(fd, std::move(c));
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) Drop(TakeWaiting(fd));
+  }
+
+  Conn TakeWaiting(int fd) REQUIRES(mu) {
+    auto it = waiting.find(fd);
+    Conn c = std::move(it->second);
+    waiting.erase(it);
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    return c;
+  }
+
+  // Forgets a connection that is closed (or about to be, by AnswerAndClose).
+  void Forget(const Conn& c) REQUIRES(mu) {
+    auto it = per_client.find(c.client);
+    if (it != per_client.end() && --it->second <= 0) per_client.erase(it);
+    open_connections->Add(-1);
+  }
+  void Drop(const Conn& c) REQUIRES(mu) {
+    Forget(c);
+    ::close(c.fd);
+  }
+
+  // Looks at what arrived on a waiting connection: queues it once its head is complete, drops
+  // it if the client went away.
+  void Inspect(int fd, std::string& buf) REQUIRES(mu) {
+    auto it = waiting.find(fd);
+    if (it == waiting.end()) return;  // a stale event: served or closed meanwhile
+    Conn& c = it->second;
+    ssize_t n;
+    do {
+      n = ::recv(fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {  // closed by the client, or reset
+      Drop(TakeWaiting(fd));
+      return;
+    }
+    if (c.idle) {  // the next request on a kept-alive connection has begun
+      c.idle = false;
+      c.deadline = SteadyClock::now() + std::chrono::milliseconds(options.header_timeout_ms);
+    }
+    const std::string_view seen(buf.data(), static_cast<size_t>(n));
+    const size_t end = HeadEnd(seen);
+    if (end == 0 && seen.size() < kMaxHead) return;  // wait for more
+    Conn ready = TakeWaiting(fd);
+    ready.head_len = end;
+    if (end > 0 && IsControlRequest(seen.substr(0, end))) {
+      control_ready.push_back(std::move(ready));
+      control_cv.NotifyOne();
+    } else {
+      data_ready.push_back(std::move(ready));
+      data_cv.NotifyOne();
+    }
+  }
+
+  // The poll thread: waits for request heads and enforces their deadlines.
+  void PollLoop() EXCLUDES(mu) {
+    std::vector<epoll_event> events(64);
+    std::string buf(kMaxHead, '\0');
+    int timeout_ms = 0;
+    while (true) {
+      const int n =
+          ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), timeout_ms);
+      std::vector<Conn> expired;
+      {
+        MutexLock lock(mu);
+        if (stopping) return;
+        for (int i = 0; i < n; ++i) {
+          const int fd = events[i].data.fd;
+          if (fd == wake_fd) {
+            uint64_t v;
+            (void)!::read(wake_fd, &v, sizeof(v));
+            continue;
+          }
+          Inspect(fd, buf);
+        }
+        // Deadlines; the next wait lasts until the nearest one (at most 1 s).
+        const auto now = SteadyClock::now();
+        auto next = now + std::chrono::seconds(1);
+        std::vector<int> late;
+        for (const auto& [fd, c] : waiting) {
+          if (c.deadline <= now) {
+            late.push_back(fd);
+          } else {
+            next = std::min(next, c.deadline);
+          }
+        }
+        for (int fd : late) {
+          Conn c = TakeWaiting(fd);
+          Forget(c);
+          expired.push_back(std::move(c));
+        }
+        timeout_ms = std::max(1, MsUntil(next));
+      }
+      for (const Conn& c : expired) {
+        if (c.idle) {
+          ::close(c.fd);  // a kept-alive connection that stayed idle: nothing to answer
+        } else {
+          head_timeouts->Increment();
+          AnswerAndClose(c.fd, "408 Request Timeout",
+                         "request head not received within " +
+                             std::to_string(options.header_timeout_ms) + " ms");
+        }
+      }
+    }
+  }
+
+  // A worker: serves queued connections of one lane until Stop.
+  void WorkLoop(bool control) EXCLUDES(mu) {
+    while (true) {
+      Conn c;
+      {
+        MutexLock lock(mu);
+        std::deque<Conn>& queue = control ? control_ready : data_ready;
+        CondVar& cv = control ? control_cv : data_cv;
+        while (!stopping && queue.empty()) cv.Wait(mu);
+        if (stopping) return;  // Stop closes what is still queued
+        c = std::move(queue.front());
+        queue.pop_front();
+      }
+      Serve(std::move(c));
+    }
+  }
+
+  // Answers the request whose head has arrived on c, then parks or closes the connection.
+  void Serve(Conn c) EXCLUDES(mu) {
+    ConnStream strm(c.fd, SteadyClock::now() + std::chrono::milliseconds(options.body_timeout_ms),
+                    options.io_timeout_ms);
+    bool reuse = strm.Prefetch(c.head_len);
+    if (reuse) {
+      ++c.served;
+      const bool close_connection =
+          options.keep_alive_timeout_s <= 0 || c.served >= kMaxRequestsPerConnection;
+      bool connection_closed = false;
+      bool has_body = false;
+      const bool ok = server.ServeOne(
+          strm, close_connection, &connection_closed, [&has_body](httplib::Request& req) {
+            // The routes read no body, so what follows the head on this connection may be
+            // the rest of one: never parse it as a next request; say so in the answer.
+            if (req.has_header("Transfer-Encoding") ||
+                std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > 0) {
+              has_body = true;
+              req.headers.erase("Connection");
+              req.set_header("Connection", "close");
+            }
+          });
+      reuse = ok && !close_connection && !connection_closed && !has_body && !strm.timed_out();
+    }
+    MutexLock lock(mu);
+    if (!reuse || stopping) {
+      Drop(c);
+      return;
+    }
+    c.idle = true;
+    c.head_len = 0;
+    c.deadline = SteadyClock::now() + std::chrono::seconds(options.keep_alive_timeout_s);
+    Park(std::move(c));
+  }
+
+  // Stops the poll thread and the workers (each finishes the request it serves) and closes
+  // every connection left.
+  void Shutdown() EXCLUDES(mu) {
+    {
+      MutexLock lock(mu);
+      stopping = true;
+    }
+    data_cv.NotifyAll();
+    control_cv.NotifyAll();
+    const uint64_t one = 1;
+    (void)!::write(wake_fd, &one, sizeof(one));
+    if (poller.joinable()) poller.join();
+    for (std::thread& t : workers) t.join();
+    workers.clear();
+    MutexLock lock(mu);
+    std::vector<int> fds;
+    for (const auto& [fd, c] : waiting) fds.push_back(fd);
+    for (int fd : fds) Drop(TakeWaiting(fd));
+    for (const Conn& c : data_ready) Drop(c);
+    for (const Conn& c : control_ready) Drop(c);
+    data_ready.clear();
+    control_ready.clear();
+  }
+
+  // --- Requests ------------------------------------------------------------------------------
 
   void Text(httplib::Response& res, int status, const std::string& text) {
     res.status = status;
     res.set_content(text + "\n", "text/plain; charset=utf-8");
+  }
+
+  // True if the request carries the agent's token (or none is configured). The comparison
+  // is of SHA-256 digests with CRYPTO_memcmp, so its time depends on neither the token's
+  // length nor where a guess first differs.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    if (options.token.empty()) return true;  // allow_unauthenticated
+    const std::string value = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "bearer ";
+    const bool presented = StartsWithIgnoreCase(value, kBearer);
+    if (presented) {
+      std::string_view token = std::string_view(value).substr(kBearer.size());
+      while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+      while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+      const Digest d = Sha256(token);
+      if (CRYPTO_memcmp(d.data(), token_digest.data(), d.size()) == 0) return true;
+    }
+    res.set_header("WWW-Authenticate",
+                   presented ? "Bearer realm=\"gantry-agent\", error=\"invalid_token\""
+                             : "Bearer realm=\"gantry-agent\"");
+    Text(res, 401,
+         presented ? "the agent token is wrong"
+                   : "this agent requires 'Authorization: Bearer TOKEN' with the cluster's agent "
+                     "token ($GANTRY_AGENT_TOKEN)");
+    return false;
   }
 
   // Opens ROOT/key one segment at a time with O_NOFOLLOW, so neither a symlink planted in the
@@ -236,12 +749,30 @@ AgentServer::~AgentServer() { Stop(); }
 
 Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& options) {
   if (options.root.empty()) return InvalidArgument("gantry-agent: no root directory given");
-  if (options.threads < 1) {
-    return InvalidArgument("gantry-agent: threads must be at least 1 (got " +
-                           std::to_string(options.threads) + ")");
+  const std::pair<const char*, int> positive[] = {
+      {"threads", options.threads},
+      {"header_timeout_ms", options.header_timeout_ms},
+      {"body_timeout_ms", options.body_timeout_ms},
+      {"io_timeout_ms", options.io_timeout_ms},
+      {"max_connections_per_client", options.max_connections_per_client}};
+  for (const auto& [name, value] : positive) {
+    if (value < 1) {
+      return InvalidArgument("gantry-agent: " + std::string(name) + " must be at least 1 (got " +
+                             std::to_string(value) + ")");
+    }
+  }
+  if (options.token.empty() && !options.allow_unauthenticated) {
+    return InvalidArgument(
+        "gantry-agent: no token: peers must present the cluster's agent token (--token-file or "
+        "$" +
+        std::string(kAgentTokenEnv) + ")");
+  }
+  if (!IsValidAgentToken(options.token)) {
+    return InvalidArgument("gantry-agent: the token may hold only printable ASCII without spaces");
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->token_digest = Sha256(options.token);
   impl->root_fd = ::open(options.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (impl->root_fd < 0) {
     const int err = errno;
@@ -249,6 +780,16 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     if (err == ENOENT) return NotFound(msg);
     return FailedPrecondition(msg);
   }
+  impl->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (impl->epoll_fd < 0 || impl->wake_fd < 0) {
+    return Internal(std::string("gantry-agent: epoll/eventfd: ") + std::strerror(errno));
+  }
+  epoll_event wake{};
+  wake.events = EPOLLIN;
+  wake.data.fd = impl->wake_fd;
+  ::epoll_ctl(impl->epoll_fd, EPOLL_CTL_ADD, impl->wake_fd, &wake);
+
   if (options.metrics == nullptr) impl->own_metrics = std::make_unique<MetricsRegistry>();
   impl->metrics = options.metrics != nullptr ? options.metrics : impl->own_metrics.get();
   MetricsRegistry& m = *impl->metrics;
@@ -258,19 +799,18 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
                                     "Requests that failed or were cut short.", {{"kind", "read"}});
   impl->aborted = &m.GetCounter("gantry_agent_errors_total",
                                 "Requests that failed or were cut short.", {{"kind", "client"}});
+  constexpr std::string_view kClosedHelp =
+      "Connections the agent closed unserved: over the per-client cap, or no request head in time.";
+  impl->refused_per_client = &m.GetCounter("gantry_agent_connections_closed_total", kClosedHelp,
+                                           {{"reason", "per_client_limit"}});
+  impl->head_timeouts = &m.GetCounter("gantry_agent_connections_closed_total", kClosedHelp,
+                                      {{"reason", "header_timeout"}});
+  impl->open_connections =
+      &m.GetGauge("gantry_agent_open_connections", "Client connections open now.");
 
   Impl* p = impl.get();
   Server& s = impl->server;
-  const size_t threads = static_cast<size_t>(options.threads);
-  // httplib takes ownership of the queue it is given.
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_tcp_nodelay(true);
-  if (options.keep_alive_timeout_s > 0) {
-    s.set_keep_alive_timeout(options.keep_alive_timeout_s);
-    s.set_keep_alive_max_count(100);
-  } else {
-    s.set_keep_alive_max_count(1);  // answers "Connection: close": the thread is free at once
-  }
   // httplib's default also sets SO_REUSEPORT, which would let a second agent bind the same port
   // and silently share its traffic; SO_REUSEADDR alone allows quick restarts.
   s.set_socket_options([](socket_t sock) {
@@ -278,6 +818,8 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   s.set_pre_routing_handler([p](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
+    if (!p->Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (!std::string_view(req.path).starts_with(kObjectsPrefix)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -308,6 +850,11 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
                       " (address in use, not an address of this host, or not permitted)");
   }
   s.RaiseBacklog(SOMAXCONN);
+  impl->poller = std::thread([p] { p->PollLoop(); });
+  impl->workers.emplace_back([p] { p->WorkLoop(/*control=*/true); });
+  for (int i = 0; i < options.threads; ++i) {
+    impl->workers.emplace_back([p] { p->WorkLoop(/*control=*/false); });
+  }
   impl->listener = std::thread([p] { p->server.listen_after_bind(); });
   // httplib's stop() is a no-op until the accept loop runs; wait for it so a Stop() right after
   // Start() cannot leave the listener thread running forever.
@@ -328,11 +875,12 @@ const std::string& AgentServer::root() const { return impl_->options.root; }
 MetricsRegistry& AgentServer::metrics() { return *impl_->metrics; }
 
 void AgentServer::Stop() {
-  std::lock_guard<std::mutex> lock(impl_->stop_mu);
+  MutexLock lock(impl_->stop_mu);
   if (impl_->stopped) return;
   impl_->stopped = true;
-  impl_->server.stop();
+  impl_->server.stop();  // no more Admit calls once the listener has returned
   if (impl_->listener.joinable()) impl_->listener.join();
+  impl_->Shutdown();
 }
 
 }  // namespace gantry

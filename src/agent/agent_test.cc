@@ -1,6 +1,7 @@
 // Tests of gantry-agent's server (AgentServer) and of its client, the read-only HttpStore:
-// reads, byte ranges, key confinement, concurrency, metrics, and peers that hang, trickle,
-// answer garbage or die mid-body. One test runs the real gantry-agent binary.
+// reads, byte ranges, key confinement, concurrency, metrics, bearer tokens, slow and greedy
+// clients, and peers that hang, trickle, answer garbage or die mid-body. Some tests run the real
+// gantry-agent binary.
 #include "gantry/agent/agent.h"
 
 #include <arpa/inet.h>
@@ -41,6 +42,9 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 
+constexpr char kToken[] = "s3cr3t-t0ken_for.tests";
+constexpr char kAuth[] = "Authorization: Bearer s3cr3t-t0ken_for.tests\r\n";
+
 std::string MakeTempDir() {
   std::string tmpl = testing::TempDir() + "/gantry_agent_XXXXXX";
   char* d = ::mkdtemp(tmpl.data());
@@ -64,8 +68,19 @@ int64_t MsSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-int ConnectLoopback(int port) {
+// Connects to 127.0.0.1:port, from `source` (another loopback address stands for another
+// client) when given.
+int ConnectLoopback(int port, const char* source = nullptr) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (source != nullptr) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &src.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -97,9 +112,11 @@ std::string RawRequest(int port, const std::string& request) {
   return out;
 }
 
-std::string Get(int port, const std::string& target, const std::string& extra_headers = "") {
+// A GET with the agent token (unless `auth` is false).
+std::string Get(int port, const std::string& target, const std::string& extra_headers = "",
+                bool auth = true) {
   return RawRequest(port, "GET " + target + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" +
-                              extra_headers + "\r\n");
+                              (auth ? kAuth : "") + extra_headers + "\r\n");
 }
 
 std::string BodyOf(const std::string& response) {
@@ -200,12 +217,25 @@ class AgentTest : public ::testing::Test {
     auto tier = OpenPosixStore(root_, {});
     ASSERT_TRUE(tier.ok()) << tier.status().ToString();
     tier_ = std::move(tier).value();
+    Restart([](AgentOptions&) {});
+  }
+  // (Re)starts the agent with the test token and what `adjust` changes.
+  void Restart(const std::function<void(AgentOptions&)>& adjust) {
+    peer_.reset();
+    agent_.reset();
     AgentOptions o;
     o.root = root_;
+    o.token = kToken;
+    adjust(o);
     auto agent = AgentServer::Start(o);
     ASSERT_TRUE(agent.ok()) << agent.status().ToString();
     agent_ = std::move(agent).value();
-    peer_ = Open(agent_->url(), {});
+    peer_ = Open(agent_->url(), WithToken());
+  }
+  static HttpStoreOptions WithToken() {
+    HttpStoreOptions o;
+    o.token = kToken;
+    return o;
   }
   void TearDown() override {
     peer_.reset();
@@ -322,9 +352,8 @@ TEST_F(AgentTest, WritesAreRefusedAsReadOnly) {
   }
   // And the server refuses other methods whatever the client.
   const std::string put =
-      RawRequest(agent_->port(),
-                 "PUT /v1/objects/k HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-                 "Content-Length: 1\r\n\r\nx");
+      RawRequest(agent_->port(), "PUT /v1/objects/k HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" +
+                                     std::string(kAuth) + "Content-Length: 1\r\n\r\nx");
   EXPECT_THAT(put, StartsWith("HTTP/1.1 405"));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/k"));
 }
@@ -411,7 +440,8 @@ TEST_F(AgentTest, ServerRangeSemantics) {
   r = Get(port, "/v1/objects/r", "Range: bytes=0-1,4-5\r\n");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 200"));
   EXPECT_EQ(BodyOf(r), "0123456789");
-  r = RawRequest(port, "HEAD /v1/objects/r HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  r = RawRequest(port, "HEAD /v1/objects/r HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" +
+                           std::string(kAuth) + "\r\n");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 200"));
   EXPECT_THAT(r, HasSubstr("Content-Length: 10\r\n"));
   EXPECT_THAT(r, HasSubstr("Accept-Ranges: bytes\r\n"));
@@ -508,7 +538,9 @@ TEST_F(AgentTest, ReadersSeeWholeOldOrNewValuesWhileTheTierIsOverwritten) {
 
 TEST_F(AgentTest, OpenObjectStoreAcceptsHttpUrls) {
   ASSERT_TRUE(tier_->Put("k", "v").ok());
-  auto s = OpenObjectStore(agent_->url() + "/", {});
+  StoreOptions so;
+  so.agent_token = kToken;
+  auto s = OpenObjectStore(agent_->url() + "/", so);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ((*s)->backend(), "http");
   EXPECT_EQ((*s)->url(), agent_->url());
@@ -522,6 +554,7 @@ TEST_F(AgentTest, OpenObjectStoreAcceptsHttpUrls) {
 
 TEST_F(AgentTest, StartRefusesABadRootAndStopIsIdempotent) {
   AgentOptions o;
+  o.token = kToken;
   o.root = dir_ + "/missing";
   EXPECT_EQ(AgentServer::Start(o).status().code(), StatusCode::kNotFound);
   std::ofstream(dir_ + "/file") << "x";
@@ -537,6 +570,247 @@ TEST_F(AgentTest, StartRefusesABadRootAndStopIsIdempotent) {
   agent_->Stop();
   auto after = peer_->Get("x");
   EXPECT_EQ(after.status().code(), StatusCode::kUnavailable) << after.status().ToString();
+}
+
+// --- Tokens ---------------------------------------------------------------------------------
+
+TEST_F(AgentTest, EveryRouteButHealthzRequiresTheBearerToken) {
+  ASSERT_TRUE(tier_->Put("k", "v").ok());
+  const int port = agent_->port();
+  // No token, and a wrong one: 401 with a challenge, never the object.
+  std::string r = Get(port, "/v1/objects/k", "", /*auth=*/false);
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(r, HasSubstr("WWW-Authenticate: Bearer realm=\"gantry-agent\"\r\n"));
+  EXPECT_NE(BodyOf(r), "v");
+  for (const char* bad : {"Authorization: Bearer wrong\r\n", "Authorization: Bearer \r\n",
+                          "Authorization: Basic czNjcjN0LXQwa2VuX2Zvci50ZXN0cw==\r\n",
+                          "Authorization: Bearer s3cr3t-t0ken_for.test\r\n",
+                          "Authorization: Bearer s3cr3t-t0ken_for.testsX\r\n"}) {
+    r = Get(port, "/v1/objects/k", bad, /*auth=*/false);
+    EXPECT_THAT(r, StartsWith("HTTP/1.1 401")) << bad;
+    EXPECT_NE(BodyOf(r), "v") << bad;
+  }
+  r = Get(port, "/v1/objects/k", "Authorization: Bearer wrong\r\n", /*auth=*/false);
+  EXPECT_THAT(r, HasSubstr("error=\"invalid_token\""));
+  EXPECT_THAT(Get(port, "/metrics", "", /*auth=*/false), StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(Get(port, "/v1/objects/none", "", /*auth=*/false), StartsWith("HTTP/1.1 401"));
+  // The right token, whatever the case of the scheme.
+  EXPECT_EQ(BodyOf(Get(port, "/v1/objects/k")), "v");
+  EXPECT_EQ(
+      BodyOf(Get(port, "/v1/objects/k", std::string("Authorization: bearer ") + kToken + "\r\n",
+                 /*auth=*/false)),
+      "v");
+  EXPECT_THAT(Get(port, "/metrics"), StartsWith("HTTP/1.1 200"));
+  // /healthz is open: probes carry no secret, and it tells nothing.
+  EXPECT_EQ(BodyOf(Get(port, "/healthz", "", /*auth=*/false)), "ok\n");
+
+  // The client: without the token, or with another, the read fails (and is not "not found").
+  HttpStoreOptions none;
+  none.token = "";
+  HttpStoreOptions wrong;
+  wrong.token = "wrong";
+  for (const HttpStoreOptions& o : {none, wrong}) {
+    auto store = Open(agent_->url(), o);
+    auto got = store->Get("k");
+    ASSERT_FALSE(got.ok());
+    EXPECT_NE(got.status().code(), StatusCode::kNotFound);
+    EXPECT_THAT(got.status().message(), HasSubstr("HTTP 401"));
+  }
+  EXPECT_EQ(*peer_->Get("k"), "v");
+  const std::string metrics = BodyOf(Get(port, "/metrics"));
+  EXPECT_THAT(metrics, HasSubstr("gantry_agent_requests_total{code=\"401\",route=\"objects\"}"));
+}
+
+TEST_F(AgentTest, TheTokenIsRequiredAndMustFitInAHeader) {
+  AgentOptions o;
+  o.root = root_;
+  auto none = AgentServer::Start(o);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("GANTRY_AGENT_TOKEN"));
+  for (const char* bad : {"two words", "line\r\nX-Injected: 1", "tab\there", "\x7f"}) {
+    o.token = bad;
+    EXPECT_EQ(AgentServer::Start(o).status().code(), StatusCode::kInvalidArgument) << bad;
+    HttpStoreOptions h;
+    h.token = bad;
+    EXPECT_EQ(OpenHttpStore(agent_->url(), h).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // Serving without one is an explicit choice.
+  o.token.clear();
+  o.allow_unauthenticated = true;
+  auto open = AgentServer::Start(o);
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  ASSERT_TRUE(tier_->Put("k", "v").ok());
+  EXPECT_EQ(BodyOf(Get((*open)->port(), "/v1/objects/k", "", /*auth=*/false)), "v");
+}
+
+TEST(AgentTokenDefaultTest, StoreOptionsTakeTheTokenFromTheEnvironment) {
+  ::setenv(kAgentTokenEnv, "from-env", 1);
+  EXPECT_EQ(StoreOptions().agent_token, "from-env");
+  EXPECT_EQ(HttpStoreOptions().token, "from-env");
+  ::unsetenv(kAgentTokenEnv);
+  EXPECT_EQ(StoreOptions().agent_token, "");
+  EXPECT_EQ(HttpStoreOptions().token, "");
+}
+
+// --- Slow and greedy clients ------------------------------------------------------------------
+
+// Sends `bytes` on fd; false if the peer has closed.
+bool SendAll(int fd, const std::string& bytes) {
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+// Reads until the server closes fd (or 5 s pass); what it sent.
+std::string ReadToClose(int fd) {
+  std::string out;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+TEST_F(AgentTest, SlowClientsDoNotFreezeTheAgent) {
+  // Twice as many clients as worker threads, each sending a header line every 100 ms and never
+  // finishing its head. They used to hold every thread, /healthz included, for as long as
+  // they kept trickling.
+  Restart([](AgentOptions& o) { o.threads = 4; });
+  ASSERT_TRUE(tier_->Put("chunks/x", "payload").ok());
+  const int port = agent_->port();
+  std::vector<int> slow;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, "GET /v1/objects/chunks/x HTTP/1.1\r\n"));
+    slow.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (int line = 0; !stop; ++line) {
+      for (int fd : slow) SendAll(fd, "X-Slow-" + std::to_string(line) + ": 1\r\n");
+      for (int i = 0; i < 10 && !stop; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the slow ones are all in
+  for (int round = 0; round < 5; ++round) {
+    auto start = Clock::now();
+    EXPECT_EQ(BodyOf(Get(port, "/healthz", "", /*auth=*/false)), "ok\n");
+    EXPECT_LT(MsSince(start), 1000) << "healthz, round " << round;
+    start = Clock::now();
+    auto got = peer_->Get("chunks/x");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, "payload");
+    EXPECT_LT(MsSince(start), 1000) << "object, round " << round;
+  }
+  stop = true;
+  trickle.join();
+  for (int fd : slow) ::close(fd);
+}
+
+TEST_F(AgentTest, ASlowlorisIsClosedAfterTheHeaderTimeout) {
+  Restart([](AgentOptions& o) { o.header_timeout_ms = 400; });
+  const int port = agent_->port();
+  const int fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  const auto start = Clock::now();
+  std::atomic<bool> closed{false};
+  std::thread trickle([&] {
+    SendAll(fd, "GET /healthz HTTP/1.1\r\n");
+    for (int i = 0; i < 40 && !closed; ++i) {  // 4 s of header lines, unless cut off
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!closed) SendAll(fd, "X-Slow: " + std::to_string(i) + "\r\n");
+    }
+  });
+  const std::string answer = ReadToClose(fd);
+  const int64_t ms = MsSince(start);
+  closed = true;
+  trickle.join();
+  ::close(fd);
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 408"));
+  EXPECT_GE(ms, 350);
+  EXPECT_LT(ms, 2000);
+  EXPECT_EQ(
+      agent_->metrics()
+          .GetCounter("gantry_agent_connections_closed_total", "", {{"reason", "header_timeout"}})
+          .value(),
+      1u);
+  // A client that sends nothing at all is closed as well.
+  const int silent = ConnectLoopback(port);
+  const auto t = Clock::now();
+  EXPECT_THAT(ReadToClose(silent), StartsWith("HTTP/1.1 408"));
+  EXPECT_LT(MsSince(t), 2000);
+  ::close(silent);
+}
+
+TEST_F(AgentTest, OneClientAddressHoldsAtMostItsShareOfConnections) {
+  Restart([](AgentOptions& o) { o.max_connections_per_client = 4; });
+  const int port = agent_->port();
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(ConnectLoopback(port));
+    ASSERT_GE(held.back(), 0);
+  }
+  // The fifth from the same address is refused at once, with a reason.
+  const int fifth = ConnectLoopback(port);
+  ASSERT_GE(fifth, 0);
+  const auto start = Clock::now();
+  const std::string refused = ReadToClose(fifth);
+  ::close(fifth);
+  EXPECT_THAT(refused, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(refused, HasSubstr("too many connections from 127.0.0.1"));
+  EXPECT_LT(MsSince(start), 1000);
+  // Another client (another loopback address) is served meanwhile.
+  const int other = ConnectLoopback(port, "127.0.0.2");
+  ASSERT_GE(other, 0);
+  ASSERT_TRUE(SendAll(other, "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"));
+  EXPECT_EQ(BodyOf(ReadToClose(other)), "ok\n");
+  ::close(other);
+  // A connection given back makes room again.
+  ::close(held.back());
+  held.pop_back();
+  std::string again;
+  for (const auto t = Clock::now(); MsSince(t) < 2000;) {  // the close reaches the agent
+    again = Get(port, "/healthz", "", /*auth=*/false);
+    if (BodyOf(again) == "ok\n") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(BodyOf(again), "ok\n");
+  for (int fd : held) ::close(fd);
+  EXPECT_GE(
+      agent_->metrics()
+          .GetCounter("gantry_agent_connections_closed_total", "", {{"reason", "per_client_limit"}})
+          .value(),
+      1u);
+}
+
+TEST_F(AgentTest, IdleKeptAliveConnectionsHoldNoWorker) {
+  // One worker, keep-alive on: a client that keeps its connection open after a request must
+  // not keep the next client waiting (httplib's own model held the thread until it closed).
+  Restart([](AgentOptions& o) {
+    o.threads = 1;
+    o.keep_alive_timeout_s = 5;
+  });
+  ASSERT_TRUE(tier_->Put("k", "v").ok());
+  const int port = agent_->port();
+  const int idle = ConnectLoopback(port);
+  ASSERT_TRUE(
+      SendAll(idle, "GET /v1/objects/k HTTP/1.1\r\nHost: t\r\n" + std::string(kAuth) + "\r\n"));
+  char buf[4096];
+  const ssize_t n = ::recv(idle, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  EXPECT_THAT(std::string(buf, static_cast<size_t>(n)), HasSubstr("Keep-Alive"));
+  const auto start = Clock::now();
+  auto got = peer_->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_LT(MsSince(start), 1000);
+  // The idle connection still serves its next request.
+  ASSERT_TRUE(SendAll(idle, "GET /v1/objects/k HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" +
+                                std::string(kAuth) + "\r\n"));
+  EXPECT_EQ(BodyOf(ReadToClose(idle)), "v");
+  ::close(idle);
 }
 
 // --- Peers that misbehave -------------------------------------------------------------------
@@ -731,8 +1005,17 @@ struct Child {
   }
 };
 
-Child Spawn(std::vector<std::string> args, const std::string& out_path) {
+// Runs gantry-agent with `args`, in this environment without GANTRY_AGENT_TOKEN (so what the
+// caller's shell holds cannot leak in) plus `env`.
+Child Spawn(std::vector<std::string> args, const std::string& out_path,
+            std::vector<std::string> env = {}) {
   args.insert(args.begin(), GANTRY_AGENT_BIN);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!std::string_view(*e).starts_with(std::string(kAgentTokenEnv) + "=")) envp.push_back(*e);
+  }
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -742,7 +1025,7 @@ Child Spawn(std::vector<std::string> args, const std::string& out_path) {
   posix_spawn_file_actions_addopen(&fa, 2, (out_path + ".err").c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   Child c;
-  EXPECT_EQ(::posix_spawn(&c.pid, GANTRY_AGENT_BIN, &fa, nullptr, argv.data(), environ), 0);
+  EXPECT_EQ(::posix_spawn(&c.pid, GANTRY_AGENT_BIN, &fa, nullptr, argv.data(), envp.data()), 0);
   posix_spawn_file_actions_destroy(&fa);
   return c;
 }
@@ -758,8 +1041,10 @@ TEST(AgentBinaryTest, ServesUntilSigtermThenExitsZero) {
   std::filesystem::create_directories(root + "/chunks/ab/cd");
   std::ofstream(root + "/chunks/ab/cd/obj") << "payload";
   const std::string port_file = dir + "/port";
-  Child c =
-      Spawn({"--root", root, "--listen", "127.0.0.1:0", "--port-file", port_file}, dir + "/out");
+  std::ofstream(dir + "/token") << kToken << "\n";  // a trailing newline is not part of it
+  Child c = Spawn({"--root", root, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                   "--token-file", dir + "/token"},
+                  dir + "/out");
   int port = 0;
   for (const auto start = Clock::now(); MsSince(start) < 10000;) {
     const std::string text = ReadFile(port_file);
@@ -772,7 +1057,11 @@ TEST(AgentBinaryTest, ServesUntilSigtermThenExitsZero) {
   ASSERT_GT(port, 0) << "no port file within 10 s";
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
   EXPECT_EQ(BodyOf(Get(port, "/healthz")), "ok\n");
-  auto store = OpenHttpStore(url, {});
+  EXPECT_THAT(Get(port, "/v1/objects/chunks/ab/cd/obj", "", /*auth=*/false),
+              StartsWith("HTTP/1.1 401"));
+  HttpStoreOptions o;
+  o.token = kToken;
+  auto store = OpenHttpStore(url, o);
   ASSERT_TRUE(store.ok());
   auto got = (*store)->Get("chunks/ab/cd/obj");
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -796,7 +1085,8 @@ TEST(AgentBinaryTest, UsageAndRootErrorsHaveTheirExitCodes) {
     EXPECT_EQ(c.Wait(10000), 2);
   }
   {
-    Child c = Spawn({"--root", dir + "/missing", "--listen", "127.0.0.1:0"}, dir + "/out");
+    Child c = Spawn({"--root", dir + "/missing", "--listen", "127.0.0.1:0"}, dir + "/out",
+                    {std::string(kAgentTokenEnv) + "=" + kToken});
     EXPECT_EQ(c.Wait(10000), 3);
     EXPECT_THAT(ReadFile(dir + "/out.err"), HasSubstr(dir + "/missing"));
   }
@@ -804,7 +1094,46 @@ TEST(AgentBinaryTest, UsageAndRootErrorsHaveTheirExitCodes) {
     Child c = Spawn({"--help"}, dir + "/out");
     EXPECT_EQ(c.Wait(10000), 0);
     EXPECT_THAT(ReadFile(dir + "/out"), HasSubstr("--port-file"));
+    EXPECT_THAT(ReadFile(dir + "/out"), HasSubstr("--token-file"));
+    EXPECT_THAT(ReadFile(dir + "/out"), HasSubstr("GANTRY_AGENT_TOKEN"));
   }
+  {
+    // No token anywhere: refused, with what to do.
+    Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0"}, dir + "/out");
+    EXPECT_EQ(c.Wait(10000), 2);
+    EXPECT_THAT(ReadFile(dir + "/out.err"), HasSubstr("--token-file"));
+  }
+  {
+    Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--token-file", dir + "/nope"},
+                    dir + "/out");
+    EXPECT_EQ(c.Wait(10000), 2);
+    EXPECT_THAT(ReadFile(dir + "/out.err"), HasSubstr(dir + "/nope"));
+  }
+  {
+    std::ofstream(dir + "/empty-token") << "\n";
+    Child c =
+        Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--token-file", dir + "/empty-token"},
+              dir + "/out");
+    EXPECT_EQ(c.Wait(10000), 2);
+    EXPECT_THAT(ReadFile(dir + "/out.err"), HasSubstr("empty"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AgentBinaryTest, TakesTheTokenFromTheEnvironment) {
+  const std::string dir = MakeTempDir();
+  std::ofstream(dir + "/obj") << "payload";
+  Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--port-file", dir + "/port"},
+                  dir + "/out", {std::string(kAgentTokenEnv) + "=" + kToken});
+  int port = 0;
+  for (const auto start = Clock::now(); MsSince(start) < 10000 && port == 0;) {
+    const std::string text = ReadFile(dir + "/port");
+    if (!text.empty() && text.back() == '\n') port = std::stoi(text);
+    ASSERT_EQ(c.Wait(10), -1) << "agent exited early: " << ReadFile(dir + "/out.err");
+  }
+  ASSERT_GT(port, 0);
+  EXPECT_THAT(Get(port, "/v1/objects/obj", "", /*auth=*/false), StartsWith("HTTP/1.1 401"));
+  EXPECT_EQ(BodyOf(Get(port, "/v1/objects/obj")), "payload");
   std::filesystem::remove_all(dir);
 }
 

@@ -462,6 +462,9 @@ class HttpStore final : public ObjectStore {
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_slist* headers = nullptr;
     if (!range.empty()) headers = curl_slist_append(headers, ("Range: " + range).c_str());
+    if (!options_.token.empty()) {
+      headers = curl_slist_append(headers, ("Authorization: Bearer " + options_.token).c_str());
+    }
     curl_easy_setopt(h, CURLOPT_URL, target.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
@@ -565,7 +568,24 @@ Result<std::unique_ptr<ObjectStore>> OpenHttpStore(const std::string& base_url,
   if (options.connect_timeout_ms < 0 || options.timeout_ms < 0) {
     return InvalidArgument("peer URL '" + base_url + "': negative timeout");
   }
+  if (!IsValidAgentToken(options.token)) {
+    return InvalidArgument("peer URL '" + base_url + "': the agent token (" +
+                           std::string(kAgentTokenEnv) +
+                           ") may hold only printable ASCII without spaces");
+  }
   return std::unique_ptr<ObjectStore>(std::make_unique<HttpStore>(std::move(url), options));
+}
+
+std::string DefaultAgentToken() {
+  const char* v = std::getenv(kAgentTokenEnv);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+bool IsValidAgentToken(std::string_view token) {
+  // Bytes a header value can carry verbatim: no CR/LF (header injection), no spaces (the
+  // token is one word after "Bearer").
+  return std::all_of(token.begin(), token.end(),
+                     [](unsigned char c) { return c > 0x20 && c < 0x7f; });
 }
 
 }  // namespace gantry

@@ -206,6 +206,7 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
     HttpStoreOptions http;
     http.connect_timeout_ms = options.connect_timeout_ms;
     http.timeout_ms = options.request_timeout_ms;
+    http.token = options.agent_token;
     return OpenHttpStore(url, http);
   }
   if (u.starts_with(kMem)) {

@@ -14,11 +14,23 @@
 // is never copied whole into memory), from one open descriptor, so a reader sees one whole
 // version of an object even while a PosixStore writer renames a new one over it.
 //
-// There is no authentication: bind to a trusted network. Thread-safe; Stop() may be called from
-// any thread (not from a request handler).
+// Every route but /healthz requires `Authorization: Bearer TOKEN` with the cluster's agent token
+// (AgentOptions::token); a missing or wrong token is answered 401 with a WWW-Authenticate
+// header. /healthz stays open so liveness probes need no secret; it reveals nothing.
+//
+// Slow or hostile clients cannot starve it: a connection is read by one poll thread until its
+// whole request head has arrived (bounded by header_timeout_ms, then it is answered 408 and
+// closed), and only then handed to a worker, so clients trickling headers hold no worker;
+// idle keep-alive connections hold none either. Request bodies are bounded by
+// body_timeout_ms, every send by io_timeout_ms. One client address may hold at most
+// max_connections_per_client connections; more are answered 503 and closed. /healthz and
+// /metrics are served by a thread of their own, so transfers to slow readers never delay them.
+//
+// Thread-safe; Stop() may be called from any thread (not from a request handler).
 //
 //   AgentOptions o;
 //   o.root = "/nvme/gantry";
+//   o.token = token_from_secret;
 //   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<AgentServer> agent, AgentServer::Start(o));
 //   std::cout << agent->url();  // "http://127.0.0.1:40121"
 #pragma once
@@ -40,13 +52,31 @@ struct AgentOptions {
   std::string host = "127.0.0.1";
   // 0: any free port (see AgentServer::port()).
   int port = 0;
-  // Requests served at once; more wait in a queue. Default: 8.
+  // Object requests served at once (each needs its whole head received first); more wait in a
+  // queue. /healthz and /metrics have a thread of their own besides. Default: 8.
   int threads = 8;
   // Seconds an idle connection is kept open for a next request; 0: one request per connection.
-  // The HTTP library ties up a thread per open connection, idle or not, so with keep-alive an
-  // idle peer connection blocks a waiting one for this long (and that peer may time out): only
-  // turn it on with more threads than concurrent readers. Default: 0.
+  // Idle connections wait on the poll thread, not on a worker. Default: 0.
   int keep_alive_timeout_s = 0;
+  // The bearer token peers must send (printable ASCII, no spaces). Required unless
+  // allow_unauthenticated; gantry-agent reads it from --token-file or $GANTRY_AGENT_TOKEN.
+  std::string token;
+  // Serve without a token (tests, or a network where every host is trusted). Default: false.
+  bool allow_unauthenticated = false;
+  // Time a client has to send a request's line and headers, counted from its connection (or,
+  // on a kept-alive connection, from the request's first byte); then it is answered 408 and
+  // closed. Default: 10000 ms.
+  int header_timeout_ms = 10000;
+  // Time a client has to send a request body once its head is in (the agent's routes take
+  // none, but a client may send one). Default: 10000 ms.
+  int body_timeout_ms = 10000;
+  // Each send to a client must make progress within this time, or the response is abandoned.
+  // Default: 5000 ms.
+  int io_timeout_ms = 5000;
+  // Connections one client address may hold open at once (waiting, idle or being served);
+  // more are answered 503 and closed. A restoring peer reads with a few dozen threads at most.
+  // Default: 64.
+  int max_connections_per_client = 64;
   // Where the metrics go; nullptr: a registry owned by the server.
   MetricsRegistry* metrics = nullptr;
 };
@@ -54,7 +84,8 @@ struct AgentOptions {
 class AgentServer {
  public:
   // Opens the root, binds the address and starts serving on background threads. NotFound or
-  // FailedPrecondition for a bad root, Unavailable if the address cannot be bound.
+  // FailedPrecondition for a bad root, InvalidArgument for bad options (no token without
+  // allow_unauthenticated, a token with spaces), Unavailable if the address cannot be bound.
   static Result<std::unique_ptr<AgentServer>> Start(const AgentOptions& options);
   ~AgentServer();  // Stops.
   AgentServer(const AgentServer&) = delete;

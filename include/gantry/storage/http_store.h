@@ -40,6 +40,10 @@ struct HttpStoreOptions {
   int low_speed_time_s = 2;
   // Idle connections kept for reuse. Default: 16.
   int max_idle_connections = 16;
+  // Sent as `Authorization: Bearer TOKEN` with every request (the agent answers 401 without
+  // it, which is PermissionDenied here); empty sends none. Default: $GANTRY_AGENT_TOKEN
+  // (DefaultAgentToken in object_store.h).
+  std::string token = DefaultAgentToken();
 };
 
 // Opens a store over the agent at `base_url` ("http://host:port", optionally with a path prefix

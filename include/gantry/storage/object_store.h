@@ -105,6 +105,14 @@ Status ValidateKey(std::string_view key);
 // Options for OpenObjectStore; S3 fields fall back to the standard AWS environment variables
 // (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
 // AWS_ENDPOINT_URL, AWS_PROFILE) and to ~/.aws/credentials and ~/.aws/config.
+// The environment variable holding the cluster's gantry-agent bearer token, and its value (empty
+// when unset). The one place that decides the default token of StoreOptions, HttpStoreOptions and
+// the gantry-agent binary (which also takes --token-file).
+inline constexpr char kAgentTokenEnv[] = "GANTRY_AGENT_TOKEN";
+std::string DefaultAgentToken();
+// True if the token can be sent as `Authorization: Bearer TOKEN`: printable ASCII, no spaces.
+bool IsValidAgentToken(std::string_view token);
+
 struct StoreOptions {
   std::string endpoint;  // e.g. "http://127.0.0.1:7480"; empty: AWS default for the region
   std::string region;
@@ -124,6 +132,9 @@ struct StoreOptions {
   // Called by PutFile/GetToFile as bytes complete (from any thread; may be empty), so long
   // transfers can show progress.
   std::function<void(uint64_t bytes_done, uint64_t bytes_total)> progress;
+  // http:// (peer gantry-agent) stores: the bearer token sent with every request; empty sends
+  // none. Default: $GANTRY_AGENT_TOKEN.
+  std::string agent_token = DefaultAgentToken();
 };
 
 // Opens "mem://NAME" (a process-wide in-memory store per name), "file:///abs/dir" (or a plain
