@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
                  "Address to listen on, HOST:PORT ([V6]:PORT for IPv6); port 0 picks a free one")
       ->capture_default_str();
   app.add_option("--threads", threads,
-                 "Requests served at once (each on its own connection); more wait in a queue")
+                 "Object requests served at once, once their headers are in; more wait in a queue "
+                 "(/healthz and /metrics have a thread of their own)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   app.add_option("--port-file", port_file,

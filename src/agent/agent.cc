@@ -832,8 +832,11 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     res.status = 200;
     res.set_content(p->metrics->PrometheusText(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  s.set_logger(
-      [p](const httplib::Request& req, const httplib::Response& res) { p->Log(req, res); });
+  // Counted before the answer is written (httplib's post-routing handler), not after (its
+  // logger): a client that has its answer and then reads /metrics, served by another thread,
+  // must find its request counted.
+  s.set_post_routing_handler(
+      [p](const httplib::Request& req, httplib::Response& res) { p->Log(req, res); });
 
   if (options.port == 0) {
     impl->port = s.bind_to_any_port(options.host);
