@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_support.h"
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/checkpoint.h"
 #include "gantry/ckpt/manifest.h"
@@ -23,33 +24,10 @@ namespace fs = std::filesystem;
 using namespace gantry;
 using namespace gantry::ckpt;
 
-struct CliRun {
-  int code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
-
-// Runs a command line under a 60 s timeout (a hang fails the test instead of stalling it).
-CliRun RunShell(const std::string& command, const fs::path& err_file) {
-  const std::string cmd = "timeout 60 " + command + " 2>" + Quote(err_file.string());
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, "", "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err_file)};
-}
+using cli_test::CliRun;
+using cli_test::Quote;
+using cli_test::ReadFile;
+using cli_test::RunShell;
 
 class CliCkpt : public testing::Test {
  protected:

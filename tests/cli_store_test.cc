@@ -15,42 +15,24 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_support.h"
 #include "common/test_support.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
+using gantry::cli_test::CliRun;
+using gantry::cli_test::Quote;
+using gantry::cli_test::ReadFile;
+using gantry::cli_test::RunShell;
 
 class CliStore : public testing::Test {
  protected:
   // `gantry ARGS` under a 120 s timeout, stdout and stderr captured.
   CliRun Gantry(const std::string& args, const std::string& stdin_file = "/dev/null") {
-    const std::string err = dir_.sub("stderr");
-    const std::string cmd = "timeout 120 " + std::string(GANTRY_CLI) + " " + args + " <" +
-                            Quote(stdin_file) + " 2>" + Quote(err);
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return {-1, "", "popen failed"};
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err)};
+    return RunShell(std::string(GANTRY_CLI) + " " + args + " <" + Quote(stdin_file),
+                    dir_.sub("stderr"), /*timeout_seconds=*/120);
   }
 
   std::string Store() const { return "--store " + Quote("file://" + dir_.sub("root")); }

@@ -41,34 +41,41 @@ void ExitWith(int code) {
   if (code != kExitOk) throw CLI::RuntimeError(code);
 }
 
-CLI::Option* AddSizeOption(CLI::App* cmd, const std::string& name, uint64_t* out,
-                           const std::string& help) {
+namespace {
+
+// A flag whose text `parse` turns into *out when the command line is parsed; a value it refuses
+// is a usage error naming the flag.
+template <typename T, typename Parse, typename Format>
+CLI::Option* AddParsedOption(CLI::App* cmd, const std::string& name, T* out,
+                             const std::string& help, const char* type, Parse parse,
+                             Format format) {
   CLI::Option* opt = cmd->add_option_function<std::string>(
       name,
-      [out, name](const std::string& text) {
-        Result<uint64_t> bytes = ParseBytes(text);
-        if (!bytes.ok()) throw CLI::ValidationError(name, bytes.status().message());
-        *out = *bytes;
+      [out, name, parse](const std::string& text) {
+        Result<T> value = parse(text);
+        if (!value.ok()) throw CLI::ValidationError(name, value.status().message());
+        *out = *value;
       },
-      help + " (units: K, M, G, T; e.g. 16M)");
-  opt->default_str(FormatBytes(*out));
-  opt->type_name("SIZE");
+      help);
+  opt->default_str(format(*out));
+  opt->type_name(type);
   return opt;
+}
+
+}  // namespace
+
+CLI::Option* AddSizeOption(CLI::App* cmd, const std::string& name, uint64_t* out,
+                           const std::string& help) {
+  return AddParsedOption(
+      cmd, name, out, help + " (units: K, M, G, T; e.g. 16M)", "SIZE",
+      [](const std::string& t) { return ParseBytes(t); }, FormatBytes);
 }
 
 CLI::Option* AddDurationOption(CLI::App* cmd, const std::string& name, int64_t* out,
                                const std::string& help) {
-  CLI::Option* opt = cmd->add_option_function<std::string>(
-      name,
-      [out, name](const std::string& text) {
-        Result<int64_t> seconds = ParseDurationSeconds(text);
-        if (!seconds.ok()) throw CLI::ValidationError(name, seconds.status().message());
-        *out = *seconds;
-      },
-      help + " (units: s, m, h, d; e.g. 90s, 1h30m)");
-  opt->default_str(FormatDurationSeconds(*out));
-  opt->type_name("DURATION");
-  return opt;
+  return AddParsedOption(
+      cmd, name, out, help + " (units: s, m, h, d; e.g. 90s, 1h30m)", "DURATION",
+      [](const std::string& t) { return ParseDurationSeconds(t); }, FormatDurationSeconds);
 }
 
 }  // namespace gantry::cli
