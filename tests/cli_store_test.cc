@@ -223,9 +223,10 @@ TEST_F(CliStore, SizesAndDurationsTakeUnitsAndTablesPrintHumanUnits) {
 
 TEST_F(CliStore, EverySubcommandHelpShowsItsOwnExamples) {
   for (const std::string cmd :
-       {"store put", "store get", "store ls", "store stat", "store rm", "cache stats",
-        "cache verify", "cache gc", "cache put", "cache get", "cache ls", "ckpt ls", "ckpt show",
-        "ckpt verify", "ckpt rm", "ckpt gc", "ckpt export", "ckpt import"}) {
+       {"store put",     "store get",   "store ls",    "store stat", "store rm",    "cache stats",
+        "cache verify",  "cache gc",    "cache put",   "cache get",  "cache ls",    "ckpt ls",
+        "ckpt show",     "ckpt verify", "ckpt rm",     "ckpt gc",    "ckpt export", "ckpt import",
+        "trace inspect", "trace synth", "cluster show"}) {
     CliRun r = Gantry(cmd + " --help");
     EXPECT_EQ(r.code, 0) << cmd << ": " << r.err;
     const std::string verb = cmd.substr(cmd.find(' ') + 1);
