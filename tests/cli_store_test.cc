@@ -238,7 +238,8 @@ TEST_F(CliStore, EverySubcommandHelpShowsItsOwnExamples) {
   }
 }
 
-// Regression: `put -` and `get KEY -` held the whole object in memory (1 GB took 2 GB of RSS).
+// Regression: `put -` and `get KEY -` held the whole object in memory (1 GB took 2 GB of RSS),
+// in `gantry store` and in `gantry cache`.
 TEST_F(CliStore, PutFromAPipeAndGetToStdoutStreamInBoundedMemory) {
   fs::create_directories(dir_.sub("root"));
   constexpr uint64_t kBytes = 256ull << 20;
@@ -255,6 +256,22 @@ TEST_F(CliStore, PutFromAPipeAndGetToStdoutStreamInBoundedMemory) {
   EXPECT_EQ(get.bytes, kBytes);
   EXPECT_EQ(get.checksum, put.checksum) << "the bytes read back differ from those written";
   EXPECT_LT(get.max_rss_kib, kBoundKib) << "get - peaked at " << get.max_rss_kib << " KiB";
+
+  // The chunk store's blobs stream too.
+  const std::string fast = dir_.sub("fast"), slow = dir_.sub("slow");
+  Piped cput = RunPiped(
+      {"cache", "--tier", fast + ",capacity=64M", "--tier", slow + ",durable", "put", "blob", "-"},
+      /*feed=*/true, kBytes);
+  ASSERT_EQ(cput.code, 0);
+  EXPECT_EQ(cput.checksum, put.checksum);
+  EXPECT_LT(cput.max_rss_kib, kBoundKib) << "cache put - peaked at " << cput.max_rss_kib;
+  Piped cget = RunPiped(
+      {"cache", "--tier", fast + ",capacity=64M", "--tier", slow + ",durable", "get", "blob", "-"},
+      /*feed=*/false, 0);
+  ASSERT_EQ(cget.code, 0);
+  EXPECT_EQ(cget.bytes, kBytes);
+  EXPECT_EQ(cget.checksum, put.checksum);
+  EXPECT_LT(cget.max_rss_kib, kBoundKib) << "cache get - peaked at " << cget.max_rss_kib;
 
   // An empty stdin is an empty object.
   CliRun r = Gantry("store " + Store() + " put empty -");

@@ -3,10 +3,14 @@
 //
 // Tiers are given fastest first as tier specs (include/gantry/cache/tier_spec.h), e.g.
 //   gantry cache --tier file:///nvme/cache,capacity=100G --tier s3://bkt/cache,durable stats
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -154,18 +158,43 @@ int Gc(CacheArgs& a) {
   return kExitOk;
 }
 
+// Reads `fd` a megabyte at a time into the blob writer: the chunk store cuts and stores chunks
+// as they fill, so memory stays small whatever the input's size.
+Status AppendFrom(int fd, const std::string& what, ChunkStore::BlobWriter& writer) {
+  std::string buf(1 << 20, '\0');
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) return Status::Ok();
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError("reading " + what + ": " + std::strerror(errno));
+    }
+    GANTRY_RETURN_IF_ERROR(writer.Append(std::string_view(buf.data(), static_cast<size_t>(n))));
+  }
+}
+
 int PutBlob(CacheArgs& a) {
   auto cs = Open(a, /*writes=*/true);
   if (!cs.ok()) return Fail("put", cs.status());
-  std::string data;
-  if (a.file.empty() || a.file == "-") {
-    data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) return Fail("put", NotFound("cannot read '" + a.file + "'"));
-    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const bool from_stdin = a.file.empty() || a.file == "-";
+  int fd = STDIN_FILENO;
+  if (!from_stdin) {
+    fd = ::open(a.file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      const std::string what = "cannot read '" + a.file + "': " + std::strerror(err);
+      return Fail("put", err == ENOENT   ? NotFound(what)
+                         : err == EACCES ? PermissionDenied(what)
+                                         : IoError(what));
+    }
   }
-  auto m = (*cs)->PutBlob(a.name, data);
+  Result<Manifest> m = [&]() -> Result<Manifest> {
+    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore::BlobWriter> writer,
+                            (*cs)->NewBlobWriter(a.name));
+    GANTRY_RETURN_IF_ERROR(AppendFrom(fd, from_stdin ? "stdin" : "'" + a.file + "'", *writer));
+    return writer->Commit();
+  }();
+  if (!from_stdin) ::close(fd);
   if (!m.ok()) return Fail("put", m.status());
   Status f = (*cs)->Flush();
   if (!f.ok()) return Fail("put", f);
@@ -174,19 +203,35 @@ int PutBlob(CacheArgs& a) {
   return kExitOk;
 }
 
+// Writes the blob chunk by chunk (each verified by the store), holding one chunk at a time.
+Status WriteBlob(ChunkStore& cs, const std::string& name, std::ostream& out) {
+  GANTRY_ASSIGN_OR_RETURN(Manifest m, cs.GetManifest(name));
+  for (const ManifestChunk& c : m.chunks) {
+    GANTRY_ASSIGN_OR_RETURN(std::string data, cs.GetChunk(c.id));
+    if (data.size() != c.size) {
+      return DataLoss("blob '" + name + "': chunk " + c.id.ToHex() + " holds " +
+                      std::to_string(data.size()) + " bytes, its manifest says " +
+                      std::to_string(c.size));
+    }
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) return IoError("blob '" + name + "': writing the output failed");
+  }
+  out.flush();
+  if (!out) return IoError("blob '" + name + "': writing the output failed");
+  return Status::Ok();
+}
+
 int GetBlob(CacheArgs& a) {
   auto cs = Open(a, /*writes=*/false);
   if (!cs.ok()) return Fail("get", cs.status());
-  auto data = (*cs)->GetBlob(a.name);
-  if (!data.ok()) return Fail("get", data.status());
   if (a.file.empty() || a.file == "-") {
-    std::cout.write(data->data(), static_cast<std::streamsize>(data->size()));
-    return std::cout.good() ? kExitOk : kExitFailure;
+    Status s = WriteBlob(**cs, a.name, std::cout);
+    return s.ok() ? kExitOk : Fail("get", s);
   }
   std::ofstream out(a.file, std::ios::binary | std::ios::trunc);
-  out.write(data->data(), static_cast<std::streamsize>(data->size()));
-  out.close();
-  return out ? kExitOk : Fail("get", IoError("cannot write '" + a.file + "'"));
+  if (!out) return Fail("get", IoError("cannot write '" + a.file + "'"));
+  Status s = WriteBlob(**cs, a.name, out);
+  return s.ok() ? kExitOk : Fail("get", s);
 }
 
 int ListBlobs(CacheArgs& a) {
