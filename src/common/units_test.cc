@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "gantry/common/progress.h"
@@ -104,13 +106,22 @@ TEST(ProgressBar, RendersBarPercentAndBytes) {
             "get [==============================] 100%  1.00 MiB / 1.00 MiB");
 }
 
-// Draws only when the percent changes, and erases the line when it goes away.
-TEST(ProgressBar, RedrawsOnPercentChangeAndErasesAtTheEnd) {
+// What `drive` writes to a memory stream (a bar it makes there, over the bar's whole life).
+std::string DrawnBy(const std::function<void(std::FILE*)>& drive) {
   char* buf = nullptr;
   size_t len = 0;
   std::FILE* out = open_memstream(&buf, &len);
-  ASSERT_NE(out, nullptr);
-  {
+  if (out == nullptr) return "open_memstream failed";
+  drive(out);
+  std::fclose(out);
+  std::string text(buf, len);
+  std::free(buf);
+  return text;
+}
+
+// Draws only when the percent changes, and erases the line when it goes away.
+TEST(ProgressBar, RedrawsOnPercentChangeAndErasesAtTheEnd) {
+  const std::string text = DrawnBy([](std::FILE* out) {
     ProgressBar bar("put", true, ProgressBar::kBytes, out);
     auto cb = bar.Callback();
     ASSERT_TRUE(static_cast<bool>(cb));
@@ -118,10 +129,7 @@ TEST(ProgressBar, RedrawsOnPercentChangeAndErasesAtTheEnd) {
     cb(1, 1000);  // still 0%
     cb(500, 1000);
     cb(1000, 1000);
-  }
-  std::fclose(out);
-  const std::string text(buf, len);
-  std::free(buf);
+  });
   size_t redraws = 0;
   for (size_t p = text.find("\r\033[Kput"); p != std::string::npos;
        p = text.find("\r\033[Kput", p + 1)) {
@@ -133,19 +141,13 @@ TEST(ProgressBar, RedrawsOnPercentChangeAndErasesAtTheEnd) {
 }
 
 TEST(ProgressBar, DisabledDrawsNothing) {
-  char* buf = nullptr;
-  size_t len = 0;
-  std::FILE* out = open_memstream(&buf, &len);
-  ASSERT_NE(out, nullptr);
-  {
+  const std::string text = DrawnBy([](std::FILE* out) {
     ProgressBar bar("sim", false, ProgressBar::kFraction, out);
     EXPECT_FALSE(static_cast<bool>(bar.Callback()));
     bar.UpdateFraction(0.5);
     bar.Update(1, 2);
-  }
-  std::fclose(out);
-  EXPECT_EQ(len, 0u);
-  std::free(buf);
+  });
+  EXPECT_EQ(text, "");
 }
 
 }  // namespace
