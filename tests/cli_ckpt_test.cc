@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_support.h"
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/checkpoint.h"
 #include "gantry/ckpt/manifest.h"
@@ -23,33 +24,10 @@ namespace fs = std::filesystem;
 using namespace gantry;
 using namespace gantry::ckpt;
 
-struct CliRun {
-  int code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
-
-// Runs a command line under a 60 s timeout (a hang fails the test instead of stalling it).
-CliRun RunShell(const std::string& command, const fs::path& err_file) {
-  const std::string cmd = "timeout 60 " + command + " 2>" + Quote(err_file.string());
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, "", "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err_file)};
-}
+using cli_test::CliRun;
+using cli_test::Quote;
+using cli_test::ReadFile;
+using cli_test::RunShell;
 
 class CliCkpt : public testing::Test {
  protected:
@@ -390,6 +368,51 @@ TEST_F(CliCkpt, BadRootJobOrStepIsExitThreeWithAClearMessage) {
   EXPECT_NE(r.err.find("no checkpoints of job 'other'"), std::string::npos) << r.err;
   r = Ckpt("ls", "bad/job");
   EXPECT_EQ(r.code, 3) << r.err;
+}
+
+// Regression: `rm 10 10 20` removed step 10, then failed on the second 10 and left step 20.
+TEST_F(CliCkpt, RmOfAStepNamedTwiceRemovesEveryStepOnce) {
+  WriteThreeSteps();
+  CliRun r = Ckpt("rm 10 10 20");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out, "removed step 10\nremoved step 20\n");
+  EXPECT_EQ(ListedSteps(), (std::vector<int64_t>{30}));
+}
+
+// Regression: one truncated manifest made ls, verify --all and rm --force of it exit 3.
+TEST_F(CliCkpt, ADamagedManifestIsListedVerifiedAsDamagedAndRemovable) {
+  WriteThreeSteps();
+  const fs::path manifest = root_ / ManifestKey("test", 10);
+  fs::resize_file(manifest, 100);
+
+  CliRun r = Ckpt("ls");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("DAMAGED"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("step 10 is damaged"), std::string::npos) << r.err;
+  r = Ckpt("ls --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["state"], "damaged");
+  EXPECT_EQ(rows[0]["committed"], false);
+  EXPECT_NE(rows[0]["problem"].get<std::string>().find("manifest.json"), std::string::npos);
+  EXPECT_EQ(rows[2]["latest"], true);
+
+  // verify --all checks the good ones and fails naming the damaged one.
+  r = Ckpt("verify --all");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("step 10: DAMAGED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 20: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 30: ok"), std::string::npos) << r.out;
+  r = Ckpt("verify 10");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  r = Ckpt("show 10");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find(manifest.filename().string()), std::string::npos) << r.err;
+
+  r = Ckpt("rm 10 --force");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(ListedSteps(), (std::vector<int64_t>{20, 30}));
 }
 
 // export and import run `python3 -m gantry`; they need PyTorch and the built _gantry module.

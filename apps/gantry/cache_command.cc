@@ -1,20 +1,22 @@
 // `gantry cache`: inspect and maintain a tiered chunk store from the shell — usage per tier,
 // verification (with repair), garbage collection, and putting or getting blobs by hand.
 //
-// Tiers are given fastest first, each as `--tier URL[,name=N][,capacity=SIZE][,durable]
-// [,codec=none|lz4|zstd]`, e.g.
+// Tiers are given fastest first as tier specs (include/gantry/cache/tier_spec.h), e.g.
 //   gantry cache --tier file:///nvme/cache,capacity=100G --tier s3://bkt/cache,durable stats
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.h"
 #include "gantry/cache/chunk_store.h"
+#include "gantry/cache/tier_spec.h"
+#include "gantry/common/units.h"
 
 namespace gantry::cli {
 namespace {
@@ -25,6 +27,7 @@ struct CacheArgs {
   std::string mode = "write-through";
   int64_t grace_seconds = 3600;
   bool json = false;
+  bool bytes = false;
   bool prometheus = false;
   bool repair = false;
   std::string name;
@@ -33,74 +36,11 @@ struct CacheArgs {
 
 int Fail(const std::string& what, const Status& s) { return ReportFailure("cache " + what, s); }
 
-// "100G", "512M", "4096" -> bytes.
-Result<uint64_t> ParseSize(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return InvalidArgument("size '" + text + "' is not a number (e.g. 512M, 100G)");
-  }
-  const std::string unit = text.substr(used);
-  double scale = 1;
-  if (unit == "K" || unit == "KiB")
-    scale = 1024.0;
-  else if (unit == "M" || unit == "MiB")
-    scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB")
-    scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB")
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty())
-    return InvalidArgument("size '" + text + "': unknown unit '" + unit + "'");
-  if (v < 0) return InvalidArgument("size '" + text + "' is negative");
-  return static_cast<uint64_t>(v * scale);
-}
-
-Result<TierOptions> ParseTier(const std::string& spec, size_t index) {
-  TierOptions t;
-  std::stringstream ss(spec);
-  std::string part;
-  bool first = true;
-  while (std::getline(ss, part, ',')) {
-    if (first) {
-      t.url = part;
-      first = false;
-      continue;
-    }
-    const size_t eq = part.find('=');
-    const std::string key = part.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : part.substr(eq + 1);
-    if (key == "durable" && eq == std::string::npos) {
-      t.durable = true;
-    } else if (key == "name") {
-      t.name = value;
-    } else if (key == "capacity") {
-      GANTRY_ASSIGN_OR_RETURN(t.capacity_bytes, ParseSize(value));
-    } else if (key == "codec") {
-      GANTRY_ASSIGN_OR_RETURN(t.codec, ParseCodec(value));
-    } else {
-      return InvalidArgument("--tier '" + spec + "': unknown setting '" + part +
-                             "' (known: name=, capacity=, durable, codec=)");
-    }
-  }
-  if (t.url.empty()) return InvalidArgument("--tier '" + spec + "' has no URL");
-  if (t.name.empty()) t.name = "tier" + std::to_string(index);
-  return t;
-}
-
-Result<std::unique_ptr<ChunkStore>> Open(CacheArgs& a) {
-  if (a.tiers.empty()) {
-    return InvalidArgument(
-        "no tiers: pass --tier URL[,capacity=SIZE][,durable] once per tier, "
-        "fastest first");
-  }
+// `writes`: put may create a file:// tier's directory; the other commands open existing tiers
+// only, so a mistyped path is an error naming it instead of a new, empty tier.
+Result<std::unique_ptr<ChunkStore>> Open(CacheArgs& a, bool writes) {
   ChunkStoreOptions o;
-  for (size_t i = 0; i < a.tiers.size(); ++i) {
-    GANTRY_ASSIGN_OR_RETURN(TierOptions t, ParseTier(a.tiers[i], i));
-    o.tiers.push_back(std::move(t));
-  }
+  GANTRY_ASSIGN_OR_RETURN(o.tiers, ParseTierSpecs(a.tiers));
   if (a.mode == "write-back") {
     o.write_mode = WriteMode::kWriteBack;
   } else if (a.mode != "write-through") {
@@ -108,16 +48,35 @@ Result<std::unique_ptr<ChunkStore>> Open(CacheArgs& a) {
   }
   o.gc_grace_seconds = a.grace_seconds;
   o.store_options = a.store;
+  o.store_options.create_root = writes;
+  for (TierOptions& t : o.tiers) {
+    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store,
+                            OpenObjectStore(t.url, o.store_options));
+    t.store = std::move(store);
+  }
   return ChunkStore::Open(std::move(o));
 }
 
-// What each tier holds, from listing it (a fresh process has no counters of its own).
-struct TierUsage {
-  uint64_t chunks = 0, chunk_bytes = 0, manifests = 0;
-};
+Result<nlohmann::ordered_json> TierUsage(const TierOptions& t, const TierStats& stats) {
+  // What each tier holds, from listing it (a fresh process has no counters of its own).
+  uint64_t chunks = 0, chunk_bytes = 0;
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed, t.store->ListAll("chunks/"));
+  for (const ObjectInfo& o : listed) {
+    ++chunks;
+    chunk_bytes += o.size;
+  }
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> manifests, t.store->ListAll("manifests/"));
+  return nlohmann::ordered_json{{"tier", stats.name},
+                                {"url", t.url},
+                                {"durable", stats.durable},
+                                {"capacity_bytes", stats.capacity_bytes},
+                                {"chunks", chunks},
+                                {"chunk_bytes", chunk_bytes},
+                                {"manifests", manifests.size()}};
+}
 
 int Stats(CacheArgs& a) {
-  auto cs = Open(a);
+  auto cs = Open(a, /*writes=*/false);
   if (!cs.ok()) return Fail("stats", cs.status());
   if (a.prometheus) {
     std::cout << (*cs)->PrometheusText();
@@ -125,39 +84,26 @@ int Stats(CacheArgs& a) {
   }
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   const ChunkStoreStats stats = (*cs)->Stats();
-  for (size_t i = 0; i < a.tiers.size(); ++i) {
-    auto t = ParseTier(a.tiers[i], i);
-    auto store = OpenObjectStore(t->url, a.store);
-    if (!store.ok()) return Fail("stats", store.status());
-    TierUsage u;
-    auto chunks = (*store)->ListAll("chunks/");
-    if (!chunks.ok()) return Fail("stats", chunks.status());
-    for (const auto& o : *chunks) {
-      ++u.chunks;
-      u.chunk_bytes += o.size;
-    }
-    auto manifests = (*store)->ListAll("manifests/");
-    if (!manifests.ok()) return Fail("stats", manifests.status());
-    u.manifests = manifests->size();
-    out.push_back({{"tier", stats.tiers[i].name},
-                   {"url", t->url},
-                   {"durable", stats.tiers[i].durable},
-                   {"capacity_bytes", stats.tiers[i].capacity_bytes},
-                   {"chunks", u.chunks},
-                   {"chunk_bytes", u.chunk_bytes},
-                   {"manifests", u.manifests}});
+  const std::vector<TierOptions>& tiers = (*cs)->options().tiers;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    Result<nlohmann::ordered_json> usage = TierUsage(tiers[i], stats.tiers[i]);
+    if (!usage.ok()) return Fail("stats", usage.status());
+    out.push_back(std::move(*usage));
   }
   if (a.json) {
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%-10s %-8s %12s %14s %10s  %s\n", "tier", "durable", "chunks", "bytes", "manifests",
-              "url");
+  auto size = [&a](uint64_t b) { return a.bytes ? std::to_string(b) : FormatBytes(b); };
+  std::printf("%-10s %-8s %12s %14s %14s %10s  %s\n", "TIER", "DURABLE", "CHUNKS", "BYTES",
+              "CAPACITY", "MANIFESTS", "URL");
   for (const auto& t : out) {
-    std::printf("%-10s %-8s %12llu %14llu %10llu  %s\n", t["tier"].get<std::string>().c_str(),
+    const uint64_t capacity = t["capacity_bytes"].get<uint64_t>();
+    std::printf("%-10s %-8s %12llu %14s %14s %10llu  %s\n", t["tier"].get<std::string>().c_str(),
                 t["durable"].get<bool>() ? "yes" : "no",
                 static_cast<unsigned long long>(t["chunks"].get<uint64_t>()),
-                static_cast<unsigned long long>(t["chunk_bytes"].get<uint64_t>()),
+                size(t["chunk_bytes"].get<uint64_t>()).c_str(),
+                capacity == 0 ? "unlimited" : size(capacity).c_str(),
                 static_cast<unsigned long long>(t["manifests"].get<uint64_t>()),
                 t["url"].get<std::string>().c_str());
   }
@@ -165,7 +111,7 @@ int Stats(CacheArgs& a) {
 }
 
 int Verify(CacheArgs& a) {
-  auto cs = Open(a);
+  auto cs = Open(a, /*writes=*/false);
   if (!cs.ok()) return Fail("verify", cs.status());
   auto r = (*cs)->Verify(a.repair);
   if (!r.ok()) return Fail("verify", r.status());
@@ -187,7 +133,7 @@ int Verify(CacheArgs& a) {
 }
 
 int Gc(CacheArgs& a) {
-  auto cs = Open(a);
+  auto cs = Open(a, /*writes=*/false);
   if (!cs.ok()) return Fail("gc", cs.status());
   auto r = (*cs)->CollectGarbage();
   if (!r.ok()) return Fail("gc", r.status());
@@ -199,54 +145,97 @@ int Gc(CacheArgs& a) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
-        "%llu manifests reference %llu chunks; deleted %llu chunk copies (%llu bytes); "
-        "kept %llu unreferenced inside the %lld s grace period\n",
+        "%llu manifests reference %llu chunks; deleted %llu chunk copies (%s); "
+        "kept %llu unreferenced inside the %s grace period\n",
         static_cast<unsigned long long>(r->manifests),
         static_cast<unsigned long long>(r->referenced_chunks),
         static_cast<unsigned long long>(r->deleted_chunks),
-        static_cast<unsigned long long>(r->deleted_bytes),
-        static_cast<unsigned long long>(r->kept_young), static_cast<long long>(a.grace_seconds));
+        a.bytes ? (std::to_string(r->deleted_bytes) + " bytes").c_str()
+                : FormatBytes(r->deleted_bytes).c_str(),
+        static_cast<unsigned long long>(r->kept_young),
+        FormatDurationSeconds(a.grace_seconds).c_str());
   }
   return kExitOk;
+}
+
+// Reads `fd` a megabyte at a time into the blob writer: the chunk store cuts and stores chunks
+// as they fill, so memory stays small whatever the input's size.
+Status AppendFrom(int fd, const std::string& what, ChunkStore::BlobWriter& writer) {
+  std::string buf(1 << 20, '\0');
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) return Status::Ok();
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError("reading " + what + ": " + std::strerror(errno));
+    }
+    GANTRY_RETURN_IF_ERROR(writer.Append(std::string_view(buf.data(), static_cast<size_t>(n))));
+  }
 }
 
 int PutBlob(CacheArgs& a) {
-  auto cs = Open(a);
+  auto cs = Open(a, /*writes=*/true);
   if (!cs.ok()) return Fail("put", cs.status());
-  std::string data;
-  if (a.file.empty() || a.file == "-") {
-    data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) return Fail("put", NotFound("cannot read '" + a.file + "'"));
-    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const bool from_stdin = a.file.empty() || a.file == "-";
+  int fd = STDIN_FILENO;
+  if (!from_stdin) {
+    fd = ::open(a.file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      const std::string what = "cannot read '" + a.file + "': " + std::strerror(err);
+      return Fail("put", err == ENOENT   ? NotFound(what)
+                         : err == EACCES ? PermissionDenied(what)
+                                         : IoError(what));
+    }
   }
-  auto m = (*cs)->PutBlob(a.name, data);
+  Result<Manifest> m = [&]() -> Result<Manifest> {
+    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore::BlobWriter> writer,
+                            (*cs)->NewBlobWriter(a.name));
+    GANTRY_RETURN_IF_ERROR(AppendFrom(fd, from_stdin ? "stdin" : "'" + a.file + "'", *writer));
+    return writer->Commit();
+  }();
+  if (!from_stdin) ::close(fd);
   if (!m.ok()) return Fail("put", m.status());
   Status f = (*cs)->Flush();
   if (!f.ok()) return Fail("put", f);
-  std::fprintf(stderr, "%s: %llu bytes in %zu chunks\n", a.name.c_str(),
-               static_cast<unsigned long long>(m->size), m->chunks.size());
+  std::fprintf(stderr, "%s: %s in %zu chunks\n", a.name.c_str(), FormatBytes(m->size).c_str(),
+               m->chunks.size());
   return kExitOk;
 }
 
+// Writes the blob chunk by chunk (each verified by the store), holding one chunk at a time.
+Status WriteBlob(ChunkStore& cs, const std::string& name, std::ostream& out) {
+  GANTRY_ASSIGN_OR_RETURN(Manifest m, cs.GetManifest(name));
+  for (const ManifestChunk& c : m.chunks) {
+    GANTRY_ASSIGN_OR_RETURN(std::string data, cs.GetChunk(c.id));
+    if (data.size() != c.size) {
+      return DataLoss("blob '" + name + "': chunk " + c.id.ToHex() + " holds " +
+                      std::to_string(data.size()) + " bytes, its manifest says " +
+                      std::to_string(c.size));
+    }
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) return IoError("blob '" + name + "': writing the output failed");
+  }
+  out.flush();
+  if (!out) return IoError("blob '" + name + "': writing the output failed");
+  return Status::Ok();
+}
+
 int GetBlob(CacheArgs& a) {
-  auto cs = Open(a);
+  auto cs = Open(a, /*writes=*/false);
   if (!cs.ok()) return Fail("get", cs.status());
-  auto data = (*cs)->GetBlob(a.name);
-  if (!data.ok()) return Fail("get", data.status());
   if (a.file.empty() || a.file == "-") {
-    std::cout.write(data->data(), static_cast<std::streamsize>(data->size()));
-    return std::cout.good() ? kExitOk : kExitFailure;
+    Status s = WriteBlob(**cs, a.name, std::cout);
+    return s.ok() ? kExitOk : Fail("get", s);
   }
   std::ofstream out(a.file, std::ios::binary | std::ios::trunc);
-  out.write(data->data(), static_cast<std::streamsize>(data->size()));
-  out.close();
-  return out ? kExitOk : Fail("get", IoError("cannot write '" + a.file + "'"));
+  if (!out) return Fail("get", IoError("cannot write '" + a.file + "'"));
+  Status s = WriteBlob(**cs, a.name, out);
+  return s.ok() ? kExitOk : Fail("get", s);
 }
 
 int ListBlobs(CacheArgs& a) {
-  auto cs = Open(a);
+  auto cs = Open(a, /*writes=*/false);
   if (!cs.ok()) return Fail("ls", cs.status());
   auto names = (*cs)->ListBlobs();
   if (!names.ok()) return Fail("ls", names.status());
@@ -260,9 +249,7 @@ int ListBlobs(CacheArgs& a) {
 
 template <typename F>
 void Run(CLI::App* cmd, F f) {
-  cmd->callback([f] {
-    if (int rc = f(); rc != 0) throw CLI::RuntimeError(rc);
-  });
+  cmd->callback([f] { ExitWith(f()); });
 }
 
 }  // namespace
@@ -271,7 +258,11 @@ void RegisterCacheCommands(CLI::App& app) {
   auto a = std::make_shared<CacheArgs>();
   CLI::App* cache = app.add_subcommand("cache", "Inspect and maintain a tiered chunk store.");
   cache->require_subcommand(1);
+  cache->fallthrough();
   cache->footer(
+      "A tier is URL[,name=N][,capacity=SIZE][,durable][,codec=none|lz4|zstd], fastest first;\n"
+      "SIZE takes units (9M, 100G). Only put creates a missing file:// tier; the other\n"
+      "commands fail on one (exit 3).\n"
       "Example:\n  gantry cache --tier file:///nvme/cache,capacity=100G "
       "--tier s3://bkt/cache,durable --endpoint http://127.0.0.1:7480 verify --repair\n"
       "Format and mechanisms: docs/storage.md (Chunk store).");
@@ -285,34 +276,57 @@ void RegisterCacheCommands(CLI::App& app) {
   cache->add_option("--profile", a->store.profile, "AWS profile");
 
   CLI::App* stats = cache->add_subcommand("stats", "Chunks, bytes and manifests per tier.");
-  stats->add_flag("--json", a->json, "JSON output");
+  stats->add_flag("--json", a->json, "JSON output (sizes in bytes)");
+  stats->add_flag("--bytes", a->bytes, "Sizes in bytes instead of KiB, MiB, ...");
   stats->add_flag("--prometheus", a->prometheus, "This process's metrics, Prometheus text format");
+  stats->footer(
+      "Examples:\n"
+      "  gantry cache --tier file:///nvme/cache,capacity=100G --tier /shared/cache,durable stats\n"
+      "  gantry cache --tier s3://bkt/cache,durable --endpoint http://127.0.0.1:7480 stats --json");
   Run(stats, [a] { return Stats(*a); });
 
   CLI::App* verify =
       cache->add_subcommand("verify", "Check every stored chunk copy against its id.");
   verify->add_flag("--repair", a->repair, "Rewrite corrupt copies from a good one");
   verify->add_flag("--json", a->json, "JSON output");
+  verify->footer(
+      "Exit status 1 when damage is left (corrupt copies without --repair, or unrepairable).\n"
+      "Examples:\n"
+      "  gantry cache --tier /nvme/cache --tier /shared/cache,durable verify\n"
+      "  gantry cache --tier /nvme/cache --tier /shared/cache,durable verify --repair --json");
   Run(verify, [a] { return Verify(*a); });
 
   CLI::App* gc = cache->add_subcommand("gc", "Delete chunks no manifest references.");
-  gc->add_option("--grace", a->grace_seconds, "Never delete chunks younger than this (seconds)")
-      ->capture_default_str();
+  AddDurationOption(gc, "--grace", &a->grace_seconds, "Never delete chunks younger than this");
   gc->add_flag("--json", a->json, "JSON output");
+  gc->add_flag("--bytes", a->bytes, "Sizes in bytes instead of KiB, MiB, ...");
+  gc->footer(
+      "Examples:\n"
+      "  gantry cache --tier /nvme/cache --tier /shared/cache,durable gc\n"
+      "  gantry cache --tier /nvme/cache --tier /shared/cache,durable gc --grace 10m --json");
   Run(gc, [a] { return Gc(*a); });
 
   CLI::App* put = cache->add_subcommand("put", "Store FILE (or stdin) as blob NAME.");
   put->add_option("name", a->name, "Blob name")->required();
   put->add_option("file", a->file, "Local file ('-' or absent: stdin)");
+  put->footer(
+      "Examples:\n"
+      "  gantry cache --tier /nvme/cache,capacity=10G --tier /shared/cache,durable put shard-0 "
+      "./shard-0\n"
+      "  some-producer | gantry cache --tier /nvme/cache --tier /shared/cache,durable put s -");
   Run(put, [a] { return PutBlob(*a); });
 
   CLI::App* get = cache->add_subcommand("get", "Read blob NAME into FILE (or stdout).");
   get->add_option("name", a->name, "Blob name")->required();
   get->add_option("file", a->file, "Local file ('-' or absent: stdout)");
+  get->footer(
+      "Example:\n"
+      "  gantry cache --tier /nvme/cache --tier /shared/cache,durable get shard-0 ./shard-0");
   Run(get, [a] { return GetBlob(*a); });
 
   CLI::App* ls = cache->add_subcommand("ls", "List blobs.");
   ls->add_flag("--json", a->json, "JSON output");
+  ls->footer("Example:\n  gantry cache --tier /nvme/cache --tier /shared/cache,durable ls");
   Run(ls, [a] { return ListBlobs(*a); });
 }
 

@@ -1,10 +1,11 @@
 // `gantry ckpt`: list, inspect, verify, remove and garbage-collect the checkpoints of a job under
-// a checkpoint root (the engine in include/gantry/ckpt/checkpoint.h), and convert them to and
-// from plain torch.save files through the Python module (`python3 -m gantry export|import`).
+// a checkpoint root, and convert them to and from plain torch.save files through the Python
+// module (`python3 -m gantry export|import`). Listing goes through the catalog
+// (gantry/ckpt/catalog.h), the rest through the engine (gantry/ckpt/checkpoint.h); this file
+// only parses flags and prints.
 //
 //   gantry ckpt --root s3://bkt/ckpt --job llama-7b ls
 //   gantry ckpt --root /shared/ckpt verify --all
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,19 +13,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "gantry/ckpt/catalog.h"
 #include "gantry/ckpt/checkpoint.h"
+#include "gantry/ckpt/env_options.h"
 #include "gantry/ckpt/manifest.h"
+#include "gantry/common/progress.h"
+#include "gantry/common/subprocess.h"
+#include "gantry/common/units.h"
+#include "gantry/storage/dry_run_store.h"
 #include "gantry/storage/object_store.h"
 
 #ifndef GANTRY_PYTHONPATH
@@ -34,9 +38,11 @@
 namespace gantry::cli {
 namespace {
 
+using ckpt::CheckpointCatalog;
 using ckpt::CheckpointEngine;
-using ckpt::CheckpointInfo;
 using ckpt::CheckpointManifest;
+using ckpt::StepEntry;
+using ckpt::StepState;
 
 struct CkptArgs {
   std::string root;
@@ -46,6 +52,7 @@ struct CkptArgs {
   StoreOptions store;
   int threads = 8;
   bool json = false;
+  bool bytes = false;
   // show, verify, export: a step number or "latest".
   std::string step = "latest";
   bool all = false;
@@ -65,24 +72,6 @@ struct CkptArgs {
 
 int Fail(const std::string& what, const Status& s) { return ReportFailure("ckpt " + what, s); }
 
-// "812 B", "64.0 KiB", "1.50 GiB".
-std::string HumanBytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024 && unit < 5) {
-    v /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  if (unit == 0) {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : "%.1f %s", v, kUnits[unit]);
-  }
-  return buf;
-}
-
 // "2025-01-31T12:00:00Z"; "-" when unknown.
 std::string IsoTime(int64_t unix_seconds) {
   if (unix_seconds <= 0) return "-";
@@ -100,171 +89,38 @@ std::string Join(const std::vector<std::string>& parts, const char* sep) {
   return out;
 }
 
-// A progress line on stderr, only on a terminal; safe to call from the engine's threads.
-class Progress {
- public:
-  Progress(bool enabled, std::string label) : enabled_(enabled), label_(std::move(label)) {}
-  ~Progress() {
-    if (drawn_) std::fputs("\r\033[K", stderr);
-  }
-  ckpt::ProgressFn Callback() {
-    if (!enabled_) return {};
-    return [this](uint64_t done, uint64_t total) {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int pct = total ? static_cast<int>(done * 100 / total) : 100;
-      if (pct == last_) return;
-      last_ = pct;
-      drawn_ = true;
-      std::fprintf(stderr, "\r\033[K%s: %s / %s  %3d%%", label_.c_str(), HumanBytes(done).c_str(),
-                   HumanBytes(total).c_str(), pct);
-      std::fflush(stderr);
-    };
-  }
-
- private:
-  bool enabled_;
-  std::string label_;
-  std::mutex mu_;
-  bool drawn_ = false;
-  int last_ = -1;
-};
-
-// Fills what the flags left empty from the variables the Python API reads, so one environment
-// serves both.
+// Fills what the flags left empty from the environment the Python API reads too, so one
+// environment serves both.
 void ApplyEnvironment(CkptArgs& a) {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v == nullptr ? "" : v;
-  };
-  if (a.root.empty()) a.root = env("GANTRY_CKPT_ROOT");
-  if (a.job.empty()) a.job = env("GANTRY_CKPT_JOB");
-  if (a.job.empty()) a.job = "default";
-  if (a.local.empty()) a.local = env("GANTRY_CKPT_LOCAL");
-  if (a.peers.empty()) {
-    std::string peers = env("GANTRY_CKPT_PEERS");
-    size_t start = 0;
-    while (start < peers.size()) {
-      size_t comma = peers.find(',', start);
-      if (comma == std::string::npos) comma = peers.size();
-      if (comma > start) a.peers.push_back(peers.substr(start, comma - start));
-      start = comma + 1;
-    }
-  }
+  const ckpt::CkptEnvDefaults env = ckpt::ReadCkptEnvDefaults();
+  if (a.root.empty()) a.root = env.root;
+  if (a.job.empty()) a.job = env.job;
+  if (a.local.empty()) a.local = env.local;
+  if (a.peers.empty()) a.peers = env.peers;
 }
 
-// A directory tier would be created by opening it; an inspection command must not invent an
-// empty root out of a typo, so a missing directory is an error here.
-Status CheckDirectoryExists(const std::string& url, const char* what) {
-  std::string path = url;
-  if (path.starts_with("file://")) {
-    path = path.substr(7);
-  } else if (path.find("://") != std::string::npos) {
-    return Status::Ok();
-  }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Status::Ok();
-  if (std::filesystem::exists(path, ec)) {
-    return InvalidArgument(std::string(what) + " '" + url + "' is not a directory");
-  }
-  return NotFound(std::string(what) + " '" + url + "' does not exist");
+Status NoRoot() { return InvalidArgument(std::string(ckpt::kNoRootHint) + " (--root URL)"); }
+
+// The checkpoint root, opened existing-only: an inspection must not invent an empty root out of
+// a typo. Also checks --job.
+Result<std::unique_ptr<ObjectStore>> OpenRoot(const CkptArgs& a) {
+  if (a.root.empty()) return NoRoot();
+  GANTRY_RETURN_IF_ERROR(ckpt::ValidateJobName(a.job).WithContext("--job"));
+  StoreOptions o = a.store;
+  o.create_root = false;
+  Result<std::unique_ptr<ObjectStore>> root = OpenObjectStore(a.root, o);
+  if (!root.ok()) return root.status().WithContext("checkpoint root '" + a.root + "'");
+  return root;
 }
-
-// An overlay that keeps writes and deletes in memory and never changes the store below, so
-// `gc --dry-run` runs the engine's own retention and sweep and reports exactly what they would
-// remove. Thread-safe.
-class DryRunStore final : public ObjectStore {
- public:
-  explicit DryRunStore(std::unique_ptr<ObjectStore> base)
-      : base_(std::move(base)), name_("dry-run(" + std::string(base_->backend()) + ")") {}
-
-  std::string_view backend() const override { return name_; }
-  std::string url() const override { return base_->url(); }
-  bool SupportsCreateIfAbsent() const override { return true; }
-
-  Status Put(std::string_view key, std::string_view data, const PutOptions& options) override {
-    if (options.create_if_absent && Head(key).ok()) {
-      return FailedPrecondition(url() + ": put '" + std::string(key) + "': exists");
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    deleted_.erase(std::string(key));
-    written_[std::string(key)] = std::string(data);
-    return Status::Ok();
-  }
-  Result<std::string> Get(std::string_view key) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = written_.find(std::string(key));
-      if (it != written_.end()) return it->second;
-      if (deleted_.count(std::string(key)) > 0) return Gone("get", key);
-    }
-    return base_->Get(key);
-  }
-  Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) override {
-    GANTRY_ASSIGN_OR_RETURN(std::string all, Get(key));
-    if (offset > all.size()) {
-      return OutOfRange(url() + ": get '" + std::string(key) + "': offset past the end");
-    }
-    return all.substr(offset, length == kToEnd ? std::string::npos : length);
-  }
-  Result<ObjectInfo> Head(std::string_view key) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = written_.find(std::string(key));
-      if (it != written_.end()) return ObjectInfo{it->first, it->second.size(), time(nullptr), ""};
-      if (deleted_.count(std::string(key)) > 0) return Gone("head", key);
-    }
-    return base_->Head(key);
-  }
-  // One page with everything: the overlay must merge and filter the whole listing anyway.
-  Result<ListPage> List(std::string_view prefix, std::string_view page_token,
-                        int max_keys) override {
-    ListPage page;
-    if (!page_token.empty()) return page;
-    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> below, base_->ListAll(prefix));
-    std::map<std::string, ObjectInfo> merged;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (ObjectInfo& o : below) {
-      if (deleted_.count(o.key) == 0) merged[o.key] = std::move(o);
-    }
-    for (const auto& [key, data] : written_) {
-      if (key.starts_with(prefix)) merged[key] = ObjectInfo{key, data.size(), time(nullptr), ""};
-    }
-    for (auto& [key, info] : merged) page.objects.push_back(std::move(info));
-    return page;
-  }
-  Status Delete(std::string_view key) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    written_.erase(std::string(key));
-    deleted_.insert(std::string(key));
-    return Status::Ok();
-  }
-
- private:
-  Status Gone(const char* op, std::string_view key) const {
-    return NotFound(url() + ": " + op + " '" + std::string(key) + "': deleted in this dry run");
-  }
-
-  std::unique_ptr<ObjectStore> base_;
-  std::string name_;
-  std::mutex mu_;
-  std::map<std::string, std::string> written_;  // guarded by mu_
-  std::set<std::string> deleted_;               // guarded by mu_
-};
 
 struct OpenFlags {
   bool with_local = false;  // open the local tier (gc cleans it)
   bool dry_run = false;
 };
 
-Result<std::unique_ptr<CheckpointEngine>> Open(CkptArgs& a, OpenFlags flags = {}) {
-  if (a.root.empty()) {
-    return InvalidArgument(
-        "no checkpoint root: pass --root URL (a path, file:///dir or s3://bucket/prefix) or set "
-        "GANTRY_CKPT_ROOT");
-  }
+Result<std::unique_ptr<CheckpointEngine>> OpenEngine(CkptArgs& a, OpenFlags flags = {}) {
   if (a.threads < 1) return InvalidArgument("--threads must be at least 1");
-  GANTRY_RETURN_IF_ERROR(ckpt::ValidateJobName(a.job).WithContext("--job"));
-  GANTRY_RETURN_IF_ERROR(CheckDirectoryExists(a.root, "checkpoint root"));
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> durable, OpenRoot(a));
   ckpt::EngineOptions o;
   o.durable_url = a.root;
   o.job = a.job;
@@ -274,19 +130,21 @@ Result<std::unique_ptr<CheckpointEngine>> Open(CkptArgs& a, OpenFlags flags = {}
   o.gc_grace_seconds = a.grace_seconds;  // an engine option, used only by gc
   // Only the garbage collector touches the local tier: reading commands leave it alone, and a
   // missing local directory is then no reason to fail.
+  std::unique_ptr<ObjectStore> local;
   if (flags.with_local && !a.local.empty()) {
-    GANTRY_RETURN_IF_ERROR(CheckDirectoryExists(a.local, "local tier"));
+    StoreOptions lo = a.store;
+    lo.create_root = false;
+    Result<std::unique_ptr<ObjectStore>> opened = OpenObjectStore(a.local, lo);
+    if (!opened.ok()) return opened.status().WithContext("local tier '" + a.local + "'");
+    local = std::move(*opened);
     o.local_url = a.local;
   }
   if (flags.dry_run) {
-    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> durable,
-                            OpenObjectStore(o.durable_url, o.store_options));
     o.durable_store = std::make_shared<DryRunStore>(std::move(durable));
-    if (!o.local_url.empty()) {
-      GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> local,
-                              OpenObjectStore(o.local_url, o.store_options));
-      o.local_store = std::make_shared<DryRunStore>(std::move(local));
-    }
+    if (local != nullptr) o.local_store = std::make_shared<DryRunStore>(std::move(local));
+  } else {
+    o.durable_store = std::move(durable);
+    if (local != nullptr) o.local_store = std::move(local);
   }
   return CheckpointEngine::Open(std::move(o));
 }
@@ -294,122 +152,91 @@ Result<std::unique_ptr<CheckpointEngine>> Open(CkptArgs& a, OpenFlags flags = {}
 // The other jobs under the root, as a hint for an error about this one: a wrong or missing
 // --job is the likeliest reason for "no checkpoint". Best effort: the first 10 pages of the
 // listing at most, so a typo on a large S3 root costs a few requests, not a full scan.
-std::string JobsHint(CheckpointEngine& engine) {
-  std::set<std::string> jobs;
-  std::string token;
-  for (int page = 0; page < 10; ++page) {
-    Result<ListPage> listed = engine.durable().List("ckpt/", token, 1000);
-    if (!listed.ok()) break;
-    for (const ObjectInfo& o : listed->objects) {
-      const size_t slash = o.key.find('/', 5);
-      if (slash != std::string::npos) jobs.insert(o.key.substr(5, slash - 5));
-    }
-    if (listed->next_token.empty()) break;
-    token = listed->next_token;
+std::string JobsHint(CheckpointCatalog& catalog, const std::string& job) {
+  Result<std::vector<std::string>> listed = catalog.Jobs(/*max_pages=*/10);
+  if (!listed.ok()) return "";
+  std::vector<std::string> jobs;
+  for (const std::string& j : *listed) {
+    if (j != job) jobs.push_back(j);
   }
-  jobs.erase(engine.options().job);
   if (jobs.empty()) return "";
-  return " (other jobs under this root: " +
-         Join(std::vector<std::string>(jobs.begin(), jobs.end()), ", ") + "; pass --job)";
+  return " (other jobs under this root: " + Join(jobs, ", ") + "; pass --job)";
 }
 
-Result<int64_t> Latest(CheckpointEngine& engine) {
-  Result<int64_t> latest = engine.LatestStep();
-  if (!latest.ok() && latest.status().code() == StatusCode::kNotFound) {
-    return NotFound(latest.status().message() + JobsHint(engine));
+// A step number, or "latest" (the newest committed step).
+Result<int64_t> ResolveStep(CheckpointCatalog& catalog, const std::string& job,
+                            const std::string& text) {
+  if (text == "latest") {
+    Result<int64_t> latest = catalog.Latest(job);
+    if (!latest.ok() && latest.status().code() == StatusCode::kNotFound) {
+      return NotFound(latest.status().message() + JobsHint(catalog, job));
+    }
+    return latest;
   }
-  return latest;
-}
-
-Result<int64_t> ParseStep(const std::string& text) {
-  if (text.empty() || text.size() > 18 ||
-      text.find_first_not_of("0123456789") != std::string::npos) {
+  Result<int64_t> step = ckpt::ParseStepNumber(text);
+  if (!step.ok()) {
     return InvalidArgument("step '" + text + "' is neither a step number nor 'latest'");
   }
-  return static_cast<int64_t>(std::stoll(text));
+  return step;
 }
 
-Result<int64_t> ResolveStep(CheckpointEngine& engine, const std::string& text) {
-  if (text == "latest") return Latest(engine);
-  return ParseStep(text);
-}
-
-// A row of `ls`: the engine's listing, plus what the parts of an unfinished save say about it
-// (the engine reports only committed checkpoints' world size and bytes).
-struct StepRow {
-  CheckpointInfo info;
-  bool latest = false;
-};
-
-Result<std::vector<StepRow>> ListSteps(CheckpointEngine& engine) {
-  GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, engine.List());
-  Result<int64_t> latest = engine.LatestStep();
-  if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-  std::vector<StepRow> rows;
-  for (CheckpointInfo& info : infos) {
-    StepRow row;
-    row.latest = latest.ok() && *latest == info.step;
-    if (!info.committed) {
-      const std::string& job = engine.options().job;
-      GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
-                              engine.durable().ListAll(ckpt::StepPrefix(job, info.step)));
-      for (const ObjectInfo& o : objects) {
-        if (o.key.find("/rank-") == std::string::npos) continue;
-        Result<std::string> text = engine.durable().Get(o.key);
-        if (!text.ok()) continue;  // removed since the listing
-        Result<CheckpointManifest> part = CheckpointManifest::FromJson(*text, o.key);
-        if (!part.ok()) continue;  // shown as "?": the listing still names the step
-        info.world_size = part->world_size;
-        for (const ckpt::RankRecord& r : part->ranks) info.bytes += r.bytes_total;
-      }
-    }
-    row.info = std::move(info);
-    rows.push_back(std::move(row));
+std::string StatusText(const StepEntry& e) {
+  switch (e.state) {
+    case StepState::kCommitted:
+      return e.latest ? "committed, latest" : "committed";
+    case StepState::kDamaged:
+      return "DAMAGED (manifest)";
+    case StepState::kIncomplete:
+      break;
   }
-  return rows;
-}
-
-std::string StatusText(const StepRow& r) {
-  if (r.info.committed) return r.latest ? "committed, latest" : "committed";
-  return "incomplete (" + std::to_string(r.info.parts) + "/" +
-         (r.info.world_size > 0 ? std::to_string(r.info.world_size) : std::string("?")) + " parts)";
+  return "incomplete (" + std::to_string(e.parts) + "/" +
+         (e.world_size > 0 ? std::to_string(e.world_size) : std::string("?")) + " parts)";
 }
 
 int List(CkptArgs& a) {
-  auto engine = Open(a);
-  if (!engine.ok()) return Fail("ls", engine.status());
-  auto rows = ListSteps(**engine);
-  if (!rows.ok()) return Fail("ls", rows.status());
+  auto root = OpenRoot(a);
+  if (!root.ok()) return Fail("ls", root.status());
+  CheckpointCatalog catalog(**root);
+  auto steps = catalog.Steps(a.job);
+  if (!steps.ok()) return Fail("ls", steps.status());
   if (a.json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const StepRow& r : *rows) {
-      out.push_back({{"step", r.info.step},
-                     {"committed", r.info.committed},
-                     {"latest", r.latest},
-                     {"parts", r.info.parts},
-                     {"world_size", r.info.world_size},
-                     {"bytes", r.info.bytes},
-                     {"created_unix", r.info.created_unix},
-                     {"created", IsoTime(r.info.created_unix)},
-                     {"tags", r.info.tags}});
+    for (const StepEntry& e : *steps) {
+      nlohmann::ordered_json row = {{"step", e.step},
+                                    {"committed", e.state == StepState::kCommitted},
+                                    {"state", ckpt::StepStateName(e.state)},
+                                    {"latest", e.latest},
+                                    {"parts", e.parts},
+                                    {"world_size", e.world_size},
+                                    {"bytes", e.bytes},
+                                    {"created_unix", e.created_unix},
+                                    {"created", IsoTime(e.created_unix)},
+                                    {"tags", e.tags}};
+      if (!e.problem.empty()) row["problem"] = e.problem;
+      out.push_back(std::move(row));
     }
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  if (rows->empty()) {
+  if (steps->empty()) {
     std::fprintf(stderr, "no checkpoints of job '%s' in %s%s\n", a.job.c_str(),
-                 (*engine)->durable().url().c_str(), JobsHint(**engine).c_str());
+                 (*root)->url().c_str(), JobsHint(catalog, a.job).c_str());
     return kExitOk;
   }
   std::printf("%12s  %-24s %5s %11s  %-20s  %s\n", "STEP", "STATUS", "WORLD", "SIZE",
               "CREATED (UTC)", "TAGS");
-  for (const StepRow& r : *rows) {
-    const std::string world =
-        r.info.world_size > 0 ? std::to_string(r.info.world_size) : std::string("?");
-    std::printf("%12lld  %-24s %5s %11s  %-20s  %s\n", static_cast<long long>(r.info.step),
-                StatusText(r).c_str(), world.c_str(), HumanBytes(r.info.bytes).c_str(),
-                IsoTime(r.info.created_unix).c_str(),
-                r.info.tags.empty() ? "-" : Join(r.info.tags, ",").c_str());
+  for (const StepEntry& e : *steps) {
+    const std::string world = e.world_size > 0 ? std::to_string(e.world_size) : std::string("?");
+    std::printf("%12lld  %-24s %5s %11s  %-20s  %s\n", static_cast<long long>(e.step),
+                StatusText(e).c_str(), world.c_str(),
+                a.bytes ? std::to_string(e.bytes).c_str() : FormatBytes(e.bytes).c_str(),
+                IsoTime(e.created_unix).c_str(), e.tags.empty() ? "-" : Join(e.tags, ",").c_str());
+  }
+  for (const StepEntry& e : *steps) {
+    if (e.state == StepState::kDamaged) {
+      std::fprintf(stderr, "step %lld is damaged: %s\n", static_cast<long long>(e.step),
+                   e.problem.c_str());
+    }
   }
   return kExitOk;
 }
@@ -421,15 +248,15 @@ uint64_t TensorBytes(const ckpt::TensorRecord& t) {
 }
 
 int Show(CkptArgs& a) {
-  auto engine = Open(a);
-  if (!engine.ok()) return Fail("show", engine.status());
-  CheckpointEngine& e = **engine;
-  auto step = ResolveStep(e, a.step);
+  auto root = OpenRoot(a);
+  if (!root.ok()) return Fail("show", root.status());
+  CheckpointCatalog catalog(**root);
+  auto step = ResolveStep(catalog, a.job, a.step);
   if (!step.ok()) return Fail("show", step.status());
-  auto m = e.ReadManifest(*step);  // checks the checksum before anything is shown
+  auto m = catalog.Manifest(a.job, *step);  // checks the checksum before anything is shown
   if (!m.ok()) return Fail("show", m.status());
   if (a.json) {
-    auto text = e.durable().Get(ckpt::ManifestKey(a.job, *step));
+    auto text = (*root)->Get(ckpt::ManifestKey(a.job, *step));
     if (!text.ok()) return Fail("show", text.status());
     std::cout << *text;
     if (!text->empty() && text->back() != '\n') std::cout << "\n";
@@ -441,12 +268,12 @@ int Show(CkptArgs& a) {
   }
   std::printf("job:         %s\n", m->job.c_str());
   std::printf("step:        %lld\n", static_cast<long long>(m->step));
-  std::printf("root:        %s\n", e.durable().url().c_str());
+  std::printf("root:        %s\n", (*root)->url().c_str());
   std::printf("created:     %s\n", IsoTime(m->created_unix).c_str());
   std::printf("world size:  %d\n", m->world_size);
-  std::printf("chunk size:  %s\n", HumanBytes(m->chunk_size).c_str());
+  std::printf("chunk size:  %s\n", FormatBytes(m->chunk_size).c_str());
   std::printf("size:        %s in %zu tensors, %zu distinct chunks (%llu references)\n",
-              HumanBytes(m->TotalBytes()).c_str(), m->tensors.size(), m->ChunkIds().size(),
+              FormatBytes(m->TotalBytes()).c_str(), m->tensors.size(), m->ChunkIds().size(),
               static_cast<unsigned long long>(chunks));
   std::printf("tags:        %s\n", m->tags.empty() ? "-" : Join(m->tags, ", ").c_str());
   std::printf("metadata:    %s\n", m->metadata_json.c_str());
@@ -457,8 +284,8 @@ int Show(CkptArgs& a) {
     const double pct = r.bytes_total == 0 ? 0.0 : 100.0 * r.bytes_written / r.bytes_total;
     const std::string chunk_text =
         std::to_string(r.chunks_written) + "/" + std::to_string(r.chunks_total);
-    std::printf("%6d %11s %11s %7.1f%% %13s\n", r.rank, HumanBytes(r.bytes_total).c_str(),
-                HumanBytes(r.bytes_written).c_str(), pct, chunk_text.c_str());
+    std::printf("%6d %11s %11s %7.1f%% %13s\n", r.rank, FormatBytes(r.bytes_total).c_str(),
+                FormatBytes(r.bytes_written).c_str(), pct, chunk_text.c_str());
   }
   std::printf("(WRITTEN: stored by this save; the rest were unchanged chunks already stored)\n");
 
@@ -473,7 +300,7 @@ int Show(CkptArgs& a) {
     const ckpt::TensorRecord& t = m->tensors[i];
     std::printf("%-*s  %-10s  %-22s %6zu %11s\n", static_cast<int>(name_width), t.name.c_str(),
                 ckpt::DTypeName(t.dtype), ckpt::ShapeString(t.global_shape).c_str(),
-                t.slices.size(), HumanBytes(TensorBytes(t)).c_str());
+                t.slices.size(), FormatBytes(TensorBytes(t)).c_str());
   }
   if (shown < m->tensors.size()) {
     std::printf("... and %zu more tensors (--tensors lists all %zu)\n", m->tensors.size() - shown,
@@ -483,32 +310,53 @@ int Show(CkptArgs& a) {
 }
 
 int Verify(CkptArgs& a) {
-  auto engine = Open(a);
-  if (!engine.ok()) return Fail("verify", engine.status());
-  CheckpointEngine& e = **engine;
+  auto root = OpenRoot(a);
+  if (!root.ok()) return Fail("verify", root.status());
+  CheckpointCatalog catalog(**root);
+  // Steps to read, and damaged manifests found on the way (reported, never read).
   std::vector<int64_t> steps;
+  std::vector<StepEntry> damaged;
   if (a.all) {
-    auto infos = e.List();
-    if (!infos.ok()) return Fail("verify", infos.status());
-    for (const CheckpointInfo& c : *infos) {
-      if (c.committed) steps.push_back(c.step);
+    auto listed = catalog.Steps(a.job);
+    if (!listed.ok()) return Fail("verify", listed.status());
+    for (StepEntry& e : *listed) {
+      if (e.state == StepState::kCommitted) steps.push_back(e.step);
+      if (e.state == StepState::kDamaged) damaged.push_back(std::move(e));
     }
-    if (steps.empty()) {
+    if (steps.empty() && damaged.empty()) {
       return Fail("verify", NotFound("no committed checkpoint of job '" + a.job + "' in " +
-                                     e.durable().url() + JobsHint(e)));
+                                     (*root)->url() + JobsHint(catalog, a.job)));
     }
   } else {
-    auto step = ResolveStep(e, a.step);
+    auto step = ResolveStep(catalog, a.job, a.step);
     if (!step.ok()) return Fail("verify", step.status());
-    steps.push_back(*step);
+    auto m = catalog.Manifest(a.job, *step);
+    if (m.ok()) {
+      steps.push_back(*step);
+    } else if (m.status().code() == StatusCode::kDataLoss ||
+               m.status().code() == StatusCode::kInvalidArgument) {
+      StepEntry e;
+      e.step = *step;
+      e.state = StepState::kDamaged;
+      e.problem = m.status().message();
+      damaged.push_back(std::move(e));
+    } else {
+      return Fail("verify", m.status());
+    }
   }
-  const bool terminal = isatty(STDERR_FILENO) != 0;
-  bool clean = true;
+  std::unique_ptr<CheckpointEngine> engine;
+  if (!steps.empty()) {
+    auto opened = OpenEngine(a);
+    if (!opened.ok()) return Fail("verify", opened.status());
+    engine = std::move(*opened);
+  }
+  bool clean = damaged.empty();
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (int64_t step : steps) {
     Result<ckpt::VerifyCkptReport> r = [&] {
-      Progress progress(terminal, "verify step " + std::to_string(step));
-      return e.Verify(step, progress.Callback());
+      ProgressBar bar("verify step " + std::to_string(step), ProgressBar::StderrIsTerminal(),
+                      ProgressBar::kBytes);
+      return engine->Verify(step, bar.Callback());
     }();
     if (!r.ok()) return Fail("verify", r.status());
     const bool ok = r->missing == 0 && r->corrupt == 0;
@@ -525,10 +373,24 @@ int Verify(CkptArgs& a) {
     }
     std::printf("step %lld: %s: %llu chunks (%s) read from %s: %llu missing, %llu corrupt\n",
                 static_cast<long long>(step), ok ? "ok" : "DAMAGED",
-                static_cast<unsigned long long>(r->chunks), HumanBytes(r->bytes).c_str(),
-                e.durable().url().c_str(), static_cast<unsigned long long>(r->missing),
+                static_cast<unsigned long long>(r->chunks), FormatBytes(r->bytes).c_str(),
+                engine->durable().url().c_str(), static_cast<unsigned long long>(r->missing),
                 static_cast<unsigned long long>(r->corrupt));
     for (const std::string& err : r->errors) std::printf("  %s\n", err.c_str());
+  }
+  for (const StepEntry& e : damaged) {
+    if (a.json) {
+      out.push_back({{"step", e.step},
+                     {"ok", false},
+                     {"chunks", 0},
+                     {"bytes", 0},
+                     {"missing", 0},
+                     {"corrupt", 0},
+                     {"errors", {e.problem}}});
+      continue;
+    }
+    std::printf("step %lld: DAMAGED: its manifest cannot be read: %s\n",
+                static_cast<long long>(e.step), e.problem.c_str());
   }
   if (a.json) std::cout << (a.all ? out : out[0]).dump(2) << "\n";
   // A damaged checkpoint is a failure a script must notice.
@@ -536,36 +398,38 @@ int Verify(CkptArgs& a) {
 }
 
 int Remove(CkptArgs& a) {
-  auto engine = Open(a);
-  if (!engine.ok()) return Fail("rm", engine.status());
-  CheckpointEngine& e = **engine;
-  auto infos = e.List();
-  if (!infos.ok()) return Fail("rm", infos.status());
-  Result<int64_t> latest = e.LatestStep();
-  if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) {
-    return Fail("rm", latest.status());
-  }
+  auto root = OpenRoot(a);
+  if (!root.ok()) return Fail("rm", root.status());
+  CheckpointCatalog catalog(**root);
+  auto listed = catalog.Steps(a.job);
+  if (!listed.ok()) return Fail("rm", listed.status());
   // Every step is checked before any is removed: a typo in the third argument must not leave
-  // the first two gone.
+  // the first two gone. A step named twice is removed once.
   std::vector<int64_t> steps;
+  std::set<int64_t> seen;
   for (const std::string& text : a.steps) {
-    auto step = ResolveStep(e, text);
+    auto step = ResolveStep(catalog, a.job, text);
     if (!step.ok()) return Fail("rm", step.status());
-    bool exists = false;
-    for (const CheckpointInfo& c : *infos) exists = exists || c.step == *step;
-    if (!exists) {
-      return Fail("rm", NotFound("no checkpoint at step " + std::to_string(*step) + " of job '" +
-                                 a.job + "' in " + e.durable().url() + JobsHint(e)));
+    const StepEntry* entry = nullptr;
+    for (const StepEntry& e : *listed) {
+      if (e.step == *step) entry = &e;
     }
-    if (latest.ok() && *step == *latest && !a.force) {
+    if (entry == nullptr) {
+      return Fail("rm", NotFound("no checkpoint at step " + std::to_string(*step) + " of job '" +
+                                 a.job + "' in " + (*root)->url() + JobsHint(catalog, a.job) +
+                                 " (nothing removed)"));
+    }
+    if (entry->latest && !a.force) {
       return Fail("rm", FailedPrecondition("step " + std::to_string(*step) +
                                            " is the latest checkpoint of job '" + a.job +
                                            "'; pass --force to remove it (nothing removed)"));
     }
-    steps.push_back(*step);
+    if (seen.insert(*step).second) steps.push_back(*step);
   }
+  auto engine = OpenEngine(a);
+  if (!engine.ok()) return Fail("rm", engine.status());
   for (int64_t step : steps) {
-    Status s = e.Remove(step);
+    Status s = (*engine)->Remove(step);
     if (!s.ok()) return Fail("rm", s);
     std::printf("removed step %lld\n", static_cast<long long>(step));
   }
@@ -574,10 +438,8 @@ int Remove(CkptArgs& a) {
 }
 
 int CollectGarbage(CkptArgs& a) {
-  if (a.keep_last < 0 || a.keep_every < 0 || a.grace_seconds < 0) {
-    std::fprintf(stderr,
-                 "gantry ckpt gc: --keep-last, --keep-every and --grace must not be "
-                 "negative\n");
+  if (a.keep_last < 0 || a.keep_every < 0) {
+    std::fprintf(stderr, "gantry ckpt gc: --keep-last and --keep-every must not be negative\n");
     return kExitUsage;
   }
   if (a.keep_last == 0 && (a.keep_every > 0 || a.no_keep_tagged)) {
@@ -586,7 +448,7 @@ int CollectGarbage(CkptArgs& a) {
                  "it no checkpoint is removed by retention\n");
     return kExitUsage;
   }
-  auto engine = Open(a, {.with_local = true, .dry_run = a.dry_run});
+  auto engine = OpenEngine(a, {.with_local = true, .dry_run = a.dry_run});
   if (!engine.ok()) return Fail("gc", engine.status());
   ckpt::Retention retention;
   retention.keep_last = a.keep_last;
@@ -611,60 +473,18 @@ int CollectGarbage(CkptArgs& a) {
               Join(removed, ", ").c_str(), removed.empty() ? "" : ")");
   std::printf(
       "%s %llu chunk copies (%s); %llu chunks still referenced; %llu unreferenced kept "
-      "(younger than the %lld s grace period)\n",
+      "(younger than the %s grace period)\n",
       a.dry_run ? "would delete" : "deleted", static_cast<unsigned long long>(r->deleted_chunks),
-      HumanBytes(r->deleted_bytes).c_str(), static_cast<unsigned long long>(r->referenced_chunks),
-      static_cast<unsigned long long>(r->kept_young), static_cast<long long>(a.grace_seconds));
+      a.bytes ? (std::to_string(r->deleted_bytes) + " bytes").c_str()
+              : FormatBytes(r->deleted_bytes).c_str(),
+      static_cast<unsigned long long>(r->referenced_chunks),
+      static_cast<unsigned long long>(r->kept_young),
+      FormatDurationSeconds(a.grace_seconds).c_str());
   return kExitOk;
 }
 
 // ---------------------------------------------------------------------------------------------
 // export / import: the torch.save side lives in Python (python/gantry/__main__.py).
-
-std::string EnvOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
-}
-
-// Runs `argv` and returns its stdout; stderr passes through.
-Result<std::string> Capture(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe(fds) != 0) return IoError(std::string("pipe: ") + std::strerror(errno));
-  std::vector<char*> args;
-  for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return IoError(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) != 0) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return IoError("'" + argv[0] + "' failed (exit status " +
-                   std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
-  }
-  return out;
-}
 
 // What `python3 -m gantry export|import` needs, named one by one; importing torch itself would
 // cost seconds, finding it costs milliseconds.
@@ -684,7 +504,7 @@ Status CheckPython(const std::string& python, const std::string& pythonpath) {
                               "): export and import need Python 3 with PyTorch; install "
                               "python3-torch or point GANTRY_PYTHON at such a Python");
   }
-  GANTRY_ASSIGN_OR_RETURN(std::string missing, Capture({python, "-c", kModuleCheck}));
+  GANTRY_ASSIGN_OR_RETURN(std::string missing, RunAndCapture({python, "-c", kModuleCheck}));
   auto lacks = [&](const std::string& m) { return missing.find(m + "\n") != std::string::npos; };
   if (lacks("torch")) {
     return FailedPrecondition("PyTorch is not installed for " + python +
@@ -708,18 +528,15 @@ Status CheckPython(const std::string& python, const std::string& pythonpath) {
 // Replaces this process with `python -m gantry <args>`, so its output, exit status and signals
 // are the command's own. Returns only on failure.
 int ExecPython(CkptArgs& a, const std::string& what, std::vector<std::string> args) {
-  if (a.root.empty()) {
-    return Fail(what, InvalidArgument("no checkpoint root: pass --root URL (a path, file:///dir "
-                                      "or s3://bucket/prefix) or set GANTRY_CKPT_ROOT"));
-  }
-  const std::string python = EnvOr("GANTRY_PYTHON", "/usr/bin/python3");
-  std::string pythonpath = EnvOr("GANTRY_PYTHONPATH", GANTRY_PYTHONPATH);
-  const std::string inherited = EnvOr("PYTHONPATH", "");
+  if (a.root.empty()) return Fail(what, NoRoot());
+  const std::string python = GetEnvOr("GANTRY_PYTHON", "/usr/bin/python3");
+  std::string pythonpath = GetEnvOr("GANTRY_PYTHONPATH", GANTRY_PYTHONPATH);
+  const std::string inherited = GetEnvOr("PYTHONPATH", "");
   if (!inherited.empty()) pythonpath += (pythonpath.empty() ? "" : ":") + inherited;
   setenv("PYTHONPATH", pythonpath.c_str(), 1);
   Status ready = CheckPython(python, pythonpath);
   if (!ready.ok()) {
-    std::fprintf(stderr, "gantry ckpt %s: %s\n", what.c_str(), ready.ToString().c_str());
+    ReportFailure("ckpt " + what, ready);
     return kExitFailure;
   }
   // The flags reach the engine in Python through the variables it reads by default.
@@ -732,28 +549,25 @@ int ExecPython(CkptArgs& a, const std::string& what, std::vector<std::string> ar
   set("AWS_ACCESS_KEY_ID", a.store.access_key);
   set("AWS_SECRET_ACCESS_KEY", a.store.secret_key);
   set("AWS_PROFILE", a.store.profile);
-  set("GANTRY_CKPT_LOCAL", a.local);
-  set("GANTRY_CKPT_PEERS", Join(a.peers, ","));
+  set(ckpt::kEnvLocal, a.local);
+  set(ckpt::kEnvPeers, Join(a.peers, ","));
 
   // args: the subcommand, its flags, then "--" and the file (which may start with '-').
   std::vector<std::string> argv = {python, "-m", "gantry", args.front()};
   if (!a.store.endpoint.empty()) argv.insert(argv.end(), {"--endpoint", a.store.endpoint});
   if (!a.store.region.empty()) argv.insert(argv.end(), {"--region", a.store.region});
   argv.insert(argv.end(), args.begin() + 1, args.end());
-  std::vector<char*> cargs;
-  for (std::string& s : argv) cargs.push_back(s.data());
-  cargs.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  execv(python.c_str(), cargs.data());
-  return Fail(what, IoError("cannot run '" + python + "': " + std::strerror(errno)));
+  return Fail(what, ExecReplacingThisProcess(argv));
 }
 
 int Export(CkptArgs& a) {
   a.step = a.positionals.size() == 2 ? a.positionals[0] : "latest";
   a.file = a.positionals.back();
   if (a.step != "latest") {
-    if (Result<int64_t> step = ParseStep(a.step); !step.ok()) return Fail("export", step.status());
+    if (Result<int64_t> step = ckpt::ParseStepNumber(a.step); !step.ok()) {
+      return Fail("export",
+                  InvalidArgument("step '" + a.step + "' is neither a step number nor 'latest'"));
+    }
   }
   return ExecPython(a, "export",
                     {"export", "--root", a.root, "--job", a.job, "--step", a.step, "--", a.file});
@@ -772,7 +586,7 @@ template <typename F>
 void Run(CLI::App* cmd, std::shared_ptr<CkptArgs> a, F f) {
   cmd->callback([a, f] {
     ApplyEnvironment(*a);
-    if (int rc = f(*a); rc != 0) throw CLI::RuntimeError(rc);
+    ExitWith(f(*a));
   });
 }
 
@@ -795,7 +609,8 @@ void RegisterCkptCommands(CLI::App& app) {
       "Defaults from the environment: GANTRY_CKPT_ROOT, GANTRY_CKPT_JOB, GANTRY_CKPT_LOCAL,\n"
       "GANTRY_CKPT_PEERS (as in Python); S3 credentials also from the AWS variables and files.\n"
       "Exit codes: 0 ok, 1 failure (or damage found by verify), 2 usage, 3 bad input or\n"
-      "missing root, job or step, or a refused rm. Format: docs/formats/checkpoint.md.");
+      "missing root, job or step, or a refused rm (docs/checkpoint.md, Exit codes).\n"
+      "Format: docs/formats/checkpoint.md.");
   ckpt->add_option("--root", a.root,
                    "Checkpoint root, the durable tier: a path, file:///dir or s3://bucket/prefix "
                    "(default: $GANTRY_CKPT_ROOT)");
@@ -819,12 +634,15 @@ void RegisterCkptCommands(CLI::App& app) {
 
   CLI::App* ls = ckpt->add_subcommand("ls", "One line per step: status, world size, size, time.");
   ls->add_flag("--json", a.json,
-               "JSON array of {step, committed, latest, parts, world_size, bytes, created_unix, "
-               "created, tags}");
+               "JSON array of {step, committed, state, latest, parts, world_size, bytes, "
+               "created_unix, created, tags[, problem]}");
+  ls->add_flag("--bytes", a.bytes, "Sizes in bytes instead of KiB, MiB, ...");
   ls->footer(
       "An incomplete step has parts from some ranks but no manifest: a save in flight, or one\n"
-      "abandoned (gc removes those older than the grace period).\n"
-      "Example:\n  gantry ckpt --root /shared/ckpt --job llama-7b ls --json");
+      "abandoned (gc removes those older than the grace period). A damaged step has a manifest\n"
+      "that cannot be read back (named on stderr; `verify` fails on it, `rm --force` removes it).\n"
+      "Examples:\n  gantry ckpt --root /shared/ckpt --job llama-7b ls\n"
+      "  gantry ckpt --root /shared/ckpt --job llama-7b ls --json | jq '.[] | select(.latest)'");
   Run(ls, args, List);
 
   CLI::App* show = ckpt->add_subcommand("show", "Summarize a checkpoint's manifest.");
@@ -854,8 +672,8 @@ void RegisterCkptCommands(CLI::App& app) {
   rm->add_option("steps", a.steps, "Step numbers ('latest' needs --force)")->required();
   rm->add_flag("--force", a.force, "Allow removing the latest checkpoint");
   rm->footer(
-      "Every step is checked before any is removed. Removing the latest moves the latest pointer\n"
-      "back to the newest remaining checkpoint.\n"
+      "Every step is checked before any is removed, and a step named twice is removed once.\n"
+      "Removing the latest moves the latest pointer back to the newest remaining checkpoint.\n"
       "Example:\n  gantry ckpt --root /shared/ckpt --job llama-7b rm 1000 1100");
   Run(rm, args, Remove);
 
@@ -869,9 +687,9 @@ void RegisterCkptCommands(CLI::App& app) {
       ->capture_default_str();
   gc->add_flag("--no-keep-tagged", a.no_keep_tagged,
                "With --keep-last: tagged checkpoints are not kept for their tags");
-  gc->add_option("--grace", a.grace_seconds,
-                 "Never delete chunks or unfinished saves younger than this (seconds)")
-      ->capture_default_str();
+  AddDurationOption(gc, "--grace", &a.grace_seconds,
+                    "Never delete chunks or unfinished saves younger than this");
+  gc->add_flag("--bytes", a.bytes, "Sizes in bytes instead of KiB, MiB, ...");
   gc->add_flag("--dry-run", a.dry_run, "Report what would be removed; change nothing");
   gc->add_flag("--json", a.json,
                "JSON {dry_run, removed_steps, deleted_chunks, deleted_bytes, referenced_chunks, "
@@ -880,7 +698,7 @@ void RegisterCkptCommands(CLI::App& app) {
       "The newest committed checkpoint is always kept. Chunks are shared by every job under the\n"
       "root, so gc reads every job's manifests before deleting anything.\n"
       "Examples:\n  gantry ckpt --root /shared/ckpt --job llama-7b gc --keep-last 3 --dry-run\n"
-      "  gantry ckpt --root s3://bkt/ckpt --local /nvme/gantry gc --grace 600");
+      "  gantry ckpt --root s3://bkt/ckpt --local /nvme/gantry gc --grace 10m");
   Run(gc, args, CollectGarbage);
 
   CLI::App* exp = ckpt->add_subcommand("export", "Write a checkpoint as a torch.save file.");

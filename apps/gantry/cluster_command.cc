@@ -259,7 +259,9 @@ void RegisterClusterCommands(CLI::App& app) {
   show->add_option("SPEC", options->spec, "cluster spec file or shorthand (see below)")->required();
   show->add_flag("--json", options->json, "print everything as one JSON object (for scripts)");
   show->add_flag("--nodes", options->nodes, "also list every node");
-  show->footer(ShorthandFooter());
+  show->footer(ShorthandFooter() +
+               "\nExamples:\n  gantry cluster show data/clusters/philly.yaml\n"
+               "  gantry cluster show dgx-h100:nodes=16 --json --nodes");
   show->callback([options] {
     const int rc = RunShow(*options);
     // CLI11's way to leave main() with a code; it prints nothing itself.

@@ -3,10 +3,33 @@
 
 #include "commands.h"
 
+namespace {
+
+// "ckpt gc": the subcommands parsed so far, for the error line of a usage error.
+std::string CommandPath(const CLI::App* app) {
+  std::string path;
+  for (;;) {
+    std::vector<const CLI::App*> parsed =
+        app->get_subcommands([](const CLI::App* sub) { return sub->parsed(); });
+    if (parsed.empty()) return path;
+    app = parsed.front();
+    path += (path.empty() ? "" : " ") + app->get_name();
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Gantry: scheduling and data for GPU superclusters.", "gantry"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gantry 0.1.0");
+  // Usage errors read like every other error: "gantry ckpt gc: --grace: duration ...".
+  app.failure_message([](const CLI::App* root, const CLI::Error& e) {
+    const std::string path = CommandPath(root);
+    return "gantry" + (path.empty() ? std::string() : " " + path) + ": " + e.what() +
+           "\nRun 'gantry" + (path.empty() ? std::string() : " " + path) +
+           " --help' for usage and examples.\n";
+  });
   gantry::cli::RegisterSimCommand(app);
   gantry::cli::RegisterTraceCommands(app);
   gantry::cli::RegisterSynthCommand(app);

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "gantry/cluster/cluster.h"
+#include "gantry/common/progress.h"
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
 #include "gantry/sim/simulator.h"
@@ -45,39 +46,7 @@ std::vector<std::string> SplitComma(const std::string& s) {
   return out;
 }
 
-int Fail(const Status& s) {
-  std::fprintf(stderr, "gantry sim: %s\n", s.ToString().c_str());
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ||
-                 s.code() == StatusCode::kFailedPrecondition
-             ? kExitBadInput
-             : kExitFailure;
-}
-
-// A one-line progress bar on stderr, only when stderr is a terminal.
-class ProgressBar {
- public:
-  ProgressBar(std::string label, bool enabled) : label_(std::move(label)), enabled_(enabled) {}
-  ~ProgressBar() {
-    if (enabled_ && drawn_) std::fputs("\r\033[K", stderr);
-  }
-  void Update(double fraction) {
-    if (!enabled_) return;
-    const int pct = static_cast<int>(fraction * 100);
-    if (pct == last_) return;
-    last_ = pct;
-    drawn_ = true;
-    const int width = 30, fill = pct * width / 100;
-    std::fprintf(stderr, "\r%-20s [%.*s%*s] %3d%%", label_.c_str(), fill,
-                 "==============================", width - fill, "", pct);
-    std::fflush(stderr);
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool drawn_ = false;
-  int last_ = -1;
-};
+int Fail(const Status& s) { return ReportFailure("sim", s); }
 
 int RunSim(const SimArgs& a) {
   std::vector<Profile> extra;
@@ -133,14 +102,14 @@ int RunSim(const SimArgs& a) {
   std::filesystem::create_directories(a.out, ec);
   if (ec) return Fail(IoError("cannot create output directory '" + a.out + "': " + ec.message()));
 
-  const bool tty = isatty(STDERR_FILENO) && !a.json;
+  const bool tty = ProgressBar::StderrIsTerminal() && !a.json;
   std::vector<SimResult> results;
   results.reserve(profiles.size());
   for (const Profile& p : profiles) {
     ProgressBar bar(p.name, tty);
     SimOptions so;
     so.check_invariants = so.check_invariants || a.check_invariants;
-    so.progress = [&bar](double f) { bar.Update(f); };
+    so.progress = [&bar](double f) { bar.UpdateFraction(f); };
     auto r = Simulate(*cluster, *teams, *workload, p, so);
     if (!r.ok()) return Fail(r.status().WithContext("profile '" + p.name + "'"));
     results.push_back(std::move(r).value());

@@ -28,12 +28,12 @@ int RunSynth(const SynthArgs& a) {
   o.seed = a.seed;
   Result<Workload> w = SynthesizeWorkload(o);
   if (!w.ok()) {
-    std::fprintf(stderr, "gantry trace synth: %s\n", w.status().ToString().c_str());
+    std::fprintf(stderr, "gantry trace synth: %s\n", w.status().message().c_str());
     return kExitUsage;
   }
   Status s = WritePhillyCsv(*w, a.out);
   if (!s.ok()) {
-    std::fprintf(stderr, "gantry trace synth: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "gantry trace synth: %s\n", s.message().c_str());
     return kExitFailure;
   }
   const Time span = w->jobs.empty() ? 0 : w->jobs.back().submit;

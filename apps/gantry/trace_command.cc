@@ -170,7 +170,10 @@ void RegisterTraceCommands(CLI::App& app) {
   inspect->add_option("--top", options->top, "how many teams to list")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  inspect->footer("Formats and their columns: docs/formats/traces.md");
+  inspect->footer(
+      "Formats and their columns: docs/formats/traces.md\n"
+      "Examples:\n  gantry trace inspect data/philly-sample.csv --format philly\n"
+      "  gantry trace inspect jobs.swf --format swf --json");
   inspect->callback([options] {
     const int rc = RunInspect(*options);
     // CLI11's way to leave main() with a code; it prints nothing itself.

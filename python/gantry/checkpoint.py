@@ -99,16 +99,6 @@ class SaveHandle:
         return f"<gantry SaveHandle step={self.step} done={self.done()}>"
 
 
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
 class Checkpointer:
     """One checkpoint engine (one rank of one job under one root) and the state-dict API on it.
 
@@ -128,17 +118,17 @@ class Checkpointer:
         if unknown:
             raise TypeError(f"Checkpointer: unknown option(s) {', '.join(unknown)} (known: root, "
                             f"local, job, rank, world_size, peers, {', '.join(ENGINE_OPTIONS)})")
-        root = root if root is not None else os.environ.get("GANTRY_CKPT_ROOT")
+        env = _gantry.env_defaults()  # the GANTRY_CKPT_* variables, read as the CLI reads them
+        root = root if root is not None else env["root"]
         if not root:
             raise ValueError("no checkpoint root: pass root=... (a path, file:// or s3:// URL) or "
                              "set GANTRY_CKPT_ROOT")
         root = os.fspath(root)
-        local = local if local is not None else os.environ.get("GANTRY_CKPT_LOCAL", "")
-        job = job if job is not None else os.environ.get("GANTRY_CKPT_JOB", "default")
-        if peers is None:
-            peers = [p for p in os.environ.get("GANTRY_CKPT_PEERS", "").split(",") if p]
-        rank = rank if rank is not None else _env_int("RANK", 0)
-        world_size = world_size if world_size is not None else _env_int("WORLD_SIZE", 1)
+        local = local if local is not None else env["local"]
+        job = job if job is not None else env["job"]
+        peers = peers if peers is not None else env["peers"]
+        rank = rank if rank is not None else _gantry.env_rank()
+        world_size = world_size if world_size is not None else _gantry.env_world_size()
         self.root = root
         self.job = job
         self.rank = int(rank)

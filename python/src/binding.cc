@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gantry/ckpt/checkpoint.h"
+#include "gantry/ckpt/env_options.h"
 #include "gantry/ckpt/manifest.h"
 #include "gantry/common/status.h"
 
@@ -375,6 +376,26 @@ void DefineModule(py::module_& m) {
       "dtype_size", [](const std::string& dtype) { return DTypeSize(ToDType(dtype)); },
       py::arg("dtype"), "Bytes of one element of a checkpoint dtype (\"float32\", ...)");
   m.attr("DEFAULT_CHUNK_SIZE") = kDefaultChunkSize;
+  // The environment's checkpointer defaults, read by the same C++ as `gantry ckpt` reads them.
+  m.def(
+      "env_defaults",
+      [] {
+        const CkptEnvDefaults env = ReadCkptEnvDefaults();
+        py::dict d;
+        d["root"] = env.root;
+        d["local"] = env.local;
+        d["job"] = env.job;
+        d["peers"] = env.peers;
+        return d;
+      },
+      "{root, local, job, peers} from GANTRY_CKPT_ROOT, GANTRY_CKPT_LOCAL, GANTRY_CKPT_JOB "
+      "(default 'default') and GANTRY_CKPT_PEERS (comma-separated)");
+  m.def(
+      "env_rank", [] { return Unwrap(RankFromEnv()); },
+      "RANK (default 0); InvalidArgumentError when it is not an integer");
+  m.def(
+      "env_world_size", [] { return Unwrap(WorldSizeFromEnv()); },
+      "WORLD_SIZE (default 1); InvalidArgumentError when it is not an integer");
 
   py::class_<SaveHandle, std::shared_ptr<SaveHandle>>(m, "SaveHandle")
       .def_property_readonly("step", &SaveHandle::step)

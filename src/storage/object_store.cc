@@ -238,7 +238,9 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url,
     path = url;
   }
   if (path.empty()) return InvalidArgument("store URL is empty");
-  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PosixStore> store, OpenPosixStore(path, {}));
+  PosixStoreOptions posix;
+  posix.create_root = options.create_root;
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PosixStore> store, OpenPosixStore(path, posix));
   return std::unique_ptr<ObjectStore>(std::move(store));
 }
 

@@ -313,7 +313,7 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
   abs = std::filesystem::path(abs).lexically_normal().string();
   while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
   // mkdir -p the root: a tier directory on a fresh node does not exist yet.
-  for (size_t pos = 1; pos <= abs.size(); ++pos) {
+  for (size_t pos = 1; options.create_root && pos <= abs.size(); ++pos) {
     if (pos != abs.size() && abs[pos] != '/') continue;
     const std::string part = abs.substr(0, pos);
     if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -321,11 +321,19 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
     }
   }
   struct stat st;
-  if (::stat(abs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (::stat(abs.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return NotFound("posix store: directory " + abs + " does not exist");
+    }
+    return IoError("posix store: " + abs + ": " + ErrText(err));
+  }
+  if (!S_ISDIR(st.st_mode)) {
     return FailedPrecondition("posix store: " + abs + " is not a directory");
   }
   const std::string tmp = abs + "/" + std::string(kTempDirName);
-  if (::mkdir(tmp.c_str(), 0755) != 0 && errno != EEXIST) {
+  // Without create_root nothing is written here; a put recreates the temp directory.
+  if (options.create_root && ::mkdir(tmp.c_str(), 0755) != 0 && errno != EEXIST) {
     return IoError("posix store: cannot create " + tmp + ": " + ErrText(errno));
   }
   PosixStoreOptions opts = options;

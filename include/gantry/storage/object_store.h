@@ -129,6 +129,10 @@ struct StoreOptions {
   uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart
   uint64_t part_size = 16ull << 20;
   int parallelism = 16;  // parts or ranges in flight per large object
+  // file:// roots: create the directory if it does not exist (a tier on a fresh node). False
+  // opens an existing directory only, NotFound naming it otherwise, and writes nothing on open
+  // (read-only commands, where a typo must not become a new empty root). Default: true.
+  bool create_root = true;
   // Called by PutFile/GetToFile as bytes complete (from any thread; may be empty), so long
   // transfers can show progress.
   std::function<void(uint64_t bytes_done, uint64_t bytes_total)> progress;

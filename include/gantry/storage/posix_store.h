@@ -39,6 +39,9 @@ struct PosixStoreOptions {
   uint64_t parallel_threshold = 256ull << 20;
   // Size of each write/read call. Default: 8 MiB.
   uint64_t io_size = 8ull << 20;
+  // Create the root directory (mkdir -p) and its temp directory on open. False: the root must
+  // exist (NotFound naming it otherwise) and open writes nothing. Default: true.
+  bool create_root = true;
 };
 
 class PosixStore : public ObjectStore {
@@ -87,7 +90,8 @@ class PosixStore : public ObjectStore {
   const PosixStoreOptions options_;
 };
 
-// Opens (creating if needed) the directory `root`; relative paths are made absolute.
+// Opens the directory `root`, creating it unless options.create_root is false; relative paths
+// are made absolute.
 Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
                                                    const PosixStoreOptions& options);
 
