@@ -717,12 +717,6 @@ Status ChunkStore::DropCopy(int tier, const ChunkId& id) {
   Tier& t = *tiers_[tier];
   std::lock_guard<std::mutex> evict(t.evict_mu);
   FileLock file_lock(t.lock_fd);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (IsProtected(id)) {
-      return FailedPrecondition("chunk " + id.ToHex() + " is pinned; not dropped");
-    }
-  }
   // The proof: a durable tier below this one holds a copy (never this tier's own copy: tiers
   // do not overlap, checked at Open).
   bool proven = false;
@@ -733,7 +727,16 @@ Status ChunkStore::DropCopy(int tier, const ChunkId& id) {
     return FailedPrecondition("chunk " + id.ToHex() + " in tier '" + t.opt.name +
                               "': no durable copy below it; not dropped");
   }
-  Status s = t.store->Delete(ChunkKey(id));
+  Status s;
+  {
+    // The pin check and the delete are one step: a writer pins a chunk before writing it, so
+    // it either sees its pin refuse the drop or writes after the delete.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IsProtected(id)) {
+      return FailedPrecondition("chunk " + id.ToHex() + " is pinned; not dropped");
+    }
+    s = t.store->Delete(ChunkKey(id));
+  }
   if (!s.ok() && s.code() != StatusCode::kNotFound) {
     return s.WithContext("chunk store tier '" + t.opt.name + "': drop");
   }

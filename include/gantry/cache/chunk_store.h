@@ -275,7 +275,8 @@ class ChunkStore {
   // must not become the copy of record, where later readers would trust it.
   Status CopyChunk(int from, int to, const ChunkId& id);
   // Deletes the tier's copy once a Head on a durable tier below it proves another copy exists;
-  // FailedPrecondition (nothing deleted) without that proof. Serialized with eviction and GC.
+  // FailedPrecondition (nothing deleted) without that proof, or if the chunk is pinned (pin
+  // before writing a chunk to a tier that DropCopy may clean). Serialized with eviction and GC.
   Status DropCopy(int tier, const ChunkId& id);
   // OK if a durable tier holds the chunk; NotFound (or the Head's error) otherwise.
   Status HasDurableCopy(const ChunkId& id);

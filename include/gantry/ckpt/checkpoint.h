@@ -1,6 +1,8 @@
 // CheckpointEngine: asynchronous, incremental, multi-rank checkpoints of tensors on the tiered
 // storage of the data layer, restored from the fastest source first (local tier -> peer agents
 // -> durable tier), with resharding of row-sliced tensors, retention and garbage collection.
+// Chunks are stored and fetched only through the chunk store (gantry/cache/chunk_store.h),
+// whose one GC marks checkpoints through the "ckpt" root provider the engine registers.
 //
 // Save is split at the point where the caller may touch its tensors again: Save() copies them
 // into a bounded pool of reused host buffers (one chunk per buffer) and returns; background
@@ -36,6 +38,7 @@
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/manifest.h"
 #include "gantry/common/status.h"
+#include "gantry/common/time.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry::ckpt {
@@ -84,8 +87,12 @@ struct EngineOptions {
   // Every peer request: connect and total time. A peer that times out is skipped for the rest
   // of the restore.
   int peer_timeout_ms = 5000;
-  // GC never deletes a chunk younger than this (protects saves in flight). Default one hour.
+  // GC never deletes a chunk younger than this (protects saves in flight), and the local tier's
+  // cleanup leaves younger leftovers of other processes alone. Default one hour.
   int64_t gc_grace_seconds = 3600;
+  // Time for the commit protocol (polling, commit_timeout_ms) and grace periods. Default: the
+  // real clock; tests pass a SimulatedClock.
+  Clock* clock = nullptr;
   StoreOptions store_options;  // S3 endpoint and credentials
   // Already-open stores used instead of opening durable_url / local_url (tests wrap them in a
   // FaultyStore; an embedding process may share them). The URLs still name them in messages.
