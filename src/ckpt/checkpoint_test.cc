@@ -564,6 +564,48 @@ TEST(CheckpointTest, GcGracePeriodOnASimulatedClock) {
   EXPECT_EQ(back, a);
 }
 
+// Two processes saving the same step of the same job (here two engines, each with its own local
+// tier) were both told "saved" while one's data was dropped. The manifest is now created, never
+// replaced: exactly one save succeeds, the other fails with AlreadyExists, and the step holds
+// the winner's data. The same data saved twice is no conflict (a relaunch redoing a commit).
+TEST(CheckpointTest, TwoWritersOfTheSameStepAreNeverBothToldSaved) {
+  for (int round = 0; round < 5; ++round) {
+    test_support::TempDir dir("gantry-ckpt-test");
+    EngineOptions o = Options(dir);
+    EngineOptions o2 = o;
+    o2.local_url = dir.sub("local2");
+    auto a = MustOpen(o);
+    auto b = MustOpen(o2);
+    const int64_t n = 50000;
+    std::vector<float> va = Values(n, 1), vb = Values(n, 2), v5 = Values(n, 5);
+    ASSERT_TRUE((*a->Save(std::vector<SaveTensor>{Tensor("w", v5, {n})}, At(5)))->Wait().ok());
+    auto ha = a->Save(std::vector<SaveTensor>{Tensor("w", va, {n})}, At(7));
+    auto hb = b->Save(std::vector<SaveTensor>{Tensor("w", vb, {n})}, At(7));
+    ASSERT_TRUE(ha.ok() && hb.ok());
+    Status sa = (*ha)->Wait(), sb = (*hb)->Wait();
+    ASSERT_NE(sa.ok(), sb.ok()) << "round " << round << ": " << sa.ToString() << " / "
+                                << sb.ToString();
+    const Status& lost = sa.ok() ? sb : sa;
+    EXPECT_EQ(lost.code(), StatusCode::kAlreadyExists) << lost.ToString();
+    EXPECT_NE(lost.message().find("with different data"), std::string::npos) << lost.message();
+    auto m = a->ReadManifest(7);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<float> back(n);
+    ASSERT_TRUE(a->Restore(*m, std::vector<RestoreTarget>{Target("w", back, {n})}).ok());
+    EXPECT_EQ(back, sa.ok() ? va : vb);
+
+    // A relaunch that finds the pointer older than the newest commit (its writer died between
+    // manifest and `latest`) and saves the winner's data again: the same commit, no error.
+    ASSERT_TRUE(a->durable().Put(LatestKey("test"), "5\n").ok());
+    EngineOptions o3 = o;
+    o3.local_url = dir.sub("local3");
+    auto c = MustOpen(o3);
+    std::vector<float> same = sa.ok() ? va : vb;
+    Status sc = (*c->Save(std::vector<SaveTensor>{Tensor("w", same, {n})}, At(7)))->Wait();
+    EXPECT_TRUE(sc.ok()) << sc.ToString();
+  }
+}
+
 // Hostile testing found Checkpointer(root, local=root) silently losing older steps: keep_local
 // cleanup deleted chunks whose only copy was the root's. Overlapping tiers are refused.
 TEST(CheckpointTest, ALocalTierOverlappingTheRootIsRefused) {

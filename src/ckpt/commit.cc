@@ -10,6 +10,58 @@
 
 namespace gantry::ckpt {
 
+namespace {
+
+bool SameSlices(const SliceRecord& a, const SliceRecord& b) {
+  if (a.row_offset != b.row_offset || a.rows != b.rows || a.nbytes != b.nbytes ||
+      a.chunks.size() != b.chunks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.chunks.size(); ++i) {
+    if (a.chunks[i].id != b.chunks[i].id || a.chunks[i].size != b.chunks[i].size) return false;
+  }
+  return true;
+}
+
+// True if two commit records hold the same tensors with the same bytes (chunk ids).
+bool SameData(const CheckpointManifest& a, const CheckpointManifest& b) {
+  if (a.tensors.size() != b.tensors.size()) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const TensorRecord& x = a.tensors[i];
+    const TensorRecord& y = b.tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.global_shape != y.global_shape ||
+        x.slices.size() != y.slices.size()) {
+      return false;
+    }
+    for (size_t j = 0; j < x.slices.size(); ++j) {
+      if (x.slices[j].rank != y.slices[j].rank || !SameSlices(x.slices[j], y.slices[j])) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// True unless the commit record holds, for a row range this rank saved, another writer's
+// slice of this rank (a second process saved the same rank of the same step). A range the merge
+// gave to a lower rank (replicated rows) or dropped (no rows) is not this rank's to check.
+bool HoldsPart(const CheckpointManifest& m, const CheckpointManifest& part, int rank) {
+  for (const TensorRecord& t : part.tensors) {
+    const SliceRecord& mine = t.slices.front();
+    if (mine.rows == 0) continue;
+    const TensorRecord* rec = m.FindTensor(t.name);
+    if (rec == nullptr || rec->dtype != t.dtype || rec->global_shape != t.global_shape) {
+      return false;
+    }
+    for (const SliceRecord& s : rec->slices) {
+      if (s.rank == rank && s.row_offset == mine.row_offset && !SameSlices(s, mine)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<bool> PollUntil(Clock& clock, const std::function<Result<bool>()>& ready,
                        int64_t timeout_ms) {
   const int64_t deadline = clock.NowMillis() + timeout_ms;
@@ -61,20 +113,26 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   if (o.rank != 0) {
     // Committed once a manifest of this step from this run exists (one a crashed earlier
     // attempt wrote at the same step does not count).
-    GANTRY_ASSIGN_OR_RETURN(bool committed,
-                            PollUntil(
-                                *clock,
-                                [&]() -> Result<bool> {
-                                  Result<std::string> text = durable().Get(manifest_key);
-                                  if (!text.ok()) {
-                                    if (text.status().code() == StatusCode::kNotFound) return false;
-                                    return text.status();
-                                  }
-                                  Result<CheckpointManifest> m =
-                                      CheckpointManifest::FromJson(*text, manifest_key);
-                                  return m.ok() && m->run_id == o.run_id;
-                                },
-                                o.commit_timeout_ms));
+    GANTRY_ASSIGN_OR_RETURN(
+        bool committed,
+        PollUntil(
+            *clock,
+            [&]() -> Result<bool> {
+              Result<std::string> text = durable().Get(manifest_key);
+              if (!text.ok()) {
+                if (text.status().code() == StatusCode::kNotFound) return false;
+                return text.status();
+              }
+              Result<CheckpointManifest> m = CheckpointManifest::FromJson(*text, manifest_key);
+              if (!m.ok() || m->run_id != o.run_id) return false;
+              if (!HoldsPart(*m, job->part, o.rank)) {
+                return AlreadyExists("another process saved rank " + std::to_string(o.rank) +
+                                     " of this step at the same time, and the checkpoint "
+                                     "holds its data, not this save's");
+              }
+              return true;
+            },
+            o.commit_timeout_ms));
     if (!committed) {
       return Unavailable("rank 0 did not commit within " + std::to_string(o.commit_timeout_ms) +
                          " ms (this rank's part is durable)");
@@ -86,6 +144,9 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   // again on later polls, since that rank overwrites it when it gets there.
   const std::string prefix = StepPrefix(o.job, step);
   std::map<std::string, CheckpointManifest> accepted;  // by key
+  // Its own part as it wrote it: the stored one may be another process's, saving the same
+  // rank of the same step, that overwrote it.
+  accepted.emplace(PartKey(o.job, step, o.rank), job->part);
   GANTRY_ASSIGN_OR_RETURN(bool all_parts,
                           PollUntil(
                               *clock,
@@ -119,7 +180,7 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   GANTRY_ASSIGN_OR_RETURN(CheckpointManifest merged, MergeParts(std::move(manifests)));
   merged.tags = job->options.tags;
   merged.metadata_json = job->options.metadata_json;
-  GANTRY_RETURN_IF_ERROR(durable().Put(manifest_key, merged.ToJson()));
+  GANTRY_RETURN_IF_ERROR(PutManifestOnce(manifest_key, merged));
   GANTRY_RETURN_IF_ERROR(WriteLatest(step));
   if (o.retention.keep_last > 0) {
     std::vector<int64_t> removed;
@@ -127,6 +188,37 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
     (void)s;  // retention is housekeeping: the checkpoint is committed whatever happens here
   }
   return Status::Ok();
+}
+
+// The manifest is created, never replaced: of two processes committing the same step, the
+// second finds the first's manifest. If it holds exactly the same data (a relaunch redoing a
+// commit whose `latest` was never written), the commit stands; otherwise this save fails with
+// AlreadyExists, so no writer is told "saved" while another's data is what the step holds.
+Status CheckpointEngine::Impl::PutManifestOnce(const std::string& key,
+                                               const CheckpointManifest& merged) {
+  PutOptions po;
+  po.create_if_absent = durable().SupportsCreateIfAbsent();
+  Status put;
+  if (!po.create_if_absent && durable().Head(key).ok()) {
+    put = AlreadyExists(key + ": exists");  // best effort where the store cannot create-only
+  } else {
+    put = durable().Put(key, merged.ToJson(), po);
+  }
+  if (put.ok()) return put;
+  // Backends report an existing name as AlreadyExists (older ones FailedPrecondition); whether
+  // it exists is read from the store itself.
+  if (put.code() != StatusCode::kAlreadyExists && put.code() != StatusCode::kFailedPrecondition) {
+    return put;
+  }
+  Result<std::string> text = durable().Get(key);
+  if (!text.ok()) return text.status().code() == StatusCode::kNotFound ? put : text.status();
+  Result<CheckpointManifest> existing = CheckpointManifest::FromJson(*text, key);
+  if (existing.ok() && SameData(*existing, merged)) return Status::Ok();
+  return AlreadyExists("step " + std::to_string(merged.step) + " of job '" + merged.job +
+                       "' was committed meanwhile by another writer" +
+                       (existing.ok() ? " (run '" + existing->run_id + "')" : "") +
+                       " with different data; this save was not committed (two processes "
+                       "saved the same step)");
 }
 
 // Chunks skipped because the previous save stored them are referenced by no manifest of this

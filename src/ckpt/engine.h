@@ -147,6 +147,7 @@ struct CheckpointEngine::Impl {
   Status Commit(const std::shared_ptr<SaveJob>& job);
   Status CheckReused(const std::shared_ptr<SaveJob>& job);
   Status WriteLatest(int64_t step);
+  Status PutManifestOnce(const std::string& key, const CheckpointManifest& merged);
   // retention.cc
   Status ApplyRetention(const Retention& r, std::vector<int64_t>* removed);
   // Drops local copies of chunks that no save among the last keep_local references (after
