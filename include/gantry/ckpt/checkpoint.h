@@ -55,7 +55,8 @@ struct EngineOptions {
   // The checkpoint root: the durable tier, the copy of record ("file:///shared/ckpt",
   // "s3://bucket/prefix", or a path). Required.
   std::string durable_url;
-  // The node-local tier ("/nvme/gantry"); empty: none (chunks go straight to durable).
+  // The node-local tier ("/nvme/gantry"); empty: none (chunks go straight to durable). Must not
+  // overlap the durable root (the same or nested directories): Open refuses it.
   std::string local_url;
   // Peer agents' base URLs ("http://node7:7070"), tried after the local tier on restore.
   std::vector<std::string> peers;
@@ -227,6 +228,8 @@ class CheckpointEngine {
 
   // Snapshots `tensors` into the host buffer pool and returns; the rest runs in the background.
   // InvalidArgument for a duplicate name, a bad slice or a step not above the previous save's.
+  // The handle fails with AlreadyExists if another process committed this step with different
+  // data (or saved this rank of it at the same time): no two writers are both told "saved".
   Result<std::shared_ptr<SaveHandle>> Save(std::span<const SaveTensor> tensors,
                                            const SaveOptions& options);
   // Waits for every save in flight to finish; the first save error since the last WaitAll.
@@ -248,7 +251,9 @@ class CheckpointEngine {
   // commit) and parts; chunks go at the next GC.
   Status Remove(int64_t step);
   // Applies `retention` (default: the engine's), removes unfinished saves older than the grace
-  // period, then deletes chunks no checkpoint references from every tier.
+  // period, then runs the chunk store's GC over both tiers: chunks that no root of any
+  // registered kind (checkpoints, the chunk store's blobs, ...) references and that are older
+  // than the grace period go; chunks of saves in flight in this process are pinned.
   Result<CkptGcReport> CollectGarbage(std::optional<Retention> retention = std::nullopt);
   // Reads every chunk of the checkpoint from the durable tier and checks it.
   Result<VerifyCkptReport> Verify(int64_t step, const ProgressFn& progress = nullptr);
