@@ -118,18 +118,20 @@ int Verify(CacheArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j = {{"checked", r->checked},
                                 {"corrupt", r->corrupt},
+                                {"missing", r->missing},
                                 {"repaired", r->repaired},
                                 {"errors", r->errors}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("checked %llu copies: %llu corrupt, %llu repaired\n",
+    std::printf("checked %llu copies: %llu corrupt, %llu missing, %llu repaired\n",
                 static_cast<unsigned long long>(r->checked),
                 static_cast<unsigned long long>(r->corrupt),
+                static_cast<unsigned long long>(r->missing),
                 static_cast<unsigned long long>(r->repaired));
     for (const auto& e : r->errors) std::printf("  %s\n", e.c_str());
   }
   // Damage left behind is a failure a script must notice.
-  return r->errors.empty() ? kExitOk : kExitFailure;
+  return r->errors.empty() && r->missing == 0 ? kExitOk : kExitFailure;
 }
 
 int Gc(CacheArgs& a) {

@@ -28,7 +28,7 @@ int HexValue(char c) {
 }
 
 Status Corrupt(const ChunkId& id, const std::string& why) {
-  return IoError("corrupt chunk " + id.ToHex() + ": " + why);
+  return DataLoss("corrupt chunk " + id.ToHex() + ": " + why);
 }
 
 }  // namespace
@@ -150,18 +150,18 @@ std::string EncodeChunkWithId(std::string_view raw, const ChunkId& id, Codec cod
 
 Result<ChunkHeader> ParseChunkHeader(std::string_view stored) {
   if (stored.size() < kChunkHeaderSize) {
-    return IoError("corrupt chunk: " + std::to_string(stored.size()) +
-                   " bytes, shorter than the 32-byte header");
+    return DataLoss("corrupt chunk: " + std::to_string(stored.size()) +
+                    " bytes, shorter than the 32-byte header");
   }
-  if (std::memcmp(stored.data(), kMagic, 4) != 0) return IoError("corrupt chunk: bad magic");
+  if (std::memcmp(stored.data(), kMagic, 4) != 0) return DataLoss("corrupt chunk: bad magic");
   ChunkHeader h;
   h.version = static_cast<uint8_t>(stored[4]);
   if (h.version != kVersion) {
-    return IoError("corrupt chunk: unknown format version " + std::to_string(h.version));
+    return DataLoss("corrupt chunk: unknown format version " + std::to_string(h.version));
   }
   uint8_t codec = static_cast<uint8_t>(stored[5]);
   if (codec > static_cast<uint8_t>(Codec::kZstd)) {
-    return IoError("corrupt chunk: unknown codec " + std::to_string(codec));
+    return DataLoss("corrupt chunk: unknown codec " + std::to_string(codec));
   }
   h.codec = static_cast<Codec>(codec);
   h.raw_length = GetLe64(stored.data() + 8);

@@ -9,14 +9,18 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "gantry/cache/roots.h"
 
 namespace gantry {
 namespace {
 
 constexpr std::string_view kManifestPrefix = "manifests/";
+// Markers of the root kinds a namespace holds ("roots/ckpt"): see DeclareRootKind.
+constexpr std::string_view kRootKindPrefix = "roots/";
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -138,6 +142,7 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(ChunkStoreOptions options) 
 Status ChunkStore::Init() {
   if (options_.tiers.empty()) return InvalidArgument("chunk store: no tiers");
   if (options_.chunk_size == 0) return InvalidArgument("chunk store: chunk_size must be > 0");
+  clock_ = options_.clock != nullptr ? options_.clock : &DefaultClock();
   if (options_.metrics == nullptr) {
     owned_metrics_ = std::make_unique<MetricsRegistry>();
     metrics_ = owned_metrics_.get();
@@ -200,6 +205,7 @@ Status ChunkStore::Init() {
                                      Histogram::LatencyBuckets());
     tiers_.push_back(std::move(t));
   }
+  GANTRY_RETURN_IF_ERROR(CheckTiersDoNotOverlap());
   promotions_ = &metrics_->GetCounter("gantry_cache_promotions_total",
                                       "Chunk copies made in a faster tier on read.");
   drained_ = &metrics_->GetCounter("gantry_cache_drained_chunks_total",
@@ -239,6 +245,41 @@ int ChunkStore::FirstDurableTier() const {
     if (tiers_[i]->opt.durable) return static_cast<int>(i);
   }
   return -1;
+}
+
+int ChunkStore::durable_tier() const { return ManifestTier(); }
+
+// Two tiers in one directory (or one inside the other) see each other's chunks: a Head on the
+// "lower" tier finds the copy about to be deleted from the upper one, so eviction and cleanup
+// would delete the only copy. Directories are compared after resolving symlinks and "..".
+Status ChunkStore::CheckTiersDoNotOverlap() const {
+  std::vector<std::string> where(tiers_.size());
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    std::string url = tiers_[i]->store->url();
+    if (url.starts_with("file://")) {
+      std::error_code ec;
+      std::filesystem::path p = std::filesystem::weakly_canonical(url.substr(7), ec);
+      if (ec) p = std::filesystem::path(url.substr(7)).lexically_normal();
+      url = p.string();
+      while (url.size() > 1 && url.back() == '/') url.pop_back();
+      where[i] = url + "/";
+    } else {
+      while (!url.empty() && url.back() == '/') url.pop_back();
+      where[i] = url + "/";
+    }
+  }
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    for (size_t j = i + 1; j < tiers_.size(); ++j) {
+      if (where[i].starts_with(where[j]) || where[j].starts_with(where[i])) {
+        return InvalidArgument("chunk store: tiers '" + tiers_[i]->opt.name + "' (" +
+                               tiers_[i]->store->url() + ") and '" + tiers_[j]->opt.name + "' (" +
+                               tiers_[j]->store->url() +
+                               ") overlap (the same or nested locations): cleanup of one would "
+                               "delete the other's only copies; give each tier its own location");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 int ChunkStore::ManifestTier() const {
@@ -352,11 +393,11 @@ Status ChunkStore::MakeRoom(int tier, uint64_t incoming) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (t.used + incoming > cap) {
-    return FailedPrecondition("chunk store tier '" + t.opt.name +
-                              "' is full: " + std::to_string(t.used) + " of " +
-                              std::to_string(cap) + " bytes used and " + std::to_string(incoming) +
-                              " more needed; the rest is pinned or has no copy in a lower "
-                              "(durable) tier yet");
+    return ResourceExhausted("chunk store tier '" + t.opt.name +
+                             "' is full: " + std::to_string(t.used) + " of " + std::to_string(cap) +
+                             " bytes used and " + std::to_string(incoming) +
+                             " more needed; the rest is pinned or has no copy in a lower "
+                             "(durable) tier yet");
   }
   return Status::Ok();
 }
@@ -423,7 +464,7 @@ Result<ChunkId> ChunkStore::PutChunkImpl(std::string_view data, bool pin) {
       }
     }
     if (s.ok()) return id;
-    if (s.code() != StatusCode::kFailedPrecondition) {
+    if (s.code() != StatusCode::kResourceExhausted) {
       if (pin) Unpin(id);
       return s;
     }
@@ -439,8 +480,9 @@ Result<ChunkId> ChunkStore::PutChunkImpl(std::string_view data, bool pin) {
   for (int i = last; i >= (write_back ? 1 : 0); --i) {
     Status s = WriteToTier(i, id, stored(i));
     if (s.ok()) continue;
-    if (i < last && s.code() == StatusCode::kFailedPrecondition) {
-      tiers_[i]->skipped_full->Increment();  // a full cache tier is not an error
+    // A full cache tier is not an error; anything else (a 403, EIO) is, even in a cache tier.
+    if (i < last && s.code() == StatusCode::kResourceExhausted) {
+      tiers_[i]->skipped_full->Increment();
       continue;
     }
     if (pin) Unpin(id);
@@ -497,8 +539,8 @@ Result<std::string> ChunkStore::GetChunk(const ChunkId& id) {
   if (!bad.empty()) {
     std::string names;
     for (int b : bad) names += (names.empty() ? "" : ", ") + tiers_[b]->opt.name;
-    return IoError("corrupt chunk " + id.ToHex() + " in tier " + names +
-                   " and no good copy in any other tier");
+    return DataLoss("corrupt chunk " + id.ToHex() + " in tier " + names +
+                    " and no good copy in any other tier");
   }
   if (!other_error.ok()) return other_error;
   return NotFound("chunk " + id.ToHex() + " not found in any tier");
@@ -543,7 +585,7 @@ void ChunkStore::DrainLoop() {
       for (int i = last; i >= 1 && s.ok(); --i) {
         const TierOptions& o = tiers_[i]->opt;
         s = WriteToTier(i, id, enc.For(o.codec, o.zstd_level));
-        if (!s.ok() && i < last && s.code() == StatusCode::kFailedPrecondition) {
+        if (!s.ok() && i < last && s.code() == StatusCode::kResourceExhausted) {
           tiers_[i]->skipped_full->Increment();
           s = Status::Ok();
         }
@@ -590,6 +632,241 @@ Status ChunkStore::WaitDurable(const std::vector<ChunkId>& ids) {
     }
   }
   return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-tier calls
+
+Status ChunkStore::PutChunkToTier(int tier, const ChunkId& id, std::string_view raw) {
+  Tier& t = *tiers_[tier];
+  if (t.opt.codec != Codec::kNone)
+    return WriteToTier(tier, id, EncodeChunkWithId(raw, id, t.opt.codec, t.opt.zstd_level));
+  // Raw: the header and the caller's bytes go to the store as two parts, never joined.
+  const std::string header = RawChunkHeader(id, raw.size());
+  GANTRY_RETURN_IF_ERROR(MakeRoom(tier, header.size() + raw.size()));
+  const std::string_view parts[] = {header, raw};
+  auto start = std::chrono::steady_clock::now();
+  Status s = t.store->PutParts(ChunkKey(id), parts, PutOptions{});
+  t.put_latency->Observe(SecondsSince(start));
+  if (!s.ok()) return s.WithContext("chunk store tier '" + t.opt.name + "'");
+  t.bytes_written->Increment(header.size() + raw.size());
+  Touch(tier, id, header.size() + raw.size());
+  return Status::Ok();
+}
+
+Result<std::string> ChunkStore::GetChunkFromTier(int tier, const ChunkId& id) {
+  Tier& t = *tiers_[tier];
+  auto start = std::chrono::steady_clock::now();
+  Result<std::string> got = t.store->Get(ChunkKey(id));
+  t.get_latency->Observe(SecondsSince(start));
+  if (!got.ok()) {
+    t.misses->Increment();
+    return got.status().WithContext("chunk store tier '" + t.opt.name + "'");
+  }
+  t.bytes_read->Increment(got->size());
+  Result<std::string> raw = DecodeChunk(*got, id, t.verify);
+  if (!raw.ok()) {
+    t.corrupt->Increment();
+    return raw.status().WithContext("chunk store tier '" + t.opt.name + "'");
+  }
+  t.hits->Increment();
+  return raw;
+}
+
+Status ChunkStore::CopyChunk(int from, int to, const ChunkId& id) {
+  Tier& src = *tiers_[from];
+  Tier& dst = *tiers_[to];
+  const std::string key = ChunkKey(id);
+  Result<std::string> stored = src.store->Get(key);
+  if (!stored.ok()) {
+    return stored.status().WithContext("copy chunk from tier '" + src.opt.name + "'");
+  }
+  src.bytes_read->Increment(stored->size());
+  Result<ChunkHeader> h = ParseChunkHeader(*stored);
+  if (h.ok() && h->codec == dst.opt.codec && h->codec == Codec::kNone) {
+    // Same encoding: verify in place and store the bytes as they are (no decode, no copy).
+    Result<uint64_t> n = DecodedLength(*stored, id);
+    if (!n.ok() || HashChunk(std::string_view(*stored).substr(kChunkHeaderSize)) != id) {
+      src.corrupt->Increment();
+      return DataLoss("copy chunk to tier '" + dst.opt.name + "': the copy of chunk " + id.ToHex() +
+                      " in tier '" + src.opt.name + "' is corrupt");
+    }
+    return WriteToTier(to, id, *stored);
+  }
+  Result<std::string> raw = DecodeChunk(*stored, id);
+  if (!raw.ok()) {
+    src.corrupt->Increment();
+    return raw.status().WithContext("copy chunk to tier '" + dst.opt.name + "' from tier '" +
+                                    src.opt.name + "'");
+  }
+  return WriteToTier(to, id, EncodeChunkWithId(*raw, id, dst.opt.codec, dst.opt.zstd_level));
+}
+
+Status ChunkStore::HasDurableCopy(const ChunkId& id) {
+  Status last = NotFound("chunk " + id.ToHex() + ": no durable tier");
+  for (const auto& t : tiers_) {
+    if (!t->opt.durable) continue;
+    Result<ObjectInfo> h = t->store->Head(ChunkKey(id));
+    if (h.ok()) return Status::Ok();
+    last = h.status().WithContext("chunk " + id.ToHex() + " in durable tier '" + t->opt.name + "'");
+  }
+  return last;
+}
+
+Status ChunkStore::DropCopy(int tier, const ChunkId& id) {
+  Tier& t = *tiers_[tier];
+  std::lock_guard<std::mutex> evict(t.evict_mu);
+  FileLock file_lock(t.lock_fd);
+  // The proof: a durable tier below this one holds a copy (never this tier's own copy: tiers
+  // do not overlap, checked at Open).
+  bool proven = false;
+  for (size_t j = static_cast<size_t>(tier) + 1; j < tiers_.size() && !proven; ++j) {
+    proven = tiers_[j]->opt.durable && tiers_[j]->store->Head(ChunkKey(id)).ok();
+  }
+  if (!proven) {
+    return FailedPrecondition("chunk " + id.ToHex() + " in tier '" + t.opt.name +
+                              "': no durable copy below it; not dropped");
+  }
+  Status s;
+  {
+    // The pin check and the delete are one step: a writer pins a chunk before writing it, so
+    // it either sees its pin refuse the drop or writes after the delete.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IsProtected(id)) {
+      return FailedPrecondition("chunk " + id.ToHex() + " is pinned; not dropped");
+    }
+    s = t.store->Delete(ChunkKey(id));
+  }
+  if (!s.ok() && s.code() != StatusCode::kNotFound) {
+    return s.WithContext("chunk store tier '" + t.opt.name + "': drop");
+  }
+  Forget(tier, id);
+  return Status::Ok();
+}
+
+Result<std::vector<ObjectInfo>> ChunkStore::ListChunks(int tier) {
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
+                          tiers_[tier]->store->ListAll(kChunkPrefix));
+  std::erase_if(objects, [](const ObjectInfo& o) { return !ChunkIdFromKey(o.key).ok(); });
+  return objects;
+}
+
+Result<std::unique_ptr<ChunkStore::ChunkReader>> ChunkStore::NewReader() {
+  std::unique_ptr<ChunkReader> r(new ChunkReader(*this));
+  auto add = [&](Tier& t, ChunkSource kind) {
+    auto src = std::make_unique<ChunkReader::Source>();
+    src->name = std::string(kind == ChunkSource::kCache ? "cache" : "durable") + " tier '" +
+                t.opt.name + "' (" + t.store->url() + ")";
+    src->store = t.store.get();
+    src->kind = kind;
+    src->raw_copies = t.opt.codec == Codec::kNone;
+    src->verify = t.verify;
+    r->sources_.push_back(std::move(src));
+  };
+  for (auto& t : tiers_) {
+    if (!t->opt.durable) add(*t, ChunkSource::kCache);
+  }
+  for (const std::string& url : options_.peers) {
+    StoreOptions so = options_.store_options;
+    so.request_timeout_ms = options_.peer_timeout_ms;
+    so.connect_timeout_ms = std::min(options_.peer_timeout_ms, 2000);
+    so.max_attempts = 1;
+    Result<std::unique_ptr<ObjectStore>> peer = OpenObjectStore(url, so);
+    if (!peer.ok()) return peer.status().WithContext("peer " + url);
+    auto src = std::make_unique<ChunkReader::Source>();
+    src->name = "peer " + url;
+    src->owned = std::move(*peer);
+    src->store = src->owned.get();
+    src->kind = ChunkSource::kPeer;
+    r->sources_.push_back(std::move(src));
+  }
+  for (auto& t : tiers_) {
+    if (t->opt.durable) add(*t, ChunkSource::kDurable);
+  }
+  return r;
+}
+
+namespace {
+
+// A whole raw chunk read straight into `dst`: its header into a small buffer, its payload into
+// the destination, then verified in place. nullopt: the stored chunk is compressed or does not
+// describe this chunk; the general path decodes it (or reports what is wrong).
+std::optional<Status> ReadWholeRawChunk(ObjectStore& store, const std::string& key,
+                                        const ChunkId& id, uint64_t size, char* dst) {
+  char header[kChunkHeaderSize];
+  const std::span<char> parts[] = {std::span<char>(header, sizeof header),
+                                   std::span<char>(dst, size)};
+  Result<uint64_t> n = store.GetParts(key, 0, parts);
+  if (!n.ok()) return n.status();
+  if (*n < kChunkHeaderSize) return std::nullopt;
+  Result<ChunkHeader> h = ParseChunkHeader(std::string_view(header, kChunkHeaderSize));
+  if (!h.ok() || h->codec != Codec::kNone || h->raw_length != size || h->checksum != id) {
+    return std::nullopt;
+  }
+  if (*n != kChunkHeaderSize + size || HashChunk(std::string_view(dst, size)) != id) {
+    return DataLoss("corrupt chunk " + id.ToHex() + ": content does not match its id");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ChunkSource> ChunkStore::ChunkReader::ReadInto(const ChunkId& id, uint64_t size,
+                                                      std::span<const ChunkCopy> copies,
+                                                      uint64_t* corrupt) {
+  const std::string key = ChunkKey(id);
+  const bool whole = copies.size() == 1 && copies[0].src_offset == 0 && copies[0].length == size;
+  std::string why;
+  bool damaged = false;
+  for (auto& src : sources_) {
+    if (src->dead.load()) continue;
+    // A peer that fails for anything but a missing chunk, or serves garbage, is dropped.
+    auto failed = [&](const Status& s) {
+      if (s.code() == StatusCode::kDataLoss) {
+        damaged = true;
+        if (corrupt != nullptr) ++*corrupt;
+      }
+      why += "; " + src->name + ": " + s.message();
+      if (src->kind == ChunkSource::kPeer && s.code() != StatusCode::kNotFound) {
+        src->dead.store(true);
+      }
+    };
+    std::optional<Status> direct;
+    if (whole && src->raw_copies)
+      direct = ReadWholeRawChunk(*src->store, key, id, size, copies[0].dst);
+    if (direct.has_value()) {
+      if (!direct->ok()) {
+        failed(*direct);
+        continue;
+      }
+      return src->kind;
+    }
+    Result<std::string> stored = src->store->Get(key);
+    if (!stored.ok()) {
+      failed(stored.status());
+      continue;
+    }
+    Status s;
+    if (whole) {
+      s = DecodeChunkInto(*stored, id, copies[0].dst, size);
+    } else {
+      Result<std::string> raw = DecodeChunk(*stored, id);
+      if (raw.ok() && raw->size() != size) {
+        raw = DataLoss("corrupt chunk " + id.ToHex() + ": size differs from the manifest");
+      }
+      if (raw.ok()) {
+        for (const ChunkCopy& c : copies) std::memcpy(c.dst, raw->data() + c.src_offset, c.length);
+      }
+      s = raw.status();
+    }
+    if (!s.ok()) {
+      failed(s.code() == StatusCode::kDataLoss ? s : DataLoss(s.message()));
+      continue;
+    }
+    return src->kind;
+  }
+  const std::string what = "chunk " + id.ToHex() + " is missing or corrupt in every source" + why;
+  return damaged ? DataLoss(what) : NotFound(what);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -680,9 +957,9 @@ Result<std::string> ChunkStore::GetBlob(std::string_view name) {
     Result<std::string> data = GetChunk(c.id);
     if (!data.ok()) return data.status().WithContext("blob '" + m.name + "'");
     if (data->size() != c.size) {
-      return IoError("blob '" + m.name + "': chunk " + c.id.ToHex() + " has " +
-                     std::to_string(data->size()) + " bytes, manifest says " +
-                     std::to_string(c.size));
+      return DataLoss("blob '" + m.name + "': chunk " + c.id.ToHex() + " has " +
+                      std::to_string(data->size()) + " bytes, manifest says " +
+                      std::to_string(c.size));
     }
     out += *data;
   }
@@ -706,20 +983,44 @@ Status ChunkStore::DeleteBlob(std::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // GC and verification
 
+Status ChunkStore::DeclareRootKind(std::string_view kind) {
+  if (kind.empty() || kind.find('/') != std::string_view::npos) {
+    return InvalidArgument("root kind '" + std::string(kind) + "': want one key segment");
+  }
+  ObjectStore& ms = *tiers_[ManifestTier()]->store;
+  const std::string key = std::string(kRootKindPrefix) + std::string(kind);
+  Result<ObjectInfo> h = ms.Head(key);
+  if (h.ok()) return Status::Ok();
+  if (h.status().code() != StatusCode::kNotFound) return h.status().WithContext("declare roots");
+  return ms.Put(key, std::string(kind) + "\n");
+}
+
 Result<GcReport> ChunkStore::CollectGarbage() {
   std::lock_guard<std::mutex> gc(gc_mu_);
   GcReport report;
-  // Mark. Any unreadable manifest stops the GC: sweeping with an incomplete mark set would
-  // delete live chunks.
+  // Mark. Any unreadable root stops the GC: sweeping with an incomplete mark set would delete
+  // live chunks.
   std::unordered_set<ChunkId, ChunkIdHash> live;
   ObjectStore& ms = *tiers_[ManifestTier()]->store;
-  // Checkpoints (src/ckpt) keep their chunks in this layout too, referenced from manifests this
-  // store cannot read: sweeping here would delete them. Their GC marks both kinds.
-  GANTRY_ASSIGN_OR_RETURN(ListPage checkpoints, ms.List("ckpt/", "", 1));
-  if (!checkpoints.objects.empty()) {
-    return FailedPrecondition("gc: " + ms.url() +
-                              " holds checkpoints (ckpt/); collect with `gantry ckpt gc`, which "
-                              "also keeps the chunk store's blobs (nothing deleted)");
+  // Every kind of root this namespace declares must have a provider here: a process that cannot
+  // read a kind's roots cannot tell its live chunks from garbage.
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> declared, ms.ListAll(kRootKindPrefix));
+  std::set<std::string> kinds;
+  for (const std::string& k : RegisteredRootKinds()) kinds.insert(k);
+  for (const ObjectInfo& o : declared) {
+    const std::string kind = o.key.substr(kRootKindPrefix.size());
+    if (kinds.count(kind) == 0) {
+      return FailedPrecondition("gc: " + ms.url() + " holds roots of kind '" + kind +
+                                "', which this program cannot read (nothing deleted); collect "
+                                "with a program that registers them (gantry)");
+    }
+  }
+  for (const std::string& kind : kinds) {
+    std::shared_ptr<RootProvider> provider = FindRootProvider(kind);
+    if (provider == nullptr) continue;  // unregistered meanwhile
+    Status s = provider->MarkLive(ms, [&](const ChunkId& id) { live.insert(id); });
+    if (!s.ok()) return s.WithContext("gc: roots of kind '" + kind + "' (nothing deleted)");
+    report.kinds.push_back(kind);
   }
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> manifests, ms.ListAll(kManifestPrefix));
   for (const ObjectInfo& o : manifests) {
@@ -735,7 +1036,7 @@ Result<GcReport> ChunkStore::CollectGarbage() {
   }
   report.referenced_chunks = live.size();
   // Sweep, one tier at a time under its lock (other processes' eviction and GC wait).
-  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  const int64_t now = clock_->Now();
   const int64_t grace = options_.gc_grace_seconds;
   for (size_t i = 0; i < tiers_.size(); ++i) {
     Tier& t = *tiers_[i];
@@ -769,6 +1070,35 @@ Result<GcReport> ChunkStore::CollectGarbage() {
 
 Result<VerifyReport> ChunkStore::Verify(bool repair) {
   VerifyReport report;
+  // A chunk a blob needs and no tier holds is damage too: the blob can no longer be read.
+  {
+    ObjectStore& ms = *tiers_[ManifestTier()]->store;
+    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> manifests, ms.ListAll(kManifestPrefix));
+    std::unordered_set<ChunkId, ChunkIdHash> seen;
+    for (const ObjectInfo& o : manifests) {
+      Result<std::string> json = ms.Get(o.key);
+      if (!json.ok() && json.status().code() == StatusCode::kNotFound) continue;
+      Result<Manifest> m =
+          json.ok() ? Manifest::FromJson(*json, o.key) : Result<Manifest>(json.status());
+      if (!m.ok()) {
+        report.errors.push_back(m.status().ToString());
+        ++report.missing;  // an unreadable manifest loses its blob as surely
+        continue;
+      }
+      for (const ManifestChunk& c : m->chunks) {
+        if (!seen.insert(c.id).second) continue;
+        bool found = false;
+        for (size_t i = 0; i < tiers_.size() && !found; ++i) {
+          found = tiers_[i]->store->Head(ChunkKey(c.id)).ok();
+        }
+        if (!found) {
+          ++report.missing;
+          report.errors.push_back("blob '" + m->name + "': chunk " + c.id.ToHex() +
+                                  " is missing from every tier");
+        }
+      }
+    }
+  }
   for (size_t i = 0; i < tiers_.size(); ++i) {
     Tier& t = *tiers_[i];
     GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, t.store->ListAll(kChunkPrefix));

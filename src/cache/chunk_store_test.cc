@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "gantry/cache/roots.h"
 #include "gantry/storage/faulty_store.h"
 
 namespace gantry {
@@ -150,7 +151,7 @@ TEST_F(ChunkStoreTest, FlippedBitInLocalTierIsDetectedAndRepaired) {
             std::string::npos);
 }
 
-TEST_F(ChunkStoreTest, CorruptInEveryTierIsAnIoErrorNamingTheTiers) {
+TEST_F(ChunkStoreTest, CorruptInEveryTierIsDataLossNamingTheTiers) {
   ChunkStoreOptions o = ThreeTiers();
   o.tiers.erase(o.tiers.begin());
   auto cs = Open(std::move(o));
@@ -163,7 +164,7 @@ TEST_F(ChunkStoreTest, CorruptInEveryTierIsAnIoErrorNamingTheTiers) {
   }
   Result<std::string> back = cs->GetChunk(id);
   ASSERT_FALSE(back.ok());
-  EXPECT_EQ(back.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(back.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(back.status().message().find("corrupt chunk " + id.ToHex() + " in tier local, remote"),
             std::string::npos)
       << back.status().message();
@@ -246,7 +247,7 @@ TEST_F(ChunkStoreTest, FullDurableTierIsAClearError) {
   ASSERT_TRUE(cs->PutChunk(RandomBytes(1000, 41)).ok());
   Result<ChunkId> third = cs->PutChunk(RandomBytes(1000, 42));
   ASSERT_FALSE(third.ok());
-  EXPECT_EQ(third.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(third.status().message().find("tier 'disk' is full"), std::string::npos)
       << third.status().message();
   EXPECT_EQ(cs->Stats().tiers[0].evictions, 0u);  // the only copies were kept
@@ -435,18 +436,198 @@ TEST_F(ChunkStoreTest, GcStopsOnAnUnreadableManifestWithoutDeleting) {
   EXPECT_NE(r.status().message().find("manifests/broken"), std::string::npos);
 }
 
-TEST_F(ChunkStoreTest, GcRefusesARootHoldingCheckpoints) {
+TEST_F(ChunkStoreTest, GcRefusesARootKindThisProcessCannotRead) {
   ChunkStoreOptions o = ThreeTiers();
   o.gc_grace_seconds = 0;
   auto cs = Open(std::move(o));
   Result<ChunkId> orphan = cs->PutChunk(RandomBytes(100, 95));  // referenced by no blob
   ASSERT_TRUE(orphan.ok());
-  fs::create_directories(root_ + "/remote/ckpt/job/000000000001");
-  std::ofstream(root_ + "/remote/ckpt/job/000000000001/manifest.json") << "{}";
+  ASSERT_TRUE(cs->DeclareRootKind("no-provider-here").ok());
+  ASSERT_TRUE(cs->DeclareRootKind("no-provider-here").ok());  // idempotent
   Result<GcReport> r = cs->CollectGarbage();
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("gantry ckpt gc"), std::string::npos);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("'no-provider-here'"), std::string::npos);
+  EXPECT_NE(r.status().message().find("nothing deleted"), std::string::npos);
   EXPECT_TRUE(fs::exists(PathOf("remote", *orphan)));
+}
+
+// A user of the namespace whose roots are plain text files "<prefix>/<name>" listing chunk ids.
+class ListRoots : public RootProvider {
+ public:
+  Status MarkLive(ObjectStore& store, const std::function<void(const ChunkId&)>& mark) override {
+    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objs, store.ListAll("test-roots/"));
+    for (const ObjectInfo& o : objs) {
+      GANTRY_ASSIGN_OR_RETURN(std::string text, store.Get(o.key));
+      for (size_t at = 0; at + 32 <= text.size(); at += 33) {
+        GANTRY_ASSIGN_OR_RETURN(ChunkId id, ChunkId::FromHex(text.substr(at, 32)));
+        mark(id);
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+TEST_F(ChunkStoreTest, GcMarksFromEveryRegisteredRootKind) {
+  RegisterRootProvider("test-list", std::make_shared<ListRoots>());
+  ChunkStoreOptions o = ThreeTiers();
+  o.gc_grace_seconds = 0;
+  auto cs = Open(std::move(o));
+  ASSERT_TRUE(cs->DeclareRootKind("test-list").ok());
+  ChunkId kept = *cs->PutChunk(RandomBytes(300, 97));
+  ChunkId gone = *cs->PutChunk(RandomBytes(300, 98));
+  ASSERT_TRUE(cs->root_store().Put("test-roots/a", kept.ToHex() + "\n").ok());
+  Result<GcReport> r = cs->CollectGarbage();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(std::find(r->kinds.begin(), r->kinds.end(), "test-list"), r->kinds.end());
+  EXPECT_TRUE(fs::exists(PathOf("remote", kept)));
+  EXPECT_FALSE(fs::exists(PathOf("remote", gone)));
+  EXPECT_EQ(*cs->GetChunk(kept), RandomBytes(300, 97));
+  // A root that cannot be read stops the GC before anything is deleted.
+  ChunkId young = *cs->PutChunk(RandomBytes(300, 99));
+  ASSERT_TRUE(cs->root_store().Put("test-roots/b", "not hex at all, 32 characters ok").ok());
+  r = cs->CollectGarbage();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nothing deleted"), std::string::npos);
+  EXPECT_TRUE(fs::exists(PathOf("remote", young)));
+  ASSERT_TRUE(cs->root_store().Delete("test-roots/b").ok());
+}
+
+TEST_F(ChunkStoreTest, GcGracePeriodRunsOnTheInjectedClock) {
+  SimulatedClock clock(RealClock().Now());
+  ChunkStoreOptions o = ThreeTiers();
+  o.gc_grace_seconds = 3600;
+  o.clock = &clock;
+  auto cs = Open(std::move(o));
+  ChunkId orphan = *cs->PutChunk(RandomBytes(400, 100));
+  Result<GcReport> r = cs->CollectGarbage();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->deleted_chunks, 0u);
+  EXPECT_EQ(r->kept_young, 3u);
+  clock.AdvanceMillis(3599 * 1000);  // still young, an hour of simulated time later (almost)
+  r = cs->CollectGarbage();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->deleted_chunks, 0u);
+  clock.AdvanceMillis(5 * 1000);
+  r = cs->CollectGarbage();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->deleted_chunks, 3u);
+  EXPECT_FALSE(fs::exists(PathOf("remote", orphan)));
+}
+
+// Wraps a store and fails every chunk put with one status code (what another backend says when
+// it is full, forbidden, or broken).
+class CodeStore final : public ObjectStore {
+ public:
+  CodeStore(std::unique_ptr<ObjectStore> inner, StatusCode code)
+      : inner_(std::move(inner)), code_(code) {}
+  std::string_view backend() const override { return inner_->backend(); }
+  std::string url() const override { return inner_->url(); }
+  bool SupportsCreateIfAbsent() const override { return inner_->SupportsCreateIfAbsent(); }
+  Status Put(std::string_view key, std::string_view data, const PutOptions& o) override {
+    if (key.starts_with(kChunkPrefix)) return Status(code_, "injected");
+    return inner_->Put(key, data, o);
+  }
+  using ObjectStore::Put;
+  Result<std::string> Get(std::string_view key) override { return inner_->Get(key); }
+  Result<std::string> GetRange(std::string_view key, uint64_t off, uint64_t len) override {
+    return inner_->GetRange(key, off, len);
+  }
+  Result<ObjectInfo> Head(std::string_view key) override { return inner_->Head(key); }
+  Result<ListPage> List(std::string_view prefix, std::string_view token, int max) override {
+    return inner_->List(prefix, token, max);
+  }
+  Status Delete(std::string_view key) override { return inner_->Delete(key); }
+
+ private:
+  std::unique_ptr<ObjectStore> inner_;
+  StatusCode code_;
+};
+
+TEST_F(ChunkStoreTest, OnlyAFullCacheTierIsSkippedEveryOtherErrorFailsTheWrite) {
+  for (StatusCode code : {StatusCode::kResourceExhausted, StatusCode::kPermissionDenied,
+                          StatusCode::kIoError, StatusCode::kFailedPrecondition}) {
+    ChunkStoreOptions o = ThreeTiers();
+    o.tiers[1].store =
+        std::make_shared<CodeStore>(OpenObjectStore(o.tiers[1].url, {}).value(), code);
+    auto cs = Open(std::move(o));
+    const std::string data = RandomBytes(500, 110 + static_cast<int>(code));
+    Result<ChunkId> id = cs->PutChunk(data);
+    if (code == StatusCode::kResourceExhausted) {
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      EXPECT_EQ(*cs->GetChunk(*id), data);
+      EXPECT_NE(cs->PrometheusText().find("gantry_cache_full_skips_total{tier=\"local\"} 1"),
+                std::string::npos);
+    } else {
+      ASSERT_FALSE(id.ok()) << static_cast<int>(code);
+      EXPECT_EQ(id.status().code(), code) << id.status().ToString();
+    }
+  }
+}
+
+TEST_F(ChunkStoreTest, OverlappingTiersAreRefusedHoweverSpelled) {
+  fs::create_directories(root_ + "/x/sub");
+  fs::create_symlink(root_ + "/x", root_ + "/link");
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"file://" + root_ + "/x", "file://" + root_ + "/x/"},
+      {"file://" + root_ + "/x", "file://" + root_ + "/x/sub/../"},
+      {"file://" + root_ + "/x", "file://" + root_ + "/link"},
+      {"file://" + root_ + "/x/sub", "file://" + root_ + "/link"},
+      {"file://" + root_ + "/x", "file://" + root_ + "/x/sub"},
+  };
+  for (const auto& [a, b] : pairs) {
+    ChunkStoreOptions o;
+    o.tiers.resize(2);
+    o.tiers[0].name = "cache";
+    o.tiers[0].url = a;
+    o.tiers[0].capacity_bytes = 9 << 20;
+    o.tiers[1].name = "disk";
+    o.tiers[1].url = b;
+    o.tiers[1].durable = true;
+    Result<std::unique_ptr<ChunkStore>> cs = ChunkStore::Open(std::move(o));
+    ASSERT_FALSE(cs.ok()) << a << " vs " << b;
+    EXPECT_EQ(cs.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(cs.status().message().find("'cache'"), std::string::npos);
+    EXPECT_NE(cs.status().message().find("'disk'"), std::string::npos);
+  }
+  ChunkStoreOptions ok;
+  ok.tiers.resize(2);
+  ok.tiers[0].name = "cache";
+  ok.tiers[0].url = "file://" + root_ + "/x/sub";
+  ok.tiers[1].name = "disk";
+  ok.tiers[1].url = "file://" + root_ + "/y";
+  ok.tiers[1].durable = true;
+  EXPECT_TRUE(ChunkStore::Open(std::move(ok)).ok());
+}
+
+TEST_F(ChunkStoreTest, DropCopyNeedsProofOfADurableCopy) {
+  auto cs = Open(ThreeTiers());
+  ChunkId id = *cs->PutChunk(RandomBytes(700, 120));
+  fs::remove(PathOf("remote", id));
+  Status s = cs->DropCopy(1, id);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(fs::exists(PathOf("local", id)));
+  ASSERT_TRUE(cs->PutChunk(RandomBytes(700, 120)).ok());
+  EXPECT_TRUE(cs->DropCopy(1, id).ok());
+  EXPECT_FALSE(fs::exists(PathOf("local", id)));
+}
+
+TEST_F(ChunkStoreTest, VerifyCountsAChunkMissingFromEveryTierAsDamage) {
+  auto cs = Open(ThreeTiers());
+  const std::string data = RandomBytes(2500, 121);
+  Manifest m = *cs->PutBlob("three-chunks", data);
+  const ChunkId lost = m.chunks[1].id;
+  fs::remove(PathOf("local", lost));
+  fs::remove(PathOf("remote", lost));
+  auto mem = OpenObjectStore(mem_url_, {}).value();
+  ASSERT_TRUE(mem->Delete(ChunkKey(lost)).ok());
+  Result<VerifyReport> r = cs->Verify(/*repair=*/false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->corrupt, 0u);
+  EXPECT_EQ(r->missing, 1u);
+  ASSERT_EQ(r->errors.size(), 1u);
+  EXPECT_NE(r->errors[0].find(lost.ToHex()), std::string::npos);
+  EXPECT_NE(r->errors[0].find("three-chunks"), std::string::npos);
 }
 
 TEST_F(ChunkStoreTest, GcSparesChunksOfAWriterThatHasNotWrittenItsManifest) {

@@ -93,7 +93,7 @@ TEST(Chunk, EveryFlippedBitIsDetected) {
         bad[pos] = static_cast<char>(bad[pos] ^ (1 << bit));
         Result<std::string> got = DecodeChunk(bad, id);
         ASSERT_FALSE(got.ok()) << CodecName(codec) << " byte " << pos << " bit " << bit;
-        EXPECT_EQ(got.status().code(), StatusCode::kIoError);
+        EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
         EXPECT_NE(got.status().message().find("corrupt chunk " + id.ToHex()), std::string::npos);
       }
     }

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/test_support.h"
+#include "gantry/cache/chunk_store.h"
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
 
@@ -490,7 +491,12 @@ TEST(CheckpointTest, MissingRankNeverCommits) {
   test_support::TempDir dir("gantry-ckpt-test");
   EngineOptions o = Options(dir);
   o.world_size = 2;
-  o.commit_timeout_ms = 300;
+  // Ten minutes of simulated time: rank 0's polls advance the clock instead of sleeping.
+  SimulatedClock clock(RealClock().Now());
+  const int64_t started_ms = clock.NowMillis();
+  o.clock = &clock;
+  o.commit_timeout_ms = 10 * 60 * 1000;
+  const auto wall = std::chrono::steady_clock::now();
   auto e = MustOpen(o);
   std::vector<float> a = Values(10, 1);
   auto h = e->Save(std::vector<SaveTensor>{Tensor("a", a, {10})}, At(1));
@@ -501,6 +507,158 @@ TEST(CheckpointTest, MissingRankNeverCommits) {
   EXPECT_NE(s.message().find("only 1 of 2 ranks wrote their part"), std::string::npos)
       << s.message();
   EXPECT_EQ(e->LatestStep().status().code(), StatusCode::kNotFound);
+  EXPECT_GE(clock.NowMillis() - started_ms, o.commit_timeout_ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - wall, std::chrono::seconds(60));
+}
+
+// The grace rule on simulated time: an unfinished save (a part without a manifest) and its
+// chunks survive GC until they are older than the grace period, then go.
+TEST(CheckpointTest, GcGracePeriodOnASimulatedClock) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  SimulatedClock clock(RealClock().Now());
+  EngineOptions o = Options(dir);
+  o.clock = &clock;
+  o.gc_grace_seconds = 3600;
+  std::vector<float> a = Values(20000, 1);
+  {
+    auto e = MustOpen(o);
+    ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})}, At(1)))->Wait().ok());
+  }
+  // A second rank-of-two save that never commits (the other rank is missing): its part and
+  // chunks stay behind.
+  EngineOptions two = o;
+  two.world_size = 2;
+  two.local_url = dir.sub("local-two");
+  two.commit_timeout_ms = 1000;
+  std::vector<float> b = Values(20000, 2);
+  {
+    auto e = MustOpen(two);
+    EXPECT_FALSE((*e->Save(std::vector<SaveTensor>{Tensor("b", b, {20000})}, At(2)))->Wait().ok());
+  }
+  auto e = MustOpen(o);
+  auto gc = e->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  EXPECT_TRUE(gc->removed_steps.empty());
+  EXPECT_EQ(gc->deleted_chunks, 0u);
+  auto unfinished = [&] {
+    auto list = e->List();
+    EXPECT_TRUE(list.ok());
+    return list.ok() && list->size() == 2 && !(*list)[1].committed && (*list)[1].step == 2;
+  };
+  EXPECT_TRUE(unfinished());
+  clock.AdvanceMillis(3599 * 1000);
+  gc = e->CollectGarbage();
+  ASSERT_TRUE(gc.ok());
+  EXPECT_TRUE(gc->removed_steps.empty());
+  EXPECT_EQ(gc->deleted_chunks, 0u);
+  EXPECT_TRUE(unfinished());
+  clock.AdvanceMillis(10 * 1000);
+  gc = e->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  EXPECT_EQ(gc->removed_steps, (std::vector<int64_t>{2}));
+  EXPECT_GT(gc->deleted_chunks, 0u);
+  std::vector<float> back(20000);
+  auto m = e->ReadManifest(1);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {20000})}).ok());
+  EXPECT_EQ(back, a);
+}
+
+// Two processes saving the same step of the same job (here two engines, each with its own local
+// tier) were both told "saved" while one's data was dropped. The manifest is now created, never
+// replaced: exactly one save succeeds, the other fails with AlreadyExists, and the step holds
+// the winner's data. The same data saved twice is no conflict (a relaunch redoing a commit).
+TEST(CheckpointTest, TwoWritersOfTheSameStepAreNeverBothToldSaved) {
+  for (int round = 0; round < 5; ++round) {
+    test_support::TempDir dir("gantry-ckpt-test");
+    EngineOptions o = Options(dir);
+    EngineOptions o2 = o;
+    o2.local_url = dir.sub("local2");
+    auto a = MustOpen(o);
+    auto b = MustOpen(o2);
+    const int64_t n = 50000;
+    std::vector<float> va = Values(n, 1), vb = Values(n, 2), v5 = Values(n, 5);
+    ASSERT_TRUE((*a->Save(std::vector<SaveTensor>{Tensor("w", v5, {n})}, At(5)))->Wait().ok());
+    auto ha = a->Save(std::vector<SaveTensor>{Tensor("w", va, {n})}, At(7));
+    auto hb = b->Save(std::vector<SaveTensor>{Tensor("w", vb, {n})}, At(7));
+    ASSERT_TRUE(ha.ok() && hb.ok());
+    Status sa = (*ha)->Wait(), sb = (*hb)->Wait();
+    ASSERT_NE(sa.ok(), sb.ok()) << "round " << round << ": " << sa.ToString() << " / "
+                                << sb.ToString();
+    const Status& lost = sa.ok() ? sb : sa;
+    EXPECT_EQ(lost.code(), StatusCode::kAlreadyExists) << lost.ToString();
+    EXPECT_NE(lost.message().find("with different data"), std::string::npos) << lost.message();
+    auto m = a->ReadManifest(7);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<float> back(n);
+    ASSERT_TRUE(a->Restore(*m, std::vector<RestoreTarget>{Target("w", back, {n})}).ok());
+    EXPECT_EQ(back, sa.ok() ? va : vb);
+
+    // A relaunch that finds the pointer older than the newest commit (its writer died between
+    // manifest and `latest`) and saves the winner's data again: the same commit, no error.
+    ASSERT_TRUE(a->durable().Put(LatestKey("test"), "5\n").ok());
+    EngineOptions o3 = o;
+    o3.local_url = dir.sub("local3");
+    auto c = MustOpen(o3);
+    std::vector<float> same = sa.ok() ? va : vb;
+    Status sc = (*c->Save(std::vector<SaveTensor>{Tensor("w", same, {n})}, At(7)))->Wait();
+    EXPECT_TRUE(sc.ok()) << sc.ToString();
+  }
+}
+
+// Hostile testing found Checkpointer(root, local=root) silently losing older steps: keep_local
+// cleanup deleted chunks whose only copy was the root's. Overlapping tiers are refused.
+TEST(CheckpointTest, ALocalTierOverlappingTheRootIsRefused) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  const std::string root = dir.sub("root");
+  fs::create_directories(root + "/nested");
+  fs::create_symlink(root, dir.sub("alias"));
+  for (const std::string& local : {root, root + "/", root + "/nested/..", "file://" + root,
+                                   root + "/nested", dir.sub("alias")}) {
+    EngineOptions o = Options(dir);
+    o.durable_url = root;
+    o.local_url = local;
+    auto e = CheckpointEngine::Open(o);
+    ASSERT_FALSE(e.ok()) << local;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument) << e.status().message();
+    EXPECT_NE(e.status().message().find("overlap"), std::string::npos) << e.status().message();
+    EXPECT_NE(e.status().message().find(root), std::string::npos) << e.status().message();
+  }
+}
+
+// After restarts (or crashes) the local tier kept the chunks of every process's last
+// keep_local saves: about ten times what keep_local=2 should keep. Each restart's first commit
+// now sweeps the leftovers older than the grace period, after proof of a durable copy.
+TEST(CheckpointTest, LeftoversOfEarlierProcessesAreSweptFromTheLocalTier) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  SimulatedClock clock(RealClock().Now());
+  EngineOptions o = Options(dir);
+  o.keep_local = 2;
+  o.clock = &clock;
+  const int64_t n = 64 * 1024;  // four chunks per save, all changing every step
+  int64_t step = 0;
+  for (int restart = 0; restart < 5; ++restart) {
+    auto e = MustOpen(o);
+    for (int i = 0; i < 2; ++i) {
+      ++step;
+      std::vector<float> v = Values(n, static_cast<float>(step));
+      ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", v, {n})}, At(step)))->Wait().ok());
+    }
+    clock.AdvanceMillis(2 * 3600 * 1000);  // the next process starts well past the grace period
+  }
+  size_t local_chunks = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.sub("local") + "/chunks")) {
+    if (entry.is_regular_file()) ++local_chunks;
+  }
+  EXPECT_EQ(local_chunks, 2u * 4u);  // the newest two saves' chunks, nothing else
+  auto e = MustOpen(o);
+  for (int64_t s = 1; s <= step; ++s) {
+    auto m = e->ReadManifest(s);
+    ASSERT_TRUE(m.ok()) << s;
+    std::vector<float> back(n);
+    ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {n})}).ok()) << s;
+    EXPECT_EQ(back, Values(n, static_cast<float>(s))) << s;
+  }
 }
 
 TEST(CheckpointTest, WorksWithoutLocalTierAndOnMemoryStore) {
@@ -716,6 +874,85 @@ TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {
   }
   ASSERT_TRUE(e->Remove(30).ok());
   EXPECT_EQ(*e->LatestStep(), 25);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One chunk namespace, two users at once: a `gantry cache gc`-style chunk store GC in another
+// process loops over the same tiers while this one saves (with retention), and no committed
+// checkpoint ever loses a chunk.
+
+TEST(CheckpointConcurrencyTest, ChunkGcInAnotherProcessNeverTakesACommittedCheckpointsChunk) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  EngineOptions o = Options(dir);
+  o.retention.keep_last = 2;
+  o.gc_grace_seconds = 2;
+  (void)CheckpointEngine::Open(o);  // creates both tiers
+  const std::string stop = dir.sub("stop"), deleted_file = dir.sub("deleted");
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ChunkStoreOptions co;
+    co.tiers.resize(2);
+    co.tiers[0].name = "local";
+    co.tiers[0].url = "file://" + dir.sub("local");
+    co.tiers[1].name = "durable";
+    co.tiers[1].url = "file://" + dir.sub("durable");
+    co.tiers[1].durable = true;
+    co.gc_grace_seconds = 2;
+    auto cs = ChunkStore::Open(std::move(co));
+    if (!cs.ok()) _exit(3);
+    uint64_t deleted = 0;
+    while (!fs::exists(stop)) {
+      Result<GcReport> r = (*cs)->CollectGarbage();
+      if (!r.ok()) {
+        std::cerr << "gc: " << r.status().ToString() << "\n";
+        _exit(4);
+      }
+      deleted += r->deleted_chunks;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::ofstream(deleted_file) << deleted;
+    _exit(0);
+  }
+  const int64_t n = 64 * 1024;                       // four chunks per tensor
+  const std::vector<float> fixed = Values(n, 0.5f);  // reused by every save after the first
+  auto e = MustOpen(o);
+  for (int64_t step = 1; step <= 24; ++step) {
+    std::vector<float> moving = Values(n, static_cast<float>(step));
+    auto h =
+        e->Save(std::vector<SaveTensor>{Tensor("fixed", fixed, {n}), Tensor("moving", moving, {n})},
+                At(step));
+    ASSERT_TRUE(h.ok());
+    Status s = (*h)->Wait();
+    ASSERT_TRUE(s.ok()) << "step " << step << ": " << s.message();
+    for (int64_t back = std::max<int64_t>(1, step - 1); back <= step; ++back) {
+      auto v = e->Verify(back);
+      ASSERT_TRUE(v.ok()) << v.status().message();
+      ASSERT_EQ(v->missing + v->corrupt, 0u) << "step " << back << " after saving " << step;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::ofstream(stop) << "";
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  uint64_t deleted = 0;
+  std::ifstream(deleted_file) >> deleted;
+  EXPECT_GT(deleted, 0u) << "the other process's GC never collected anything";
+  auto list = e->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  for (const CheckpointInfo& c : *list) {
+    ASSERT_TRUE(c.committed);
+    auto m = e->ReadManifest(c.step);
+    ASSERT_TRUE(m.ok());
+    std::vector<float> f(n), mv(n);
+    Status s = e->Restore(
+        *m, std::vector<RestoreTarget>{Target("fixed", f, {n}), Target("moving", mv, {n})});
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(f, fixed);
+    EXPECT_EQ(mv, Values(n, static_cast<float>(c.step)));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -74,11 +74,11 @@ struct ChunkHeader {
   uint64_t raw_length = 0;
   ChunkId checksum;
 };
-// Parses and checks the header (magic, version, codec); IoError "corrupt chunk" otherwise.
+// Parses and checks the header (magic, version, codec); DataLoss "corrupt chunk" otherwise.
 Result<ChunkHeader> ParseChunkHeader(std::string_view stored);
 
 // Decodes and verifies: the header's checksum and the hash of the decoded bytes must both equal
-// `id`, and the length must match. Any mismatch is IoError "corrupt chunk <id>: <why>".
+// `id`, and the length must match. Any mismatch is DataLoss "corrupt chunk <id>: <why>".
 // `verify_hash` = false skips hashing the decoded bytes (for tiers that cannot rot: memory);
 // the header is still checked.
 Result<std::string> DecodeChunk(std::string_view stored, const ChunkId& id,

@@ -1,16 +1,26 @@
 // ChunkStore: a content-addressed chunk store spanning ordered tiers (memory -> local dir ->
 // shared dir / S3), each an ObjectStore, with LRU eviction between watermarks, pinning,
 // write-through or write-back, read-through with promotion, verification and repair of rotted
-// copies, blobs described by manifests, and mark-and-sweep garbage collection.
+// copies, blobs described by manifests, a source chain for reads that includes peers' agents,
+// and the one mark-and-sweep garbage collector of the chunk namespace.
+//
+// The store owns the chunk namespace: every user of it (blobs here, checkpoints in src/ckpt,
+// datasets next) reads and writes chunks through it, and tells GC which chunks it references
+// through a RootProvider (gantry/cache/roots.h) instead of GC knowing its key layout. A user
+// that schedules its own tiering (the checkpoint engine writes a whole save to the local tier
+// and then drains it) uses the per-tier calls (PutChunkToTier, CopyChunk, DropCopy); their
+// zero-copy paths (ObjectStore::PutParts/GetParts) are kept inside this API.
 //
 // Invariants (docs/storage.md "Chunk store" explains each mechanism):
-// - Eviction never deletes a tier's copy of a chunk unless a copy exists in a lower tier (one
-//   that is durable, if the evicting tier is), checked with Head on the lower tier, so the only
-//   copy of a chunk that has not reached a durable tier is never dropped.
-// - Garbage collection deletes only chunks that no manifest references, that no writer in this
-//   process has pinned, and that are older than `gc_grace_seconds`. Writers always (re)write a
-//   chunk before the manifest that references it, so a writer in another process that finishes
-//   its blob within the grace period never loses a chunk.
+// - Eviction (and DropCopy) never deletes a tier's copy of a chunk unless a copy exists in a
+//   lower tier (one that is durable, if the evicting tier is), checked with Head on the lower
+//   tier, so the only copy of a chunk that has not reached a durable tier is never dropped.
+//   Tiers that overlap on disk (the same or nested directories, however spelled) are refused
+//   at Open: a Head on the "other" tier would find the very copy being deleted.
+// - Garbage collection deletes only chunks that no root of any registered kind references,
+//   that no writer in this process has pinned, and that are older than `gc_grace_seconds`. Writers
+//   always (re)write a chunk before the manifest that references it, so a writer in another process
+//   that finishes its blob within the grace period never loses a chunk.
 // - Processes sharing a directory tier serialize eviction and GC with flock(2) on a lock file
 //   in the tier directory; chunk puts are atomic in the posix backend, so they need no lock.
 //
@@ -26,12 +36,14 @@
 //   GANTRY_ASSIGN_OR_RETURN(std::string back, cs->GetBlob("ckpt/step-100"));
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -42,6 +54,7 @@
 #include "gantry/cache/chunk.h"
 #include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
+#include "gantry/common/time.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry {
@@ -90,6 +103,14 @@ struct ChunkStoreOptions {
   bool promote_on_read = true;
   // GC never deletes a chunk younger than this. Default: one hour.
   int64_t gc_grace_seconds = 3600;
+  // Peer agents' base URLs ("http://node7:7070"), read-only sources a ChunkReader tries after
+  // the cache tiers and before the durable ones.
+  std::vector<std::string> peers;
+  // Every peer request: connect and total time. A peer that times out is skipped for the rest
+  // of the reader's operation.
+  int peer_timeout_ms = 5000;
+  // "Now" for GC grace periods. Default: the real clock.
+  Clock* clock = nullptr;
   // Where metrics go. Default: a registry owned by the store.
   MetricsRegistry* metrics = nullptr;
   // For opening tier URLs (S3 endpoint, credentials).
@@ -140,7 +161,8 @@ struct ChunkStoreStats {
 };
 
 struct GcReport {
-  uint64_t manifests = 0;
+  uint64_t manifests = 0;          // blob manifests read
+  std::vector<std::string> kinds;  // root kinds marked from (registered providers)
   uint64_t referenced_chunks = 0;
   uint64_t deleted_chunks = 0;  // summed over tiers
   uint64_t deleted_bytes = 0;
@@ -152,7 +174,19 @@ struct VerifyReport {
   uint64_t checked = 0;
   uint64_t corrupt = 0;
   uint64_t repaired = 0;
+  // Chunks a blob manifest references that no tier holds: damage as much as a corrupt copy.
+  uint64_t missing = 0;
   std::vector<std::string> errors;  // one line per copy that could not be repaired
+};
+
+// Where a ChunkReader found a chunk.
+enum class ChunkSource { kCache, kPeer, kDurable };
+
+// Bytes [src_offset, src_offset + length) of a chunk's raw bytes, copied to `dst`.
+struct ChunkCopy {
+  uint64_t src_offset = 0;
+  uint64_t length = 0;
+  char* dst = nullptr;
 };
 
 class ChunkStore {
@@ -225,10 +259,72 @@ class ChunkStore {
   // Waits until write-back has drained everything accepted so far; the first drain error since
   // the last Flush, if any.
   Status Flush();
-  // Mark-and-sweep over every tier (see the class comment).
+
+  // --- Per-tier calls, for users that schedule their own tiering. Tiers are indexed as in
+  // options().tiers. None of them takes a pin: the caller pins what GC must not take.
+  int num_tiers() const { return static_cast<int>(tiers_.size()); }
+  // The first durable tier, else the last one.
+  int durable_tier() const;
+  // The tier holding roots (manifests): the first durable tier, else the last.
+  ObjectStore& root_store() { return *tiers_[ManifestTier()]->store; }
+  // Writes a chunk whose id the caller computed (`id` == HashChunk(raw)) to one tier, making
+  // room first. A tier storing raw chunks gets header and payload without joining them
+  // (PutParts). ResourceExhausted when the tier is full.
+  Status PutChunkToTier(int tier, const ChunkId& id, std::string_view raw);
+  // Copies a chunk from tier `from` to tier `to`, verifying it first: a damaged copy (DataLoss)
+  // must not become the copy of record, where later readers would trust it.
+  Status CopyChunk(int from, int to, const ChunkId& id);
+  // Deletes the tier's copy once a Head on a durable tier below it proves another copy exists;
+  // FailedPrecondition (nothing deleted) without that proof, or if the chunk is pinned (pin
+  // before writing a chunk to a tier that DropCopy may clean). Serialized with eviction and GC.
+  Status DropCopy(int tier, const ChunkId& id);
+  // OK if a durable tier holds the chunk; NotFound (or the Head's error) otherwise.
+  Status HasDurableCopy(const ChunkId& id);
+  // The chunk's raw bytes from one tier, verified (DataLoss if the copy is damaged).
+  Result<std::string> GetChunkFromTier(int tier, const ChunkId& id);
+  // Chunk ids in one tier with their mtimes (listing).
+  Result<std::vector<ObjectInfo>> ListChunks(int tier);
+
+  // One operation's source chain for reads: the cache tiers, then the peers, then the durable
+  // tiers. A peer that fails for anything but a missing chunk, or serves a damaged copy, is
+  // dropped for the rest of the reader's life, so a hung peer costs one timeout, not one per
+  // chunk. Thread-safe; lives no longer than its store.
+  class ChunkReader {
+   public:
+    // Fills `copies` from the chunk of `size` raw bytes. A whole-chunk copy of a raw stored
+    // chunk goes straight into the destination (GetParts: preadv on a directory, the socket on
+    // a peer) and is verified there. `corrupt` counts copies that failed verification. NotFound
+    // / DataLoss naming every source when none has a good copy.
+    Result<ChunkSource> ReadInto(const ChunkId& id, uint64_t size,
+                                 std::span<const ChunkCopy> copies, uint64_t* corrupt);
+
+   private:
+    friend class ChunkStore;
+    struct Source {
+      std::string name;
+      ObjectStore* store = nullptr;
+      std::unique_ptr<ObjectStore> owned;  // peers
+      ChunkSource kind = ChunkSource::kCache;
+      bool raw_copies = true;  // no codec: whole chunks can be read in place
+      bool verify = true;
+      std::atomic<bool> dead{false};
+    };
+    explicit ChunkReader(ChunkStore& store) : store_(store) {}
+    ChunkStore& store_;
+    std::vector<std::unique_ptr<Source>> sources_;
+  };
+  Result<std::unique_ptr<ChunkReader>> NewReader();
+
+  // Records in the root tier that roots of `kind` live in this namespace (idempotent), so a GC
+  // in a process without that kind's provider refuses to sweep instead of deleting its chunks.
+  Status DeclareRootKind(std::string_view kind);
+  // Mark-and-sweep over every tier (see the class comment): marks from the blob manifests and
+  // every registered RootProvider. FailedPrecondition (nothing deleted) if the namespace
+  // declares a root kind with no provider in this process.
   Result<GcReport> CollectGarbage();
   // Reads every chunk of every tier, verifies it, and with `repair` rewrites bad copies from a
-  // good one (or deletes them when a durable good copy exists elsewhere).
+  // good one (or deletes them when a durable good copy exists elsewhere). Chunks that a blob
+  // manifest references and no tier holds are counted as missing.
   Result<VerifyReport> Verify(bool repair);
   // Runs an eviction pass on every tier with a capacity.
   Status EnforceCapacity();
@@ -278,7 +374,7 @@ class ChunkStore {
   // Blocks until none of `ids` awaits the write-back drain; IoError if one never reached the
   // durable tier.
   Status WaitDurable(const std::vector<ChunkId>& ids);
-  // Evicts until `incoming` more bytes fit under the high watermark; FailedPrecondition if the
+  // Evicts until `incoming` more bytes fit under the high watermark; ResourceExhausted if the
   // tier cannot fit them even after evicting everything it may.
   Status MakeRoom(int tier, uint64_t incoming);
   bool HasCopyBelow(int tier, const ChunkId& id);
@@ -288,7 +384,10 @@ class ChunkStore {
   void DrainLoop();
   Status ResyncFromListing(int tier);  // requires the tier's evict_mu (and flock)
 
+  Status CheckTiersDoNotOverlap() const;
+
   ChunkStoreOptions options_;
+  Clock* clock_ = nullptr;
   std::unique_ptr<MetricsRegistry> owned_metrics_;
   MetricsRegistry* metrics_;
   std::vector<std::unique_ptr<Tier>> tiers_;

@@ -1,6 +1,8 @@
 // CheckpointEngine: asynchronous, incremental, multi-rank checkpoints of tensors on the tiered
 // storage of the data layer, restored from the fastest source first (local tier -> peer agents
 // -> durable tier), with resharding of row-sliced tensors, retention and garbage collection.
+// Chunks are stored and fetched only through the chunk store (gantry/cache/chunk_store.h),
+// whose one GC marks checkpoints through the "ckpt" root provider the engine registers.
 //
 // Save is split at the point where the caller may touch its tensors again: Save() copies them
 // into a bounded pool of reused host buffers (one chunk per buffer) and returns; background
@@ -36,6 +38,7 @@
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/manifest.h"
 #include "gantry/common/status.h"
+#include "gantry/common/time.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry::ckpt {
@@ -52,7 +55,8 @@ struct EngineOptions {
   // The checkpoint root: the durable tier, the copy of record ("file:///shared/ckpt",
   // "s3://bucket/prefix", or a path). Required.
   std::string durable_url;
-  // The node-local tier ("/nvme/gantry"); empty: none (chunks go straight to durable).
+  // The node-local tier ("/nvme/gantry"); empty: none (chunks go straight to durable). Must not
+  // overlap the durable root (the same or nested directories): Open refuses it.
   std::string local_url;
   // Peer agents' base URLs ("http://node7:7070"), tried after the local tier on restore.
   std::vector<std::string> peers;
@@ -84,8 +88,12 @@ struct EngineOptions {
   // Every peer request: connect and total time. A peer that times out is skipped for the rest
   // of the restore.
   int peer_timeout_ms = 5000;
-  // GC never deletes a chunk younger than this (protects saves in flight). Default one hour.
+  // GC never deletes a chunk younger than this (protects saves in flight), and the local tier's
+  // cleanup leaves younger leftovers of other processes alone. Default one hour.
   int64_t gc_grace_seconds = 3600;
+  // Time for the commit protocol (polling, commit_timeout_ms) and grace periods. Default: the
+  // real clock; tests pass a SimulatedClock.
+  Clock* clock = nullptr;
   StoreOptions store_options;  // S3 endpoint and credentials
   // Already-open stores used instead of opening durable_url / local_url (tests wrap them in a
   // FaultyStore; an embedding process may share them). The URLs still name them in messages.
@@ -220,6 +228,8 @@ class CheckpointEngine {
 
   // Snapshots `tensors` into the host buffer pool and returns; the rest runs in the background.
   // InvalidArgument for a duplicate name, a bad slice or a step not above the previous save's.
+  // The handle fails with AlreadyExists if another process committed this step with different
+  // data (or saved this rank of it at the same time): no two writers are both told "saved".
   Result<std::shared_ptr<SaveHandle>> Save(std::span<const SaveTensor> tensors,
                                            const SaveOptions& options);
   // Waits for every save in flight to finish; the first save error since the last WaitAll.
@@ -241,7 +251,9 @@ class CheckpointEngine {
   // commit) and parts; chunks go at the next GC.
   Status Remove(int64_t step);
   // Applies `retention` (default: the engine's), removes unfinished saves older than the grace
-  // period, then deletes chunks no checkpoint references from every tier.
+  // period, then runs the chunk store's GC over both tiers: chunks that no root of any
+  // registered kind (checkpoints, the chunk store's blobs, ...) references and that are older
+  // than the grace period go; chunks of saves in flight in this process are pinned.
   Result<CkptGcReport> CollectGarbage(std::optional<Retention> retention = std::nullopt);
   // Reads every chunk of the checkpoint from the durable tier and checks it.
   Result<VerifyCkptReport> Verify(int64_t step, const ProgressFn& progress = nullptr);

@@ -1,0 +1,42 @@
+#include "gantry/cache/roots.h"
+
+#include <map>
+#include <mutex>
+
+namespace gantry {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<RootProvider>, std::less<>> providers;  // guarded by mu
+};
+
+Registry& TheRegistry() {
+  static Registry* r = new Registry;  // never destroyed: providers outlive static destructors
+  return *r;
+}
+
+}  // namespace
+
+void RegisterRootProvider(std::string kind, std::shared_ptr<RootProvider> provider) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.providers[std::move(kind)] = std::move(provider);
+}
+
+std::shared_ptr<RootProvider> FindRootProvider(std::string_view kind) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.providers.find(kind);
+  return it == r.providers.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> RegisteredRootKinds() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> kinds;
+  for (const auto& [k, p] : r.providers) kinds.push_back(k);
+  return kinds;
+}
+
+}  // namespace gantry

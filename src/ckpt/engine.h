@@ -1,0 +1,159 @@
+// The checkpoint engine's private parts, shared by its files: save.cc (the save pipeline:
+// snapshot into host buffers, hash, local write, drain), commit.cc (the multi-rank commit
+// protocol and what a finished save leaves behind), restore.cc (the resharding plan and the
+// parallel fetch), retention.cc (removal, retention, GC roots, verification) and checkpoint.cc
+// (opening, listing, reading manifests).
+//
+// Chunks are stored and fetched only through the engine's ChunkStore, whose tiers are the local
+// tier (if any, index 0) and the durable tier (the checkpoint root, last). The engine decides
+// when a chunk moves (a whole save goes local first, then drains), the store how.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ckpt/buffer_pool.h"
+#include "gantry/cache/chunk_store.h"
+#include "gantry/ckpt/checkpoint.h"
+#include "gantry/common/thread_pool.h"
+#include "gantry/common/time.h"
+
+namespace gantry::ckpt {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Seconds since `start`, for the stats users read (measured, never simulated).
+double SecondsSince(SteadyClock::time_point start);
+
+// Polls `ready` with growing sleeps on `clock` until it returns true, an error, or `timeout_ms`
+// of that clock passes (false).
+Result<bool> PollUntil(Clock& clock, const std::function<Result<bool>()>& ready,
+                       int64_t timeout_ms);
+
+// Parses "ckpt/<job>/<12 digits>/<rest>" into the step and rest; false for other keys.
+bool ParseStepKey(std::string_view key, std::string_view prefix, int64_t* step,
+                  std::string_view* rest);
+
+// Registers the "ckpt" root provider (every checkpoint and part under a root) with the chunk
+// store's GC; idempotent.
+void RegisterCheckpointRoots();
+
+// One chunk write that later chunks with the same content wait for instead of rewriting.
+struct ChunkWrite {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  void Finish(Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    status = std::move(s);
+    cv.notify_all();
+  }
+  Status Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    return status;
+  }
+};
+
+// One chunk of one tensor, snapshotted into a host buffer.
+struct Piece {
+  size_t tensor = 0;
+  size_t chunk = 0;
+  const char* src = nullptr;
+  HostBufferPool::Buffer* buffer = nullptr;
+  char* data = nullptr;
+  uint64_t size = 0;
+};
+
+struct SaveJob {
+  std::shared_ptr<SaveHandle> handle;
+  SaveOptions options;
+  CheckpointManifest part;
+  std::vector<Piece> pieces;
+  SteadyClock::time_point start;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t local_left = 0;                              // guarded by mu
+  size_t durable_left = 0;                            // guarded by mu
+  Status error;                                       // guarded by mu
+  std::vector<std::shared_ptr<ChunkWrite>> borrowed;  // guarded by mu
+  // Chunks in the local tier waiting for the save to be wholly local before draining.
+  std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> to_drain;  // guarded by mu
+  uint64_t chunks_written = 0;                                            // guarded by mu
+  uint64_t bytes_written = 0;                                             // guarded by mu
+  std::vector<ChunkId> written;  // chunks this save made durable; guarded by mu
+  std::vector<ChunkId> reused;   // chunks skipped as already durable; guarded by mu
+  // Chunks this save pinned in the chunk store (GC in this process keeps them until the save
+  // is finished, referenced by its part or not); unpinned by Finish. Guarded by mu.
+  std::vector<ChunkId> pinned;
+
+  void RecordError(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = s;
+    cv.notify_all();
+  }
+};
+
+struct CheckpointEngine::Impl {
+  CheckpointEngine* engine;
+  Clock* clock = nullptr;
+  std::unique_ptr<ChunkStore> chunks;
+  int local_tier = -1;  // -1: no local tier
+  int durable_tier = 0;
+  std::unique_ptr<HostBufferPool> pool;
+  std::unique_ptr<ThreadPool> copy_pool;    // the blocking snapshot copies
+  std::unique_ptr<ThreadPool> io_pool;      // hashing and local writes
+  std::unique_ptr<ThreadPool> drain_pool;   // durable writes
+  std::unique_ptr<ThreadPool> commit_pool;  // one thread: finishes saves in step order
+
+  // One snapshot at a time: concurrent Saves each holding part of the pool while waiting for
+  // more would deadlock (their pieces are only handed to the background after the copy).
+  std::mutex save_mu;
+  std::mutex mu;
+  // Chunks known durable, with the newest step that referenced them; pruned to the last save.
+  std::unordered_map<ChunkId, int64_t, ChunkIdHash> known;                         // guarded by mu
+  std::unordered_map<ChunkId, std::shared_ptr<ChunkWrite>, ChunkIdHash> inflight;  // guarded by mu
+  // Chunk ids of this rank's recent saves, for keep_local (commit thread only).
+  std::deque<std::vector<ChunkId>> local_history;
+  bool local_swept = false;     // leftovers of earlier processes swept (commit thread only)
+  bool roots_declared = false;  // commit thread only
+  int64_t last_step = -1;       // guarded by mu
+  std::vector<std::future<void>> commits;  // guarded by mu
+  Status first_error;                      // since the last WaitAll; guarded by mu
+
+  const EngineOptions& opt() const { return engine->options_; }
+  ObjectStore& durable() { return *engine->durable_; }
+
+  // save.cc
+  void ProcessPiece(const std::shared_ptr<SaveJob>& job, size_t index);
+  void DrainPiece(const std::shared_ptr<SaveJob>& job, const ChunkId& id,
+                  const std::shared_ptr<ChunkWrite>& write, HostBufferPool::Buffer* buffer,
+                  const char* data, uint64_t size);
+  void PieceLocal(const std::shared_ptr<SaveJob>& job);
+  void PieceDurable(const std::shared_ptr<SaveJob>& job);
+  // commit.cc
+  void Finish(const std::shared_ptr<SaveJob>& job);
+  Status Commit(const std::shared_ptr<SaveJob>& job);
+  Status CheckReused(const std::shared_ptr<SaveJob>& job);
+  Status WriteLatest(int64_t step);
+  Status PutManifestOnce(const std::string& key, const CheckpointManifest& merged);
+  // retention.cc
+  Status ApplyRetention(const Retention& r, std::vector<int64_t>* removed);
+  // Drops local copies of chunks that no save among the last keep_local references (after
+  // proof of a durable copy); the first call also sweeps what earlier processes left.
+  void TrimLocal(const std::vector<ChunkId>& ids);
+  void SweepLocalLeftovers();
+};
+
+}  // namespace gantry::ckpt

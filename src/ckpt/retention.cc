@@ -1,0 +1,202 @@
+// Removal, retention, the checkpoint kind's GC roots, the local tier's cleanup and
+// verification. Chunks are collected by the chunk store's one GC, which marks from the roots
+// registered here (every checkpoint and part under a root) and from every other kind.
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "ckpt/engine.h"
+#include "gantry/cache/roots.h"
+
+namespace gantry::ckpt {
+
+namespace {
+
+// The "ckpt" kind's roots: every checkpoint manifest and rank part of every job under the root.
+// A part without a manifest is an unfinished save: its chunks stay until the engine's GC removes
+// the part (older than the grace period).
+class CheckpointRoots final : public RootProvider {
+ public:
+  Status MarkLive(ObjectStore& store, const std::function<void(const ChunkId&)>& mark) override {
+    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store.ListAll("ckpt/"));
+    for (const ObjectInfo& obj : objects) {
+      const bool is_manifest = obj.key.size() > 14 && (obj.key.ends_with("/manifest.json") ||
+                                                       obj.key.find("/rank-") != std::string::npos);
+      if (!is_manifest) continue;
+      Result<std::string> text = store.Get(obj.key);
+      if (!text.ok()) {
+        if (text.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+        return text.status();
+      }
+      GANTRY_ASSIGN_OR_RETURN(CheckpointManifest m, CheckpointManifest::FromJson(*text, obj.key));
+      for (const ChunkId& id : m.ChunkIds()) mark(id);
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+void RegisterCheckpointRoots() {
+  static const bool registered = [] {
+    RegisterRootProvider("ckpt", std::make_shared<CheckpointRoots>());
+    return true;
+  }();
+  (void)registered;
+}
+
+namespace {
+// Programs that link the engine can collect a namespace holding checkpoints (gantry cache gc).
+const bool kRegistered = [] {
+  RegisterCheckpointRoots();
+  return true;
+}();
+}  // namespace
+
+void CheckpointEngine::Impl::TrimLocal(const std::vector<ChunkId>& ids) {
+  if (local_tier < 0) return;
+  local_history.push_back(ids);
+  const size_t keep = static_cast<size_t>(std::max(0, opt().keep_local));
+  while (local_history.size() > keep) {
+    std::vector<ChunkId> old = std::move(local_history.front());
+    local_history.pop_front();
+    std::unordered_set<ChunkId, ChunkIdHash> live;
+    for (const auto& v : local_history) live.insert(v.begin(), v.end());
+    for (const ChunkId& id : old) {
+      if (live.count(id) > 0) continue;
+      // Only with proof of a durable copy; never a chunk a save in flight has pinned (it pins
+      // before writing, so it either keeps the copy or writes it after this delete).
+      (void)chunks->DropCopy(local_tier, id);
+    }
+  }
+  if (!local_swept) {
+    local_swept = true;
+    SweepLocalLeftovers();
+  }
+}
+
+// Saves that crashed, or processes that ended, leave chunks in the local tier that no history
+// of this process names. Those older than the grace period (a save in flight in another
+// process rewrites or touches its chunks well within it) and not among the last keep_local
+// saves of this rank go, each after proof of a durable copy. Best effort: the local tier is a
+// cache, and a failure here must not fail the save that triggered it.
+void CheckpointEngine::Impl::SweepLocalLeftovers() {
+  Result<std::vector<ObjectInfo>> objects = chunks->ListChunks(local_tier);
+  if (!objects.ok()) return;
+  std::unordered_set<ChunkId, ChunkIdHash> keep;
+  for (const auto& v : local_history) keep.insert(v.begin(), v.end());
+  const int64_t cutoff = clock->Now() - opt().gc_grace_seconds;
+  for (const ObjectInfo& o : *objects) {
+    Result<ChunkId> id = ChunkIdFromKey(o.key);
+    if (!id.ok() || keep.count(*id) > 0) continue;
+    if (o.mtime_unix == 0 || o.mtime_unix > cutoff) continue;  // unknown age counts as young
+    (void)chunks->DropCopy(local_tier, *id);
+  }
+}
+
+Status CheckpointEngine::Remove(int64_t step) {
+  const std::string prefix = StepPrefix(options_.job, step);
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_->ListAll(prefix));
+  if (objects.empty()) {
+    return NotFound("no checkpoint at step " + std::to_string(step) + " of job '" + options_.job +
+                    "'");
+  }
+  // The manifest first: from then on the checkpoint does not exist, whatever else happens.
+  GANTRY_RETURN_IF_ERROR(durable_->Delete(ManifestKey(options_.job, step)));
+  for (const ObjectInfo& obj : objects) GANTRY_RETURN_IF_ERROR(durable_->Delete(obj.key));
+  Result<std::string> pointer = durable_->Get(LatestKey(options_.job));
+  if (pointer.ok() && std::strtoll(pointer->c_str(), nullptr, 10) == step) {
+    GANTRY_RETURN_IF_ERROR(durable_->Delete(LatestKey(options_.job)));
+    Result<int64_t> newest = LatestStep();
+    if (newest.ok()) {
+      GANTRY_RETURN_IF_ERROR(
+          durable_->Put(LatestKey(options_.job), std::to_string(*newest) + "\n"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckpointEngine::Impl::ApplyRetention(const Retention& r, std::vector<int64_t>* removed) {
+  if (r.keep_last <= 0) return Status::Ok();
+  GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, engine->List());
+  std::vector<const CheckpointInfo*> committed;
+  for (const CheckpointInfo& c : all) {
+    if (c.committed) committed.push_back(&c);
+  }
+  for (size_t i = 0; i < committed.size(); ++i) {
+    const CheckpointInfo& c = *committed[i];
+    const bool keep = i + static_cast<size_t>(r.keep_last) >= committed.size() ||
+                      (r.keep_every > 0 && c.step % r.keep_every == 0) ||
+                      (r.keep_tagged && !c.tags.empty());
+    if (keep) continue;
+    GANTRY_RETURN_IF_ERROR(engine->Remove(c.step));
+    removed->push_back(c.step);
+  }
+  return Status::Ok();
+}
+
+Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> retention) {
+  CkptGcReport report;
+  GANTRY_RETURN_IF_ERROR(
+      impl_->ApplyRetention(retention.value_or(options_.retention), &report.removed_steps));
+  const int64_t now = impl_->clock->Now();
+  const int64_t grace = options_.gc_grace_seconds;
+  // Unfinished saves older than the grace period will never commit.
+  GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
+  for (const CheckpointInfo& c : all) {
+    if (c.committed) continue;
+    // Older than the grace period (longer than any commit may wait for the other ranks);
+    // an unknown time counts as young.
+    const bool stale = c.created_unix != 0 && c.created_unix < now - grace;
+    if (stale) {
+      GANTRY_RETURN_IF_ERROR(Remove(c.step));
+      report.removed_steps.push_back(c.step);
+    }
+  }
+  // Chunks: the chunk store's one GC marks from every registered kind of root (this engine's
+  // checkpoints and parts, the store's blobs, ...) and spares what saves in flight here pinned.
+  GANTRY_ASSIGN_OR_RETURN(GcReport chunks, impl_->chunks->CollectGarbage());
+  report.referenced_chunks = chunks.referenced_chunks;
+  report.deleted_chunks = chunks.deleted_chunks;
+  report.deleted_bytes = chunks.deleted_bytes;
+  report.kept_young = chunks.kept_young + chunks.kept_pinned;
+  return report;
+}
+
+Result<VerifyCkptReport> CheckpointEngine::Verify(int64_t step, const ProgressFn& progress) {
+  GANTRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(step));
+  std::unordered_map<ChunkId, uint64_t, ChunkIdHash> sizes;
+  uint64_t total = 0;
+  for (const TensorRecord& t : m.tensors) {
+    for (const SliceRecord& s : t.slices) {
+      for (const ChunkRef& c : s.chunks) {
+        if (sizes.emplace(c.id, c.size).second) total += c.size;
+      }
+    }
+  }
+  VerifyCkptReport report;
+  std::mutex mu;
+  ThreadPool pool(std::max(2, options_.io_threads));
+  std::vector<std::future<void>> work;
+  for (const auto& [id, size] : sizes) {
+    work.push_back(pool.Submit([&, id = id, size = size] {
+      Result<std::string> raw = impl_->chunks->GetChunkFromTier(impl_->durable_tier, id);
+      Status s = raw.ok() && raw->size() != size
+                     ? DataLoss("corrupt chunk " + id.ToHex() + ": size differs from the manifest")
+                     : raw.status();
+      std::lock_guard<std::mutex> lock(mu);
+      ++report.chunks;
+      report.bytes += size;
+      if (!s.ok()) {
+        (s.code() == StatusCode::kNotFound ? report.missing : report.corrupt) += 1;
+        report.errors.push_back(s.message());
+      }
+      if (progress) progress(report.bytes, total);
+    }));
+  }
+  for (auto& w : work) w.get();
+  std::sort(report.errors.begin(), report.errors.end());
+  return report;
+}
+
+}  // namespace gantry::ckpt
