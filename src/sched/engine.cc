@@ -203,11 +203,9 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  // Queues a job in phase kUnknown (new) or ended by Down (requeued).
-  void AddPending(JobState& s, Time now) {
+  // Queues a job whose status is fresh: new, or reset by Requeue.
+  [[gnu::always_inline]] void AddPending(JobState& s, Time now) {
     const Job& job = *s.job;
-    s.status = JobStatus();
-    s.placement.clear();
     s.status.phase = JobStatus::Phase::kPending;
     s.status.reason = Reason::kPriority;
     double static_score = 0;
@@ -360,7 +358,10 @@ class Engine::Impl {
       return FailedPrecondition("Requeue(" + std::to_string(j) +
                                 "): only a job ended by a node going down can be requeued");
     }
-    AddPending(state_[j], now);
+    JobState& s = state_[j];
+    s.status = JobStatus();
+    s.placement.clear();
+    AddPending(s, now);
     return Status::Ok();
   }
 
