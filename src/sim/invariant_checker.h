@@ -49,19 +49,21 @@ class InvariantChecker {
   Status OnDown(NodeIndex n, const std::vector<const Job*>& interrupted,
                 const std::vector<Placement>& placements) {
     unavailable_[n] = true;
-    std::vector<std::string> expected, got;
-    for (const auto& [id, nodes] : running_) {
-      if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) expected.push_back(id);
+    std::vector<std::pair<JobIndex, std::string>> expected, got;
+    for (const auto& [index, run] : running_) {
+      if (std::find(run.nodes.begin(), run.nodes.end(), n) != run.nodes.end()) {
+        expected.emplace_back(index, run.id);
+      }
     }
     for (size_t i = 0; i < interrupted.size(); ++i) {
-      got.push_back(interrupted[i]->id);
+      got.emplace_back(interrupted[i]->index, interrupted[i]->id);
       OnFinish(*interrupted[i], placements[i]);
     }
     std::sort(got.begin(), got.end());
     if (expected != got) {
       std::string e, g;
-      for (const auto& x : expected) e += " " + x;
-      for (const auto& x : got) g += " " + x;
+      for (const auto& x : expected) e += " " + x.second;
+      for (const auto& x : got) g += " " + x.second;
       return Internal("node " + cluster_.nodes()[n].name + " went down: jobs running there:" + e +
                       "; the engine ended:" + g);
     }
@@ -120,7 +122,7 @@ class InvariantChecker {
       }
     }
     team_used_[job.team] += job.gpus;
-    running_[job.id] = seen;
+    running_[job.index] = {job.id, seen};
     const int q = teams_[job.team].quota_gpus;
     if (check_quota && q != kNoQuota && team_used_[job.team] > q) {
       return Internal(who + "team " + teams_[job.team].name + " over quota: " +
@@ -146,7 +148,7 @@ class InvariantChecker {
   void OnFinish(const Job& job, const Placement& p) {
     for (const Slot& s : p) used_[s.node] -= s.gpus;
     team_used_[job.team] -= job.gpus;
-    running_.erase(job.id);
+    running_.erase(job.index);
   }
 
  private:
@@ -154,8 +156,12 @@ class InvariantChecker {
   const std::vector<Team>& teams_;
   std::vector<int> used_;
   std::vector<int> team_used_;
-  std::vector<bool> unavailable_;                          // drained or down
-  std::map<std::string, std::vector<NodeIndex>> running_;  // job id -> its nodes
+  std::vector<bool> unavailable_;  // drained or down
+  struct Running {
+    std::string id;
+    std::vector<NodeIndex> nodes;
+  };
+  std::map<JobIndex, Running> running_;  // ordered: Down's expected set comes out sorted
 };
 
 }  // namespace gantry
