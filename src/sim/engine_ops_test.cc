@@ -54,7 +54,7 @@ class Driver {
  public:
   Driver(const Cluster& c, std::vector<Team> teams, const Profile& p,
          const EngineOptions& options = {})
-      : cluster_(c), teams_(std::move(teams)), checker_(c, teams_) {
+      : teams_(std::move(teams)), checker_(c, teams_) {
     auto e = Engine::Create(c, teams_, p, options);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
@@ -80,7 +80,6 @@ class Driver {
   }
 
  private:
-  const Cluster& cluster_;
   std::vector<Team> teams_;
   InvariantChecker checker_;
   std::unique_ptr<Engine> engine_;
