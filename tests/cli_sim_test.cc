@@ -126,6 +126,42 @@ TEST(CliSim, BadInputNamesFileLineAndFieldWithExitCode3) {
   EXPECT_NE(r.output.find("slurm-like"), std::string::npos) << r.output;
 }
 
+// Regression: 250 MB of blank lines aborted the importer with std::bad_alloc (it reserved a Job
+// per newline). Here 24 MB of them under a 1 GiB address-space limit, which that reservation
+// (about 3 GB) exceeds: the run must end with exit 3 and a message. Sanitizer builds reserve
+// terabytes of shadow memory, so the limit cannot apply there.
+TEST(CliSim, BlankLineTraceIsABadInputNotACrash) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "address-space limit does not work under ASan";
+#else
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "address-space limit does not work under ASan";
+#endif
+#endif
+  const fs::path d = TempDir("blank");
+  const fs::path trace = d / "blank.csv";
+  {
+    std::ofstream out(trace, std::ios::binary);
+    const std::string chunk(1 << 20, '\n');
+    for (int i = 0; i < 24; ++i) out << chunk;
+  }
+  const std::string cmd = "/bin/sh -c 'ulimit -v 1048576; exec " + std::string(GANTRY_CLI) +
+                          " sim --cluster " + kCluster + " --trace " + trace.string() +
+                          " --format philly --no-report --out " + (d / "out").string() + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal: " << out;
+  EXPECT_EQ(WEXITSTATUS(status), 3) << out;
+  EXPECT_NE(out.find("blank.csv: empty trace"), std::string::npos) << out;
+#endif
+}
+
 // The acceptance run: the full Philly trace on the Philly cluster with fifo and
 // slurm-like writes the CSV, JSON and HTML report. Skips when ../shared is not beside the repo.
 TEST(CliSim, FullPhillyTraceWritesAllOutputs) {

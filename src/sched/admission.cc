@@ -1,4 +1,4 @@
-// Built-in admission and preemption plugins, and the list of built-in plugin names.
+// Built-in admission and preemption plugins.
 //
 // "quota": each team may hold at most quota_gpus GPUs at once (a hard cap, like Slurm's
 // GrpTRES=gres/gpu=N or a Kueue ClusterQueue's nominal quota without borrowing). Teams without a
@@ -6,7 +6,7 @@
 // admission plugin beside this one.
 #include <climits>
 
-#include "gantry/sched/plugin.h"
+#include "builtin_plugins.h"
 
 namespace gantry {
 namespace {
@@ -40,33 +40,19 @@ class NoPreemption final : public PreemptionPlugin {
 
 }  // namespace
 
-Result<std::unique_ptr<AdmissionPlugin>> CreateAdmissionPlugin(const std::string& name,
-                                                               const PluginArgs& args,
-                                                               const std::vector<Team>& teams) {
-  if (name == "quota") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
-    return std::unique_ptr<AdmissionPlugin>(new QuotaAdmission(teams));
-  }
-  return NotFound("unknown admission plugin '" + name + "' (known: quota)");
+namespace builtin {
+
+Result<std::unique_ptr<AdmissionPlugin>> NewQuota(const PluginArgs& args,
+                                                  const PluginContext& ctx) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<AdmissionPlugin>(new QuotaAdmission(*ctx.teams));
 }
 
-Result<std::unique_ptr<PreemptionPlugin>> CreatePreemptionPlugin(const std::string& name,
-                                                                 const PluginArgs& args) {
-  if (name == "none" || name.empty()) {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
-    return std::unique_ptr<PreemptionPlugin>(new NoPreemption());
-  }
-  return NotFound("unknown preemption plugin '" + name + "' (known: none)");
+Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args,
+                                                          const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<PreemptionPlugin>(new NoPreemption());
 }
 
-std::vector<std::pair<std::string, std::vector<std::string>>> BuiltinPluginNames() {
-  return {
-      {"priority", {"age", "fairshare", "job-size", "qos", "oracle-runtime", "oracle-service"}},
-      {"admission", {"quota"}},
-      {"placement", {"first-fit", "best-fit", "topology"}},
-      {"backfill", {"none", "easy", "conservative"}},
-      {"preemption", {"none"}},
-  };
-}
-
+}  // namespace builtin
 }  // namespace gantry

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "builtin_plugins.h"
+
 namespace gantry {
 namespace {
 
@@ -267,34 +269,39 @@ JobShape ShapeOf(const Job& job) {
   return s;
 }
 
-Result<std::unique_ptr<PlacementPlugin>> CreatePlacementPlugin(const std::string& name,
-                                                               const PluginArgs& args,
-                                                               const Cluster& cluster) {
-  if (name == "first-fit" || name == "best-fit") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
-    if (name == "first-fit") return std::unique_ptr<PlacementPlugin>(new FirstFit());
-    return std::unique_ptr<PlacementPlugin>(new BestFit());
-  }
-  if (name == "topology") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_span_level"}));
-    GANTRY_ASSIGN_OR_RETURN(std::string level, args.String("max_span_level", ""));
-    int index = -1;
-    if (!level.empty()) {
-      const auto& levels = cluster.levels();
-      for (size_t i = 0; i < levels.size(); ++i) {
-        if (levels[i] == level) index = static_cast<int>(i);
-      }
-      if (index < 0) {
-        std::string known;
-        for (const auto& l : levels) known += (known.empty() ? "" : ", ") + l;
-        return InvalidArgument("plugin 'topology': max_span_level '" + level +
-                               "' is not a level of cluster '" + cluster.name() + "' (levels: " +
-                               (known.empty() ? "none, the cluster is flat" : known) + ")");
-      }
-    }
-    return std::unique_ptr<PlacementPlugin>(new Topology(index));
-  }
-  return NotFound("unknown placement plugin '" + name + "' (known: first-fit, best-fit, topology)");
+namespace builtin {
+
+Result<std::unique_ptr<PlacementPlugin>> NewFirstFit(const PluginArgs& args, const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<PlacementPlugin>(new FirstFit());
 }
 
+Result<std::unique_ptr<PlacementPlugin>> NewBestFit(const PluginArgs& args, const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<PlacementPlugin>(new BestFit());
+}
+
+Result<std::unique_ptr<PlacementPlugin>> NewTopology(const PluginArgs& args,
+                                                     const PluginContext& ctx) {
+  const Cluster& cluster = *ctx.cluster;
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_span_level"}));
+  GANTRY_ASSIGN_OR_RETURN(std::string level, args.String("max_span_level", ""));
+  int index = -1;
+  if (!level.empty()) {
+    const auto& levels = cluster.levels();
+    for (size_t i = 0; i < levels.size(); ++i) {
+      if (levels[i] == level) index = static_cast<int>(i);
+    }
+    if (index < 0) {
+      std::string known;
+      for (const auto& l : levels) known += (known.empty() ? "" : ", ") + l;
+      return InvalidArgument("plugin 'topology': max_span_level '" + level +
+                             "' is not a level of cluster '" + cluster.name() + "' (levels: " +
+                             (known.empty() ? "none, the cluster is flat" : known) + ")");
+    }
+  }
+  return std::unique_ptr<PlacementPlugin>(new Topology(index));
+}
+
+}  // namespace builtin
 }  // namespace gantry

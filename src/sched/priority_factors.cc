@@ -5,7 +5,8 @@
 //   job-size   gpus / cluster GPUs (or 1 minus that with favor_small)
 //   qos        min(qos, max_qos) / max_qos
 //   oracle-runtime  -run_time / 1 day: shortest job first. An ORACLE: reads the true run time,
-//                   which no real scheduler knows; for upper-bound comparisons only
+//                   which no real scheduler knows, from the RuntimeOracle (registry.h) only
+//                   the simulator provides; for upper-bound comparisons only
 //   oracle-service  -(gpus * run_time) / 1 GPU-day: smallest service first (Tiresias-style),
 //                   also an oracle. Without preemption a job's remaining service is its whole
 //                   service, so this is also shortest-remaining-service-first.
@@ -13,7 +14,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "gantry/sched/plugin.h"
+#include "builtin_plugins.h"
 
 namespace gantry {
 namespace {
@@ -127,54 +128,80 @@ class QosFactor final : public PriorityFactor {
 
 class OracleFactor final : public PriorityFactor {
  public:
-  explicit OracleFactor(bool by_service) : by_service_(by_service) {}
+  OracleFactor(bool by_service, const RuntimeOracle& oracle)
+      : by_service_(by_service), oracle_(oracle) {}
   std::string_view name() const override {
     return by_service_ ? "oracle-service" : "oracle-runtime";
   }
   double JobValue(const Job& job) const override {
-    const double run = static_cast<double>(job.run_time) / 86400.0;
+    const double run = static_cast<double>(oracle_.TrueRunTime(job)) / 86400.0;
     return by_service_ ? -run * job.gpus : -run;
   }
 
  private:
   bool by_service_;
+  const RuntimeOracle& oracle_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<PriorityFactor>> CreatePriorityFactor(const std::string& name,
-                                                             const PluginArgs& args,
-                                                             const Cluster& cluster,
-                                                             const std::vector<Team>& teams) {
-  std::unique_ptr<PriorityFactor> f;
-  if (name == "age") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_age"}));
-    GANTRY_ASSIGN_OR_RETURN(Duration max_age, args.DurationArg("max_age", 7 * 86400));
-    if (max_age <= 0) return InvalidArgument("plugin 'age': max_age must be positive");
-    f = std::make_unique<AgeFactor>(max_age);
-  } else if (name == "fairshare") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"half_life"}));
-    GANTRY_ASSIGN_OR_RETURN(Duration half_life, args.DurationArg("half_life", 7 * 86400));
-    if (half_life <= 0 || half_life >= kInfiniteTime) {
-      return InvalidArgument("plugin 'fairshare': half_life must be a positive, finite duration");
-    }
-    f = std::make_unique<FairShareFactor>(half_life, teams.size());
-  } else if (name == "job-size") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"favor_small"}));
-    GANTRY_ASSIGN_OR_RETURN(bool favor_small, args.Bool("favor_small", false));
-    f = std::make_unique<JobSizeFactor>(favor_small, cluster.total_gpus());
-  } else if (name == "qos") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_qos"}));
-    GANTRY_ASSIGN_OR_RETURN(int64_t max_qos, args.Integer("max_qos", 3));
-    f = std::make_unique<QosFactor>(static_cast<int>(max_qos));
-  } else if (name == "oracle-runtime" || name == "oracle-service") {
-    GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
-    f = std::make_unique<OracleFactor>(name == "oracle-service");
-  } else {
-    return NotFound("unknown priority factor '" + name +
-                    "' (known: age, fairshare, job-size, qos, oracle-runtime, oracle-service)");
-  }
-  return f;
+namespace builtin {
+
+Result<std::unique_ptr<PriorityFactor>> NewAge(const PluginArgs& args, const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_age"}));
+  GANTRY_ASSIGN_OR_RETURN(Duration max_age, args.DurationArg("max_age", 7 * 86400));
+  if (max_age <= 0) return InvalidArgument("plugin 'age': max_age must be positive");
+  return std::unique_ptr<PriorityFactor>(new AgeFactor(max_age));
 }
 
+Result<std::unique_ptr<PriorityFactor>> NewFairShare(const PluginArgs& args,
+                                                     const PluginContext& ctx) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"half_life"}));
+  GANTRY_ASSIGN_OR_RETURN(Duration half_life, args.DurationArg("half_life", 7 * 86400));
+  if (half_life <= 0 || half_life >= kInfiniteTime) {
+    return InvalidArgument("plugin 'fairshare': half_life must be a positive, finite duration");
+  }
+  return std::unique_ptr<PriorityFactor>(new FairShareFactor(half_life, ctx.teams->size()));
+}
+
+Result<std::unique_ptr<PriorityFactor>> NewJobSize(const PluginArgs& args,
+                                                   const PluginContext& ctx) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"favor_small"}));
+  GANTRY_ASSIGN_OR_RETURN(bool favor_small, args.Bool("favor_small", false));
+  return std::unique_ptr<PriorityFactor>(new JobSizeFactor(favor_small, ctx.cluster->total_gpus()));
+}
+
+Result<std::unique_ptr<PriorityFactor>> NewQos(const PluginArgs& args, const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_qos"}));
+  GANTRY_ASSIGN_OR_RETURN(int64_t max_qos, args.Integer("max_qos", 3));
+  return std::unique_ptr<PriorityFactor>(new QosFactor(static_cast<int>(max_qos)));
+}
+
+namespace {
+
+Result<std::unique_ptr<PriorityFactor>> NewOracle(const PluginArgs& args, const PluginContext& ctx,
+                                                  bool by_service) {
+  const char* name = by_service ? "oracle-service" : "oracle-runtime";
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  if (ctx.oracle == nullptr) {
+    return FailedPrecondition(std::string("plugin '") + name +
+                              "' is an oracle: it reads true run times, which only the trace "
+                              "simulator knows, and this driver provides no RuntimeOracle");
+  }
+  return std::unique_ptr<PriorityFactor>(new OracleFactor(by_service, *ctx.oracle));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PriorityFactor>> NewOracleRuntime(const PluginArgs& args,
+                                                         const PluginContext& ctx) {
+  return NewOracle(args, ctx, false);
+}
+
+Result<std::unique_ptr<PriorityFactor>> NewOracleService(const PluginArgs& args,
+                                                         const PluginContext& ctx) {
+  return NewOracle(args, ctx, true);
+}
+
+}  // namespace builtin
 }  // namespace gantry

@@ -1,9 +1,12 @@
 // Private to sim/: an independent check of the engine's decisions, run after every event in
 // test builds. It keeps its own per-node and per-team bookkeeping instead of trusting the
-// engine's, so a bookkeeping bug in the engine shows up as a disagreement.
+// engine's, so a bookkeeping bug in the engine shows up as a disagreement. Besides starts and
+// finishes it follows what a live driver tells the engine: cancels, node drain/down/up (no new
+// start on an unavailable node; Down must end exactly the jobs running there) and adopted jobs.
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,9 +22,65 @@ namespace gantry {
 class InvariantChecker {
  public:
   InvariantChecker(const Cluster& c, const std::vector<Team>& teams)
-      : cluster_(c), teams_(teams), used_(c.nodes().size(), 0), team_used_(teams.size(), 0) {}
+      : cluster_(c),
+        teams_(teams),
+        used_(c.nodes().size(), 0),
+        team_used_(teams.size(), 0),
+        unavailable_(c.nodes().size(), false) {}
 
   Status OnStart(const Job& job, Time now, const Placement& p) {
+    return Book(job, now, p, /*check_quota=*/true, /*allow_unavailable=*/false);
+  }
+
+  // A job the driver found running at restart: the same checks, except quotas (what runs,
+  // runs) and that a drained node may hold it.
+  Status OnAdopt(const Job& job, Time start, const Placement& p) {
+    return Book(job, start, p, /*check_quota=*/false, /*allow_unavailable=*/true);
+  }
+
+  Status OnCancelRunning(const Job& job, const Placement& p) {
+    OnFinish(job, p);
+    return Status::Ok();
+  }
+
+  void OnDrain(NodeIndex n) { unavailable_[n] = true; }
+  void OnUp(NodeIndex n) { unavailable_[n] = false; }
+  // The engine said Down(n) ended `interrupted`: that must be exactly the jobs running on n.
+  Status OnDown(NodeIndex n, const std::vector<const Job*>& interrupted,
+                const std::vector<Placement>& placements) {
+    unavailable_[n] = true;
+    std::vector<std::pair<JobIndex, std::string>> expected, got;
+    for (const auto& [index, run] : running_) {
+      if (std::find(run.nodes.begin(), run.nodes.end(), n) != run.nodes.end()) {
+        expected.emplace_back(index, run.id);
+      }
+    }
+    for (size_t i = 0; i < interrupted.size(); ++i) {
+      got.emplace_back(interrupted[i]->index, interrupted[i]->id);
+      OnFinish(*interrupted[i], placements[i]);
+    }
+    std::sort(got.begin(), got.end());
+    if (expected != got) {
+      std::string e, g;
+      for (const auto& x : expected) e += " " + x.second;
+      for (const auto& x : got) g += " " + x.second;
+      return Internal("node " + cluster_.nodes()[n].name + " went down: jobs running there:" + e +
+                      "; the engine ended:" + g);
+    }
+    return Status::Ok();
+  }
+
+  // Every node: the engine's free GPUs equal ours (0 on a drained or down node).
+  Status CheckAllFree(const FreeIndex& free) const {
+    for (NodeIndex n = 0; n < static_cast<NodeIndex>(used_.size()); ++n) {
+      GANTRY_RETURN_IF_ERROR(CheckFree({{n, 1}}, free));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status Book(const Job& job, Time now, const Placement& p, bool check_quota,
+              bool allow_unavailable) {
     const std::string who = "job " + job.id + " at t=" + std::to_string(now) + ": ";
     if (now < job.submit)
       return Internal(who + "started before its submit time " + std::to_string(job.submit));
@@ -32,6 +91,9 @@ class InvariantChecker {
         return Internal(who + "bad slot");
       }
       const Node& node = cluster_.nodes()[s.node];
+      if (unavailable_[s.node] && !allow_unavailable) {
+        return Internal(who + "started on node " + node.name + ", which is drained or down");
+      }
       if (!((job.gpu_type_mask >> node.gpu_type) & 1u)) {
         return Internal(who + "placed on node " + node.name + " of a GPU type it did not allow");
       }
@@ -60,21 +122,24 @@ class InvariantChecker {
       }
     }
     team_used_[job.team] += job.gpus;
+    running_[job.index] = {job.id, seen};
     const int q = teams_[job.team].quota_gpus;
-    if (q != kNoQuota && team_used_[job.team] > q) {
+    if (check_quota && q != kNoQuota && team_used_[job.team] > q) {
       return Internal(who + "team " + teams_[job.team].name + " over quota: " +
                       std::to_string(team_used_[job.team]) + " > " + std::to_string(q));
     }
     return Status::Ok();
   }
 
+ public:
   // After all of a cycle's starts: the engine's free GPUs on the nodes of `p` must match ours.
   Status CheckFree(const Placement& p, const FreeIndex& free) const {
     for (const Slot& s : p) {
-      if (free.free(s.node) != cluster_.nodes()[s.node].gpus - used_[s.node]) {
+      const int want = unavailable_[s.node] ? 0 : cluster_.nodes()[s.node].gpus - used_[s.node];
+      if (free.free(s.node) != want) {
         return Internal("engine's free index says node " + cluster_.nodes()[s.node].name + " has " +
                         std::to_string(free.free(s.node)) + " free GPUs, not " +
-                        std::to_string(cluster_.nodes()[s.node].gpus - used_[s.node]));
+                        std::to_string(want));
       }
     }
     return Status::Ok();
@@ -83,6 +148,7 @@ class InvariantChecker {
   void OnFinish(const Job& job, const Placement& p) {
     for (const Slot& s : p) used_[s.node] -= s.gpus;
     team_used_[job.team] -= job.gpus;
+    running_.erase(job.index);
   }
 
  private:
@@ -90,6 +156,12 @@ class InvariantChecker {
   const std::vector<Team>& teams_;
   std::vector<int> used_;
   std::vector<int> team_used_;
+  std::vector<bool> unavailable_;  // drained or down
+  struct Running {
+    std::string id;
+    std::vector<NodeIndex> nodes;
+  };
+  std::map<JobIndex, Running> running_;  // ordered: Down's expected set comes out sorted
 };
 
 }  // namespace gantry

@@ -47,6 +47,13 @@ int SpanLevel(const Cluster& c, const Placement& p) {
   return static_cast<int>(c.levels().size());
 }
 
+// The simulator knows what really happened: the trace's run times. Oracle profiles read them
+// through this, and only through this; the engine itself never looks at Job::run_time.
+class TraceRuntimeOracle final : public RuntimeOracle {
+ public:
+  Duration TrueRunTime(const Job& job) const override { return job.run_time; }
+};
+
 int64_t PeakRssKb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -59,7 +66,11 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
                            const Workload& workload, const Profile& profile,
                            const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(cluster, teams, profile));
+  const TraceRuntimeOracle oracle;
+  EngineOptions engine_options;
+  engine_options.oracle = &oracle;
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                          Engine::Create(cluster, teams, profile, engine_options));
   const auto& jobs = workload.jobs;
   SimResult result;
   result.profile = profile.name;

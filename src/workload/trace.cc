@@ -58,7 +58,7 @@ bool IsNumber(std::string_view s) {
 namespace trace_internal {
 
 Result<TraceFormat> DetectTraceFormatText(std::string_view text, const std::string& source) {
-  LineReader lines(text);
+  LineReader lines(StripBom(text));
   std::string_view line;
   std::vector<std::string_view> f;
   while (lines.Next(&line)) {
@@ -121,8 +121,9 @@ Result<Workload> ImportTrace(const std::string& path, TraceFormat format,
   return ImportTraceText(text, path, format, options);
 }
 
-Result<Workload> ImportTraceText(const std::string& text, const std::string& source_name,
+Result<Workload> ImportTraceText(const std::string& text_in, const std::string& source_name,
                                  TraceFormat format, const ImportOptions& options) {
+  const std::string_view text = ti::StripBom(text_in);
   switch (format) {
     case TraceFormat::kPhilly:
       return ti::ImportPhilly(text, source_name, options);

@@ -61,6 +61,8 @@ Result<Workload> ImportHelios(std::string_view text, const std::string& source,
     if (f.size() != columns.size()) {
       row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
                                            " columns, found " + std::to_string(f.size()));
+    } else if (!row.NoNul(line, f, columns)) {
+      // a bad row, recorded
     } else if (f[c_id].empty()) {
       row.Bad("job_id", "missing value");
     } else if (!row.Int("gpu_num", f[c_gpus], 0, kMaxGpus, &gpus)) {

@@ -22,6 +22,8 @@ namespace gantry::trace_internal {
 inline constexpr int64_t kMaxSeconds = int64_t{1} << 40;
 // More GPUs than any machine ever built: a row asking for more is a typo or garbage.
 inline constexpr int64_t kMaxGpus = int64_t{1} << 20;
+// Most jobs reserved up front from a line count; beyond it the vector grows as jobs are read.
+inline constexpr size_t kMaxJobReserve = size_t{1} << 16;
 
 // Iterates over the lines of a text, numbering them from 1 and dropping a trailing '\r'.
 class LineReader {
@@ -37,6 +39,8 @@ class LineReader {
 };
 
 std::string_view Trim(std::string_view s);
+// `text` without a leading UTF-8 byte order mark (spreadsheet tools write one before the header).
+std::string_view StripBom(std::string_view text);
 bool IsBlank(std::string_view s);
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
@@ -60,6 +64,7 @@ class Columns {
   // Position of `name`, or -1.
   int Find(std::string_view name) const;
   size_t size() const { return names_.size(); }
+  const std::string& name(size_t i) const { return names_[i]; }
   std::string Joined() const;
 
  private:
@@ -82,6 +87,10 @@ class Row {
   // Whole seconds; a decimal fraction is allowed and rounded to the nearest second.
   bool Seconds(std::string_view field, std::string_view text, int64_t* out);
   bool DateTime(std::string_view field, std::string_view text, int64_t* out);
+  // False, recording a bad row naming the column, when a field holds a NUL byte: names and ids
+  // are used as C strings downstream (jobs.csv, reports), where a NUL would cut them silently.
+  bool NoNul(std::string_view line, const std::vector<std::string_view>& fields,
+             const Columns& columns);
 
   // Records a bad row: "source:line: field 'field': what", skip reason "bad <field>".
   bool Bad(std::string_view field, const std::string& what);
@@ -104,7 +113,9 @@ std::string Quote(std::string_view s);
 // Accumulates jobs and turns them into a Workload.
 class TraceBuilder {
  public:
-  // `text` is the whole trace, used only to size the job vector.
+  // `text` is the whole trace, used only to size the job vector: the reservation is bounded
+  // (kMaxJobReserve), so a file of blank or junk lines costs memory for the jobs actually read,
+  // not one job per line.
   TraceBuilder(std::string source, std::string format, const ImportOptions& options,
                std::string_view text = {});
 
@@ -168,7 +179,8 @@ Result<TraceFormat> DetectTraceFormatText(std::string_view text, const std::stri
 Duration EstimateTimeLimit(const TimeLimitModel& model, Duration run_time, uint64_t key);
 
 // Reads the header line of a CSV-like trace into `columns`; skips leading blank lines. Returns
-// an error for an empty text.
+// an error for an empty text, a header naming a column twice (which one would a row's value
+// belong to?) or holding a NUL byte.
 Status ReadHeader(LineReader& lines, TraceBuilder& builder, char sep, Columns* columns);
 // Position of a required column, or an error naming it and the header.
 Result<int> RequireColumn(const Columns& columns, std::string_view name,

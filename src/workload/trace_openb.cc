@@ -43,6 +43,8 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
     if (f.size() != columns.size()) {
       row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
                                            " columns, found " + std::to_string(f.size()));
+    } else if (!row.NoNul(line, f, columns)) {
+      // a bad row, recorded
     } else if (f[c_name].empty()) {
       row.Bad("name", "missing value");
     } else if (!row.Int("num_gpu", f[c_gpus], 0, kMaxGpus, &gpus)) {

@@ -28,6 +28,8 @@ Result<Workload> ImportPhilly(std::string_view text, const std::string& source,
     if (f.size() != columns.size()) {
       row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
                                            " columns, found " + std::to_string(f.size()));
+    } else if (!row.NoNul(line, f, columns)) {
+      // a bad row, recorded
     } else if (row.DateTime("timestamp", f[c_time], &submit) &&
                row.Seconds("duration", f[c_dur], &run_time) &&
                row.Int("num_gpus", f[c_gpus], 1, kMaxGpus, &gpus) &&

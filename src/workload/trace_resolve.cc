@@ -167,7 +167,7 @@ Result<Cluster> ClusterFromOpenbNodes(const std::string& path) {
 
   ImportOptions unused;
   ti::TraceBuilder b(path, "openb-nodes", unused);
-  ti::LineReader lines(text);
+  ti::LineReader lines(ti::StripBom(text));
   ti::Columns columns;
   GANTRY_RETURN_IF_ERROR(ti::ReadHeader(lines, b, ',', &columns));
   const int hl = lines.line_number();
@@ -189,6 +189,8 @@ Result<Cluster> ClusterFromOpenbNodes(const std::string& path) {
     if (f.size() != columns.size()) {
       row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
                                            " columns, found " + std::to_string(f.size()));
+    } else if (!row.NoNul(line, f, columns)) {
+      // a bad row, recorded
     } else if (row.Int("gpu", f[c_gpu], 0, ti::kMaxGpus, &gpus) &&
                (c_cpu < 0 || row.Int("cpu_milli", f[c_cpu], 0, INT64_C(1) << 40, &cpu)) &&
                (c_mem < 0 || row.Int("memory_mib", f[c_mem], 0, INT64_C(1) << 40, &mem))) {

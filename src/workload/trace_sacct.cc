@@ -92,6 +92,8 @@ Result<Workload> ImportSacct(std::string_view text, const std::string& source,
     if (f.size() != columns.size()) {
       row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
                                            " columns, found " + std::to_string(f.size()));
+    } else if (!row.NoNul(line, f, columns)) {
+      // a bad row, recorded
     } else if (f[c_id].empty()) {
       row.Bad("JobID", "missing value");
     } else if (f[c_id].find('.') != std::string_view::npos) {

@@ -130,6 +130,75 @@ TEST(PhillyTest, CrlfLineEndings) {
   EXPECT_EQ(w.teams[0], "a");
 }
 
+// Regression: the builder reserved one Job per newline before parsing, so a large file of blank
+// lines exhausted memory (std::bad_alloc) before the first row. The reservation is now bounded
+// and memory follows the jobs actually read.
+TEST(PhillyTest, BlankLinesDoNotReserveAJobPerLine) {
+  std::string text = "timestamp,duration,num_gpus,gpu_time,cluster\n";
+  text.append(size_t{1} << 20, '\n');
+  text += "2017-10-09 07:01:55,66.0,1,66.0,a\n";
+  text.append(size_t{1} << 20, '\n');
+  Workload w = MustImport(text, TraceFormat::kPhilly);
+  ASSERT_EQ(w.jobs.size(), 1u);
+  EXPECT_EQ(w.jobs[0].source_line, (1 << 20) + 2);
+  EXPECT_LE(w.jobs.capacity(), trace_internal::kMaxJobReserve);
+  // Without any header: a clear error, not an allocation failure.
+  EXPECT_THAT(ImportError(std::string(size_t{1} << 20, '\n'), TraceFormat::kPhilly),
+              HasSubstr("t.csv: empty trace: no header line"));
+}
+
+TEST(PhillyTest, Utf8ByteOrderMarkIsAccepted) {
+  const std::string text = std::string("\xEF\xBB\xBF") + kPhilly;
+  Result<TraceFormat> f = trace_internal::DetectTraceFormatText(text, "t.csv");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(*f, TraceFormat::kPhilly);
+  Workload w = MustImport(text, TraceFormat::kPhilly);
+  ASSERT_EQ(w.jobs.size(), 4u);
+  EXPECT_EQ(w.jobs[0].run_time, 2951);
+  // Only at the very start: a BOM inside the file is data, here a bad timestamp.
+  EXPECT_THAT(ImportError(std::string(kPhilly) + "\xEF\xBB\xBF"
+                                                 "2017-10-09 07:01:55,1,1,1,a\n",
+                          TraceFormat::kPhilly),
+              HasSubstr("t.csv:7: field 'timestamp'"));
+}
+
+TEST(PhillyTest, DuplicatedHeaderColumnIsAnError) {
+  EXPECT_THAT(ImportError("timestamp,duration,num_gpus,gpu_time,cluster,Duration\n"
+                          "2017-10-09 07:01:55,66.0,1,66.0,a,70\n",
+                          TraceFormat::kPhilly),
+              HasSubstr("t.csv:1: header names column 'Duration' twice (columns 2 and 6)"));
+  // The same holds for the other CSV formats, which share the header reader.
+  EXPECT_THAT(ImportError("\nJobID|JobID|State\n1|1|COMPLETED\n", TraceFormat::kSacct),
+              HasSubstr("t.csv:2: header names column 'JobID' twice (columns 1 and 2)"));
+  // Unnamed (empty) columns are never looked up and may repeat.
+  Workload w = MustImport(
+      "timestamp,duration,num_gpus,gpu_time,cluster,,\n2017-10-09 07:01:55,66.0,1,66.0,a,,\n",
+      TraceFormat::kPhilly);
+  EXPECT_EQ(w.jobs.size(), 1u);
+}
+
+TEST(PhillyTest, NulByteInAFieldIsAnErrorNamingLineAndField) {
+  std::string text =
+      "timestamp,duration,num_gpus,gpu_time,cluster\n"
+      "2017-10-09 07:01:55,66.0,1,66.0,a\n"
+      "2017-10-09 07:01:55,66.0,1,66.0,te";
+  text += '\0';
+  text += "am\n";
+  EXPECT_THAT(ImportError(text, TraceFormat::kPhilly),
+              HasSubstr("t.csv:3: field 'cluster': \"te\\x00am\" contains a NUL byte"));
+  ImportOptions skip;
+  skip.skip_bad_rows = true;
+  Workload w = MustImport(text, TraceFormat::kPhilly, skip);
+  EXPECT_EQ(w.jobs.size(), 1u);
+  EXPECT_EQ(w.stats.skipped_by_reason.at("bad cluster"), 1);
+  // In the header, too.
+  std::string header = "timestamp,duration,num_gpus,gpu_time,clu";
+  header += '\0';
+  header += "ster\n";
+  EXPECT_THAT(ImportError(header, TraceFormat::kPhilly),
+              HasSubstr("t.csv:1: header column 5 (\"clu\\x00ster\") contains a NUL byte"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // openb
 

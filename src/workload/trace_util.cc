@@ -27,6 +27,12 @@ std::string_view Trim(std::string_view s) {
 
 bool IsBlank(std::string_view s) { return Trim(s).empty(); }
 
+std::string_view StripBom(std::string_view text) {
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (text.substr(0, kBom.size()) == kBom) text.remove_prefix(kBom.size());
+  return text;
+}
+
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -216,6 +222,17 @@ std::string Quote(std::string_view s) {
   return q;
 }
 
+bool Row::NoNul(std::string_view line, const std::vector<std::string_view>& fields,
+                const Columns& columns) {
+  if (line.find('\0') == std::string_view::npos) return true;  // the common case: one memchr
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i].find('\0') == std::string_view::npos) continue;
+    const std::string name = i < columns.size() ? columns.name(i) : "#" + std::to_string(i + 1);
+    return Bad(name, Quote(fields[i]) + " contains a NUL byte");
+  }
+  return BadRow("NUL byte", "the line contains a NUL byte");  // between fields
+}
+
 bool Row::Bad(std::string_view field, const std::string& what) {
   return BadRow("bad " + std::string(field), "field '" + std::string(field) + "': " + what);
 }
@@ -282,8 +299,11 @@ TraceBuilder::TraceBuilder(std::string source, std::string format, const ImportO
       queues_(workload_.queues) {
   workload_.source = std::move(source);
   workload_.format = std::move(format);
-  // About one job per line; reserving avoids regrowing (and re-touching) a large vector.
-  workload_.jobs.reserve(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
+  // About one job per line; reserving avoids regrowing (and re-touching) a large vector. Capped:
+  // a line count says nothing about how many lines are jobs (a file of blank lines has none),
+  // and one Job per newline of a large junk file exhausts memory before the first row is read.
+  const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  workload_.jobs.reserve(std::min(lines, kMaxJobReserve));
 }
 
 Status TraceBuilder::Error(int line, const std::string& what) const {
@@ -411,6 +431,21 @@ Status ReadHeader(LineReader& lines, TraceBuilder& builder, char sep, Columns* c
   while (lines.Next(&line)) {
     if (IsBlank(line)) continue;
     SplitFields(line, sep, /*quotes=*/true, &fields);
+    const int header_line = lines.line_number();
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i].find('\0') != std::string_view::npos) {
+        return builder.Error(header_line, "header column " + std::to_string(i + 1) + " (" +
+                                              Quote(fields[i]) + ") contains a NUL byte");
+      }
+      if (fields[i].empty()) continue;  // unnamed columns are never looked up
+      for (size_t j = 0; j < i; ++j) {
+        if (EqualsIgnoreCase(fields[i], fields[j])) {
+          return builder.Error(header_line, "header names column '" + std::string(fields[i]) +
+                                                "' twice (columns " + std::to_string(j + 1) +
+                                                " and " + std::to_string(i + 1) + ")");
+        }
+      }
+    }
     columns->SetHeader(fields);
     return Status::Ok();
   }

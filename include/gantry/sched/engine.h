@@ -8,6 +8,15 @@
 // the same calls give the same decisions. Jobs are owned by the caller and must outlive the
 // engine. Not thread-safe: one serial scheduling loop drives it.
 //
+// What the engine reads of a Job is what a user asked for: shape, GPU types, time limit, team,
+// QoS, submit time and the id. It never reads Job::run_time (the trace's truth); oracle plugins
+// get true run times through EngineOptions::oracle, which only the simulator sets.
+//
+// Besides Submit/Finish, a live driver reports what happens to jobs and nodes: Cancel (pending
+// or running), Drain/Down/Up of a node (Down ends the jobs running there and returns them, for
+// the driver to Requeue or fail), and Adopt (after a driver restart: this job already runs
+// there since then).
+//
 //   auto engine = Engine::Create(cluster, teams, profile);
 //   engine->Submit(job, now);
 //   std::vector<StartDecision> starts;
@@ -27,6 +36,7 @@
 #include "gantry/sched/free_index.h"
 #include "gantry/sched/plugin.h"
 #include "gantry/sched/profile.h"
+#include "gantry/sched/registry.h"
 #include "gantry/workload/job.h"
 
 namespace gantry {
@@ -41,6 +51,9 @@ enum class Reason : uint8_t {
   kTopology,         // enough GPUs are free but not inside one allowed topology domain
   kStartedHead,      // started in priority order
   kStartedBackfill,  // started early by backfill without delaying any reservation
+  kAdopted,          // running when the driver (re)started; told to the engine by Adopt
+  kCancelled,        // ended by Cancel
+  kNodeDown,         // ended because a node it ran on went down; the driver may Requeue it
 };
 const char* ReasonName(Reason r);
 
@@ -61,6 +74,17 @@ struct JobStatus {
   Time expected_end = -1;  // start + time limit
 };
 
+// A node's availability for new placements. Jobs already running on a drained node go on.
+enum class NodeState : uint8_t { kUp, kDrained, kDown };
+
+struct EngineOptions {
+  // True run times, for oracle profiles; null in a live driver (an oracle profile is then a
+  // FailedPrecondition error from Create). Borrowed; must outlive the engine.
+  const RuntimeOracle* oracle = nullptr;
+  // Where profile plugin names are resolved; null means PluginRegistry::Builtin().
+  const PluginRegistry* registry = nullptr;
+};
+
 struct EngineStats {
   int64_t cycles = 0;
   int64_t jobs_examined = 0;
@@ -71,7 +95,8 @@ struct EngineStats {
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const Cluster& cluster, std::vector<Team> teams,
-                                                const Profile& profile);
+                                                const Profile& profile,
+                                                const EngineOptions& options = {});
   ~Engine();
 
   // Adds a pending job. job.team indexes the teams given to Create; job.gpu_type_mask must be
@@ -79,6 +104,30 @@ class Engine {
   Status Submit(const Job& job, Time now);
   // The job ended (completed, failed, or killed at its limit): its GPUs are free again.
   Status Finish(JobIndex job, Time now);
+  // Withdraws a pending or running job (a running job's GPUs are free again). Its status becomes
+  // kDone with reason kCancelled. FailedPrecondition when it is neither pending nor running.
+  Status Cancel(JobIndex job, Time now);
+
+  // Drain: the node takes no new jobs; those running on it go on. Fails on a down node.
+  Status Drain(NodeIndex node, Time now);
+  // Down: the node is gone. Every job running on it ends now (reason kNodeDown; its GPUs on other
+  // nodes are free again) and is appended to `interrupted` in job index order, for the driver to
+  // Requeue or fail. Downing a down node is a no-op.
+  Status Down(NodeIndex node, Time now, std::vector<JobIndex>* interrupted);
+  // Up: the node takes jobs again (after Drain or Down).
+  Status Up(NodeIndex node, Time now);
+  NodeState node_state(NodeIndex node) const;
+  // A job ended by Down goes back to pending, keeping its submit time (and so its age).
+  Status Requeue(JobIndex job, Time now);
+
+  // A restarted driver tells the engine that `job` has been running on `placement` since
+  // `start`: the engine books it as running (GPUs, team usage, expected end at start + limit)
+  // without scheduling it. The placement must fit the job's shape and GPU types and free GPUs
+  // of nodes that are not down (a drained node's GPUs may be adopted). Quotas are not enforced:
+  // what runs, runs, and counts against the team. Errors (InvalidArgument, FailedPrecondition)
+  // leave the engine unchanged.
+  Status Adopt(const Job& job, const Placement& placement, Time start, Time now);
+
   // Runs one scheduling cycle at `now` and appends the jobs it starts. Cheap when nothing
   // changed since the previous cycle.
   void Schedule(Time now, std::vector<StartDecision>* starts);

@@ -4,14 +4,18 @@
 //                                 size, QoS, oracles); the engine orders pending jobs by the sum
 //   admission    AdmissionPlugin  may this job start now as far as policy goes (quotas; later
 //                                 Kueue-style cohorts with borrowing, lending and reclaim)
-//   placement    PlacementPlugin  filter + score fused: which GPUs on which nodes (first-fit,
-//                                 best-fit, topology-aware); later data locality, power
+//   placement    PlacementPlugin  which GPUs on which nodes. The built-ins first-fit, best-fit
+//                                 and topology fuse filter and score over the free-capacity
+//                                 indexes (fast); "scored" splits them: a filter (GPU type,
+//                                 shape, reservation caps), then the weighted ScorePlugins the
+//                                 profile names rank the nodes that pass
+//   score        ScorePlugin      ranks one node for one job (pack, spread; next data locality)
 //   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
 //   preemption   PreemptionPlugin hook called for a blocked head job (only "none" today; later
 //                                 checkpoint-aware victim selection)
 //
-// Plugins are created per engine from a Profile (profile.h) through the registry and are used
-// only from the engine's serial scheduling loop, so they need no locking.
+// Plugins are created per engine from a Profile (profile.h) through the registry (registry.h)
+// and are used only from the engine's serial scheduling loop, so they need no locking.
 #pragma once
 
 #include <climits>
@@ -56,6 +60,7 @@ class PluginArgs {
 struct Slot {
   NodeIndex node;
   int gpus;
+  bool operator==(const Slot&) const = default;
 };
 using Placement = std::vector<Slot>;
 
@@ -91,6 +96,17 @@ class PlacementPlugin {
   // `out` is then unspecified.
   virtual bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
                      Placement* out) const = 0;
+};
+
+// Score extension point of the "scored" placement: how good `node` is for `job`, higher is
+// better. Called only for nodes that passed the filter; `usable` is how many GPUs the job could
+// take there (free, less what reservations hold back). A profile weights several scores; ties
+// go to the lower node index, so placements stay deterministic.
+class ScorePlugin {
+ public:
+  virtual ~ScorePlugin() = default;
+  virtual std::string_view name() const = 0;
+  virtual double Score(const Job& job, NodeIndex node, int usable, const FreeIndex& free) const = 0;
 };
 
 // What priority factors may observe of the engine.
@@ -144,21 +160,5 @@ class PreemptionPlugin {
   // Returns victims for `blocked` (empty: none). Called for the highest-priority blocked job.
   virtual std::vector<JobIndex> SelectVictims(const Job& blocked, Time now) = 0;
 };
-
-// Creates plugins by name. Built-ins register themselves; errors list the known names.
-Result<std::unique_ptr<PlacementPlugin>> CreatePlacementPlugin(const std::string& name,
-                                                               const PluginArgs& args,
-                                                               const Cluster& cluster);
-Result<std::unique_ptr<PriorityFactor>> CreatePriorityFactor(const std::string& name,
-                                                             const PluginArgs& args,
-                                                             const Cluster& cluster,
-                                                             const std::vector<Team>& teams);
-Result<std::unique_ptr<AdmissionPlugin>> CreateAdmissionPlugin(const std::string& name,
-                                                               const PluginArgs& args,
-                                                               const std::vector<Team>& teams);
-Result<std::unique_ptr<PreemptionPlugin>> CreatePreemptionPlugin(const std::string& name,
-                                                                 const PluginArgs& args);
-// Names of the built-in plugins per extension point, for --help and error messages.
-std::vector<std::pair<std::string, std::vector<std::string>>> BuiltinPluginNames();
 
 }  // namespace gantry

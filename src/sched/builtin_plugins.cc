@@ -1,0 +1,36 @@
+// Every built-in scheduling plugin, registered under the name profiles use. Adding a plugin is
+// a new file with its factory and one line here.
+#include "builtin_plugins.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace gantry {
+
+void RegisterBuiltinPlugins(PluginRegistry& r) {
+  using namespace builtin;
+  Status s;
+  const auto add = [&s](Status st) {
+    if (s.ok()) s = std::move(st);
+  };
+  add(r.AddPriority("age", NewAge));
+  add(r.AddPriority("fairshare", NewFairShare));
+  add(r.AddPriority("job-size", NewJobSize));
+  add(r.AddPriority("qos", NewQos));
+  add(r.AddPriority("oracle-runtime", NewOracleRuntime));
+  add(r.AddPriority("oracle-service", NewOracleService));
+  add(r.AddAdmission("quota", NewQuota));
+  add(r.AddPlacement("first-fit", NewFirstFit));
+  add(r.AddPlacement("best-fit", NewBestFit));
+  add(r.AddPlacement("topology", NewTopology));
+  add(r.AddPlacement("scored", NewScored));
+  add(r.AddScore("pack", NewPackScore));
+  add(r.AddScore("spread", NewSpreadScore));
+  add(r.AddPreemption("none", NewNoPreemption));
+  if (!s.ok()) {
+    std::fprintf(stderr, "gantry: built-in plugins clash: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+}
+
+}  // namespace gantry

@@ -1,0 +1,39 @@
+// Private to sched/: the factories of the built-in plugins, one per plugin, each defined beside
+// its plugin and registered under its name in builtin_plugins.cc.
+#pragma once
+
+#include "gantry/sched/registry.h"
+
+namespace gantry::builtin {
+
+// priority_factors.cc
+Result<std::unique_ptr<PriorityFactor>> NewAge(const PluginArgs& args, const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewFairShare(const PluginArgs& args,
+                                                     const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewJobSize(const PluginArgs& args,
+                                                   const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewQos(const PluginArgs& args, const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewOracleRuntime(const PluginArgs& args,
+                                                         const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewOracleService(const PluginArgs& args,
+                                                         const PluginContext& ctx);
+// admission.cc
+Result<std::unique_ptr<AdmissionPlugin>> NewQuota(const PluginArgs& args, const PluginContext& ctx);
+Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args,
+                                                          const PluginContext& ctx);
+// placement.cc
+Result<std::unique_ptr<PlacementPlugin>> NewFirstFit(const PluginArgs& args,
+                                                     const PluginContext& ctx);
+Result<std::unique_ptr<PlacementPlugin>> NewBestFit(const PluginArgs& args,
+                                                    const PluginContext& ctx);
+Result<std::unique_ptr<PlacementPlugin>> NewTopology(const PluginArgs& args,
+                                                     const PluginContext& ctx);
+// scored_placement.cc: filter, then the profile's weighted score plugins
+Result<std::unique_ptr<PlacementPlugin>> NewScored(const PluginArgs& args,
+                                                   const PluginContext& ctx);
+// scores.cc
+Result<std::unique_ptr<ScorePlugin>> NewPackScore(const PluginArgs& args, const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewSpreadScore(const PluginArgs& args,
+                                                    const PluginContext& ctx);
+
+}  // namespace gantry::builtin
