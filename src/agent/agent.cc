@@ -141,11 +141,11 @@ struct AgentServer::Impl {
       if (err == ENOENT || err == ENOTDIR || err == ELOOP) {
         return Text(res, 404, "no object '" + std::string(key) + "'");
       }
-      if (err == EACCES || err == EPERM) {
-        return Text(res, 403, "object '" + std::string(key) + "': permission denied");
-      }
-      read_errors->Increment();
-      return Text(res, 500, "object '" + std::string(key) + "': open: " + std::strerror(err));
+      // Every other errno through the one errno-to-code and code-to-HTTP mappings: EACCES is
+      // 403, ENOSPC 507, EIO 500, ...
+      const Status s = StatusFromErrno(err, "object '" + std::string(key) + "': open");
+      if (s.code() != StatusCode::kPermissionDenied) read_errors->Increment();
+      return Text(res, HttpStatusFor(s.code()), s.message());
     }
     struct stat st;
     if (::fstat(file->fd, &st) != 0) {
