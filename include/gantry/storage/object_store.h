@@ -1,8 +1,8 @@
 // ObjectStore: the one storage interface every tier implements (memory, posix directory, S3).
 //
 // Keys are relative, '/'-separated names ("ckpt/step-100/chunk-ab12"); ValidateKey rejects
-// empty keys, absolute paths, "." and ".." segments, backslashes and control characters, so no
-// key can escape a directory tier. Every error is a Status whose message names the backend,
+// empty keys, absolute paths, "." and ".." segments, backslashes, control characters and the
+// reserved top-level .gantry-tmp and .gantry-lock, so no key can escape a directory tier. Every error is a Status whose message names the backend,
 // the object and what happened, e.g. "s3://bkt/pre: put 'a/b': HTTP 403 AccessDenied: ...",
 // and a code every backend uses alike, so callers decide on codes alone: NotFound (no such
 // object), AlreadyExists (a create-only put found the key), ResourceExhausted (out of space or
@@ -105,7 +105,7 @@ class ObjectStore {
   Result<std::vector<ObjectInfo>> ListAll(std::string_view prefix);
 };
 
-// OK, or InvalidArgument naming the key and the rule it breaks.
+// OK, or InvalidArgument naming the key and the rule it breaks (see the top of this file).
 Status ValidateKey(std::string_view key);
 
 // Options for OpenObjectStore; S3 fields fall back to the standard AWS environment variables
