@@ -518,7 +518,7 @@ Status S3Store::PutFile(std::string_view key, const std::string& path) {
     while (done < n) {
       const ssize_t r = ::pread(fd, buf->data() + done, n - done, static_cast<off_t>(off + done));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return IoError("read " + path + ": " + std::strerror(errno));
+      if (r < 0) return StatusFromErrno(errno, "read " + path);
       if (r == 0) return IoError("read " + path + ": file shrank while uploading");
       done += static_cast<uint64_t>(r);
     }
