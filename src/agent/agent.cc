@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gantry/storage/object_store.h"
+#include "gantry/storage/posix_store.h"
 
 namespace gantry {
 namespace {
@@ -93,29 +94,12 @@ struct AgentServer::Impl {
     res.set_content(text + "\n", "text/plain; charset=utf-8");
   }
 
-  // Opens ROOT/key one segment at a time with O_NOFOLLOW, so neither a symlink planted in the
-  // tree nor a ".." (already refused by ValidateKey) can lead outside the root. Returns the
-  // descriptor, or -1 with errno set (ELOOP for a symlink).
+  // Opens ROOT/key the way the posix store does, following no symlink, so neither a link
+  // planted in the tree nor a ".." (already refused by ValidateKey) can lead outside the root.
+  // O_NONBLOCK: opening a FIFO someone left in the tree must not hang the handler. Returns the
+  // descriptor, or -1 with errno set (ELOOP or EXDEV for a link).
   int OpenBeneathRoot(std::string_view key) const {
-    int dir = root_fd;
-    size_t start = 0;
-    while (true) {
-      const size_t slash = key.find('/', start);
-      const bool last = slash == std::string_view::npos;
-      const std::string seg(key.substr(start, last ? std::string_view::npos : slash - start));
-      // O_NONBLOCK: opening a FIFO someone left in the tree must not hang the handler.
-      const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
-      const int fd = ::openat(dir, seg.c_str(), flags);
-      const int err = errno;
-      if (dir != root_fd) ::close(dir);
-      if (fd < 0) {
-        errno = err;
-        return -1;
-      }
-      if (last) return fd;
-      dir = fd;
-      start = slash + 1;
-    }
+    return OpenBeneath(root_fd, key, O_RDONLY | O_NONBLOCK);
   }
 
   void ServeObject(const httplib::Request& req, httplib::Response& res) {
@@ -138,7 +122,7 @@ struct AgentServer::Impl {
     file->fd = OpenBeneathRoot(key);
     if (file->fd < 0) {
       const int err = errno;
-      if (err == ENOENT || err == ENOTDIR || err == ELOOP) {
+      if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV) {
         return Text(res, 404, "no object '" + std::string(key) + "'");
       }
       // Every other errno through the one errno-to-code and code-to-HTTP mappings: EACCES is

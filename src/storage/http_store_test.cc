@@ -57,8 +57,9 @@ TEST(HttpStoreErrors, EachStatusHasItsCode) {
       {503, StatusCode::kUnavailable},        {504, StatusCode::kUnavailable},
       {507, StatusCode::kResourceExhausted},  {418, StatusCode::kIoError},
   };
-  for (const auto& [status, code] : cases) {
-    FaultServer server([&](const SeenRequest&) { return Answer(status); });
+  for (const auto& [http, code] : cases) {
+    const int status = http;  // a lambda cannot capture a structured binding in C++20 (clang)
+    FaultServer server([status](const SeenRequest&) { return Answer(status); });
     auto store = StoreFor(server);
     const Status s = store->Get("k").status();
     EXPECT_EQ(s.code(), code) << status << ": " << s.ToString();

@@ -322,28 +322,6 @@ int OpenByComponents(int dirfd, std::string_view rel, int flags, mode_t mode) {
   }
 }
 
-// Opens `rel` (a validated key, or a run of its leading segments) beneath dirfd without
-// following any symbolic link; -1 with errno (ELOOP or EXDEV: a link is in the way).
-int OpenBeneath(int dirfd, std::string_view rel, int flags, mode_t mode = 0) {
-  if (g_use_openat2.load(std::memory_order_relaxed)) {
-    struct open_how how {};
-    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-    how.mode = (flags & O_CREAT) != 0 ? mode : 0;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    const std::string path(rel);
-    // EAGAIN: a concurrent rename raced the lookup (the kernel refuses to guess); retry.
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      const long fd = ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how));
-      if (fd >= 0) return static_cast<int>(fd);
-      if (errno == EINTR || errno == EAGAIN) continue;
-      if (errno != ENOSYS) return -1;
-      g_use_openat2.store(false);
-      break;
-    }
-  }
-  return OpenByComponents(dirfd, rel, flags, mode);
-}
-
 bool LinkInTheWay(int err) { return err == ELOOP || err == EXDEV; }
 
 // The root, opened for one operation. It is the real path found at open time, so no link is
@@ -391,6 +369,26 @@ std::string_view LeafOf(std::string_view key) {
 }
 
 }  // namespace
+
+int OpenBeneath(int dirfd, std::string_view rel, int flags, mode_t mode) {
+  if (g_use_openat2.load(std::memory_order_relaxed)) {
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & O_CREAT) != 0 ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    const std::string path(rel);
+    // EAGAIN: a concurrent rename raced the lookup (the kernel refuses to guess); retry.
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      const long fd = ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how));
+      if (fd >= 0) return static_cast<int>(fd);
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno != ENOSYS) return -1;
+      g_use_openat2.store(false);
+      break;
+    }
+  }
+  return OpenByComponents(dirfd, rel, flags, mode);
+}
 
 Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
                                                    const PosixStoreOptions& options) {

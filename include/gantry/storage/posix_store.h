@@ -23,6 +23,8 @@
 //   GANTRY_RETURN_IF_ERROR(store->PutFile("ckpt/step-9/shard-0", "/tmp/shard-0"));
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -99,6 +101,13 @@ class PosixStore : public ObjectStore {
 // in the path resolved.
 Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
                                                    const PosixStoreOptions& options);
+
+// Opens `rel` (a valid key, or a run of its leading segments) beneath the directory `dirfd`
+// without following any symbolic link: openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or one
+// openat(O_NOFOLLOW) per component where the kernel lacks openat2. The posix store's
+// resolution, shared with the peer agent. Returns a close-on-exec descriptor, or -1 with errno
+// set (ELOOP or EXDEV when a link is in the way).
+int OpenBeneath(int dirfd, std::string_view rel, int flags, mode_t mode = 0);
 
 // Tests only: false makes every posix store resolve keys with the per-component fallback, as on
 // kernels without openat2 (process-wide).
