@@ -4,25 +4,41 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace gantry::storage_internal {
 namespace {
 
-TEST(CodeForHttpError, ByStatus) {
-  EXPECT_EQ(CodeForHttpError(400, ""), StatusCode::kInvalidArgument);
-  EXPECT_EQ(CodeForHttpError(401, ""), StatusCode::kPermissionDenied);
-  EXPECT_EQ(CodeForHttpError(403, ""), StatusCode::kPermissionDenied);
-  EXPECT_EQ(CodeForHttpError(404, ""), StatusCode::kNotFound);
-  EXPECT_EQ(CodeForHttpError(405, ""), StatusCode::kUnimplemented);
-  EXPECT_EQ(CodeForHttpError(408, ""), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(CodeForHttpError(409, ""), StatusCode::kAborted);
-  EXPECT_EQ(CodeForHttpError(412, ""), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(CodeForHttpError(416, ""), StatusCode::kOutOfRange);
-  for (int s : {429, 500, 502, 503, 504}) {
-    EXPECT_EQ(CodeForHttpError(s, ""), StatusCode::kUnavailable) << s;
+struct Case {
+  int status;
+  const char* s3_code;
+  StatusCode want;
+};
+
+void ExpectCodes(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    EXPECT_EQ(CodeForHttpError(c.status, c.s3_code), c.want) << c.status << " " << c.s3_code;
   }
-  EXPECT_EQ(CodeForHttpError(501, ""), StatusCode::kUnimplemented);
-  EXPECT_EQ(CodeForHttpError(507, ""), StatusCode::kResourceExhausted);
-  EXPECT_EQ(CodeForHttpError(418, ""), StatusCode::kIoError);
+}
+
+TEST(CodeForHttpError, ByStatus) {
+  ExpectCodes({{400, "", StatusCode::kInvalidArgument},
+               {401, "", StatusCode::kPermissionDenied},
+               {403, "", StatusCode::kPermissionDenied},
+               {404, "", StatusCode::kNotFound},
+               {405, "", StatusCode::kUnimplemented},
+               {408, "", StatusCode::kDeadlineExceeded},
+               {409, "", StatusCode::kAborted},
+               {412, "", StatusCode::kFailedPrecondition},
+               {416, "", StatusCode::kOutOfRange},
+               {429, "", StatusCode::kUnavailable},
+               {500, "", StatusCode::kUnavailable},
+               {501, "", StatusCode::kUnimplemented},
+               {502, "", StatusCode::kUnavailable},
+               {503, "", StatusCode::kUnavailable},
+               {504, "", StatusCode::kUnavailable},
+               {507, "", StatusCode::kResourceExhausted},
+               {418, "", StatusCode::kIoError}});
 }
 
 TEST(CodeForHttpError, CreateOnlyTurnsAFailedPreconditionIntoAlreadyExists) {
@@ -35,23 +51,23 @@ TEST(CodeForHttpError, CreateOnlyTurnsAFailedPreconditionIntoAlreadyExists) {
 }
 
 TEST(CodeForHttpError, S3CodesDecideOverTheStatus) {
-  EXPECT_EQ(CodeForHttpError(404, "NoSuchKey"), StatusCode::kNotFound);
-  EXPECT_EQ(CodeForHttpError(404, "NoSuchBucket"), StatusCode::kNotFound);
-  EXPECT_EQ(CodeForHttpError(404, "NoSuchUpload"), StatusCode::kNotFound);
-  EXPECT_EQ(CodeForHttpError(403, "AccessDenied"), StatusCode::kPermissionDenied);
-  EXPECT_EQ(CodeForHttpError(403, "SignatureDoesNotMatch"), StatusCode::kPermissionDenied);
-  EXPECT_EQ(CodeForHttpError(403, "InvalidAccessKeyId"), StatusCode::kPermissionDenied);
-  // RGW answers an exceeded user or bucket quota with 403: full, not forbidden.
-  EXPECT_EQ(CodeForHttpError(403, "QuotaExceeded"), StatusCode::kResourceExhausted);
-  EXPECT_EQ(CodeForHttpError(400, "BadDigest"), StatusCode::kDataLoss);
-  EXPECT_EQ(CodeForHttpError(400, "InvalidDigest"), StatusCode::kDataLoss);
-  EXPECT_EQ(CodeForHttpError(400, "XAmzContentSHA256Mismatch"), StatusCode::kDataLoss);
-  EXPECT_EQ(CodeForHttpError(503, "SlowDown"), StatusCode::kUnavailable);
-  EXPECT_EQ(CodeForHttpError(200, "InternalError"), StatusCode::kUnavailable);
-  EXPECT_EQ(CodeForHttpError(400, "RequestTimeout"), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(CodeForHttpError(409, "OperationAborted"), StatusCode::kAborted);
-  // An unknown code falls back to the status.
-  EXPECT_EQ(CodeForHttpError(403, "SomethingNew"), StatusCode::kPermissionDenied);
+  ExpectCodes({{404, "NoSuchKey", StatusCode::kNotFound},
+               {404, "NoSuchBucket", StatusCode::kNotFound},
+               {404, "NoSuchUpload", StatusCode::kNotFound},
+               {403, "AccessDenied", StatusCode::kPermissionDenied},
+               {403, "SignatureDoesNotMatch", StatusCode::kPermissionDenied},
+               {403, "InvalidAccessKeyId", StatusCode::kPermissionDenied},
+               // RGW answers an exceeded user or bucket quota with 403: full, not forbidden.
+               {403, "QuotaExceeded", StatusCode::kResourceExhausted},
+               {400, "BadDigest", StatusCode::kDataLoss},
+               {400, "InvalidDigest", StatusCode::kDataLoss},
+               {400, "XAmzContentSHA256Mismatch", StatusCode::kDataLoss},
+               {503, "SlowDown", StatusCode::kUnavailable},
+               {200, "InternalError", StatusCode::kUnavailable},
+               {400, "RequestTimeout", StatusCode::kDeadlineExceeded},
+               {409, "OperationAborted", StatusCode::kAborted},
+               // An unknown code falls back to the status.
+               {403, "SomethingNew", StatusCode::kPermissionDenied}});
 }
 
 TEST(CodeForCurlError, TimeoutsAreDeadlineExceededLostConnectionsUnavailable) {
