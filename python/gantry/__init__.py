@@ -17,7 +17,7 @@ def __getattr__(name):
     if name == "checkpoint":
         import importlib
         return importlib.import_module("gantry.checkpoint")
-    if name in ("CheckpointError", "RowShard"):
+    if name in ("CheckpointError", "RowShard") or name.endswith("Error"):
         from gantry import checkpoint
         return getattr(checkpoint, name)
     raise AttributeError(f"module 'gantry' has no attribute {name!r}")

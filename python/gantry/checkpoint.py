@@ -36,13 +36,19 @@ _gantry = _native.load()
 CheckpointError = _gantry.CheckpointError
 InvalidArgumentError = _gantry.InvalidArgumentError
 NotFoundError = _gantry.NotFoundError
+AlreadyExistsError = _gantry.AlreadyExistsError
+PermissionDeniedError = _gantry.PermissionDeniedError
 UnavailableError = _gantry.UnavailableError
 StorageError = _gantry.StorageError
+ResourceExhaustedError = _gantry.ResourceExhaustedError
+DataLossError = _gantry.DataLossError
 EngineError = _gantry.EngineError
 
 __all__ = [
-    "CheckpointError", "Checkpointer", "DTYPES", "EngineError", "InvalidArgumentError",
-    "NotFoundError", "RowShard", "SaveHandle", "StorageError", "UnavailableError", "configure",
+    "AlreadyExistsError", "CheckpointError", "Checkpointer", "DTYPES", "DataLossError",
+    "EngineError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError",
+    "ResourceExhaustedError", "RowShard", "SaveHandle", "StorageError", "UnavailableError",
+    "configure",
     "default", "latest_step", "list_checkpoints", "load", "save"
 ]
 

@@ -9,9 +9,12 @@
 // listing, GC, verification) releases the GIL, so training threads keep running.
 //
 // Errors become Python exceptions carrying the C++ message, all derived from
-// _gantry.CheckpointError: InvalidArgumentError (also a ValueError), NotFoundError (also a
-// FileNotFoundError and a KeyError), UnavailableError (also a TimeoutError), StorageError (also
-// an OSError), and CheckpointError itself (also a RuntimeError) for the rest.
+// _gantry.CheckpointError, one class per status code a caller can act on (see Throw):
+// InvalidArgumentError (also a ValueError), NotFoundError (also a FileNotFoundError and a
+// KeyError), AlreadyExistsError (also a FileExistsError), PermissionDeniedError (also a
+// PermissionError), UnavailableError (also a TimeoutError), StorageError (also an OSError) with
+// its subclasses ResourceExhaustedError (out of space or quota) and DataLossError (damaged
+// bytes), and EngineError (also a RuntimeError) for the rest.
 #include <Python.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -41,8 +44,12 @@ struct Errors {
   PyObject* base = nullptr;
   PyObject* invalid_argument = nullptr;
   PyObject* not_found = nullptr;
+  PyObject* already_exists = nullptr;
+  PyObject* permission_denied = nullptr;
   PyObject* unavailable = nullptr;
   PyObject* storage = nullptr;
+  PyObject* resource_exhausted = nullptr;
+  PyObject* data_loss = nullptr;
   PyObject* failed = nullptr;
 };
 Errors errors;
@@ -72,13 +79,31 @@ PyObject* NewError(py::module_& m, const char* name, std::vector<PyObject*> base
     case StatusCode::kNotFound:
       cls = errors.not_found;
       break;
+    case StatusCode::kAlreadyExists:
+      cls = errors.already_exists;
+      break;
+    case StatusCode::kPermissionDenied:
+      cls = errors.permission_denied;
+      break;
     case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:  // lost a race: retrying from the start may succeed
       cls = errors.unavailable;
       break;
     case StatusCode::kIoError:
       cls = errors.storage;
       break;
-    default:
+    case StatusCode::kResourceExhausted:
+      cls = errors.resource_exhausted;
+      break;
+    case StatusCode::kDataLoss:
+      cls = errors.data_loss;
+      break;
+    case StatusCode::kOk:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kInternal:
+    case StatusCode::kUnimplemented:
+    case StatusCode::kCancelled:
       break;
   }
   PyErr_SetString(cls, status.message().c_str());
@@ -365,10 +390,20 @@ void DefineModule(py::module_& m) {
   errors.not_found =
       NewError(m, "NotFoundError", {errors.base, PyExc_FileNotFoundError, PyExc_KeyError},
                "A checkpoint, tensor or object that does not exist");
+  errors.already_exists = NewError(m, "AlreadyExistsError", {errors.base, PyExc_FileExistsError},
+                                   "A create-only write found the name taken");
+  errors.permission_denied =
+      NewError(m, "PermissionDeniedError", {errors.base, PyExc_PermissionError},
+               "Not allowed: file permissions, a read-only file system, HTTP 401 or 403");
   errors.unavailable = NewError(m, "UnavailableError", {errors.base, PyExc_TimeoutError},
-                                "A transient failure or a timeout; retrying may help");
+                                "A transient failure, a timeout or a lost race; retrying may help");
   errors.storage =
       NewError(m, "StorageError", {errors.base, PyExc_OSError}, "An I/O error of a storage tier");
+  errors.resource_exhausted =
+      NewError(m, "ResourceExhaustedError", {errors.storage},
+               "Out of space or quota (ENOSPC, EDQUOT, a full tier, an S3 quota)");
+  errors.data_loss = NewError(m, "DataLossError", {errors.storage},
+                              "Stored bytes are damaged: a checksum mismatch, a truncated object");
   errors.failed = NewError(m, "EngineError", {errors.base, PyExc_RuntimeError},
                            "Any other failure of the checkpoint engine");
 

@@ -417,5 +417,41 @@ class ErrorTest(CheckpointTestCase):
             fresh.close()
 
 
+class ErrorClassTest(unittest.TestCase):
+    """Each status code a caller acts on has its class, under the standard exception that says
+    the same thing, so `except PermissionError` and `except ckpt.CheckpointError` both work."""
+
+    def test_hierarchy(self):
+        expected = {
+            ckpt.InvalidArgumentError: ValueError,
+            ckpt.NotFoundError: FileNotFoundError,
+            ckpt.AlreadyExistsError: FileExistsError,
+            ckpt.PermissionDeniedError: PermissionError,
+            ckpt.UnavailableError: TimeoutError,
+            ckpt.StorageError: OSError,
+            ckpt.ResourceExhaustedError: ckpt.StorageError,
+            ckpt.DataLossError: ckpt.StorageError,
+            ckpt.EngineError: RuntimeError,
+        }
+        for cls, base in expected.items():
+            self.assertTrue(issubclass(cls, base), cls)
+            self.assertTrue(issubclass(cls, ckpt.CheckpointError), cls)
+            self.assertIs(getattr(gantry, cls.__name__), cls)
+        # Full is not forbidden, and neither is "damaged".
+        self.assertFalse(issubclass(ckpt.ResourceExhaustedError, PermissionError))
+        self.assertFalse(issubclass(ckpt.PermissionDeniedError, ckpt.StorageError))
+        self.assertFalse(issubclass(ckpt.DataLossError, ckpt.ResourceExhaustedError))
+
+    def test_a_root_the_os_refuses_is_permission_denied(self):
+        # sysfs refuses new directories (EPERM, or EROFS where it is mounted read-only), even to
+        # root: a real "not allowed" that needs no unprivileged user.
+        if not os.path.isdir("/sys/fs"):
+            self.skipTest("no /sys here")
+        with self.assertRaises(ckpt.PermissionDeniedError) as cm:
+            ckpt.Checkpointer("/sys/fs/gantry-test-root", job="test")
+        self.assertIsInstance(cm.exception, PermissionError)
+        self.assertIn("/sys/fs/gantry-test-root", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

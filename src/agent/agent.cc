@@ -47,6 +47,7 @@
 
 #include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
+#include "gantry/storage/posix_store.h"
 
 namespace gantry {
 namespace {
@@ -606,29 +607,12 @@ struct AgentServer::Impl {
     return false;
   }
 
-  // Opens ROOT/key one segment at a time with O_NOFOLLOW, so neither a symlink planted in the
-  // tree nor a ".." (already refused by ValidateKey) can lead outside the root. Returns the
-  // descriptor, or -1 with errno set (ELOOP for a symlink).
+  // Opens ROOT/key the way the posix store does, following no symlink, so neither a link
+  // planted in the tree nor a ".." (already refused by ValidateKey) can lead outside the root.
+  // O_NONBLOCK: opening a FIFO someone left in the tree must not hang the handler. Returns the
+  // descriptor, or -1 with errno set (ELOOP or EXDEV for a link).
   int OpenBeneathRoot(std::string_view key) const {
-    int dir = root_fd;
-    size_t start = 0;
-    while (true) {
-      const size_t slash = key.find('/', start);
-      const bool last = slash == std::string_view::npos;
-      const std::string seg(key.substr(start, last ? std::string_view::npos : slash - start));
-      // O_NONBLOCK: opening a FIFO someone left in the tree must not hang the handler.
-      const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
-      const int fd = ::openat(dir, seg.c_str(), flags);
-      const int err = errno;
-      if (dir != root_fd) ::close(dir);
-      if (fd < 0) {
-        errno = err;
-        return -1;
-      }
-      if (last) return fd;
-      dir = fd;
-      start = slash + 1;
-    }
+    return OpenBeneath(root_fd, key, O_RDONLY | O_NONBLOCK);
   }
 
   void ServeObject(const httplib::Request& req, httplib::Response& res) {
@@ -651,14 +635,14 @@ struct AgentServer::Impl {
     file->fd = OpenBeneathRoot(key);
     if (file->fd < 0) {
       const int err = errno;
-      if (err == ENOENT || err == ENOTDIR || err == ELOOP) {
+      if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV) {
         return Text(res, 404, "no object '" + std::string(key) + "'");
       }
-      if (err == EACCES || err == EPERM) {
-        return Text(res, 403, "object '" + std::string(key) + "': permission denied");
-      }
-      read_errors->Increment();
-      return Text(res, 500, "object '" + std::string(key) + "': open: " + std::strerror(err));
+      // Every other errno through the one errno-to-code and code-to-HTTP mappings: EACCES is
+      // 403, ENOSPC 507, EIO 500, ...
+      const Status s = StatusFromErrno(err, "object '" + std::string(key) + "': open");
+      if (s.code() != StatusCode::kPermissionDenied) read_errors->Increment();
+      return Text(res, HttpStatusFor(s.code()), s.message());
     }
     struct stat st;
     if (::fstat(file->fd, &st) != 0) {

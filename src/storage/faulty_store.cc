@@ -93,11 +93,25 @@ FaultyStore::Decision FaultyStore::Decide(FaultOp op, std::string_view key) {
   return d;
 }
 
+namespace {
+
+// Kinds that fail the call with an error status (before or after the inner call).
+bool IsErrorKind(FaultKind kind) {
+  return kind == FaultKind::kUnavailable || kind == FaultKind::kIoError ||
+         kind == FaultKind::kResourceExhausted || kind == FaultKind::kPermissionDenied;
+}
+
+}  // namespace
+
 Status FaultyStore::Injected(FaultOp op, std::string_view key, FaultKind kind) const {
   const std::string where = url() + ": " + OpName(op) + " '" + std::string(key) + "'";
   switch (kind) {
     case FaultKind::kIoError:
       return IoError(where + ": injected I/O error");
+    case FaultKind::kResourceExhausted:
+      return ResourceExhausted(where + ": disk full (injected)");
+    case FaultKind::kPermissionDenied:
+      return PermissionDenied(where + ": permission denied (injected)");
     case FaultKind::kSlowDown:
       return Status(StatusCode::kUnavailable,
                     where + ": SlowDown: please reduce your request rate (injected)");
@@ -140,6 +154,8 @@ Status FaultyStore::Put(std::string_view key, std::string_view data, const PutOp
   switch (d.kind) {
     case FaultKind::kUnavailable:
     case FaultKind::kIoError:
+    case FaultKind::kResourceExhausted:
+    case FaultKind::kPermissionDenied:
       if (d.after_inner) GANTRY_RETURN_IF_ERROR(inner_->Put(key, data, options));
       return Injected(FaultOp::kPut, key, d.kind);
     case FaultKind::kTruncate:
@@ -167,13 +183,11 @@ Status FaultyStore::Put(std::string_view key, std::string_view data, const PutOp
 
 Result<std::string> FaultyStore::Get(std::string_view key) {
   const Decision d = Decide(FaultOp::kGet, key);
-  if (d.fire &&
-      (d.kind == FaultKind::kSlowDown ||
-       ((d.kind == FaultKind::kUnavailable || d.kind == FaultKind::kIoError) && !d.after_inner))) {
+  if (d.fire && (d.kind == FaultKind::kSlowDown || (IsErrorKind(d.kind) && !d.after_inner))) {
     return Injected(FaultOp::kGet, key, d.kind);
   }
   Result<std::string> got = inner_->Get(key);
-  if (d.fire && got.ok() && (d.kind == FaultKind::kUnavailable || d.kind == FaultKind::kIoError)) {
+  if (d.fire && got.ok() && IsErrorKind(d.kind)) {
     return Injected(FaultOp::kGet, key, d.kind);
   }
   return Mangle(FaultOp::kGet, key, d, std::move(got));
@@ -181,13 +195,11 @@ Result<std::string> FaultyStore::Get(std::string_view key) {
 
 Result<std::string> FaultyStore::GetRange(std::string_view key, uint64_t offset, uint64_t length) {
   const Decision d = Decide(FaultOp::kGetRange, key);
-  if (d.fire &&
-      (d.kind == FaultKind::kSlowDown ||
-       ((d.kind == FaultKind::kUnavailable || d.kind == FaultKind::kIoError) && !d.after_inner))) {
+  if (d.fire && (d.kind == FaultKind::kSlowDown || (IsErrorKind(d.kind) && !d.after_inner))) {
     return Injected(FaultOp::kGetRange, key, d.kind);
   }
   Result<std::string> got = inner_->GetRange(key, offset, length);
-  if (d.fire && got.ok() && (d.kind == FaultKind::kUnavailable || d.kind == FaultKind::kIoError)) {
+  if (d.fire && got.ok() && IsErrorKind(d.kind)) {
     return Injected(FaultOp::kGetRange, key, d.kind);
   }
   return Mangle(FaultOp::kGetRange, key, d, std::move(got));

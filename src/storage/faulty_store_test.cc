@@ -37,6 +37,24 @@ TEST(FaultyStoreTest, NthCallFiresExactlyOnce) {
   EXPECT_EQ(s->stats().calls, 8);
 }
 
+// "Full" and "forbidden" are different codes, so callers (a cache tier skips only a full one)
+// can be tested against both.
+TEST(FaultyStoreTest, FullAndForbiddenTiersHaveTheirOwnCodes) {
+  auto full = Make(OneRule(FaultRule::Chance(FaultOp::kPut, FaultKind::kResourceExhausted, 1)));
+  const Status f = full->Put("k", "v");
+  EXPECT_EQ(f.code(), StatusCode::kResourceExhausted) << f.ToString();
+  EXPECT_THAT(f.message(), HasSubstr("disk full"));
+  EXPECT_EQ(full->Get("k").status().code(), StatusCode::kNotFound);  // nothing landed
+  auto forbidden = Make(OneRule(FaultRule::Chance(FaultOp::kAny, FaultKind::kPermissionDenied, 1)));
+  EXPECT_EQ(forbidden->Put("k", "v").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(forbidden->Get("k").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(forbidden->GetRange("k", 0, 1).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(forbidden->Head("k").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(forbidden->List("", "", 10).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(forbidden->Delete("k").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(forbidden->stats().injected[static_cast<int>(FaultKind::kPermissionDenied)], 6);
+}
+
 TEST(FaultyStoreTest, ProbabilisticFaultsAreReproducibleFromTheSeed) {
   auto run = [](uint64_t seed) {
     auto s = Make(OneRule(FaultRule::Chance(FaultOp::kAny, FaultKind::kUnavailable, 0.3), seed));

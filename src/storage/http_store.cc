@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "storage/http_common.h"
+
 namespace gantry {
 namespace {
 
@@ -27,49 +29,6 @@ constexpr size_t kMaxErrorBody = 512;
 // Range ends beyond this are sent open-ended ("bytes=A-"): the agent's HTTP library parses range
 // bounds as signed 64-bit numbers.
 constexpr uint64_t kMaxRangeEnd = (1ull << 62);
-
-// Idle easy handles, each keeping its connection alive, so sequential requests on a thread reuse
-// the TCP connection instead of paying a handshake per chunk.
-class HandlePool {
- public:
-  explicit HandlePool(size_t max_idle) : max_idle_(max_idle) {
-    static std::once_flag once;
-    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  }
-  ~HandlePool() {
-    for (CURL* h : idle_) curl_easy_cleanup(h);
-  }
-  HandlePool(const HandlePool&) = delete;
-  HandlePool& operator=(const HandlePool&) = delete;
-
-  CURL* Acquire() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!idle_.empty()) {
-        CURL* h = idle_.back();
-        idle_.pop_back();
-        return h;
-      }
-    }
-    return curl_easy_init();
-  }
-  // A handle whose transfer failed may hold a connection in an unknown state: it is dropped.
-  void Release(CURL* h, bool reusable) {
-    if (reusable) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (idle_.size() < max_idle_) {
-        idle_.push_back(h);
-        return;
-      }
-    }
-    curl_easy_cleanup(h);
-  }
-
- private:
-  const size_t max_idle_;
-  std::mutex mu_;
-  std::vector<CURL*> idle_;  // guarded by mu_
-};
 
 // One request's response as it streams in. Only the bytes of the body inside [keep_begin,
 // keep_end) are kept, so a peer that ignores a Range header and sends the whole object costs
@@ -354,8 +313,7 @@ class HttpStore final : public ObjectStore {
   }
 
   Status ReadOnly(std::string_view op, std::string_view key) const {
-    return FailedPrecondition(Where(op, key) +
-                              ": read-only store (a peer agent only serves reads)");
+    return Unimplemented(Where(op, key) + ": read-only store (a peer agent only serves reads)");
   }
 
   Status PastEnd(std::string_view key, uint64_t offset, uint64_t size) const {
@@ -439,16 +397,7 @@ class HttpStore final : public ObjectStore {
     std::string msg = Where(op, key) + ": HTTP " + std::to_string(x.status);
     const std::string detail = Snippet(x.body);
     if (!detail.empty()) msg += ": " + detail;
-    switch (x.status) {
-      case 404:
-        return NotFound(msg);
-      case 400:
-        return InvalidArgument(msg);
-      case 503:
-        return Status(StatusCode::kUnavailable, msg);
-      default:
-        return IoError(msg);
-    }
+    return Status(storage_internal::CodeForHttpError(x.status, ""), msg);
   }
 
   // Sends one request and collects the answer in *x. Transport failures are the returned
@@ -489,44 +438,52 @@ class HttpStore final : public ObjectStore {
     if (std::strcmp(method, "HEAD") == 0) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     const CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(headers);
+    // Which timeout fired, for the message: a transfer that never got past connecting, or one
+    // cut before the total timeout (so by the low-speed limit).
+    curl_off_t pretransfer_us = 0;
+    curl_off_t total_us = 0;
+    curl_easy_getinfo(h, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
+    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME_T, &total_us);
     pool_.Release(h, rc == CURLE_OK);
     if (rc == CURLE_OK) return Status::Ok();
-    return TransportError(op, key, rc, errbuf, *x);
+    return TransportError(op, key, rc, errbuf, *x, pretransfer_us == 0, total_us / 1000);
   }
 
   Status TransportError(std::string_view op, std::string_view key, CURLcode rc, const char* errbuf,
-                        const Exchange& x) const {
+                        const Exchange& x, bool never_connected, int64_t elapsed_ms) const {
     const std::string where = Where(op, key);
     const std::string detail =
         std::string(curl_easy_strerror(rc)) + (errbuf[0] != '\0' ? std::string(": ") + errbuf : "");
     const std::string got =
         " (got " + std::to_string(x.received) +
         (x.has_content_length ? " of " + std::to_string(x.content_length) : "") + " body bytes)";
-    auto unavailable = [](std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); };
+    const StatusCode code = storage_internal::CodeForCurlError(rc);
     switch (rc) {
-      case CURLE_OPERATION_TIMEDOUT:
-        if (std::strstr(errbuf, "too slow") != nullptr) {
-          return unavailable(where + ": peer too slow: under " +
-                             std::to_string(options_.low_speed_bytes_per_s) + " bytes/s for " +
-                             std::to_string(options_.low_speed_time_s) + " s" + got);
+      case CURLE_OPERATION_TIMEDOUT: {
+        if (never_connected) {
+          return Status(code, where + ": connect timed out after " +
+                                  std::to_string(options_.connect_timeout_ms) + " ms");
         }
-        // libcurl's wording is the only place that tells the connect phase from the transfer
-        // (a reused connection reports no connect time at all).
-        if (std::strncmp(errbuf, "Connection timed out", 20) == 0 ||
-            std::strncmp(errbuf, "Resolving timed out", 19) == 0) {
-          return unavailable(where + ": connect timed out after " +
-                             std::to_string(options_.connect_timeout_ms) + " ms");
+        // Cut well before the total timeout (or with none): the low-speed limit fired.
+        const bool low_speed = options_.low_speed_bytes_per_s > 0 &&
+                               options_.low_speed_time_s > 0 &&
+                               (options_.timeout_ms == 0 || elapsed_ms + 50 < options_.timeout_ms);
+        if (low_speed) {
+          return Status(code, where + ": peer too slow: under " +
+                                  std::to_string(options_.low_speed_bytes_per_s) + " bytes/s for " +
+                                  std::to_string(options_.low_speed_time_s) + " s" + got);
         }
-        return unavailable(where + ": timed out after " + std::to_string(options_.timeout_ms) +
-                           " ms" + got);
+        return Status(
+            code, where + ": timed out after " + std::to_string(options_.timeout_ms) + " ms" + got);
+      }
       case CURLE_COULDNT_CONNECT:
       case CURLE_COULDNT_RESOLVE_HOST:
-        return unavailable(where + ": cannot reach the peer: " + detail);
+        return Status(code, where + ": cannot reach the peer: " + detail);
       case CURLE_PARTIAL_FILE:
       case CURLE_RECV_ERROR:
       case CURLE_SEND_ERROR:
       case CURLE_GOT_NOTHING:
-        return unavailable(where + ": connection lost: " + detail + got);
+        return Status(code, where + ": connection lost: " + detail + got);
       case CURLE_WRITE_ERROR:
         if (x.overflow) {
           return IoError(where + ": the peer sent more than the " + std::to_string(x.range_len) +
@@ -544,7 +501,7 @@ class HttpStore final : public ObjectStore {
 
   const std::string base_url_;
   const HttpStoreOptions options_;
-  HandlePool pool_;
+  storage_internal::CurlHandlePool pool_;
 };
 
 }  // namespace

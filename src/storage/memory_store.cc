@@ -46,7 +46,7 @@ class MemoryStore final : public ObjectStore {
     auto it = state_->objects.find(key);
     if (it != state_->objects.end()) {
       if (options.create_if_absent) {
-        return FailedPrecondition(Where("put", key) + ": already exists");
+        return AlreadyExists(Where("put", key) + ": already exists");
       }
       it->second = Entry{std::move(buf), NowUnix(), state_->next_version++};
     } else {

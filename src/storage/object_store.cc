@@ -45,8 +45,6 @@ Status BadKey(std::string_view key, const std::string& why) {
   return InvalidArgument("invalid object key '" + Printable(key) + "': " + why);
 }
 
-std::string ErrnoText(int err) { return std::strerror(err); }
-
 }  // namespace
 
 Status ValidateKey(std::string_view key) {
@@ -70,6 +68,11 @@ Status ValidateKey(std::string_view key) {
       return BadKey(key, end == key.size() ? "ends with '/'" : "empty segment ('//')");
     }
     if (seg == "." || seg == "..") return BadKey(key, "'" + std::string(seg) + "' segment");
+    // The stores' own files (posix temp files, the chunk store's lock) live under these names
+    // at the top of a root: a key there would clash with them, or be swept as a leftover.
+    if (start == 0 && (seg == ".gantry-tmp" || seg == ".gantry-lock")) {
+      return BadKey(key, "'" + std::string(seg) + "' is reserved for the store's own files");
+    }
     if (seg.size() > kMaxSegmentBytes) {
       return BadKey(key, "segment longer than " + std::to_string(kMaxSegmentBytes) + " bytes");
     }
@@ -81,11 +84,7 @@ Status ValidateKey(std::string_view key) {
 Status ObjectStore::PutFile(std::string_view key, const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT)
-      return NotFound(url() + ": put '" + std::string(key) + "': " + path + ": no such file");
-    return IoError(url() + ": put '" + std::string(key) + "': open " + path + ": " +
-                   ErrnoText(err));
+    return StatusFromErrno(errno, url() + ": put '" + std::string(key) + "': open " + path);
   }
   std::string data;
   struct stat st;
@@ -97,8 +96,7 @@ Status ObjectStore::PutFile(std::string_view key, const std::string& path) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      return IoError(url() + ": put '" + std::string(key) + "': read " + path + ": " +
-                     ErrnoText(err));
+      return StatusFromErrno(err, url() + ": put '" + std::string(key) + "': read " + path);
     }
     if (n == 0) break;
     data.append(buf, static_cast<size_t>(n));
@@ -115,8 +113,7 @@ Status ObjectStore::GetToFile(std::string_view key, const std::string& path) {
                           std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return IoError(url() + ": get '" + std::string(key) + "': create " + tmp + ": " +
-                   ErrnoText(errno));
+    return StatusFromErrno(errno, url() + ": get '" + std::string(key) + "': create " + tmp);
   }
   size_t done = 0;
   while (done < data.size()) {
@@ -126,22 +123,19 @@ Status ObjectStore::GetToFile(std::string_view key, const std::string& path) {
       const int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return IoError(url() + ": get '" + std::string(key) + "': write " + path + ": " +
-                     ErrnoText(err));
+      return StatusFromErrno(err, url() + ": get '" + std::string(key) + "': write " + path);
     }
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return IoError(url() + ": get '" + std::string(key) + "': flush " + path + ": " +
-                   ErrnoText(err));
+    return StatusFromErrno(err, url() + ": get '" + std::string(key) + "': flush " + path);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return IoError(url() + ": get '" + std::string(key) + "': rename to " + path + ": " +
-                   ErrnoText(err));
+    return StatusFromErrno(err, url() + ": get '" + std::string(key) + "': rename to " + path);
   }
   return Status::Ok();
 }

@@ -6,11 +6,19 @@
 //   4. fsync the final name's directory (the new name survives a power cut).
 // Parents are created on demand; Delete removes emptied parents, so a put racing a delete can
 // see its parent vanish between mkdir and rename: it recreates the parents and retries.
+//
+// Keys never leave the root: every path is resolved beneath the root's descriptor without
+// following a symbolic link (openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or, on kernels
+// without openat2, one openat(O_NOFOLLOW) per component), and names change only through the
+// *at calls on those descriptors. A link someone planted inside the root is no object: reads
+// answer NotFound, writes through it FailedPrecondition, and nothing outside is touched.
 #include "gantry/storage/posix_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -29,24 +37,11 @@ namespace gantry {
 namespace {
 
 constexpr std::string_view kTempDirName = ".gantry-tmp";
+constexpr std::string_view kLockName = ".gantry-lock";  // the chunk store's lock file
 constexpr uint64_t kAlign = 4096;
 constexpr int kCommitAttempts = 64;
 // Buffered writes at least this big stream their writeback (see Writeback).
 constexpr uint64_t kStreamThreshold = 64ull << 20;
-
-// errno as text, with the storage-specific meaning first where a caller has to act on it.
-std::string ErrText(int err) {
-  switch (err) {
-    case ENOSPC:
-      return std::string("disk full (") + std::strerror(err) + ")";
-    case EDQUOT:
-      return std::string("disk full: quota exceeded (") + std::strerror(err) + ")";
-    case EFBIG:
-      return std::string("file too large (") + std::strerror(err) + ")";
-    default:
-      return std::strerror(err);
-  }
-}
 
 std::string DirOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -60,6 +55,7 @@ class Fd {
   ~Fd() { Reset(); }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
   int get() const { return fd_; }
   void Reset(int fd = -1) {
     if (fd_ >= 0) ::close(fd_);
@@ -261,18 +257,20 @@ int CopySpan(int src, int dst, uint64_t off, uint64_t n, bool direct, uint64_t i
   return 0;
 }
 
-// A file created for writing: O_DIRECT when asked and allowed, else buffered.
-int OpenForWrite(const std::string& path, bool direct, bool* got_direct) {
+// A file created for writing (`name` relative to dirfd, never through a link): O_DIRECT when
+// asked and allowed, else buffered.
+int OpenForWrite(int dirfd, const std::string& name, bool direct, bool* got_direct) {
   *got_direct = false;
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   if (direct) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
+    const int fd = ::openat(dirfd, name.c_str(), kFlags | O_DIRECT, 0644);
     if (fd >= 0) {
       *got_direct = true;
       return fd;
     }
     if (errno != EINVAL) return -1;  // tmpfs and friends refuse O_DIRECT with EINVAL
   }
-  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  return ::openat(dirfd, name.c_str(), kFlags, 0644);
 }
 
 std::string RandomSuffix() {
@@ -287,16 +285,110 @@ std::string RandomSuffix() {
   return buf;
 }
 
-int FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  const int rc = ::fsync(fd);
-  const int err = rc == 0 ? 0 : errno;
-  ::close(fd);
-  return err;
+int FsyncDir(int dirfd) { return ::fsync(dirfd) == 0 ? 0 : errno; }
+
+// --- Resolution beneath the root, following no link ---------------------------------------
+
+std::atomic<bool> g_use_openat2{true};  // cleared once the kernel answers ENOSYS
+
+bool IsSymlinkAt(int dirfd, const std::string& name) {
+  struct stat st;
+  return ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+
+// The fallback: one openat per component, each with O_NOFOLLOW (O_DIRECTORY for the parents).
+// Keys hold no "." or ".." segments (ValidateKey), so no component can climb out.
+int OpenByComponents(int dirfd, std::string_view rel, int flags, mode_t mode) {
+  int dir = dirfd;
+  size_t start = 0;
+  while (true) {
+    const size_t slash = rel.find('/', start);
+    const bool last = slash == std::string_view::npos;
+    const std::string seg(rel.substr(start, last ? std::string_view::npos : slash - start));
+    const int fd =
+        last ? ::openat(dir, seg.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode)
+             : ::openat(dir, seg.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    // A link where a directory is wanted answers ENOTDIR; say ELOOP like openat2 does.
+    if (fd < 0 && err == ENOTDIR && IsSymlinkAt(dir, seg)) err = ELOOP;
+    if (dir != dirfd) ::close(dir);
+    if (fd < 0) {
+      errno = err;
+      return -1;
+    }
+    if (last) return fd;
+    dir = fd;
+    start = slash + 1;
+  }
+}
+
+bool LinkInTheWay(int err) { return err == ELOOP || err == EXDEV; }
+
+// The root, opened for one operation. It is the real path found at open time, so no link is
+// followed here either (unless someone replaces the root itself).
+int OpenRoot(const std::string& root) {
+  return ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+// Opens, segment by segment without following links, the directories from the root down to
+// the one holding `key`'s object (one descriptor each, in *chain); with `create`, makes the
+// missing ones (and fsyncs each new entry's directory when `sync`). 0 or an errno: ELOOP (a
+// link in the way), ENOTDIR (a parent is an object), ENOENT (a parent is missing; with create,
+// a racing Delete removed one: the caller retries).
+int OpenParents(int root_fd, std::string_view key, bool create, bool sync, std::vector<Fd>* chain) {
+  chain->clear();
+  int dir = root_fd;
+  size_t start = 0;
+  while (true) {
+    const size_t slash = key.find('/', start);
+    if (slash == std::string_view::npos) return 0;
+    const std::string seg(key.substr(start, slash - start));
+    if (create) {
+      if (::mkdirat(dir, seg.c_str(), 0755) == 0) {
+        // The new directory entry must be durable too, or the object can vanish with it.
+        if (sync) FsyncDir(dir);
+      } else if (errno != EEXIST) {
+        return errno;
+      }
+    }
+    const int fd = ::openat(dir, seg.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOTDIR || err == ELOOP) return IsSymlinkAt(dir, seg) ? ELOOP : ENOTDIR;
+      return err;
+    }
+    chain->emplace_back(fd);
+    dir = fd;
+    start = slash + 1;
+  }
+}
+
+std::string_view LeafOf(std::string_view key) {
+  const size_t slash = key.rfind('/');
+  return slash == std::string_view::npos ? key : key.substr(slash + 1);
 }
 
 }  // namespace
+
+int OpenBeneath(int dirfd, std::string_view rel, int flags, mode_t mode) {
+  if (g_use_openat2.load(std::memory_order_relaxed)) {
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & O_CREAT) != 0 ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    const std::string path(rel);
+    // EAGAIN: a concurrent rename raced the lookup (the kernel refuses to guess); retry.
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      const long fd = ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how));
+      if (fd >= 0) return static_cast<int>(fd);
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno != ENOSYS) return -1;
+      g_use_openat2.store(false);
+      break;
+    }
+  }
+  return OpenByComponents(dirfd, rel, flags, mode);
+}
 
 Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
                                                    const PosixStoreOptions& options) {
@@ -305,11 +397,10 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
   if (abs.front() != '/') {
     char cwd[4096];
     if (::getcwd(cwd, sizeof(cwd)) == nullptr) {
-      return IoError("posix store '" + root + "': getcwd: " + ErrText(errno));
+      return StatusFromErrno(errno, "posix store '" + root + "': getcwd");
     }
     abs = std::string(cwd) + "/" + abs;
   }
-  // "//" and "." segments would make url() differ between handles on the same directory.
   abs = std::filesystem::path(abs).lexically_normal().string();
   while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
   // mkdir -p the root: a tier directory on a fresh node does not exist yet.
@@ -317,9 +408,21 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
     if (pos != abs.size() && abs[pos] != '/') continue;
     const std::string part = abs.substr(0, pos);
     if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return IoError("posix store: cannot create directory " + part + ": " + ErrText(errno));
+      return StatusFromErrno(errno, "posix store: cannot create directory " + part);
     }
   }
+  // The root may be reached through links (a mount point, /scratch -> /nvme0): resolve them
+  // once, here; every key below it is then resolved without following any (see the top).
+  char* real = ::realpath(abs.c_str(), nullptr);
+  if (real == nullptr) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return NotFound("posix store: directory " + abs + " does not exist");
+    }
+    return StatusFromErrno(err, "posix store: resolve " + abs);
+  }
+  abs = real;
+  std::free(real);
   struct stat st;
   if (::stat(abs.c_str(), &st) != 0) {
     const int err = errno;
@@ -331,10 +434,13 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
   if (!S_ISDIR(st.st_mode)) {
     return FailedPrecondition("posix store: " + abs + " is not a directory");
   }
-  const std::string tmp = abs + "/" + std::string(kTempDirName);
+  Fd root_fd(OpenRoot(abs));
+  if (root_fd.get() < 0) return StatusFromErrno(errno, "posix store: open " + abs);
   // Without create_root nothing is written here; a put recreates the temp directory.
-  if (options.create_root && ::mkdir(tmp.c_str(), 0755) != 0 && errno != EEXIST) {
-    return IoError("posix store: cannot create " + tmp + ": " + ErrText(errno));
+  if (options.create_root &&
+      ::mkdirat(root_fd.get(), std::string(kTempDirName).c_str(), 0755) != 0 && errno != EEXIST) {
+    return StatusFromErrno(errno,
+                           "posix store: cannot create " + abs + "/" + std::string(kTempDirName));
   }
   PosixStoreOptions opts = options;
   if (opts.parallelism < 1) opts.parallelism = 1;
@@ -342,6 +448,8 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
   opts.io_size = opts.io_size / kAlign * kAlign;
   return std::unique_ptr<PosixStore>(new PosixStore(abs, opts));
 }
+
+void SetPosixStoreOpenat2ForTesting(bool enabled) { g_use_openat2.store(enabled); }
 
 namespace {
 
@@ -352,27 +460,35 @@ class PutTxn {
       : store_(store), key_(key), final_(store.root() + "/" + std::string(key)) {}
   ~PutTxn() {
     fd_.Reset();
-    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+    if (!tmp_name_.empty()) ::unlinkat(tmp_dir_.get(), tmp_name_.c_str(), 0);
   }
 
   std::string Where() const { return store_.url() + ": put '" + key_ + "'"; }
 
   Status Fail(const std::string& what, const std::string& dir, int err) const {
-    return IoError(Where() + ": " + what + " (directory " + dir + "): " + ErrText(err));
+    return StatusFromErrno(err, Where() + ": " + what + " (directory " + dir + ")");
   }
 
   Status Begin(bool direct) {
+    root_.Reset(OpenRoot(store_.root()));
+    if (root_.get() < 0) return Fail("open the root", store_.root(), errno);
+    const std::string tmp_dir_name(kTempDirName);
     for (int attempt = 0; attempt < 2; ++attempt) {
-      tmp_ = store_.temp_dir() + "/.tmp." + RandomSuffix();
-      const int fd = OpenForWrite(tmp_, direct, &direct_);
-      if (fd >= 0) {
-        fd_.Reset(fd);
-        return Status::Ok();
+      tmp_dir_.Reset(::openat(root_.get(), tmp_dir_name.c_str(),
+                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      int err = errno;
+      if (tmp_dir_.get() >= 0) {
+        const std::string name = ".tmp." + RandomSuffix();
+        const int fd = OpenForWrite(tmp_dir_.get(), name, direct, &direct_);
+        if (fd >= 0) {
+          fd_.Reset(fd);
+          tmp_name_ = name;
+          return Status::Ok();
+        }
+        err = errno;
       }
-      const int err = errno;
-      tmp_.clear();
       if (err == ENOENT && attempt == 0) {  // someone removed the temp dir: recreate it
-        ::mkdir(store_.temp_dir().c_str(), 0755);
+        ::mkdirat(root_.get(), tmp_dir_name.c_str(), 0755);
         continue;
       }
       return Fail("create temp file", store_.temp_dir(), err);
@@ -382,43 +498,54 @@ class PutTxn {
 
   int fd() const { return fd_.get(); }
   bool direct() const { return direct_; }
-  const std::string& tmp() const { return tmp_; }
+  std::string tmp() const { return store_.temp_dir() + "/" + tmp_name_; }
 
   // Truncates to the real size (direct writes pad the tail), flushes and closes.
   Status Finish(uint64_t size) {
     if (direct_ && size % kAlign != 0 && ::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
-      return Fail("truncate temp file " + tmp_, store_.temp_dir(), errno);
+      return Fail("truncate temp file " + tmp(), store_.temp_dir(), errno);
     }
     if (store_.options().sync && ::fsync(fd_.get()) != 0) {
-      return Fail("fsync temp file " + tmp_, store_.temp_dir(), errno);
+      return Fail("fsync temp file " + tmp(), store_.temp_dir(), errno);
     }
-    if (fd_.Close() != 0) return Fail("close temp file " + tmp_, store_.temp_dir(), errno);
+    if (fd_.Close() != 0) return Fail("close temp file " + tmp(), store_.temp_dir(), errno);
     return Status::Ok();
   }
 
   // Moves the temp file to the final name (see the protocol at the top of the file).
   Status Commit(bool create_if_absent) {
     const std::string dir = DirOf(final_);
+    const std::string leaf(LeafOf(key_));
+    const bool sync = store_.options().sync;
+    std::vector<Fd> chain;
     for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
-      GANTRY_RETURN_IF_ERROR(MakeParents());
-      const int rc = create_if_absent ? ::link(tmp_.c_str(), final_.c_str())
-                                      : ::rename(tmp_.c_str(), final_.c_str());
+      int err = OpenParents(root_.get(), key_, /*create=*/true, sync, &chain);
+      if (err == ENOENT) continue;  // a concurrent Delete removed an emptied parent: redo
+      if (err == ENOTDIR) return ParentIsObject();
+      if (err == ELOOP) return ParentIsLink();
+      if (err != 0) return Fail("create the parent directories", dir, err);
+      const int parent = chain.empty() ? root_.get() : chain.back().get();
+      const int rc = create_if_absent
+                         ? ::linkat(tmp_dir_.get(), tmp_name_.c_str(), parent, leaf.c_str(), 0)
+                         : ::renameat(tmp_dir_.get(), tmp_name_.c_str(), parent, leaf.c_str());
       if (rc == 0) {
-        if (create_if_absent) ::unlink(tmp_.c_str());
-        tmp_.clear();
-        if (store_.options().sync) {
-          if (int err = FsyncDir(dir); err != 0 && err != ENOENT) {
-            return Fail("fsync directory", dir, err);
-          }
+        if (create_if_absent) ::unlinkat(tmp_dir_.get(), tmp_name_.c_str(), 0);
+        tmp_name_.clear();
+        if (sync) {
+          if (int e = FsyncDir(parent); e != 0) return Fail("fsync directory", dir, e);
         }
         return Status::Ok();
       }
-      const int err = errno;
-      if (err == ENOENT) continue;  // a concurrent Delete removed an emptied parent: redo
+      err = errno;
+      if (err == ENOENT) continue;  // the parent was removed after we opened it: redo
       if (err == EEXIST && create_if_absent) {
-        return FailedPrecondition(Where() + ": already exists");
+        struct stat st;
+        if (::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode)) {
+          return AlreadyExists(Where() + ": already exists");
+        }
       }
-      if (err == EISDIR || err == ENOTEMPTY || (err == EEXIST && !create_if_absent)) {
+      if (err == EISDIR || err == ENOTEMPTY || err == EEXIST) {
         return FailedPrecondition(Where() + ": " + final_ +
                                   " is a directory holding other objects");
       }
@@ -432,43 +559,25 @@ class PutTxn {
   Status ParentIsObject() const {
     return FailedPrecondition(Where() + ": a parent of the key is itself an object");
   }
-
-  Status MakeParents() {
-    size_t pos = store_.root().size() + 1;
-    while (true) {
-      pos = final_.find('/', pos);
-      if (pos == std::string::npos) return Status::Ok();
-      const std::string dir = final_.substr(0, pos);
-      if (::mkdir(dir.c_str(), 0755) == 0) {
-        // The new directory entry must be durable too, or the object can vanish with it.
-        if (store_.options().sync) FsyncDir(DirOf(dir));
-      } else if (errno == ENOTDIR) {
-        return ParentIsObject();
-      } else if (errno == EEXIST) {
-        struct stat st;
-        if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) return ParentIsObject();
-      } else if (errno != ENOENT) {  // ENOENT: a racing Delete; the caller's loop retries
-        return Fail("create directory " + dir, DirOf(dir), errno);
-      }
-      ++pos;
-    }
+  Status ParentIsLink() const {
+    return FailedPrecondition(Where() + ": a parent of the key is a symbolic link, which the " +
+                              "posix store does not follow");
   }
 
   const PosixStore& store_;
   const std::string key_;
-  const std::string final_;
-  std::string tmp_;  // non-empty while a temp file exists that we must remove on failure
+  const std::string final_;  // for messages
+  Fd root_;
+  Fd tmp_dir_;
+  std::string tmp_name_;  // non-empty while a temp file exists that we must remove on failure
   Fd fd_;
   bool direct_ = false;
 };
 
 Status CheckPosixKey(const PosixStore& store, const char* op, std::string_view key) {
+  // ValidateKey also refuses the reserved top-level names (.gantry-tmp, .gantry-lock).
   Status s = ValidateKey(key);
   if (!s.ok()) return s.WithContext(store.url() + ": " + op);
-  if (key == kTempDirName || key.starts_with(std::string(kTempDirName) + "/")) {
-    return InvalidArgument(store.url() + ": " + op + " '" + std::string(key) +
-                           "': the name '.gantry-tmp' is reserved by the posix store");
-  }
   return Status::Ok();
 }
 
@@ -523,7 +632,7 @@ Status PosixStore::PutFile(std::string_view key, const std::string& path) {
     const int err = errno;
     const std::string where = url() + ": put '" + std::string(key) + "': " + path;
     if (err == ENOENT) return NotFound(where + ": no such file");
-    return IoError(where + ": " + ErrText(err));
+    return StatusFromErrno(err, where);
   }
   struct stat st;
   if (::fstat(src.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -550,31 +659,47 @@ Status PosixStore::PutFile(std::string_view key, const std::string& path) {
 
 namespace {
 
-// Opens an object for reading; NotFound for missing keys and for directories (not objects).
+// Opens an object for reading (with `extra_flags`, O_DIRECT say) beneath the root without
+// following links; -1 with errno.
+int OpenObjectFd(const PosixStore& store, std::string_view key, int extra_flags) {
+  Fd root(OpenRoot(store.root()));
+  if (root.get() < 0) return -1;
+  // O_NONBLOCK: opening a FIFO someone left in the tree must not hang the reader.
+  return OpenBeneath(root.get(), key, O_RDONLY | O_NONBLOCK | extra_flags);
+}
+
+// Opens an object for reading; NotFound for missing keys, for directories and for anything
+// reached through a symbolic link (not objects).
 Result<int> OpenObject(const PosixStore& store, const char* op, std::string_view key,
                        uint64_t* size, struct stat* st_out = nullptr) {
   GANTRY_RETURN_IF_ERROR(CheckPosixKey(store, op, key));
   const std::string path = store.root() + "/" + std::string(key);
   const std::string where = store.url() + ": " + op + " '" + std::string(key) + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = OpenObjectFd(store, key, 0);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) return NotFound(where + ": no such object");
-    return IoError(where + ": open " + path + ": " + ErrText(err));
+    if (LinkInTheWay(err)) {
+      return NotFound(where + ": no such object (a symbolic link is in the way, and the posix " +
+                      "store follows none)");
+    }
+    return StatusFromErrno(err, where + ": open " + path);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return NotFound(where + ": no such object (" + path + " is not a regular file)");
   }
+  // Back to blocking reads (O_NONBLOCK was only for the open; it means nothing for files).
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   *size = static_cast<uint64_t>(st.st_size);
   if (st_out != nullptr) *st_out = st;
   return fd;
 }
 
 Status ReadError(const PosixStore& store, std::string_view key, int err) {
-  return IoError(store.url() + ": get '" + std::string(key) + "': read " + store.root() + "/" +
-                 std::string(key) + ": " + ErrText(err));
+  return StatusFromErrno(err, store.url() + ": get '" + std::string(key) + "': read " +
+                                  store.root() + "/" + std::string(key));
 }
 
 }  // namespace
@@ -646,9 +771,11 @@ Result<uint64_t> PosixStore::ReadInto(std::string_view key, uint64_t offset, cha
   Fd direct_fd;
   uint64_t direct_len = 0;
   if (options_.direct_io && IsAligned(buf) && offset % kAlign == 0) {
-    const std::string path = root_ + "/" + std::string(key);
-    direct_fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
-    if (direct_fd.get() >= 0) direct_len = n / kAlign * kAlign;
+    direct_fd.Reset(OpenObjectFd(*this, key, O_DIRECT));
+    if (direct_fd.get() >= 0) {
+      ::fcntl(direct_fd.get(), F_SETFL, ::fcntl(direct_fd.get(), F_GETFL) & ~O_NONBLOCK);
+      direct_len = n / kAlign * kAlign;
+    }
   }
   const int parts = n >= options_.parallel_threshold ? options_.parallelism : 1;
   const uint64_t io = options_.io_size;
@@ -683,16 +810,15 @@ Status PosixStore::GetToFile(std::string_view key, const std::string& path) {
   // Beside the destination, then rename: the file appears whole or not at all.
   std::string tmp = path + ".gantry-part." + RandomSuffix();
   bool direct = false;
-  Fd dst(OpenForWrite(tmp, options_.direct_io, &direct));
+  Fd dst(OpenForWrite(AT_FDCWD, tmp, options_.direct_io, &direct));
   if (dst.get() < 0) {
-    return IoError(where + ": create " + tmp + " (directory " + DirOf(tmp) +
-                   "): " + ErrText(errno));
+    return StatusFromErrno(errno, where + ": create " + tmp + " (directory " + DirOf(tmp) + ")");
   }
   auto fail = [&](const std::string& what, int err) {
     dst.Reset();
     ::unlink(tmp.c_str());
-    return IoError(where + ": " + what + " " + path + " (directory " + DirOf(tmp) +
-                   "): " + ErrText(err));
+    return StatusFromErrno(err,
+                           where + ": " + what + " " + path + " (directory " + DirOf(tmp) + ")");
   };
   const int parts = size >= options_.parallel_threshold ? options_.parallelism : 1;
   const uint64_t io = options_.io_size;
@@ -733,7 +859,9 @@ Result<ObjectInfo> PosixStore::Head(std::string_view key) {
 namespace {
 
 // Depth-first walk in key order. Entries sort by name, with '/' appended to directories, so
-// that "a-c" (a file) comes before "a/b" exactly as the full keys compare.
+// that "a-c" (a file) comes before "a/b" exactly as the full keys compare. Directories are
+// opened relative to their parent with O_NOFOLLOW, so a link (or a directory swapped for one
+// mid-walk) is never entered; links are not objects and are not listed.
 struct Walker {
   const PosixStore& store;
   std::string_view prefix;
@@ -742,22 +870,22 @@ struct Walker {
   std::vector<ObjectInfo>* out;
   Status status;
 
-  // rel: the directory's key prefix ("" or "a/b/").
-  bool Walk(const std::string& rel) {
-    const std::string dir =
-        rel.empty() ? store.root() : store.root() + "/" + rel.substr(0, rel.size() - 1);
-    DIR* d = ::opendir(dir.c_str());
+  // fd: the directory (taken over and closed here); rel: its key prefix ("" or "a/b/").
+  bool Walk(int fd, const std::string& rel) {
+    DIR* d = ::fdopendir(fd);
     if (d == nullptr) {
-      if (errno == ENOENT || errno == ENOTDIR) return true;  // removed by a concurrent delete
-      status = IoError(store.url() + ": list '" + std::string(prefix) + "': open directory " + dir +
-                       ": " + ErrText(errno));
+      const int err = errno;
+      ::close(fd);
+      status = StatusFromErrno(err, store.url() + ": list '" + std::string(prefix) +
+                                        "': read directory " + store.root() + "/" + rel);
       return false;
     }
     std::vector<std::pair<std::string, bool>> entries;  // (sort key, is_dir)
     while (struct dirent* e = ::readdir(d)) {
       const std::string_view name = e->d_name;
       if (name == "." || name == "..") continue;
-      if (rel.empty() && name == kTempDirName) continue;
+      // The store's own files (temp files, the chunk store's lock) are not objects.
+      if (rel.empty() && (name == kTempDirName || name == kLockName)) continue;
       bool is_dir = e->d_type == DT_DIR;
       bool is_reg = e->d_type == DT_REG;
       if (e->d_type == DT_UNKNOWN) {
@@ -778,24 +906,45 @@ struct Walker {
       }
       entries.emplace_back(std::move(key), is_dir);
     }
-    ::closedir(d);
     std::sort(entries.begin(), entries.end());
+    bool more = true;
     for (auto& [key, is_dir] : entries) {
+      const std::string name = key.substr(rel.size(), key.size() - rel.size() - (is_dir ? 1 : 0));
       if (is_dir) {
-        if (!Walk(key)) return false;
+        const int sub =
+            ::openat(dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+          const int err = errno;
+          // Removed by a concurrent delete, or swapped for something else: not a directory now.
+          if (err == ENOENT || err == ENOTDIR || err == ELOOP) continue;
+          status = StatusFromErrno(err, store.url() + ": list '" + std::string(prefix) +
+                                            "': open directory " + store.root() + "/" + key);
+          more = false;
+          break;
+        }
+        if (!Walk(sub, key)) {
+          more = false;
+          break;
+        }
         continue;
       }
       struct stat st;
-      const std::string path = store.root() + "/" + key;
-      if (::stat(path.c_str(), &st) != 0) continue;  // deleted meanwhile
+      if (::fstatat(dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISREG(st.st_mode)) {
+        continue;  // deleted meanwhile, or replaced by a non-object
+      }
       ObjectInfo info;
       info.key = key;
       info.size = static_cast<uint64_t>(st.st_size);
       info.mtime_unix = st.st_mtim.tv_sec;
       out->push_back(std::move(info));
-      if (out->size() >= limit) return false;
+      if (out->size() >= limit) {
+        more = false;
+        break;
+      }
     }
-    return true;
+    ::closedir(d);
+    return more;
   }
 };
 
@@ -807,7 +956,12 @@ Result<ListPage> PosixStore::List(std::string_view prefix, std::string_view page
   ListPage page;
   // One extra object tells whether another page exists.
   Walker w{*this, prefix, page_token, static_cast<size_t>(max_keys) + 1, &page.objects, {}};
-  w.Walk("");
+  const int root = OpenRoot(root_);
+  if (root < 0) {
+    if (errno == ENOENT) return page;  // the whole tree is gone: nothing to list
+    return StatusFromErrno(errno, url() + ": list '" + std::string(prefix) + "': open " + root_);
+  }
+  w.Walk(root, "");
   if (!w.status.ok()) return w.status;
   if (page.objects.size() > static_cast<size_t>(max_keys)) {
     page.objects.pop_back();
@@ -818,31 +972,59 @@ Result<ListPage> PosixStore::List(std::string_view prefix, std::string_view page
 
 Status PosixStore::Delete(std::string_view key) {
   GANTRY_RETURN_IF_ERROR(CheckPosixKey(*this, "delete", key));
-  std::string path = root_ + "/" + std::string(key);
-  if (::unlink(path.c_str()) != 0) {
-    const int err = errno;
-    // Missing, or a directory of other objects (not an object itself): nothing to delete.
-    if (err == ENOENT || err == ENOTDIR || err == EISDIR) return Status::Ok();
-    return IoError(url() + ": delete '" + std::string(key) + "': unlink " + path + ": " +
-                   ErrText(err));
+  const std::string path = root_ + "/" + std::string(key);
+  const std::string where = url() + ": delete '" + std::string(key) + "'";
+  Fd root(OpenRoot(root_));
+  if (root.get() < 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return StatusFromErrno(errno, where + ": open " + root_);
+  }
+  std::vector<Fd> chain;
+  const int err = OpenParents(root.get(), key, /*create=*/false, false, &chain);
+  // A missing parent, a parent that is an object or a link: no such object, nothing to delete.
+  if (err == ENOENT || err == ENOTDIR || err == ELOOP) return Status::Ok();
+  if (err != 0) return StatusFromErrno(err, where + ": open the parent directories of " + path);
+  const int parent = chain.empty() ? root.get() : chain.back().get();
+  const std::string leaf(LeafOf(key));
+  // Only objects are deleted: a directory of other objects or a planted link is not one.
+  struct stat st;
+  if (::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return Status::Ok();
+    return StatusFromErrno(errno, where + ": stat " + path);
+  }
+  if (!S_ISREG(st.st_mode)) return Status::Ok();
+  if (::unlinkat(parent, leaf.c_str(), 0) != 0) {
+    if (errno == ENOENT) return Status::Ok();  // a concurrent delete won
+    return StatusFromErrno(errno, where + ": unlink " + path);
   }
   // Best effort: rmdir refuses non-empty directories atomically, so racing puts are safe
   // (they recreate what they need, see PutTxn::Commit).
-  while (true) {
-    path = DirOf(path);
-    if (path.size() <= root_.size()) break;
-    if (::rmdir(path.c_str()) != 0) break;
+  size_t depth = chain.size();
+  std::string_view dirs = key.substr(0, key.size() - leaf.size());  // "a/b/" or ""
+  while (depth > 0) {
+    dirs.remove_suffix(1);  // the '/'
+    const std::string name(LeafOf(dirs));
+    const int above = depth >= 2 ? chain[depth - 2].get() : root.get();
+    if (::unlinkat(above, name.c_str(), AT_REMOVEDIR) != 0) break;
+    dirs.remove_suffix(name.size());
+    --depth;
   }
-  if (options_.sync) FsyncDir(path);
+  if (options_.sync) FsyncDir(depth == 0 ? root.get() : chain[depth - 1].get());
   return Status::Ok();
 }
 
 Result<int> PosixStore::CleanupTemp(int64_t max_age_seconds) {
   const std::string dir = temp_dir();
-  DIR* d = ::opendir(dir.c_str());
+  Fd root(OpenRoot(root_));
+  const int fd = root.get() < 0 ? -1
+                                : ::openat(root.get(), std::string(kTempDirName).c_str(),
+                                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR* d = fd < 0 ? nullptr : ::fdopendir(fd);
   if (d == nullptr) {
-    if (errno == ENOENT) return 0;
-    return IoError(url() + ": cleanup: open " + dir + ": " + ErrText(errno));
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (err == ENOENT) return 0;
+    return StatusFromErrno(err, url() + ": cleanup: open " + dir);
   }
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch())

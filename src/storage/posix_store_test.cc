@@ -12,11 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <span>
 #include <thread>
 
 #include "common/test_support.h"
@@ -94,6 +96,7 @@ TEST_F(PosixStoreTest, ReservedTempNameAndObjectDirectoryConflictsAreRejected) {
 TEST_F(PosixStoreTest, ListSkipsTempFilesAndForeignEntries) {
   ASSERT_TRUE(store_->Put("k", "v").ok());
   std::ofstream(store_->temp_dir() + "/.tmp.leftover") << "partial";
+  std::ofstream(Root() + "/.gantry-lock") << "";  // the chunk store's lock file
   fs::create_symlink("/etc/hostname", Root() + "/link");
   auto all = store_->ListAll("");
   ASSERT_TRUE(all.ok());
@@ -145,7 +148,7 @@ TEST_F(PosixStoreTest, FileTooLargeFailsCleanlyAndKeepsTheOldVersion) {
     Status s = store_->Put("big/obj", std::string(4 << 20, 'n'));
     const std::string msg = s.ToString();
     (void)!::write(pipefd[1], msg.data(), msg.size());
-    ::_exit(s.code() == StatusCode::kIoError ? 0 : 1);
+    ::_exit(s.code() == StatusCode::kResourceExhausted ? 0 : 1);
   }
   ::close(pipefd[1]);
   std::string msg;
@@ -183,7 +186,7 @@ TEST_F(PosixStoreTest, DiskFullFailsCleanlyAndKeepsTheOldVersion) {
         auto got = (*s)->Get("obj");
         if (!got.ok() || *got != std::string(300 << 10, 'o')) return *code = 4, "old version lost";
         if (!fs::is_empty((*s)->temp_dir())) return *code = 5, "temp file left behind";
-        if (full.code() != StatusCode::kIoError) return *code = 6, full.ToString();
+        if (full.code() != StatusCode::kResourceExhausted) return *code = 6, full.ToString();
         return full.ToString();
       },
       &msg);
@@ -302,6 +305,169 @@ TEST_F(PosixStoreTest, OpenRejectsARootThatIsAFile) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr(dir_ + "/file"));
 }
+
+// --- Symbolic links planted inside the root --------------------------------------------
+//
+// Every operation, through every kind of link (to a directory or a file, absolute or relative,
+// "..", a link to a directory inside the root, a link in place of the temp directory), with
+// openat2 and with the per-component fallback used where the kernel lacks it. Nothing outside
+// the root may be read, written, listed or removed.
+class PosixSymlinkTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    SetPosixStoreOpenat2ForTesting(GetParam());
+    std::string tmpl = testing::TempDir() + "/gantry_links_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = fs::path(tmpl).lexically_normal().string();
+    outside_ = dir_ + "/outside";
+    fs::create_directories(outside_ + "/sub");
+    std::ofstream(outside_ + "/secret") << "secret";
+    std::ofstream(outside_ + "/sub/deep") << "deep";
+    auto s = OpenPosixStore(dir_ + "/root", PosixStoreOptions{});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    root_ = store_->root();
+    ASSERT_TRUE(store_->Put("real/k", "inside").ok());
+    fs::create_symlink(outside_, root_ + "/abs");                 // absolute, to a directory
+    fs::create_symlink("../outside", root_ + "/rel");             // relative, to a directory
+    fs::create_symlink(outside_ + "/secret", root_ + "/file");    // to a file
+    fs::create_symlink("..", root_ + "/up");                      // ".."
+    fs::create_symlink("real", root_ + "/alias");                 // to a directory inside
+    fs::create_symlink("../../outside", root_ + "/real/nested");  // deeper, relative
+  }
+  void TearDown() override {
+    SetPosixStoreOpenat2ForTesting(true);
+    fs::remove_all(dir_);
+  }
+
+  // The outside tree, byte for byte as SetUp left it.
+  void ExpectOutsideUntouched() {
+    std::vector<std::string> names;
+    for (const auto& e : fs::recursive_directory_iterator(outside_)) {
+      names.push_back(fs::relative(e.path(), outside_).string());
+    }
+    std::sort(names.begin(), names.end());
+    EXPECT_THAT(names, ElementsAre("secret", "sub", "sub/deep"));
+    std::ifstream f(outside_ + "/secret");
+    std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(content, "secret");
+  }
+
+  // Keys that reach outside, or through a link, if links were followed.
+  static std::vector<std::string> ThroughLinks() {
+    return {"abs/secret",        "rel/secret", "abs/sub/deep",
+            "up/outside/secret", "alias/k",    "real/nested/secret"};
+  }
+
+  std::string dir_;
+  std::string outside_;
+  std::string root_;
+  std::unique_ptr<PosixStore> store_;
+};
+
+TEST_P(PosixSymlinkTest, ReadsThroughALinkAreNotFound) {
+  std::vector<std::string> keys = ThroughLinks();
+  keys.push_back("file");  // the link itself is not an object
+  for (const std::string& key : keys) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(store_->Get(key).status().code(), StatusCode::kNotFound)
+        << store_->Get(key).status().ToString();
+    EXPECT_EQ(store_->GetRange(key, 0, 3).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(store_->Head(key).status().code(), StatusCode::kNotFound);
+    char a[2];
+    char b[8];
+    const std::span<char> parts[] = {std::span<char>(a), std::span<char>(b)};
+    EXPECT_EQ(store_->GetParts(key, 0, parts).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(store_->ReadInto(key, 0, b, sizeof(b)).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(store_->GetToFile(key, dir_ + "/copy").code(), StatusCode::kNotFound);
+    EXPECT_FALSE(fs::exists(dir_ + "/copy"));
+  }
+  EXPECT_EQ(*store_->Get("real/k"), "inside");  // the real object still reads
+}
+
+TEST_P(PosixSymlinkTest, WritesThroughALinkFailAndWriteNothingOutside) {
+  std::ofstream(dir_ + "/src") << "payload";
+  PutOptions once;
+  once.create_if_absent = true;
+  for (const std::string& base : ThroughLinks()) {
+    const std::string key = base + "-new";
+    SCOPED_TRACE(key);
+    const Status put = store_->Put(key, "x");
+    EXPECT_EQ(put.code(), StatusCode::kFailedPrecondition) << put.ToString();
+    EXPECT_THAT(put.message(), HasSubstr("symbolic link"));
+    EXPECT_EQ(store_->Put(key, "x", once).code(), StatusCode::kFailedPrecondition);
+    const std::string_view parts[] = {"a", "b"};
+    EXPECT_EQ(store_->PutParts(key, parts, {}).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(store_->PutFile(key, dir_ + "/src").code(), StatusCode::kFailedPrecondition);
+  }
+  // Overwriting a link's own name replaces the link with an object; the target is untouched.
+  ASSERT_TRUE(store_->Put("file", "now an object").ok());
+  EXPECT_FALSE(fs::is_symlink(root_ + "/file"));
+  EXPECT_EQ(*store_->Get("file"), "now an object");
+  ExpectOutsideUntouched();
+  EXPECT_TRUE(fs::is_empty(store_->temp_dir()));
+}
+
+TEST_P(PosixSymlinkTest, CreateOnlyPutOnALinkNameIsAlreadyExists) {
+  PutOptions once;
+  once.create_if_absent = true;
+  const Status s = store_->Put("file", "x", once);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+  EXPECT_TRUE(fs::is_symlink(root_ + "/file"));
+  ExpectOutsideUntouched();
+}
+
+TEST_P(PosixSymlinkTest, DeletesThroughALinkRemoveNothing) {
+  for (const std::string& key : ThroughLinks()) {
+    EXPECT_TRUE(store_->Delete(key).ok()) << key;
+  }
+  EXPECT_TRUE(store_->Delete("file").ok());
+  EXPECT_TRUE(store_->Delete("abs").ok());
+  for (const char* link : {"abs", "rel", "file", "up", "alias", "real/nested"}) {
+    EXPECT_TRUE(fs::is_symlink(root_ + "/" + link)) << link;
+  }
+  EXPECT_EQ(*store_->Get("real/k"), "inside");
+  ExpectOutsideUntouched();
+}
+
+TEST_P(PosixSymlinkTest, ListShowsOnlyRealObjects) {
+  for (const char* prefix : {"", "abs/", "rel", "up/", "alias/", "real/"}) {
+    auto all = store_->ListAll(prefix);
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    std::vector<std::string> keys;
+    for (const auto& o : *all) keys.push_back(o.key);
+    if (std::string_view(prefix).empty() || std::string_view(prefix) == "real/") {
+      EXPECT_THAT(keys, ElementsAre("real/k")) << prefix;
+    } else {
+      EXPECT_TRUE(keys.empty()) << prefix;
+    }
+  }
+}
+
+TEST_P(PosixSymlinkTest, ALinkInPlaceOfTheTempDirectoryIsNeverWrittenOrSwept) {
+  fs::remove_all(store_->temp_dir());
+  fs::create_symlink(outside_, store_->temp_dir());
+  const Status s = store_->Put("k", "v");
+  EXPECT_FALSE(s.ok());
+  auto swept = store_->CleanupTemp(0);
+  EXPECT_TRUE(!swept.ok() || *swept == 0);
+  ExpectOutsideUntouched();
+}
+
+TEST_P(PosixSymlinkTest, TheRootItselfMayBeReachedThroughALink) {
+  fs::create_symlink(root_, dir_ + "/root-link");
+  auto s = OpenPosixStore(dir_ + "/root-link", PosixStoreOptions{});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->root(), root_);  // resolved once, at open
+  ASSERT_TRUE((*s)->Put("via/link", "v").ok());
+  EXPECT_EQ(*store_->Get("via/link"), "v");
+  EXPECT_EQ(*(*s)->Get("real/k"), "inside");
+}
+
+INSTANTIATE_TEST_SUITE_P(Resolution, PosixSymlinkTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("openat2") : std::string("per_component");
+                         });
 
 }  // namespace
 }  // namespace gantry

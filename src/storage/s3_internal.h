@@ -22,7 +22,10 @@
 
 namespace gantry {
 class ThreadPool;
+namespace storage_internal {
+class CurlHandlePool;
 }
+}  // namespace gantry
 
 namespace gantry::s3 {
 
@@ -107,8 +110,6 @@ struct FaultPoint {
   int attempt = 1;
 };
 
-class CurlPool;
-
 class S3Store final : public ObjectStore {
  public:
   static Result<std::unique_ptr<S3Store>> Open(const std::string& bucket, const std::string& prefix,
@@ -157,7 +158,7 @@ class S3Store final : public ObjectStore {
   ThreadPool& Pool();
 
   Config config_;
-  std::unique_ptr<CurlPool> curl_;
+  std::unique_ptr<storage_internal::CurlHandlePool> curl_;
   std::mutex pool_mu_;
   std::unique_ptr<ThreadPool> pool_;  // created on first large transfer; guarded by pool_mu_
   std::mutex hook_mu_;

@@ -16,6 +16,7 @@
 #include "gantry/common/text.h"
 #include "gantry/common/thread_pool.h"
 #include "gantry/storage/s3.h"
+#include "storage/http_common.h"
 #include "storage/s3_internal.h"
 
 namespace gantry::s3 {
@@ -25,38 +26,6 @@ namespace gantry::s3 {
 constexpr size_t kMaxHashedPayload = 1 << 20;
 constexpr uint64_t kMinPartSize = 5ull << 20;  // S3's minimum for every part but the last
 constexpr uint64_t kMaxParts = 10000;
-
-// One idle CURL easy handle per concurrent request, kept between requests: each keeps its
-// connection alive, so sequential requests on a thread reuse the TCP connection.
-class CurlPool {
- public:
-  CurlPool() {
-    static std::once_flag once;
-    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  }
-  ~CurlPool() {
-    for (CURL* h : idle_) curl_easy_cleanup(h);
-  }
-  CURL* Acquire() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!idle_.empty()) {
-        CURL* h = idle_.back();
-        idle_.pop_back();
-        return h;
-      }
-    }
-    return curl_easy_init();
-  }
-  void Release(CURL* h) {
-    std::lock_guard<std::mutex> lock(mu_);
-    idle_.push_back(h);
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<CURL*> idle_;  // guarded by mu_
-};
 
 struct S3Store::Request {
   std::string op;        // for messages and fault hooks: "put", "get", ...
@@ -70,6 +39,12 @@ struct S3Store::Request {
   int part_number = 0;
   // When set, a 2xx body goes here (offset within the body) instead of HttpResponse::body.
   const RangeSink* sink = nullptr;
+  // A create-only put (If-None-Match: *): a 412 answer is AlreadyExists.
+  bool create_only = false;
+  // When set, receives the S3 error code (<Code> of the error body, or the name standing in
+  // for a bodiless answer) of a failed request, so callers react to "NoSuchUpload" without
+  // reading messages.
+  std::string* error_code = nullptr;
 };
 
 namespace {
@@ -117,22 +92,10 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
+// Transport failures worth another attempt: the ones the shared mapping calls transient.
 bool RetryableCurl(CURLcode rc) {
-  switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
-  }
+  const StatusCode code = storage_internal::CodeForCurlError(rc);
+  return code == StatusCode::kUnavailable || code == StatusCode::kDeadlineExceeded;
 }
 
 uint64_t JitterRandom() {
@@ -140,17 +103,12 @@ uint64_t JitterRandom() {
   return rng();
 }
 
-Status ErrnoStatus(const std::string& where, const std::string& what, int err) {
-  if (err == ENOENT) return NotFound(where + ": " + what + ": no such file or directory");
-  return IoError(where + ": " + what + ": " + std::strerror(err));
-}
-
 Status PwriteAll(int fd, const char* data, size_t size, uint64_t offset) {
   while (size > 0) {
     const ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return IoError(std::string("write: ") + std::strerror(errno));
+      return StatusFromErrno(errno, "write");
     }
     data += n;
     size -= static_cast<size_t>(n);
@@ -167,7 +125,10 @@ Result<std::unique_ptr<S3Store>> S3Store::Open(const std::string& bucket, const 
   return std::make_unique<S3Store>(std::move(config));
 }
 
-S3Store::S3Store(Config config) : config_(std::move(config)), curl_(std::make_unique<CurlPool>()) {}
+S3Store::S3Store(Config config)
+    : config_(std::move(config)),
+      // Every idle handle is kept: at most one per request in flight.
+      curl_(std::make_unique<storage_internal::CurlHandlePool>(SIZE_MAX)) {}
 
 S3Store::~S3Store() {
   // Transfers in the pool use the CURL handles: finish them first.
@@ -222,22 +183,17 @@ Status S3Store::ErrorStatus(const Request& request, const HttpResponse& response
                     std::to_string(response.status) + " " + err.code;
   if (!err.message.empty()) msg += ": " + err.message;
   if (attempts > 1) msg += " (after " + std::to_string(attempts) + " attempts)";
-  const int s = response.status;
+  if (request.error_code != nullptr) *request.error_code = err.code;
+  // Hints an operator needs, keyed on S3's code (structured), never on the message.
   if (err.code == "NoSuchBucket") {
-    return NotFound(msg + " [bucket '" + config_.bucket + "' does not exist at " +
-                    config_.endpoint.scheme + "://" + config_.endpoint.host +
-                    (config_.endpoint.port.empty() ? "" : ":" + config_.endpoint.port) + "]");
+    msg += " [bucket '" + config_.bucket + "' does not exist at " + config_.endpoint.scheme +
+           "://" + config_.endpoint.host +
+           (config_.endpoint.port.empty() ? "" : ":" + config_.endpoint.port) + "]";
+  } else if (err.code == "SignatureDoesNotMatch") {
+    msg += " [check the secret key for access key '" + config_.credentials.access_key + "']";
   }
-  if (s == 404) return NotFound(msg);
-  if (err.code == "SignatureDoesNotMatch") {
-    return FailedPrecondition(msg + " [check the secret key for access key '" +
-                              config_.credentials.access_key + "']");
-  }
-  if (s == 401 || s == 403 || s == 412 || s == 409) return FailedPrecondition(msg);
-  if (s == 416) return OutOfRange(msg);
-  if (s >= 500 || IsRetryableHttp(s, err.code)) return Status(StatusCode::kUnavailable, msg);
-  if (s == 400) return InvalidArgument(msg);
-  return IoError(msg);
+  const storage_internal::HttpRequestKind kind{.create_only = request.create_only};
+  return Status(storage_internal::CodeForHttpError(response.status, err.code, kind), msg);
 }
 
 Result<HttpResponse> S3Store::Execute(const Request& request) {
@@ -263,6 +219,7 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
     HttpResponse response;
     bool retryable = false;
     last_transport_error.clear();
+    StatusCode last_transport_code = StatusCode::kUnavailable;
 
     Status injected;
     if (hook) {
@@ -334,7 +291,7 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
       requests_sent_.fetch_add(1);
       const CURLcode rc = curl_easy_perform(h);
       curl_slist_free_all(list);
-      curl_->Release(h);
+      curl_->Release(h, rc == CURLE_OK);
 
       if (!transfer.sink_status.ok()) {
         return transfer.sink_status.WithContext(Where(request.op, request.user_key));
@@ -342,10 +299,12 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
       if (rc != CURLE_OK) {
         last_transport_error = std::string(curl_easy_strerror(rc)) +
                                (errbuf[0] != '\0' ? std::string(" (") + errbuf + ")" : "");
+        last_transport_code = storage_internal::CodeForCurlError(rc);
         retryable = RetryableCurl(rc);
         if (!retryable) {
-          return IoError(Where(request.op, request.user_key) + ": " + request.method + " " +
-                         target.url + ": " + last_transport_error);
+          return Status(last_transport_code, Where(request.op, request.user_key) + ": " +
+                                                 request.method + " " + target.url + ": " +
+                                                 last_transport_error);
         }
       } else if (request.method != "HEAD" && response.status >= 200 && response.status < 300 &&
                  !response.Header("content-length").empty() &&
@@ -365,10 +324,11 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
       }
     }
     if (retryable && attempt < o.max_attempts) continue;
-    return Status(StatusCode::kUnavailable, Where(request.op, request.user_key) + ": " +
-                                                request.method + " " + target.url + ": " +
-                                                last_transport_error + " (after " +
-                                                std::to_string(attempt) + " attempts)");
+    // A timeout on the last attempt is DeadlineExceeded; lost or refused connections,
+    // truncated bodies and injected faults are Unavailable.
+    return Status(last_transport_code, Where(request.op, request.user_key) + ": " + request.method +
+                                           " " + target.url + ": " + last_transport_error +
+                                           " (after " + std::to_string(attempt) + " attempts)");
   }
 }
 
@@ -388,10 +348,11 @@ Status S3Store::Put(std::string_view key, std::string_view data, const PutOption
   r.body = data;
   r.content_type = "application/octet-stream";
   if (options.create_if_absent) r.headers.emplace_back("if-none-match", "*");
+  r.create_only = options.create_if_absent;
   Result<HttpResponse> resp = Execute(r);
   if (!resp.ok()) {
-    if (options.create_if_absent && resp.status().message().find("HTTP 412") != std::string::npos) {
-      return FailedPrecondition(Where("put", key) + ": already exists (create_if_absent)");
+    if (resp.status().code() == StatusCode::kAlreadyExists) {
+      return AlreadyExists(Where("put", key) + ": already exists (create_if_absent)");
     }
     return resp.status();
   }
@@ -507,9 +468,10 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
     complete.query = {{"uploadId", upload_id}};
     complete.body = xml;
     complete.content_type = "application/xml";
+    std::string error_code;
+    complete.error_code = &error_code;
     Result<HttpResponse> r = Execute(complete);
-    if (!r.ok() && r.status().message().find("NoSuchUpload") != std::string::npos &&
-        CompletedAlready(key, etags)) {
+    if (!r.ok() && error_code == "NoSuchUpload" && CompletedAlready(key, etags)) {
       return Status::Ok();  // an earlier attempt completed it; only its answer was lost
     }
     if (!r.ok()) {
@@ -517,7 +479,8 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
     } else if (r->body.find("<Error>") != std::string::npos) {
       // S3 may answer 200 and report the failure in the body.
       const ErrorBody err = ParseErrorBody(r->body);
-      result = IoError(Where("complete multipart", key) + ": " + err.code + ": " + err.message);
+      result = Status(storage_internal::CodeForHttpError(r->status, err.code),
+                      Where("complete multipart", key) + ": " + err.code + ": " + err.message);
     }
   }
   if (!result.ok()) {
@@ -540,12 +503,12 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
 Status S3Store::PutFile(std::string_view key, const std::string& path) {
   GANTRY_RETURN_IF_ERROR(ValidateKey(key));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(Where("put", key), "open " + path, errno);
+  if (fd < 0) return StatusFromErrno(errno, Where("put", key) + ": " + "open " + path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return ErrnoStatus(Where("put", key), "stat " + path, err);
+    return StatusFromErrno(err, Where("put", key) + ": " + "stat " + path);
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto read_at = [fd, &path](uint64_t off, uint64_t n,
@@ -555,7 +518,7 @@ Status S3Store::PutFile(std::string_view key, const std::string& path) {
     while (done < n) {
       const ssize_t r = ::pread(fd, buf->data() + done, n - done, static_cast<off_t>(off + done));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return IoError("read " + path + ": " + std::strerror(errno));
+      if (r < 0) return StatusFromErrno(errno, "read " + path);
       if (r == 0) return IoError("read " + path + ": file shrank while uploading");
       done += static_cast<uint64_t>(r);
     }
@@ -666,8 +629,10 @@ Status S3Store::Download(std::string_view key, std::string* memory, int fd) {
       }
       if (st.ok() && o.progress) o.progress(start + downloaded.fetch_add(n) + n, total);
       if (!st.ok()) {
-        if (st.message().find("HTTP 412") != std::string::npos) {
-          st = FailedPrecondition(Where("get", key) + ": object changed while being read");
+        // The only precondition is If-Match on the first answer's ETag: a concurrent writer
+        // replaced the object. Lost a race: the caller may read again from the start.
+        if (st.code() == StatusCode::kFailedPrecondition) {
+          st = Aborted(Where("get", key) + ": object changed while being read");
         }
         std::lock_guard<std::mutex> lock(err_mu);
         if (first_error.ok()) first_error = st;
@@ -690,11 +655,12 @@ Status S3Store::GetToFile(std::string_view key, const std::string& path) {
   const std::string tmp = path + ".gantry-tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(Where("get", key), "create " + tmp, errno);
+  if (fd < 0) return StatusFromErrno(errno, Where("get", key) + ": " + "create " + tmp);
   Status s = Download(key, nullptr, fd);
-  if (::close(fd) != 0 && s.ok()) s = ErrnoStatus(Where("get", key), "close " + tmp, errno);
+  if (::close(fd) != 0 && s.ok())
+    s = StatusFromErrno(errno, Where("get", key) + ": " + "close " + tmp);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = ErrnoStatus(Where("get", key), "rename to " + path, errno);
+    s = StatusFromErrno(errno, Where("get", key) + ": " + "rename to " + path);
   }
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
@@ -778,10 +744,12 @@ Status S3Store::Delete(std::string_view key) {
   r.user_key = std::string(key);
   r.method = "DELETE";
   r.object_key = FullKey(key);
+  std::string error_code;
+  r.error_code = &error_code;
   Result<HttpResponse> resp = Execute(r);
   if (!resp.ok()) {
-    if (resp.status().code() == StatusCode::kNotFound &&
-        resp.status().message().find("NoSuchBucket") == std::string::npos) {
+    // A missing key is deleted already (as S3 itself answers); a missing bucket is an error.
+    if (resp.status().code() == StatusCode::kNotFound && error_code != "NoSuchBucket") {
       return Status::Ok();
     }
     return resp.status();

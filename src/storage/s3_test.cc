@@ -9,14 +9,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "gantry/common/text.h"
 #include "storage/s3_internal.h"
+#include "storage/test_http_server.h"
 
 namespace gantry::s3 {
 namespace {
@@ -223,144 +226,9 @@ TEST(S3Xml, ListObjectsV2) {
 
 // ---- the client against a local fault-injecting HTTP server ----
 
-struct SeenRequest {
-  std::string method;
-  std::string target;
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;
-};
-
-struct Reply {
-  int status = 200;
-  std::string body;
-  std::map<std::string, std::string> headers;
-  // Sent as Content-Length; when larger than body, the connection is closed after the body.
-  int64_t content_length = -1;
-};
-
-// A plain-socket HTTP/1.1 server on 127.0.0.1 port 0. Each request goes to `handler`.
-class FaultServer {
- public:
-  explicit FaultServer(std::function<Reply(const SeenRequest&)> handler)
-      : handler_(std::move(handler)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(fd_, 16), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~FaultServer() {
-    stop_ = true;
-    acceptor_.join();
-    for (auto& t : connections_) t.join();
-    ::close(fd_);
-  }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::vector<SeenRequest> seen() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return seen_;
-  }
-
- private:
-  void Accept() {
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const int c = ::accept(fd_, nullptr, nullptr);
-      if (c >= 0) connections_.emplace_back([this, c] { Serve(c); });
-    }
-  }
-
-  // Reads one request; false when the peer closed or the server stops.
-  bool ReadRequest(int c, std::string& buf, SeenRequest& req) {
-    size_t end;
-    while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
-      if (!Fill(c, buf)) return false;
-    }
-    std::string head = buf.substr(0, end);
-    buf.erase(0, end + 4);
-    size_t line_end = head.find("\r\n");
-    std::string first = head.substr(0, line_end);
-    req.method = first.substr(0, first.find(' '));
-    req.target = first.substr(first.find(' ') + 1);
-    req.target = req.target.substr(0, req.target.rfind(' '));
-    size_t pos = line_end == std::string::npos ? head.size() : line_end + 2;
-    while (pos < head.size()) {
-      size_t e = head.find("\r\n", pos);
-      if (e == std::string::npos) e = head.size();
-      std::string line = head.substr(pos, e - pos);
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string name = line.substr(0, colon);
-        for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        std::string value = line.substr(colon + 1);
-        while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-        req.headers[name] = value;
-      }
-      pos = e + 2;
-    }
-    const size_t length =
-        req.headers.count("content-length") ? std::stoul(req.headers["content-length"]) : 0;
-    while (buf.size() < length) {
-      if (!Fill(c, buf)) return false;
-    }
-    req.body = buf.substr(0, length);
-    buf.erase(0, length);
-    return true;
-  }
-
-  bool Fill(int c, std::string& buf) {
-    while (!stop_) {
-      pollfd p{c, POLLIN, 0};
-      const int r = ::poll(&p, 1, 50);
-      if (r == 0) continue;
-      char tmp[65536];
-      const ssize_t n = ::recv(c, tmp, sizeof(tmp), 0);
-      if (n <= 0) return false;
-      buf.append(tmp, static_cast<size_t>(n));
-      return true;
-    }
-    return false;
-  }
-
-  void Serve(int c) {
-    std::string buf;
-    while (true) {
-      SeenRequest req;
-      if (!ReadRequest(c, buf, req)) break;
-      Reply reply;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        seen_.push_back(req);
-      }
-      reply = handler_(req);
-      const int64_t length = reply.content_length >= 0 ? reply.content_length
-                                                       : static_cast<int64_t>(reply.body.size());
-      std::string out = "HTTP/1.1 " + std::to_string(reply.status) + " X\r\n";
-      for (const auto& [k, v] : reply.headers) out += k + ": " + v + "\r\n";
-      out += "Content-Length: " + std::to_string(length) + "\r\n\r\n";
-      if (req.method != "HEAD") out += reply.body;
-      ::send(c, out.data(), out.size(), MSG_NOSIGNAL);
-      if (length > static_cast<int64_t>(reply.body.size()) && req.method != "HEAD") break;
-    }
-    ::close(c);
-  }
-
-  std::function<Reply(const SeenRequest&)> handler_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread acceptor_;
-  std::vector<std::thread> connections_;  // touched by the acceptor thread, then the destructor
-  std::mutex mu_;
-  std::vector<SeenRequest> seen_;  // guarded by mu_
-};
+using storage_test::FaultServer;
+using storage_test::Reply;
+using storage_test::SeenRequest;
 
 Reply S3Error(int status, const std::string& code, const std::string& message) {
   Reply r;
@@ -370,7 +238,9 @@ Reply S3Error(int status, const std::string& code, const std::string& message) {
   return r;
 }
 
-std::unique_ptr<S3Store> StoreFor(const FaultServer& server, int max_attempts) {
+// A store on `server` with fast retries; `tweak` adjusts the options before opening.
+std::unique_ptr<S3Store> StoreFor(const FaultServer& server, int max_attempts,
+                                  const std::function<void(StoreOptions&)>& tweak = {}) {
   StoreOptions o;
   o.endpoint = server.endpoint();
   o.access_key = "AKIDTEST";
@@ -380,6 +250,7 @@ std::unique_ptr<S3Store> StoreFor(const FaultServer& server, int max_attempts) {
   o.max_backoff_ms = 4;
   o.connect_timeout_ms = 2000;
   o.request_timeout_ms = 5000;
+  if (tweak) tweak(o);
   auto s = S3Store::Open("bkt", "pre", o, MapEnv({}));
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return std::move(s).value();
@@ -458,7 +329,7 @@ TEST(S3Client, AuthErrorsAreNotRetried) {
   });
   auto store = StoreFor(server, 5);
   Status s = store->Put("a/b", "v");
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(),
             "s3://bkt/pre: put 'a/b': HTTP 403 InvalidAccessKeyId: The AWS Access Key Id you "
             "provided does not exist in our records.");
@@ -596,6 +467,97 @@ TEST(S3Client, LostCompleteAnswerIsRecognisedByTheMultipartETag) {
       EXPECT_NE(s.message().find("NoSuchUpload"), std::string::npos);
     }
   }
+}
+
+// Each S3 answer maps to the code callers react to, by S3's error code where it has one: a
+// cache tier skips only ResourceExhausted, so a 403 must never read as "full".
+TEST(S3Client, ErrorAnswersMapToCodesNeverByMessage) {
+  struct Case {
+    int status;
+    std::string s3_code;
+    StatusCode want;
+  };
+  const std::vector<Case> cases = {
+      {403, "AccessDenied", StatusCode::kPermissionDenied},
+      {403, "SignatureDoesNotMatch", StatusCode::kPermissionDenied},
+      {401, "Unauthorized", StatusCode::kPermissionDenied},
+      {403, "QuotaExceeded", StatusCode::kResourceExhausted},
+      {404, "NoSuchKey", StatusCode::kNotFound},
+      {409, "OperationAborted", StatusCode::kAborted},
+      {409, "SomeConflict", StatusCode::kAborted},
+      {400, "XAmzContentSHA256Mismatch", StatusCode::kDataLoss},
+      {400, "BadDigest", StatusCode::kDataLoss},
+      {400, "InvalidArgument", StatusCode::kInvalidArgument},
+      {412, "PreconditionFailed", StatusCode::kFailedPrecondition},
+      {503, "SlowDown", StatusCode::kUnavailable},
+      {501, "NotImplemented", StatusCode::kUnimplemented},
+  };
+  for (const Case& c : cases) {
+    FaultServer server([&](const SeenRequest&) { return S3Error(c.status, c.s3_code, "no"); });
+    auto store = StoreFor(server, 2);
+    const Status s = store->Put("a/b", "v");
+    EXPECT_EQ(s.code(), c.want) << c.status << " " << c.s3_code << ": " << s.ToString();
+    EXPECT_NE(s.message().find("HTTP " + std::to_string(c.status) + " " + c.s3_code),
+              std::string::npos)
+        << s.ToString();
+  }
+}
+
+TEST(S3Client, ForbiddenHeadWithoutABodyIsPermissionDenied) {
+  FaultServer server([](const SeenRequest&) {
+    Reply r;
+    r.status = 403;
+    return r;
+  });
+  auto store = StoreFor(server, 1);
+  const Status s = store->Head("k").status();
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.code(), StatusCode::kResourceExhausted);
+}
+
+TEST(S3Client, CreateOnlyPutOnAnExistingKeyIsAlreadyExists) {
+  FaultServer server([](const SeenRequest& r) {
+    if (r.headers.count("if-none-match") == 0) return S3Error(400, "Unexpected", "no header");
+    return S3Error(412, "PreconditionFailed", "At least one of the pre-conditions failed");
+  });
+  auto store = StoreFor(server, 3);
+  PutOptions once;
+  once.create_if_absent = true;
+  const Status s = store->Put("lock", "v", once);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+  EXPECT_NE(s.message().find("already exists"), std::string::npos) << s.ToString();
+  EXPECT_EQ(server.seen().size(), 1u);  // not retried
+}
+
+TEST(S3Client, ATimeoutOnTheLastAttemptIsDeadlineExceeded) {
+  FaultServer server([](const SeenRequest&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    return Reply{};
+  });
+  auto store = StoreFor(server, 2, [](StoreOptions& o) { o.request_timeout_ms = 200; });
+  const Status s = store->Put("k", "v");
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("(after 2 attempts)"), std::string::npos) << s.ToString();
+}
+
+// A parallel read pins its ranges to the first answer's ETag; an overwrite in between fails
+// the If-Match (412): the read lost a race and says so with Aborted.
+TEST(S3Client, ObjectReplacedDuringARangedReadIsAborted) {
+  FaultServer server([](const SeenRequest& r) {
+    Reply ok;
+    if (r.headers.count("if-match") != 0) {
+      return S3Error(412, "PreconditionFailed", "At least one of the pre-conditions failed");
+    }
+    ok.status = 206;
+    ok.body = "01234";
+    ok.headers["Content-Range"] = "bytes 0-4/10";
+    ok.headers["ETag"] = "\"v1\"";
+    return ok;
+  });
+  auto store = StoreFor(server, 1, [](StoreOptions& o) { o.part_size = 5; });
+  auto got = store->Get("k");
+  EXPECT_EQ(got.status().code(), StatusCode::kAborted) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("changed while being read"), std::string::npos);
 }
 
 }  // namespace

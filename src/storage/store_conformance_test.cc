@@ -162,10 +162,27 @@ TEST_P(StoreTest, CreateIfAbsentFailsOnExistingKeysAndKeepsTheOldValue) {
   o.create_if_absent = true;
   ASSERT_TRUE(store_->Put("c/once", "first", o).ok());
   Status s = store_->Put("c/once", "second", o);
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
   EXPECT_THAT(s.message(), HasSubstr("already exists"));
   EXPECT_THAT(s.message(), HasSubstr("'c/once'"));
   EXPECT_EQ(*store_->Get("c/once"), "first");
+}
+
+TEST_P(StoreTest, ReservedNamesAreInvalidKeysNamingTheKey) {
+  for (const std::string key :
+       {".gantry-tmp", ".gantry-tmp/.tmp.1.2.3", ".gantry-lock", ".gantry-lock/x"}) {
+    SCOPED_TRACE(key);
+    const Status put = store_->Put(key, "v");
+    EXPECT_EQ(put.code(), StatusCode::kInvalidArgument) << put.ToString();
+    EXPECT_THAT(put.message(), HasSubstr("'" + key + "'"));
+    EXPECT_THAT(put.message(), HasSubstr("reserved"));
+    EXPECT_EQ(store_->Get(key).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(store_->Head(key).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(store_->Delete(key).code(), StatusCode::kInvalidArgument);
+  }
+  // Only at the top: deeper down they are ordinary names.
+  ASSERT_TRUE(store_->Put("a/.gantry-lock", "v").ok());
+  EXPECT_EQ(*store_->Get("a/.gantry-lock"), "v");
 }
 
 TEST_P(StoreTest, ConcurrentCreateIfAbsentHasExactlyOneWinner) {
@@ -179,7 +196,7 @@ TEST_P(StoreTest, ConcurrentCreateIfAbsentHasExactlyOneWinner) {
       Status s = store_->Put("race/key", "writer-" + std::to_string(t), o);
       if (s.ok()) {
         ++wins;
-      } else if (s.code() == StatusCode::kFailedPrecondition) {
+      } else if (s.code() == StatusCode::kAlreadyExists) {
         ++losses;
       }
     });

@@ -88,6 +88,24 @@ inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented,
 inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
+// The one errno-to-code mapping every path that calls the OS uses, so that "disk full" or "not
+// allowed" reads the same from every module: ENOENT NotFound; EEXIST AlreadyExists; ENOSPC,
+// EDQUOT, EFBIG, EMFILE, ENFILE, ENOMEM ResourceExhausted; EACCES, EPERM, EROFS
+// PermissionDenied; ETIMEDOUT DeadlineExceeded; ECONNREFUSED, ECONNRESET, ECONNABORTED, EPIPE,
+// EHOSTUNREACH, ENETUNREACH, EAGAIN Unavailable; ECANCELED Cancelled; EIO and anything else
+// IoError. The message is `what` followed by the errno's text ("open /t/x: No space left on
+// device"); ENOSPC and EDQUOT say "disk full" first, since an operator has to act on them.
+Status StatusFromErrno(int err, const std::string& what);
+
+// The one code-to-HTTP mapping (the agent now, the daemon next). Chosen so that the storage
+// clients' HTTP-to-code mapping gives most codes back (400, 403, 404, 412, 416, 501, 503, 507
+// round trip); AlreadyExists and Aborted share 409 Conflict, which a client reads as Aborted
+// unless its request was create-only, and a 504 reads as Unavailable (a gateway's timeout):
+//   OK 200; InvalidArgument 400; PermissionDenied 403; NotFound 404; AlreadyExists, Aborted 409;
+//   FailedPrecondition 412; OutOfRange 416; Cancelled 499; DataLoss, Internal, IoError 500;
+//   Unimplemented 501; Unavailable 503; DeadlineExceeded 504; ResourceExhausted 507.
+int HttpStatusFor(StatusCode code);
+
 // Result<T> holds either a T or a non-OK Status.
 template <typename T>
 class [[nodiscard]] Result {

@@ -20,6 +20,10 @@
 //                  (a torn write that only a checksum catches).
 //   kBitFlip       Get/GetRange: returns OK with one bit flipped (bit rot). Put: stores the
 //                  data with one bit flipped and returns OK.
+//   kResourceExhausted  ResourceExhausted "disk full (injected)": a full tier; before/after
+//                  like kIoError.
+//   kPermissionDenied   PermissionDenied "permission denied (injected)": an S3 403 or EACCES;
+//                  before/after like kIoError.
 // Truncated lengths and flipped bits are drawn from the same seeded stream.
 //
 // Thread-safe: counters sit behind a mutex; the wrapped store must be thread-safe itself.
@@ -50,9 +54,11 @@ enum class FaultKind {
   kSlowDown,
   kTruncate,
   kShortBody,
-  kBitFlip
+  kBitFlip,
+  kResourceExhausted,
+  kPermissionDenied
 };
-inline constexpr int kNumFaultKinds = 7;
+inline constexpr int kNumFaultKinds = 9;
 
 struct FaultRule {
   FaultOp op = FaultOp::kAny;

@@ -3,11 +3,13 @@
 // other tier.
 //
 // Get is GET BASE/v1/objects/KEY, GetRange the same with a single `Range: bytes=A-B`, Head is
-// HEAD. Put, Delete and List fail with FailedPrecondition "read-only". Every request carries a
-// connect timeout, a total timeout and a low-speed limit, so a dead, hung or trickling peer
-// costs a bounded time and fails with Unavailable ("timed out after N ms"); the caller then
-// moves on to the next source. A body shorter than its Content-Length (a peer that died
-// mid-transfer) or a malformed answer is an error, never a short read reported as success.
+// HEAD. Put, Delete and List fail with Unimplemented "read-only". Every request carries a
+// connect timeout, a total timeout and a low-speed limit, so a hung or trickling peer costs a
+// bounded time and fails with DeadlineExceeded ("timed out after N ms"), a dead one with
+// Unavailable; the caller then moves on to the next source. HTTP answers map to codes as for
+// S3 (403 PermissionDenied, 404 NotFound, 503 Unavailable, ...; see docs/storage.md). A body
+// shorter than its Content-Length (a peer that died mid-transfer) or a malformed answer is an
+// error, never a short read reported as success.
 //
 // Thread-safe: many Gets may run at once. Idle libcurl handles are pooled, so sequential
 // requests from one thread reuse a kept-alive connection.

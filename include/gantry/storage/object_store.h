@@ -1,9 +1,16 @@
 // ObjectStore: the one storage interface every tier implements (memory, posix directory, S3).
 //
 // Keys are relative, '/'-separated names ("ckpt/step-100/chunk-ab12"); ValidateKey rejects
-// empty keys, absolute paths, "." and ".." segments, backslashes and control characters, so no
-// key can escape a directory tier. Every error is a Status whose message names the backend,
-// the object and what happened, e.g. "s3://bkt/pre: put 'a/b': HTTP 403 AccessDenied: ...".
+// empty keys, absolute paths, "." and ".." segments, backslashes, control characters and the
+// reserved top-level .gantry-tmp and .gantry-lock, so no key can escape a directory tier. Every error is a Status whose message names the backend,
+// the object and what happened, e.g. "s3://bkt/pre: put 'a/b': HTTP 403 AccessDenied: ...",
+// and a code every backend uses alike, so callers decide on codes alone: NotFound (no such
+// object), AlreadyExists (a create-only put found the key), ResourceExhausted (out of space or
+// quota), PermissionDenied (EACCES, HTTP 401/403), DataLoss (bytes damaged on the way or at
+// rest), DeadlineExceeded (a timeout), Unavailable (transient: retry), Unimplemented (a
+// read-only store asked to write), Aborted (lost a race with a concurrent writer), InvalidArgument
+// (a bad or reserved key). The errno and HTTP mappings are in one place each (StatusFromErrno,
+// and storage's CodeForHttpError); docs/storage.md lists them.
 //
 // A put is atomic: readers see the old object or the whole new one, never a partial object
 // under its final name. Implementations are thread-safe: many operations may be in flight at
@@ -43,9 +50,8 @@ struct ListPage {
 };
 
 struct PutOptions {
-  // Fail with kAlreadyExists-style FailedPrecondition if the key exists (atomically where the
-  // backend can: memory, posix via link(2), S3 via If-None-Match: *). Backends that cannot do
-  // it atomically return Unimplemented-style FailedPrecondition from Put (see
+  // Fail with AlreadyExists if the key exists (atomically: memory, posix via link(2), S3 via
+  // If-None-Match: *). Read-only stores refuse every put with Unimplemented (see
   // ObjectStore::SupportsCreateIfAbsent).
   bool create_if_absent = false;
 };
@@ -99,7 +105,7 @@ class ObjectStore {
   Result<std::vector<ObjectInfo>> ListAll(std::string_view prefix);
 };
 
-// OK, or InvalidArgument naming the key and the rule it breaks.
+// OK, or InvalidArgument naming the key and the rule it breaks (see the top of this file).
 Status ValidateKey(std::string_view key);
 
 // Options for OpenObjectStore; S3 fields fall back to the standard AWS environment variables

@@ -5,8 +5,16 @@
 // fsync it, rename(2) it over the final name (link(2) for create-if-absent) and fsync the
 // directory, so a crash at any instant leaves the old object or the whole new one; a killed
 // writer can leave only a temp file, which CleanupTemp() removes. Deleting the last object in a
-// directory removes the empty directories up to the root. The top-level name ".gantry-tmp" is
-// reserved. A key cannot be both an object and a "directory" of other keys ("a" and "a/b").
+// directory removes the empty directories up to the root. The top-level names ".gantry-tmp"
+// and ".gantry-lock" are reserved (ValidateKey). A key cannot be both an object and a
+// "directory" of other keys ("a" and "a/b").
+//
+// No operation leaves the root: keys are resolved beneath it without following any symbolic
+// link (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or O_NOFOLLOW per component on kernels
+// without openat2). A link planted inside the root is not an object: Get, Head and GetRange
+// answer NotFound, List skips it, Delete leaves it, and a put whose parent is a link fails with
+// FailedPrecondition. The root itself may be reached through links: they are resolved once, by
+// OpenPosixStore, and root() is the resolved path.
 //
 // Thread-safe and multi-process safe: every operation works on the file system alone (no
 // in-process state besides options), so several processes may share one root.
@@ -14,6 +22,8 @@
 //   GANTRY_ASSIGN_OR_RETURN(auto store, OpenPosixStore("/nvme/tier", {}));
 //   GANTRY_RETURN_IF_ERROR(store->PutFile("ckpt/step-9/shard-0", "/tmp/shard-0"));
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -91,8 +101,19 @@ class PosixStore : public ObjectStore {
 };
 
 // Opens the directory `root`, creating it unless options.create_root is false; relative paths
-// are made absolute.
+// are made absolute and links in the path resolved.
 Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
                                                    const PosixStoreOptions& options);
+
+// Opens `rel` (a valid key, or a run of its leading segments) beneath the directory `dirfd`
+// without following any symbolic link: openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or one
+// openat(O_NOFOLLOW) per component where the kernel lacks openat2. The posix store's
+// resolution, shared with the peer agent. Returns a close-on-exec descriptor, or -1 with errno
+// set (ELOOP or EXDEV when a link is in the way).
+int OpenBeneath(int dirfd, std::string_view rel, int flags, mode_t mode = 0);
+
+// Tests only: false makes every posix store resolve keys with the per-component fallback, as on
+// kernels without openat2 (process-wide).
+void SetPosixStoreOpenat2ForTesting(bool enabled);
 
 }  // namespace gantry
