@@ -429,7 +429,7 @@ Result<std::unique_ptr<PosixStore>> OpenPosixStore(const std::string& root,
     if (err == ENOENT || err == ENOTDIR) {
       return NotFound("posix store: directory " + abs + " does not exist");
     }
-    return IoError("posix store: " + abs + ": " + ErrText(err));
+    return StatusFromErrno(err, "posix store: " + abs);
   }
   if (!S_ISDIR(st.st_mode)) {
     return FailedPrecondition("posix store: " + abs + " is not a directory");
