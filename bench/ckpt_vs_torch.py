@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import statistics
@@ -162,6 +163,9 @@ def main():
         # has no local tier of its own, so every chunk comes from the peer (checked below).
         agent_bin = os.path.join(args.build_dir, "apps", "gantry-agent", "gantry-agent")
         port_file = os.path.join(base, "agent.port")
+        # The agent serves only holders of the cluster's token; the reader below sends the same
+        # one, read from the environment as every Gantry peer reader does.
+        os.environ.setdefault("GANTRY_AGENT_TOKEN", secrets.token_hex(16))
         agent = subprocess.Popen([agent_bin, "--root", local, "--listen", "127.0.0.1:0",
                                   "--port-file", port_file],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
