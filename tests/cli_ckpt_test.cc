@@ -415,6 +415,28 @@ TEST_F(CliCkpt, ADamagedManifestIsListedVerifiedAsDamagedAndRemovable) {
   EXPECT_EQ(ListedSteps(), (std::vector<int64_t>{20, 30}));
 }
 
+// Regression: with one truncated manifest `gantry ckpt gc` failed outright (the engine's listing
+// failed), so nothing of the job was ever collected again. It now collects around the damaged
+// step, leaves it in place, and warns naming it.
+TEST_F(CliCkpt, GcWorksAroundADamagedManifestAndWarnsAboutIt) {
+  WriteThreeSteps();
+  fs::resize_file(root_ / ManifestKey("test", 20), 100);
+  CliRun r = Ckpt("gc --keep-last 1 --no-keep-tagged --grace 0 --json");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["removed_steps"], nlohmann::json::array({10}));
+  EXPECT_GT(j["deleted_chunks"].get<uint64_t>(), 0u);
+  ASSERT_EQ(j["warnings"].size(), 1u);
+  EXPECT_NE(j["warnings"][0].get<std::string>().find("step 20 "), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("warning: step 20 "), std::string::npos) << r.err;
+  EXPECT_EQ(ListedSteps(), (std::vector<int64_t>{20, 30}));
+  r = Ckpt("verify 30");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  r = Ckpt("verify --all");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("step 20: DAMAGED"), std::string::npos) << r.out;
+}
+
 // export and import run `python3 -m gantry`; they need PyTorch and the built _gantry module.
 TEST_F(CliCkpt, ExportImportRoundTripThroughTorchSave) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {

@@ -57,22 +57,17 @@ Result<std::unique_ptr<ChunkStore>> Open(CacheArgs& a, bool writes) {
   return ChunkStore::Open(std::move(o));
 }
 
-Result<nlohmann::ordered_json> TierUsage(const TierOptions& t, const TierStats& stats) {
-  // What each tier holds, from listing it (a fresh process has no counters of its own).
-  uint64_t chunks = 0, chunk_bytes = 0;
-  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed, t.store->ListAll("chunks/"));
-  for (const ObjectInfo& o : listed) {
-    ++chunks;
-    chunk_bytes += o.size;
-  }
-  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> manifests, t.store->ListAll("manifests/"));
+Result<nlohmann::ordered_json> TierUsage(ChunkStore& cs, int tier, const TierStats& stats) {
+  // What each tier holds, listed by the chunk store (which owns the namespace's layout).
+  GANTRY_ASSIGN_OR_RETURN(ChunkStore::TierContents held, cs.ListTierContents(tier));
+  const TierOptions& t = cs.options().tiers[tier];
   return nlohmann::ordered_json{{"tier", stats.name},
                                 {"url", t.url},
                                 {"durable", stats.durable},
                                 {"capacity_bytes", stats.capacity_bytes},
-                                {"chunks", chunks},
-                                {"chunk_bytes", chunk_bytes},
-                                {"manifests", manifests.size()}};
+                                {"chunks", held.chunks},
+                                {"chunk_bytes", held.chunk_bytes},
+                                {"manifests", held.blob_manifests}};
 }
 
 int Stats(CacheArgs& a) {
@@ -86,7 +81,7 @@ int Stats(CacheArgs& a) {
   const ChunkStoreStats stats = (*cs)->Stats();
   const std::vector<TierOptions>& tiers = (*cs)->options().tiers;
   for (size_t i = 0; i < tiers.size(); ++i) {
-    Result<nlohmann::ordered_json> usage = TierUsage(tiers[i], stats.tiers[i]);
+    Result<nlohmann::ordered_json> usage = TierUsage(**cs, static_cast<int>(i), stats.tiers[i]);
     if (!usage.ok()) return Fail("stats", usage.status());
     out.push_back(std::move(*usage));
   }
@@ -123,11 +118,10 @@ int Verify(CacheArgs& a) {
                                 {"errors", r->errors}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("checked %llu copies: %llu corrupt, %llu missing, %llu repaired\n",
-                static_cast<unsigned long long>(r->checked),
-                static_cast<unsigned long long>(r->corrupt),
-                static_cast<unsigned long long>(r->missing),
-                static_cast<unsigned long long>(r->repaired));
+    std::printf(
+        "checked %llu copies: %llu corrupt, %llu missing, %llu repaired\n",
+        static_cast<unsigned long long>(r->checked), static_cast<unsigned long long>(r->corrupt),
+        static_cast<unsigned long long>(r->missing), static_cast<unsigned long long>(r->repaired));
     for (const auto& e : r->errors) std::printf("  %s\n", e.c_str());
   }
   // Damage left behind is a failure a script must notice.

@@ -456,13 +456,17 @@ int CollectGarbage(CkptArgs& a) {
   retention.keep_tagged = !a.no_keep_tagged;
   auto r = (*engine)->CollectGarbage(retention);
   if (!r.ok()) return Fail("gc", r.status());
+  // Damaged checkpoints are left in place; the collection itself succeeded.
+  for (const std::string& w : r->warnings)
+    std::fprintf(stderr, "gantry ckpt gc: warning: %s\n", w.c_str());
   if (a.json) {
     nlohmann::ordered_json j = {{"dry_run", a.dry_run},
                                 {"removed_steps", r->removed_steps},
                                 {"deleted_chunks", r->deleted_chunks},
                                 {"deleted_bytes", r->deleted_bytes},
                                 {"referenced_chunks", r->referenced_chunks},
-                                {"kept_young", r->kept_young}};
+                                {"kept_young", r->kept_young},
+                                {"warnings", r->warnings}};
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }

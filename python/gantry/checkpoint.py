@@ -255,12 +255,13 @@ class Checkpointer:
     # -- housekeeping ---------------------------------------------------------------------------
 
     def list(self):
-        """Every step with a manifest or parts: dicts with step, committed, parts, world_size,
-        bytes, created_unix, tags; ascending by step."""
+        """Every step with a manifest or parts: dicts with step, committed, damaged, problem,
+        parts, world_size, bytes, created_unix, tags; ascending by step. A damaged manifest is
+        an entry with damaged=True and problem naming the object, not an error."""
         return self._engine.list()
 
     def steps(self):
-        """The committed steps, ascending."""
+        """The committed steps, ascending (damaged ones are not among them: see list())."""
         return [c["step"] for c in self._engine.list() if c["committed"]]
 
     def remove(self, step):
@@ -268,7 +269,8 @@ class Checkpointer:
 
     def gc(self, **retention):
         """Applies retention (keep_last, keep_every, keep_tagged override the engine's) and
-        deletes chunks no checkpoint references; returns the report dict."""
+        deletes chunks no checkpoint references; returns the report dict. Damaged checkpoints
+        are left in place, one line each in its "warnings" list."""
         return self._engine.gc(**retention)
 
     def verify(self, step="latest", progress=None):

@@ -357,6 +357,8 @@ py::dict InfoDict(const CheckpointInfo& info) {
   py::dict d;
   d["step"] = info.step;
   d["committed"] = info.committed;
+  d["damaged"] = info.damaged;
+  d["problem"] = info.problem;
   d["parts"] = info.parts;
   d["world_size"] = info.world_size;
   d["bytes"] = info.bytes;
@@ -612,6 +614,7 @@ void DefineModule(py::module_& m) {
             d["deleted_bytes"] = r.deleted_bytes;
             d["kept_young"] = r.kept_young;
             d["referenced_chunks"] = r.referenced_chunks;
+            d["warnings"] = r.warnings;  // damaged checkpoints left in place
             return d;
           },
           py::kw_only(), py::arg("keep_last") = py::none(), py::arg("keep_every") = py::none(),

@@ -326,6 +326,58 @@ class HousekeepingTest(CheckpointTestCase):
             c.close()
 
 
+    def test_a_damaged_manifest_is_listed_and_steps_and_gc_still_work(self):
+        """Regression: one truncated manifest made list(), steps() and gc() raise."""
+        c = ckpt.Checkpointer(self.path("dmg"), job="dmg", chunk_size=16 << 10,
+                              gc_grace_seconds=0)
+        try:
+            gen = torch.Generator().manual_seed(7)
+            for step in (1, 2, 3):
+                c.save({"w": torch.randn(64, 64, generator=gen)}, step).wait()
+            manifest = os.path.join(self.path("dmg"), "ckpt", "dmg", "%012d" % 1,
+                                    "manifest.json")
+            os.truncate(manifest, 100)
+            listed = c.list()
+            self.assertEqual([e["step"] for e in listed], [1, 2, 3])
+            self.assertTrue(listed[0]["damaged"])
+            self.assertFalse(listed[0]["committed"])
+            self.assertIn("manifest.json", listed[0]["problem"])
+            self.assertFalse(listed[1]["damaged"])
+            self.assertEqual(c.steps(), [2, 3])
+            gc = c.gc(keep_last=1)
+            self.assertEqual(gc["removed_steps"], [2])
+            self.assertEqual(len(gc["warnings"]), 1)
+            self.assertIn("step 1 ", gc["warnings"][0])
+            self.assertEqual(c.steps(), [3])
+            self.assertEqual(c.load()["w"].shape, (64, 64))
+            c.remove(1)
+            self.assertEqual([e["step"] for e in c.list()], [3])
+        finally:
+            c.close()
+
+    def test_remove_the_newest_then_save_that_step_again(self):
+        """Regression: remove(step) then save(step) on the same Checkpointer raised "not above
+        the previous checkpoint's step"."""
+        gen = torch.Generator().manual_seed(8)
+        for step in (1, 2, 3):
+            self.c.save({"w": torch.randn(32, 32, generator=gen)}, step).wait()
+        self.c.remove(3)
+        redo = {"w": torch.randn(32, 32, generator=gen)}
+        self.c.save(redo, 3).wait()
+        self.assertEqual(self.c.steps(), [1, 2, 3])
+        assert_same(self, self.c.load(3), redo)
+        # An older step under a newer checkpoint: refused, saying what to do.
+        self.c.remove(2)
+        with self.assertRaises(ValueError) as cm:
+            self.c.save(redo, 2)
+        self.assertIn("not above step 3", str(cm.exception))
+        self.assertIn("remove every checkpoint from step 2 on", str(cm.exception))
+        self.c.remove(3)
+        self.c.save(redo, 2).wait()
+        self.assertEqual(self.c.steps(), [1, 2])
+        self.assertEqual(self.c.latest_step(), 2)
+
+
 class ErrorTest(CheckpointTestCase):
     def test_unsupported_torch_dtype_names_the_path(self):
         q = torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.quint8)

@@ -751,6 +751,22 @@ Result<std::vector<ObjectInfo>> ChunkStore::ListChunks(int tier) {
   return objects;
 }
 
+Result<ChunkStore::TierContents> ChunkStore::ListTierContents(int tier) {
+  if (tier < 0 || tier >= static_cast<int>(tiers_.size())) {
+    return InvalidArgument("tier " + std::to_string(tier) + " out of range");
+  }
+  TierContents out;
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> chunks, ListChunks(tier));
+  for (const ObjectInfo& o : chunks) {
+    ++out.chunks;
+    out.chunk_bytes += o.size;
+  }
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> manifests,
+                          tiers_[tier]->store->ListAll(kManifestPrefix));
+  out.blob_manifests = manifests.size();
+  return out;
+}
+
 Result<std::unique_ptr<ChunkStore::ChunkReader>> ChunkStore::NewReader() {
   std::unique_ptr<ChunkReader> r(new ChunkReader(*this));
   auto add = [&](Tier& t, ChunkSource kind) {

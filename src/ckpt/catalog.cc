@@ -1,6 +1,7 @@
 #include "gantry/ckpt/catalog.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -22,7 +23,37 @@ int64_t Digits(std::string_view s) {
   return v;
 }
 
+// The names inside a job's and a step's directory; the builders below and the parser are the
+// only code that spells them.
+constexpr std::string_view kLatestName = "latest";
+constexpr std::string_view kManifestName = "manifest.json";
+constexpr std::string_view kPartPrefix = "rank-";
+constexpr std::string_view kPartSuffix = ".json";
+
 }  // namespace
+
+// The key builders of manifest.h live here, beside the parser, so the layout is spelled once.
+std::string JobPrefix(std::string_view job) {
+  return std::string(kCheckpointKeyPrefix) + std::string(job) + "/";
+}
+std::string StepPrefix(std::string_view job, int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*lld/", static_cast<int>(kStepDigits),
+                static_cast<long long>(step));
+  return JobPrefix(job) + buf;
+}
+std::string PartKey(std::string_view job, int64_t step, int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*d", static_cast<int>(kRankDigits), rank);
+  return StepPrefix(job, step) + std::string(kPartPrefix) + buf + std::string(kPartSuffix);
+}
+std::string PartKeyPrefix(std::string_view job, int64_t step) {
+  return StepPrefix(job, step) + std::string(kPartPrefix);
+}
+std::string ManifestKey(std::string_view job, int64_t step) {
+  return StepPrefix(job, step) + std::string(kManifestName);
+}
+std::string LatestKey(std::string_view job) { return JobPrefix(job) + std::string(kLatestName); }
 
 std::optional<CheckpointKey> ParseCheckpointKey(std::string_view key) {
   if (!key.starts_with(kCheckpointKeyPrefix)) return std::nullopt;
@@ -32,7 +63,7 @@ std::optional<CheckpointKey> ParseCheckpointKey(std::string_view key) {
   CheckpointKey out;
   out.job = std::string(key.substr(0, slash));
   std::string_view rest = key.substr(slash + 1);
-  if (rest == "latest") {
+  if (rest == kLatestName) {
     out.kind = CheckpointKey::Kind::kLatest;
     return out;
   }
@@ -40,12 +71,13 @@ std::optional<CheckpointKey> ParseCheckpointKey(std::string_view key) {
   if (step_end != kStepDigits || !AllDigits(rest.substr(0, kStepDigits))) return std::nullopt;
   out.step = Digits(rest.substr(0, kStepDigits));
   const std::string_view name = rest.substr(kStepDigits + 1);
-  if (name == "manifest.json") {
+  if (name == kManifestName) {
     out.kind = CheckpointKey::Kind::kManifest;
-  } else if (name.starts_with("rank-") && name.ends_with(".json") &&
-             name.size() == 5 + kRankDigits + 5 && AllDigits(name.substr(5, kRankDigits))) {
+  } else if (name.starts_with(kPartPrefix) && name.ends_with(kPartSuffix) &&
+             name.size() == kPartPrefix.size() + kRankDigits + kPartSuffix.size() &&
+             AllDigits(name.substr(kPartPrefix.size(), kRankDigits))) {
     out.kind = CheckpointKey::Kind::kPart;
-    out.rank = static_cast<int>(Digits(name.substr(5, kRankDigits)));
+    out.rank = static_cast<int>(Digits(name.substr(kPartPrefix.size(), kRankDigits)));
   } else {
     out.kind = CheckpointKey::Kind::kOtherInStep;
   }

@@ -4,10 +4,10 @@
 #include "gantry/ckpt/checkpoint.h"
 
 #include <algorithm>
-#include <map>
 #include <thread>
 
 #include "ckpt/engine.h"
+#include "gantry/ckpt/catalog.h"
 #include "gantry/storage/posix_store.h"
 
 namespace gantry::ckpt {
@@ -35,22 +35,6 @@ std::string DefaultRunId() {
 }
 
 }  // namespace
-
-bool ParseStepKey(std::string_view key, std::string_view prefix, int64_t* step,
-                  std::string_view* rest) {
-  if (key.substr(0, prefix.size()) != prefix) return false;
-  key.remove_prefix(prefix.size());
-  size_t slash = key.find('/');
-  if (slash != 12) return false;
-  int64_t v = 0;
-  for (char c : key.substr(0, 12)) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *step = v;
-  *rest = key.substr(13);
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------
 // SaveHandle
@@ -241,38 +225,23 @@ Status CheckpointEngine::WaitAll() {
 // Listing and reading
 
 Result<std::vector<CheckpointInfo>> CheckpointEngine::List() {
-  const std::string prefix = JobPrefix(options_.job);
-  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_->ListAll(prefix));
-  std::map<int64_t, CheckpointInfo> steps;
-  for (const ObjectInfo& obj : objects) {
-    int64_t step;
-    std::string_view rest;
-    if (!ParseStepKey(obj.key, prefix, &step, &rest)) continue;
-    CheckpointInfo& info = steps[step];
-    info.step = step;
-    if (rest == "manifest.json") {
-      info.committed = true;
-    } else if (rest.substr(0, 5) == "rank-") {
-      ++info.parts;
-      info.created_unix = std::max(info.created_unix, obj.mtime_unix);
-    }
-  }
+  // The catalog reads the layout; a damaged manifest is one damaged entry, so retention, GC and
+  // opening an engine keep working beside it.
+  CheckpointCatalog catalog(*durable_);
+  GANTRY_ASSIGN_OR_RETURN(std::vector<StepEntry> steps, catalog.Steps(options_.job));
   std::vector<CheckpointInfo> out;
-  for (auto& [step, info] : steps) {
-    if (info.committed) {
-      // An unreadable manifest is an error, not an untagged checkpoint: retention would delete
-      // a tagged one after one failed GET.
-      Result<CheckpointManifest> m = ReadManifest(step);
-      if (!m.ok() && m.status().code() != StatusCode::kNotFound) return m.status();
-      if (m.ok()) {
-        info.world_size = m->world_size;
-        info.bytes = m->TotalBytes();
-        info.created_unix = m->created_unix;
-        info.tags = m->tags;
-      } else {
-        info.committed = false;  // removed meanwhile
-      }
-    }
+  out.reserve(steps.size());
+  for (StepEntry& e : steps) {
+    CheckpointInfo info;
+    info.step = e.step;
+    info.committed = e.state == StepState::kCommitted;
+    info.damaged = e.state == StepState::kDamaged;
+    info.problem = std::move(e.problem);
+    info.parts = e.parts;
+    info.world_size = e.world_size;
+    info.bytes = e.bytes;
+    info.created_unix = e.created_unix;
+    info.tags = std::move(e.tags);
     out.push_back(std::move(info));
   }
   return out;
@@ -299,22 +268,7 @@ Result<int64_t> CheckpointEngine::LatestStep() {
 }
 
 Result<CheckpointManifest> CheckpointEngine::ReadManifest(int64_t step) {
-  const std::string key = ManifestKey(options_.job, step);
-  Result<std::string> text = durable_->Get(key);
-  if (!text.ok()) {
-    if (text.status().code() == StatusCode::kNotFound) {
-      return NotFound("no committed checkpoint at step " + std::to_string(step) + " of job '" +
-                      options_.job + "' in " + durable_->url());
-    }
-    return text.status();
-  }
-  GANTRY_ASSIGN_OR_RETURN(CheckpointManifest m,
-                          CheckpointManifest::FromJson(*text, durable_->url() + "/" + key));
-  if (m.kind != CheckpointManifest::Kind::kCheckpoint || m.step != step || m.job != options_.job) {
-    return InvalidArgument("checkpoint manifest '" + key + "': names job '" + m.job + "' step " +
-                           std::to_string(m.step) + ", not this one");
-  }
-  return m;
+  return CheckpointCatalog(*durable_).Manifest(options_.job, step);
 }
 
 }  // namespace gantry::ckpt

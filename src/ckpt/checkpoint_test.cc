@@ -291,8 +291,7 @@ TEST(CheckpointTest, StepsMustIncreaseAndBadInputIsNamed) {
   ASSERT_TRUE((*e->Save(ts, At(5)))->Wait().ok());
   auto again = e->Save(ts, At(5));
   ASSERT_FALSE(again.ok());
-  EXPECT_NE(again.status().message().find("not above the previous checkpoint's step 5"),
-            std::string::npos);
+  EXPECT_NE(again.status().message().find("not above step 5"), std::string::npos);
   std::vector<SaveTensor> dup = {Tensor("a", a, {10}), Tensor("a", a, {10})};
   EXPECT_FALSE(e->Save(dup, At(6)).ok());
   std::vector<SaveTensor> outside = {Tensor("a", a, {10})};
@@ -874,6 +873,137 @@ TEST(CheckpointTest, RetentionKeepsLastEveryKthAndTaggedThenGcFreesChunks) {
   }
   ASSERT_TRUE(e->Remove(30).ok());
   EXPECT_EQ(*e->LatestStep(), 25);
+}
+
+// Regression: one truncated manifest made List() fail, and with it retention after every commit
+// (silently: the disk filled), GC, and opening an engine when no `latest` pointer existed. The
+// damaged checkpoint is now listed as damaged, left in place by retention and GC with a
+// warning, its chunks kept while its rank part can name them, and removable.
+TEST(CheckpointTest, ADamagedManifestIsListedSkippedByRetentionAndGcAndRemovable) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  EngineOptions o = Options(dir);
+  o.gc_grace_seconds = 0;
+  std::vector<std::vector<float>> data;
+  for (int i = 1; i <= 4; ++i) data.push_back(Values(20000, static_cast<float>(i)));
+  std::vector<ChunkId> step1_chunks;
+  {
+    auto e = MustOpen(o);
+    for (int64_t step : {1, 2, 3}) {
+      ASSERT_TRUE(
+          (*e->Save(std::vector<SaveTensor>{Tensor("a", data[step - 1], {20000})}, At(step)))
+              ->Wait()
+              .ok());
+    }
+    step1_chunks = e->ReadManifest(1)->ChunkIds();
+  }
+  ASSERT_FALSE(step1_chunks.empty());
+  const fs::path durable = dir.sub("durable");
+  fs::resize_file(durable / ManifestKey("test", 1), 100);
+  fs::remove(durable / LatestKey("test"));
+
+  // Opening reads the newest checkpoint from the listing (no latest pointer).
+  o.retention.keep_last = 1;
+  auto e = MustOpen(o);
+  ASSERT_NE(e, nullptr);
+  auto list = e->List();
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_TRUE((*list)[0].damaged);
+  EXPECT_FALSE((*list)[0].committed);
+  EXPECT_NE((*list)[0].problem.find(ManifestKey("test", 1)), std::string::npos)
+      << (*list)[0].problem;
+  EXPECT_TRUE((*list)[1].committed && !(*list)[1].damaged);
+  EXPECT_EQ(*e->LatestStep(), 3);
+  auto m = e->ReadManifest(1);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(m.status().code() == StatusCode::kDataLoss ||
+              m.status().code() == StatusCode::kInvalidArgument)
+      << m.status().ToString();
+  EXPECT_FALSE(e->Verify(1).ok());
+
+  // Retention after the commit of step 4 goes on: 2 and 3 go, the damaged 1 stays.
+  ASSERT_TRUE(
+      (*e->Save(std::vector<SaveTensor>{Tensor("a", data[3], {20000})}, At(4)))->Wait().ok());
+  auto listed_steps = [&] {
+    std::vector<int64_t> steps;
+    auto listed = e->List();
+    EXPECT_TRUE(listed.ok()) << listed.status().message();
+    if (listed.ok()) {
+      for (const auto& c : *listed) steps.push_back(c.step);
+    }
+    return steps;
+  };
+  EXPECT_EQ(listed_steps(), (std::vector<int64_t>{1, 4}));
+
+  // GC works, warns about step 1 and keeps it; its chunks stay, named by its rank part.
+  auto gc = e->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  EXPECT_TRUE(gc->removed_steps.empty());
+  EXPECT_GT(gc->deleted_chunks, 0u);  // steps 2 and 3
+  ASSERT_EQ(gc->warnings.size(), 1u);
+  EXPECT_NE(gc->warnings[0].find("step 1 "), std::string::npos) << gc->warnings[0];
+  EXPECT_NE(gc->warnings[0].find("rm --force 1"), std::string::npos) << gc->warnings[0];
+  for (const ChunkId& id : step1_chunks) EXPECT_TRUE(fs::exists(durable / ChunkKey(id)));
+  // With the part damaged too nothing names those chunks: GC still runs and they go.
+  fs::resize_file(durable / PartKey("test", 1, 0), 50);
+  gc = e->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  EXPECT_EQ(gc->deleted_chunks, step1_chunks.size());
+  for (const ChunkId& id : step1_chunks) EXPECT_FALSE(fs::exists(durable / ChunkKey(id)));
+
+  // Step 4 is whole; the damaged step can be removed.
+  auto v = e->Verify(4);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->missing + v->corrupt, 0u);
+  ASSERT_TRUE(e->Remove(1).ok());
+  EXPECT_EQ(listed_steps(), (std::vector<int64_t>{4}));
+}
+
+// Regression: after Remove(newest) the engine still refused that step ("not above the previous
+// checkpoint's step"), so "remove the bad newest checkpoint and save it again" needed a new
+// process. Removing the newest save lowers the bar; an older step under a newer checkpoint is
+// still refused, with the way out in the message.
+TEST(CheckpointTest, RemovingTheNewestLetsTheSameEngineSaveThatStepAgain) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  EngineOptions o = Options(dir);
+  o.gc_grace_seconds = 0;
+  auto e = MustOpen(o);
+  for (int64_t step : {1, 2, 3}) {
+    std::vector<float> a = Values(20000, static_cast<float>(step));
+    ASSERT_TRUE(
+        (*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})}, At(step)))->Wait().ok());
+  }
+  ASSERT_TRUE(e->Remove(3).ok());
+  // What only step 3 referenced is collected, so a save that pointed at it would be broken.
+  ASSERT_TRUE(e->CollectGarbage().ok());
+  std::vector<float> again = Values(20000, 3);
+  auto h = e->Save(std::vector<SaveTensor>{Tensor("a", again, {20000})}, At(3));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ(*e->LatestStep(), 3);
+  std::vector<float> back(20000);
+  ASSERT_TRUE(
+      e->Restore(*e->ReadManifest(3), std::vector<RestoreTarget>{Target("a", back, {20000})}).ok());
+  EXPECT_EQ(back, again);
+  auto v = e->Verify(3);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->missing + v->corrupt, 0u);
+
+  // Step 2 removed but 3 still there: saving 2 is refused, saying what to do.
+  ASSERT_TRUE(e->Remove(2).ok());
+  h = e->Save(std::vector<SaveTensor>{Tensor("a", again, {20000})}, At(2));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("not above step 3"), std::string::npos)
+      << h.status().message();
+  EXPECT_NE(h.status().message().find("remove every checkpoint from step 2 on"), std::string::npos)
+      << h.status().message();
+  // Removing 3 too lowers the bar to 1.
+  ASSERT_TRUE(e->Remove(3).ok());
+  h = e->Save(std::vector<SaveTensor>{Tensor("a", again, {20000})}, At(2));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ(*e->LatestStep(), 2);
 }
 
 // ---------------------------------------------------------------------------------------------

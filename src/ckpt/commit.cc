@@ -3,6 +3,7 @@
 // run on the engine's clock, so the protocol's timeouts are tested on simulated time. Finish
 // also settles what a save leaves behind (incremental state, local copies, pins).
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <unordered_set>
 
@@ -142,34 +143,32 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   // Rank 0: wait for every rank's part of this run, merge, write the manifest, then `latest`.
   // Parts are read as they appear; one from another run (left by a crashed attempt) is read
   // again on later polls, since that rank overwrites it when it gets there.
-  const std::string prefix = StepPrefix(o.job, step);
   std::map<std::string, CheckpointManifest> accepted;  // by key
   // Its own part as it wrote it: the stored one may be another process's, saving the same
   // rank of the same step, that overwrote it.
   accepted.emplace(PartKey(o.job, step, o.rank), job->part);
-  GANTRY_ASSIGN_OR_RETURN(bool all_parts,
-                          PollUntil(
-                              *clock,
-                              [&]() -> Result<bool> {
-                                GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objs,
-                                                        durable().ListAll(prefix + "rank-"));
-                                for (const ObjectInfo& info : objs) {
-                                  if (accepted.count(info.key) > 0) continue;
-                                  Result<std::string> text = durable().Get(info.key);
-                                  if (!text.ok()) {
-                                    if (text.status().code() == StatusCode::kNotFound) continue;
-                                    return text.status();
-                                  }
-                                  Result<CheckpointManifest> m =
-                                      CheckpointManifest::FromJson(*text, info.key);
-                                  if (!m.ok())
-                                    continue;  // torn by a writer that died? the rank rewrites it
-                                  if (m->run_id == o.run_id)
-                                    accepted.emplace(info.key, std::move(*m));
-                                }
-                                return accepted.size() >= static_cast<size_t>(o.world_size);
-                              },
-                              o.commit_timeout_ms));
+  GANTRY_ASSIGN_OR_RETURN(
+      bool all_parts, PollUntil(
+                          *clock,
+                          [&]() -> Result<bool> {
+                            GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objs,
+                                                    durable().ListAll(PartKeyPrefix(o.job, step)));
+                            for (const ObjectInfo& info : objs) {
+                              if (accepted.count(info.key) > 0) continue;
+                              Result<std::string> text = durable().Get(info.key);
+                              if (!text.ok()) {
+                                if (text.status().code() == StatusCode::kNotFound) continue;
+                                return text.status();
+                              }
+                              Result<CheckpointManifest> m =
+                                  CheckpointManifest::FromJson(*text, info.key);
+                              if (!m.ok())
+                                continue;  // torn by a writer that died? the rank rewrites it
+                              if (m->run_id == o.run_id) accepted.emplace(info.key, std::move(*m));
+                            }
+                            return accepted.size() >= static_cast<size_t>(o.world_size);
+                          },
+                          o.commit_timeout_ms));
   if (!all_parts) {
     return Unavailable("only " + std::to_string(accepted.size()) + " of " +
                        std::to_string(o.world_size) + " ranks wrote their part within " +
@@ -184,8 +183,15 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   GANTRY_RETURN_IF_ERROR(WriteLatest(step));
   if (o.retention.keep_last > 0) {
     std::vector<int64_t> removed;
-    Status s = ApplyRetention(o.retention, &removed);
+    std::vector<std::string> warnings;
+    Status s = ApplyRetention(o.retention, &removed, &warnings);
     (void)s;  // retention is housekeeping: the checkpoint is committed whatever happens here
+    // A damaged checkpoint is skipped by every later commit's retention too; said once per
+    // engine (the library has no log of its own; stderr reaches the job's log).
+    for (const std::string& w : warnings) {
+      if (warned.insert(w).second)
+        std::fprintf(stderr, "gantry checkpoint: warning: %s\n", w.c_str());
+    }
   }
   return Status::Ok();
 }

@@ -16,6 +16,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,10 +38,6 @@ double SecondsSince(SteadyClock::time_point start);
 // of that clock passes (false).
 Result<bool> PollUntil(Clock& clock, const std::function<Result<bool>()>& ready,
                        int64_t timeout_ms);
-
-// Parses "ckpt/<job>/<12 digits>/<rest>" into the step and rest; false for other keys.
-bool ParseStepKey(std::string_view key, std::string_view prefix, int64_t* step,
-                  std::string_view* rest);
 
 // Registers the "ckpt" root provider (every checkpoint and part under a root) with the chunk
 // store's GC; idempotent.
@@ -131,6 +128,7 @@ struct CheckpointEngine::Impl {
   int64_t last_step = -1;       // guarded by mu
   std::vector<std::future<void>> commits;  // guarded by mu
   Status first_error;                      // since the last WaitAll; guarded by mu
+  std::set<std::string> warned;  // retention warnings already printed (commit thread only)
 
   const EngineOptions& opt() const { return engine->options_; }
   ObjectStore& durable() { return *engine->durable_; }
@@ -149,7 +147,11 @@ struct CheckpointEngine::Impl {
   Status WriteLatest(int64_t step);
   Status PutManifestOnce(const std::string& key, const CheckpointManifest& merged);
   // retention.cc
-  Status ApplyRetention(const Retention& r, std::vector<int64_t>* removed);
+  // After Remove(step): lowers the bar for the next save's step if `step` was the newest save.
+  Status ForgetRemoved(int64_t step);
+  // Removes what `r` does not keep; damaged checkpoints are left, one warning each (if given).
+  Status ApplyRetention(const Retention& r, std::vector<int64_t>* removed,
+                        std::vector<std::string>* warnings);
   // Drops local copies of chunks that no save among the last keep_local references (after
   // proof of a durable copy); the first call also sweeps what earlier processes left.
   void TrimLocal(const std::vector<ChunkId>& ids);

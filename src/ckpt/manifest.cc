@@ -35,12 +35,6 @@ constexpr std::array<DTypeInfo, 12> kDTypes = {{
 
 constexpr std::string_view kFormat = "gantry-checkpoint";
 
-std::string StepDir(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%012lld", static_cast<long long>(step));
-  return buf;
-}
-
 // Field access that turns nlohmann's exceptions into messages naming the document and field.
 class Reader {
  public:
@@ -161,20 +155,6 @@ uint64_t RowBytes(DType dtype, const std::vector<int64_t>& global_shape) {
   for (size_t i = 1; i < global_shape.size(); ++i) n *= static_cast<uint64_t>(global_shape[i]);
   return n;
 }
-
-std::string JobPrefix(std::string_view job) { return "ckpt/" + std::string(job) + "/"; }
-std::string StepPrefix(std::string_view job, int64_t step) {
-  return JobPrefix(job) + StepDir(step) + "/";
-}
-std::string PartKey(std::string_view job, int64_t step, int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank-%05d.json", rank);
-  return StepPrefix(job, step) + buf;
-}
-std::string ManifestKey(std::string_view job, int64_t step) {
-  return StepPrefix(job, step) + "manifest.json";
-}
-std::string LatestKey(std::string_view job) { return JobPrefix(job) + "latest"; }
 
 Status ValidateJobName(std::string_view job) {
   if (job.empty() || job.size() > 128 || job == "." || job == "..") {

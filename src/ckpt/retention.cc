@@ -7,6 +7,7 @@
 
 #include "ckpt/engine.h"
 #include "gantry/cache/roots.h"
+#include "gantry/ckpt/catalog.h"
 
 namespace gantry::ckpt {
 
@@ -15,25 +16,48 @@ namespace {
 // The "ckpt" kind's roots: every checkpoint manifest and rank part of every job under the root.
 // A part without a manifest is an unfinished save: its chunks stay until the engine's GC removes
 // the part (older than the grace period).
+//
+// A root that cannot be parsed (a damaged manifest or part: DataLoss, or the parser's
+// InvalidArgument) is skipped rather than failing the GC, which would stop every job's GC under
+// the root for one bad object and fill the disk. What that costs, and why it is acceptable:
+// the chunks are still marked from the step's rank parts, which the commit merged into the
+// manifest and which stay beside it, so a damaged manifest's chunks stay as long as its parts
+// are readable (a merge of them can rebuild it). Chunks that only the unreadable object named
+// are unmarked and go once older than the grace period; a checkpoint whose manifest cannot be
+// read cannot be restored from anyway. A store failure still fails the GC (nothing deleted).
 class CheckpointRoots final : public RootProvider {
  public:
   Status MarkLive(ObjectStore& store, const std::function<void(const ChunkId&)>& mark) override {
-    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store.ListAll("ckpt/"));
+    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store.ListAll(kCheckpointKeyPrefix));
     for (const ObjectInfo& obj : objects) {
-      const bool is_manifest = obj.key.size() > 14 && (obj.key.ends_with("/manifest.json") ||
-                                                       obj.key.find("/rank-") != std::string::npos);
-      if (!is_manifest) continue;
+      std::optional<CheckpointKey> key = ParseCheckpointKey(obj.key);
+      if (!key.has_value() || (key->kind != CheckpointKey::Kind::kManifest &&
+                               key->kind != CheckpointKey::Kind::kPart)) {
+        continue;
+      }
       Result<std::string> text = store.Get(obj.key);
       if (!text.ok()) {
         if (text.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
         return text.status();
       }
-      GANTRY_ASSIGN_OR_RETURN(CheckpointManifest m, CheckpointManifest::FromJson(*text, obj.key));
-      for (const ChunkId& id : m.ChunkIds()) mark(id);
+      Result<CheckpointManifest> m = CheckpointManifest::FromJson(*text, obj.key);
+      if (!m.ok()) {
+        const StatusCode code = m.status().code();
+        if (code == StatusCode::kDataLoss || code == StatusCode::kInvalidArgument) continue;
+        return m.status();
+      }
+      for (const ChunkId& id : m->ChunkIds()) mark(id);
     }
     return Status::Ok();
   }
 };
+
+// The warning for a damaged checkpoint that retention and GC leave in place.
+std::string DamagedWarning(const std::string& job, const CheckpointInfo& c) {
+  return "step " + std::to_string(c.step) + " of job '" + job +
+         "' is damaged and was left in place (not removed, not counted by retention): " +
+         c.problem + "; remove it with `gantry ckpt rm --force " + std::to_string(c.step) + "`";
+}
 
 }  // namespace
 
@@ -113,15 +137,40 @@ Status CheckpointEngine::Remove(int64_t step) {
           durable_->Put(LatestKey(options_.job), std::to_string(*newest) + "\n"));
     }
   }
+  return impl_->ForgetRemoved(step);
+}
+
+// Saves must go above this engine's newest save (incremental state compares against it). When
+// that save is the one removed, the bar drops to the newest step left, so "remove the newest,
+// save it again" works on the same engine; while a save is still in flight it stays.
+Status CheckpointEngine::Impl::ForgetRemoved(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (step != last_step) return Status::Ok();
+    for (const std::future<void>& f : commits) {
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return Status::Ok();
+    }
+  }
+  GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> left, engine->List());
+  std::lock_guard<std::mutex> lock(mu);
+  if (step != last_step) return Status::Ok();  // a save came in meanwhile
+  last_step = left.empty() ? -1 : left.back().step;
+  // Chunks known only through the removed checkpoint may be collected by now: the next save
+  // writes them again instead of pointing at them.
+  std::erase_if(known, [&](const auto& entry) { return entry.second >= step; });
   return Status::Ok();
 }
 
-Status CheckpointEngine::Impl::ApplyRetention(const Retention& r, std::vector<int64_t>* removed) {
+Status CheckpointEngine::Impl::ApplyRetention(const Retention& r, std::vector<int64_t>* removed,
+                                              std::vector<std::string>* warnings) {
   if (r.keep_last <= 0) return Status::Ok();
   GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, engine->List());
+  // Only readable commits count and go: a damaged one may hold tags or a step keep_every would
+  // keep, which cannot be read, so it is left to a person (the warning says how).
   std::vector<const CheckpointInfo*> committed;
   for (const CheckpointInfo& c : all) {
     if (c.committed) committed.push_back(&c);
+    if (c.damaged && warnings != nullptr) warnings->push_back(DamagedWarning(opt().job, c));
   }
   for (size_t i = 0; i < committed.size(); ++i) {
     const CheckpointInfo& c = *committed[i];
@@ -137,14 +186,19 @@ Status CheckpointEngine::Impl::ApplyRetention(const Retention& r, std::vector<in
 
 Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> retention) {
   CkptGcReport report;
-  GANTRY_RETURN_IF_ERROR(
-      impl_->ApplyRetention(retention.value_or(options_.retention), &report.removed_steps));
+  GANTRY_RETURN_IF_ERROR(impl_->ApplyRetention(retention.value_or(options_.retention),
+                                               &report.removed_steps, nullptr));
   const int64_t now = impl_->clock->Now();
   const int64_t grace = options_.gc_grace_seconds;
   // Unfinished saves older than the grace period will never commit.
   GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
   for (const CheckpointInfo& c : all) {
     if (c.committed) continue;
+    if (c.damaged) {
+      // Not an unfinished save (its manifest exists): left for a person to look at.
+      report.warnings.push_back(DamagedWarning(options_.job, c));
+      continue;
+    }
     // Older than the grace period (longer than any commit may wait for the other ranks);
     // an unknown time counts as young.
     const bool stale = c.created_unix != 0 && c.created_unix < now - grace;

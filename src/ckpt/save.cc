@@ -140,9 +140,12 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   {
     std::lock_guard<std::mutex> lock(impl.mu);
     if (so.step <= impl.last_step) {
-      return InvalidArgument("save: step " + std::to_string(so.step) +
-                             " is not above the previous checkpoint's step " +
-                             std::to_string(impl.last_step));
+      return InvalidArgument(
+          "save: step " + std::to_string(so.step) + " is not above step " +
+          std::to_string(impl.last_step) + ", the newest save or checkpoint of job '" + o.job +
+          "' (steps only increase): save a later step, or first remove every checkpoint from "
+          "step " +
+          std::to_string(so.step) + " on through this engine (Checkpointer.remove(step))");
     }
   }
   auto job = std::make_shared<SaveJob>();

@@ -32,8 +32,8 @@
 //              {.name = "nvme", .url = "file:///nvme/cache", .capacity_bytes = 100ull << 30},
 //              {.name = "s3", .url = "s3://bkt/cache", .durable = true, .codec = Codec::kZstd}};
 //   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> cs, ChunkStore::Open(std::move(o)));
-//   GANTRY_ASSIGN_OR_RETURN(Manifest m, cs->PutBlob("ckpt/step-100", bytes));
-//   GANTRY_ASSIGN_OR_RETURN(std::string back, cs->GetBlob("ckpt/step-100"));
+//   GANTRY_ASSIGN_OR_RETURN(Manifest m, cs->PutBlob("datasets/shard-100", bytes));
+//   GANTRY_ASSIGN_OR_RETURN(std::string back, cs->GetBlob("datasets/shard-100"));
 #pragma once
 
 #include <atomic>
@@ -119,7 +119,7 @@ struct ChunkStoreOptions {
 
 // The manifest of a blob, stored as JSON at "manifests/<name>" in the manifest tier (the first
 // durable tier, else the last tier):
-//   {"version":1,"name":"ckpt/a","size":10485760,"chunk_size":4194304,
+//   {"version":1,"name":"datasets/a","size":10485760,"chunk_size":4194304,
 //    "chunks":[{"id":"<32 hex>","size":4194304},...]}
 struct ManifestChunk {
   ChunkId id;
@@ -284,6 +284,14 @@ class ChunkStore {
   Result<std::string> GetChunkFromTier(int tier, const ChunkId& id);
   // Chunk ids in one tier with their mtimes (listing).
   Result<std::vector<ObjectInfo>> ListChunks(int tier);
+  // What one tier holds, from listing it (a fresh process has no counters of its own): chunk
+  // copies, their stored bytes, and blob manifests (of any tier, not only the manifest tier).
+  struct TierContents {
+    uint64_t chunks = 0;
+    uint64_t chunk_bytes = 0;
+    uint64_t blob_manifests = 0;
+  };
+  Result<TierContents> ListTierContents(int tier);
 
   // One operation's source chain for reads: the cache tiers, then the peers, then the durable
   // tiers. A peer that fails for anything but a missing chunk, or serves a damaged copy, is

@@ -191,7 +191,13 @@ struct RestoreStats {
 
 struct CheckpointInfo {
   int64_t step = 0;
-  bool committed = false;  // false: parts without a manifest (a save in flight or abandoned)
+  // false: parts without a manifest (a save in flight or abandoned), or a damaged manifest.
+  bool committed = false;
+  // A manifest that cannot be read back (truncated, bad checksum, another step's): listed so
+  // one bad object does not hide the job's other checkpoints; retention and GC leave it alone
+  // (docs/checkpoint.md), `gantry ckpt rm --force` removes it.
+  bool damaged = false;
+  std::string problem;  // damaged: what is wrong, naming the object
   int parts = 0;
   int world_size = 0;
   uint64_t bytes = 0;
@@ -205,6 +211,8 @@ struct CkptGcReport {
   uint64_t deleted_bytes = 0;
   uint64_t kept_young = 0;
   uint64_t referenced_chunks = 0;
+  // One line per damaged checkpoint left in place (neither removed nor counted by retention).
+  std::vector<std::string> warnings;
 };
 
 struct VerifyCkptReport {
@@ -235,11 +243,14 @@ class CheckpointEngine {
   // Waits for every save in flight to finish; the first save error since the last WaitAll.
   Status WaitAll();
 
-  // Committed steps, ascending, and every step with parts (CheckpointInfo).
+  // Every step with a manifest or parts, ascending (CheckpointInfo); a damaged manifest is a
+  // damaged entry, not an error. Errors only for a failing store.
   Result<std::vector<CheckpointInfo>> List();
   // The newest committed step (the latest pointer, checked; the newest manifest if the pointer
   // is missing). NotFound if there is none.
   Result<int64_t> LatestStep();
+  // The commit record of `step`, checked: NotFound when there is none, DataLoss (or the
+  // parser's InvalidArgument) naming the object when it is damaged.
   Result<CheckpointManifest> ReadManifest(int64_t step);
   // Fills the targets from the checkpoint, fetching chunks in parallel from the local tier,
   // then the peers, then the durable tier, verifying each. Errors name the tensor and why

@@ -116,9 +116,11 @@ struct CheckpointManifest {
 // dropped (one is kept for a tensor with no rows).
 Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts);
 
-// Object keys (see the layout above).
+// Object keys (see the layout above). They are built, and parsed (ParseCheckpointKey), only in
+// catalog.cc: no other code spells a checkpoint key.
 std::string StepPrefix(std::string_view job, int64_t step);  // "ckpt/<job>/<step>/"
 std::string PartKey(std::string_view job, int64_t step, int rank);
+std::string PartKeyPrefix(std::string_view job, int64_t step);  // what every PartKey starts with
 std::string ManifestKey(std::string_view job, int64_t step);
 std::string LatestKey(std::string_view job);
 std::string JobPrefix(std::string_view job);  // "ckpt/<job>/"
