@@ -50,16 +50,9 @@ struct Piped {
   long max_rss_kib = 0;
 };
 
-uint64_t Mix(uint64_t h, const unsigned char* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+uint64_t Mix(uint64_t h, const char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
   return h;
-}
-
-void Pattern(std::vector<unsigned char>& buf, uint64_t offset) {
-  for (size_t i = 0; i < buf.size(); ++i) {
-    const uint64_t x = offset + i;
-    buf[i] = static_cast<unsigned char>((x * 2654435761u) >> 13);
-  }
 }
 
 Piped RunPiped(const std::vector<std::string>& args, bool feed, uint64_t bytes) {
@@ -85,12 +78,12 @@ Piped RunPiped(const std::vector<std::string>& args, bool feed, uint64_t bytes) 
     execv(argv[0], argv.data());
     _exit(127);
   }
-  std::vector<unsigned char> buf(1 << 20);
+  std::vector<char> buf(1 << 20);
   uint64_t h = 1469598103934665603ull;
   if (feed) {
     close(fds[0]);
     for (uint64_t off = 0; off < bytes; off += buf.size()) {
-      Pattern(buf, off);
+      gantry::test_support::FillRandomBytes(/*seed=*/1, off, buf);
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - off));
       h = Mix(h, buf.data(), n);
       size_t done = 0;

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "gantry/common/rng.h"
+#include "common/test_support.h"
 #include "gantry/common/status.h"
 #include "gantry/storage/object_store.h"
 
@@ -37,22 +37,11 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
+using test_support::RandomBytes;
+
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? std::string() : std::string(v);
-}
-
-// Deterministic bytes that differ per seed, so a swapped or misplaced part shows up.
-std::string Bytes(uint64_t seed, uint64_t n) {
-  Rng rng(seed);
-  std::string s(n, '\0');
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t v = rng.Next();
-    std::memcpy(&s[i], &v, 8);
-  }
-  for (; i < n; ++i) s[i] = static_cast<char>(rng.Next());
-  return s;
 }
 
 void WriteFile(const fs::path& p, std::string_view data) {
@@ -221,7 +210,7 @@ int PartsInETag(const nlohmann::json& head) {
 }
 
 TEST_F(S3CompatTest, GantryPutAwsReads) {
-  const std::string data = Bytes(1, 3 * kMiB + 17);
+  const std::string data = RandomBytes(3 * kMiB + 17, 1);
   ASSERT_TRUE(store_->Put("small/one.bin", data).ok());
   const std::string back = AwsDownload("small/one.bin");
   EXPECT_EQ(back.size(), data.size());
@@ -235,7 +224,7 @@ TEST_F(S3CompatTest, GantryPutAwsReads) {
 }
 
 TEST_F(S3CompatTest, GantryMultipartPutFileAwsReads) {
-  const std::string data = Bytes(2, 20 * kMiB + 12345);  // four full parts and a short fifth
+  const std::string data = RandomBytes(20 * kMiB + 12345, 2);  // four full parts and a short fifth
   const fs::path src = dir_ / "big.bin";
   WriteFile(src, data);
   Status s = store_->PutFile("big/multi.bin", src.string());
@@ -250,7 +239,7 @@ TEST_F(S3CompatTest, GantryMultipartPutFileAwsReads) {
 }
 
 TEST_F(S3CompatTest, AwsPutGantryReads) {
-  const std::string data = Bytes(3, 2 * kMiB + 3);
+  const std::string data = RandomBytes(2 * kMiB + 3, 3);
   ASSERT_NO_FATAL_FAILURE(AwsUpload(data, "from-aws/one.bin"));
   Result<std::string> back = store_->Get("from-aws/one.bin");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -263,7 +252,7 @@ TEST_F(S3CompatTest, AwsPutGantryReads) {
 
 TEST_F(S3CompatTest, AwsMultipartGantryReadsWholeAndRanges) {
   const uint64_t size = 20 * kMiB + 999;
-  const std::string data = Bytes(4, size);
+  const std::string data = RandomBytes(size, 4);
   ASSERT_NO_FATAL_FAILURE(AwsUpload(data, "from-aws/multi.bin"));
   ASSERT_GT(PartsInETag(AwsHead("from-aws/multi.bin")), 1) << "awscli did not upload multipart";
 
@@ -304,9 +293,9 @@ TEST_F(S3CompatTest, ListingPaginatesAndAgreesWithAws) {
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i % 4 == 3) {
-      ASSERT_NO_FATAL_FAILURE(AwsUpload(Bytes(100 + i, i), keys[i]));
+      ASSERT_NO_FATAL_FAILURE(AwsUpload(RandomBytes(i, 100 + i), keys[i]));
     } else {
-      ASSERT_TRUE(store_->Put(keys[i], Bytes(100 + i, i)).ok()) << keys[i];
+      ASSERT_TRUE(store_->Put(keys[i], RandomBytes(i, 100 + i)).ok()) << keys[i];
     }
   }
   // A neighbour outside the listed prefix must not show up.
@@ -346,8 +335,8 @@ TEST_F(S3CompatTest, ListingPaginatesAndAgreesWithAws) {
 }
 
 TEST_F(S3CompatTest, HeadAndDeleteBothWays) {
-  const std::string a = Bytes(5, 4096);
-  const std::string b = Bytes(6, 777);
+  const std::string a = RandomBytes(4096, 5);
+  const std::string b = RandomBytes(777, 6);
   ASSERT_TRUE(store_->Put("del/gantry.bin", a).ok());
   ASSERT_NO_FATAL_FAILURE(AwsUpload(b, "del/aws.bin"));
 
@@ -389,7 +378,7 @@ TEST_F(S3CompatTest, KeysNeedingUrlEncodingRoundTrip) {
   const std::vector<std::string> keys = {"enc/a b+c=d.bin", "enc/100%~x&y",
                                          "enc/\xc3\xbc\xe2\x82\xac"};
   for (size_t i = 0; i < keys.size(); ++i) {
-    const std::string data = Bytes(200 + i, 1000 + i);
+    const std::string data = RandomBytes(1000 + i, 200 + i);
     ASSERT_TRUE(store_->Put(keys[i], data).ok()) << keys[i];
     EXPECT_TRUE(AwsDownload(keys[i]) == data) << keys[i];
   }

@@ -9,7 +9,7 @@
 // listing, GC, verification) releases the GIL, so training threads keep running.
 //
 // Errors become Python exceptions carrying the C++ message, all derived from
-// _gantry.CheckpointError, one class per status code a caller can act on (see Throw):
+// _gantry.CheckpointError, one class per status code a caller can act on (see ErrorClasses):
 // InvalidArgumentError (also a ValueError), NotFoundError (also a FileNotFoundError and a
 // KeyError), AlreadyExistsError (also a FileExistsError), PermissionDeniedError (also a
 // PermissionError), UnavailableError (also a TimeoutError), StorageError (also an OSError) with
@@ -22,10 +22,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "gantry/ckpt/checkpoint.h"
@@ -38,23 +41,78 @@ namespace py = pybind11;
 namespace gantry::ckpt {
 namespace {
 
-// Exception classes, created at import and owned by the module (never freed: the module lives
+using pybind11::literals::operator""_a;
+
+// One Python exception class: its parent in this table (nullptr: none), the builtins it also
+// derives from, so that Python code catching those catches it, and the status codes raised as
+// it. Classes come before their children.
+struct ErrorClass {
+  const char* name;
+  const char* parent;
+  std::vector<PyObject*> builtins;
+  std::vector<StatusCode> codes;
+  const char* doc;
+};
+
+// EngineError names no code: it stands for every code no other class names.
+std::vector<ErrorClass> ErrorClasses() {
+  const char* base = "CheckpointError";
+  return {
+      {base, nullptr, {PyExc_Exception}, {}, "Base of every error the checkpoint engine reports"},
+      {"InvalidArgumentError",
+       base,
+       {PyExc_ValueError},
+       {StatusCode::kInvalidArgument, StatusCode::kOutOfRange},
+       "Malformed input: a bad dtype, shape, slice, step, option or manifest"},
+      {"NotFoundError",
+       base,
+       {PyExc_FileNotFoundError, PyExc_KeyError},
+       {StatusCode::kNotFound},
+       "A checkpoint, tensor or object that does not exist"},
+      {"AlreadyExistsError",
+       base,
+       {PyExc_FileExistsError},
+       {StatusCode::kAlreadyExists},
+       "A create-only write found the name taken"},
+      {"PermissionDeniedError",
+       base,
+       {PyExc_PermissionError},
+       {StatusCode::kPermissionDenied},
+       "Not allowed: file permissions, a read-only file system, HTTP 401 or 403"},
+      // kAborted: lost a race; retrying from the start may succeed.
+      {"UnavailableError",
+       base,
+       {PyExc_TimeoutError},
+       {StatusCode::kUnavailable, StatusCode::kDeadlineExceeded, StatusCode::kAborted},
+       "A transient failure, a timeout or a lost race; retrying may help"},
+      {"StorageError",
+       base,
+       {PyExc_OSError},
+       {StatusCode::kIoError},
+       "An I/O error of a storage tier"},
+      {"ResourceExhaustedError",
+       "StorageError",
+       {},
+       {StatusCode::kResourceExhausted},
+       "Out of space or quota (ENOSPC, EDQUOT, a full tier, an S3 quota)"},
+      {"DataLossError",
+       "StorageError",
+       {},
+       {StatusCode::kDataLoss},
+       "Stored bytes are damaged: a checksum mismatch, a truncated object"},
+      {"EngineError", base, {PyExc_RuntimeError}, {}, "Any other failure of the checkpoint engine"},
+  };
+}
+
+// The classes by code, created at import and owned by the module (never freed: the module lives
 // until the interpreter ends).
 struct Errors {
-  PyObject* base = nullptr;
-  PyObject* invalid_argument = nullptr;
-  PyObject* not_found = nullptr;
-  PyObject* already_exists = nullptr;
-  PyObject* permission_denied = nullptr;
-  PyObject* unavailable = nullptr;
-  PyObject* storage = nullptr;
-  PyObject* resource_exhausted = nullptr;
-  PyObject* data_loss = nullptr;
-  PyObject* failed = nullptr;
+  std::map<StatusCode, PyObject*> by_code;
+  PyObject* other = nullptr;  // EngineError
 };
 Errors errors;
 
-PyObject* NewError(py::module_& m, const char* name, std::vector<PyObject*> bases,
+PyObject* NewError(py::module_& m, const char* name, const std::vector<PyObject*>& bases,
                    const char* doc) {
   py::tuple base_tuple(bases.size());
   for (size_t i = 0; i < bases.size(); ++i) {
@@ -69,44 +127,22 @@ PyObject* NewError(py::module_& m, const char* name, std::vector<PyObject*> base
   return cls;
 }
 
-[[noreturn]] void Throw(const Status& status) {
-  PyObject* cls = errors.failed;
-  switch (status.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-      cls = errors.invalid_argument;
-      break;
-    case StatusCode::kNotFound:
-      cls = errors.not_found;
-      break;
-    case StatusCode::kAlreadyExists:
-      cls = errors.already_exists;
-      break;
-    case StatusCode::kPermissionDenied:
-      cls = errors.permission_denied;
-      break;
-    case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded:
-    case StatusCode::kAborted:  // lost a race: retrying from the start may succeed
-      cls = errors.unavailable;
-      break;
-    case StatusCode::kIoError:
-      cls = errors.storage;
-      break;
-    case StatusCode::kResourceExhausted:
-      cls = errors.resource_exhausted;
-      break;
-    case StatusCode::kDataLoss:
-      cls = errors.data_loss;
-      break;
-    case StatusCode::kOk:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kInternal:
-    case StatusCode::kUnimplemented:
-    case StatusCode::kCancelled:
-      break;
+void DefineErrors(py::module_& m) {
+  std::map<std::string, PyObject*> by_name;
+  for (const ErrorClass& e : ErrorClasses()) {
+    std::vector<PyObject*> bases;
+    if (e.parent != nullptr) bases.push_back(by_name.at(e.parent));
+    bases.insert(bases.end(), e.builtins.begin(), e.builtins.end());
+    PyObject* cls = NewError(m, e.name, bases, e.doc);
+    by_name[e.name] = cls;
+    for (StatusCode code : e.codes) errors.by_code[code] = cls;
   }
-  PyErr_SetString(cls, status.message().c_str());
+  errors.other = by_name.at("EngineError");
+}
+
+[[noreturn]] void Throw(const Status& status) {
+  auto it = errors.by_code.find(status.code());
+  PyErr_SetString(it == errors.by_code.end() ? errors.other : it->second, status.message().c_str());
   throw py::error_already_set();
 }
 
@@ -120,62 +156,61 @@ T Unwrap(Result<T> result) {
   return std::move(result).value();
 }
 
+// Runs `fn` without the GIL, since the engine may block on I/O or on its own threads, and turns
+// the Status or Result<T> it returns into nothing or the T, or into the Python exception.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) {
+  using R = std::invoke_result_t<Fn&>;
+  std::optional<R> result;
+  {
+    py::gil_scoped_release release;
+    result.emplace(fn());
+  }
+  if constexpr (std::is_same_v<R, Status>) {
+    Check(*result);
+  } else {
+    return Unwrap(std::move(*result));
+  }
+}
+
 DType ToDType(const std::string& name) { return Unwrap(ParseDType(name)); }
 
-// A tensor descriptor from Python: (name, dtype, global_shape, row_offset, rows, data_ptr).
-struct Descriptor {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> global_shape;
-  int64_t row_offset;
-  int64_t rows;
-  uintptr_t data;
-};
-
-Descriptor ToDescriptor(const py::handle& item) {
-  auto t = py::reinterpret_borrow<py::sequence>(item);
-  if (t.size() != 6) {
-    PyErr_SetString(errors.invalid_argument,
-                    "a tensor descriptor is (name, dtype, global_shape, row_offset, rows, "
-                    "data_ptr)");
-    throw py::error_already_set();
+// SaveTensors or RestoreTargets from Python's tensor descriptors, each
+// (name, dtype, global_shape, row_offset, rows, data_ptr).
+template <typename Tensor>
+std::vector<Tensor> FromDescriptors(const py::iterable& descriptors) {
+  std::vector<Tensor> out;
+  for (const py::handle item : descriptors) {
+    auto d = py::reinterpret_borrow<py::sequence>(item);
+    if (d.size() != 6) {
+      Throw(InvalidArgument(
+          "a tensor descriptor is (name, dtype, global_shape, row_offset, rows, data_ptr)"));
+    }
+    Tensor t;
+    t.name = d[0].cast<std::string>();
+    t.dtype = ToDType(d[1].cast<std::string>());
+    t.global_shape = d[2].cast<std::vector<int64_t>>();
+    t.row_offset = d[3].cast<int64_t>();
+    t.rows = d[4].cast<int64_t>();
+    t.data = reinterpret_cast<decltype(t.data)>(d[5].cast<uintptr_t>());
+    out.push_back(std::move(t));
   }
-  Descriptor d;
-  d.name = t[0].cast<std::string>();
-  d.dtype = ToDType(t[1].cast<std::string>());
-  d.global_shape = t[2].cast<std::vector<int64_t>>();
-  d.row_offset = t[3].cast<int64_t>();
-  d.rows = t[4].cast<int64_t>();
-  d.data = t[5].cast<uintptr_t>();
-  return d;
+  return out;
 }
 
 py::dict StatsDict(const SaveStats& s) {
-  py::dict d;
-  d["step"] = s.step;
-  d["tensors"] = s.tensors;
-  d["bytes_total"] = s.bytes_total;
-  d["chunks_total"] = s.chunks_total;
-  d["chunks_written"] = s.chunks_written;
-  d["bytes_written"] = s.bytes_written;
-  d["written_fraction"] = s.written_fraction();
-  d["blocking_seconds"] = s.blocking_seconds;
-  d["local_seconds"] = s.local_seconds;
-  d["durable_seconds"] = s.durable_seconds;
-  d["committed_seconds"] = s.committed_seconds;
-  return d;
+  return py::dict("step"_a = s.step, "tensors"_a = s.tensors, "bytes_total"_a = s.bytes_total,
+                  "chunks_total"_a = s.chunks_total, "chunks_written"_a = s.chunks_written,
+                  "bytes_written"_a = s.bytes_written, "written_fraction"_a = s.written_fraction(),
+                  "blocking_seconds"_a = s.blocking_seconds, "local_seconds"_a = s.local_seconds,
+                  "durable_seconds"_a = s.durable_seconds,
+                  "committed_seconds"_a = s.committed_seconds);
 }
 
 py::dict RestoreStatsDict(const RestoreStats& s) {
-  py::dict d;
-  d["bytes"] = s.bytes;
-  d["chunks"] = s.chunks;
-  d["from_local"] = s.from_local;
-  d["from_peers"] = s.from_peers;
-  d["from_durable"] = s.from_durable;
-  d["corrupt"] = s.corrupt;
-  d["seconds"] = s.seconds;
-  return d;
+  return py::dict("bytes"_a = s.bytes, "chunks"_a = s.chunks, "from_local"_a = s.from_local,
+                  "from_peers"_a = s.from_peers, "from_durable"_a = s.from_durable,
+                  "corrupt"_a = s.corrupt, "seconds"_a = s.seconds);
 }
 
 // Wraps a Python progress callable for the engine, which calls it from its own threads. A
@@ -204,10 +239,7 @@ class PyEngine {
   ~PyEngine() { Close(); }
 
   CheckpointEngine& engine() {
-    if (!engine_) {
-      PyErr_SetString(errors.failed, "the checkpoint engine is closed");
-      throw py::error_already_set();
-    }
+    if (!engine_) Throw(FailedPrecondition("the checkpoint engine is closed"));
     return *engine_;
   }
   void Close() {
@@ -230,70 +262,51 @@ class PyEngine {
 EngineOptions OptionsFromKwargs(const std::string& root, const py::kwargs& kwargs) {
   EngineOptions o;
   o.durable_url = root;
+  using Field =
+      std::variant<std::string*, std::vector<std::string>*, int*, int64_t*, uint64_t*, bool*>;
+  // The S3 endpoint and credentials (endpoint to profile), left empty, fall back to the AWS
+  // variables and files.
+  const std::map<std::string, Field> fields = {{"local", &o.local_url},
+                                               {"peers", &o.peers},
+                                               {"job", &o.job},
+                                               {"rank", &o.rank},
+                                               {"world_size", &o.world_size},
+                                               {"chunk_size", &o.chunk_size},
+                                               {"host_buffer_bytes", &o.host_buffer_bytes},
+                                               {"io_threads", &o.io_threads},
+                                               {"keep_local", &o.keep_local},
+                                               {"run_id", &o.run_id},
+                                               {"local_fsync", &o.local_fsync},
+                                               {"keep_last", &o.retention.keep_last},
+                                               {"keep_every", &o.retention.keep_every},
+                                               {"keep_tagged", &o.retention.keep_tagged},
+                                               {"endpoint", &o.store_options.endpoint},
+                                               {"region", &o.store_options.region},
+                                               {"access_key", &o.store_options.access_key},
+                                               {"secret_key", &o.store_options.secret_key},
+                                               {"session_token", &o.store_options.session_token},
+                                               {"profile", &o.store_options.profile},
+                                               {"peer_timeout_ms", &o.peer_timeout_ms},
+                                               {"commit_timeout_ms", &o.commit_timeout_ms},
+                                               {"gc_grace_seconds", &o.gc_grace_seconds}};
   for (const auto& [key_handle, value] : kwargs) {
     const std::string key = key_handle.cast<std::string>();
-    if (key == "local") {
-      o.local_url = value.cast<std::string>();
-    } else if (key == "peers") {
-      o.peers = value.cast<std::vector<std::string>>();
-    } else if (key == "job") {
-      o.job = value.cast<std::string>();
-    } else if (key == "rank") {
-      o.rank = value.cast<int>();
-    } else if (key == "world_size") {
-      o.world_size = value.cast<int>();
-    } else if (key == "chunk_size") {
-      o.chunk_size = value.cast<uint64_t>();
-    } else if (key == "host_buffer_bytes") {
-      o.host_buffer_bytes = value.cast<uint64_t>();
-    } else if (key == "io_threads") {
-      o.io_threads = value.cast<int>();
-    } else if (key == "codec") {
+    if (key == "codec") {
       o.durable_codec = Unwrap(ParseCodec(value.cast<std::string>()));
-    } else if (key == "keep_local") {
-      o.keep_local = value.cast<int>();
-    } else if (key == "run_id") {
-      o.run_id = value.cast<std::string>();
-    } else if (key == "local_fsync") {
-      o.local_fsync = value.cast<bool>();
-    } else if (key == "keep_last") {
-      o.retention.keep_last = value.cast<int>();
-    } else if (key == "keep_every") {
-      o.retention.keep_every = value.cast<int64_t>();
-    } else if (key == "keep_tagged") {
-      o.retention.keep_tagged = value.cast<bool>();
-    } else if (key == "peer_timeout_ms") {
-      o.peer_timeout_ms = value.cast<int>();
-    } else if (key == "commit_timeout_ms") {
-      o.commit_timeout_ms = value.cast<int64_t>();
-    } else if (key == "gc_grace_seconds") {
-      o.gc_grace_seconds = value.cast<int64_t>();
-    } else if (key == "endpoint") {  // S3; empty fields fall back to the AWS variables and files
-      o.store_options.endpoint = value.cast<std::string>();
-    } else if (key == "region") {
-      o.store_options.region = value.cast<std::string>();
-    } else if (key == "access_key") {
-      o.store_options.access_key = value.cast<std::string>();
-    } else if (key == "secret_key") {
-      o.store_options.secret_key = value.cast<std::string>();
-    } else if (key == "session_token") {
-      o.store_options.session_token = value.cast<std::string>();
-    } else if (key == "profile") {
-      o.store_options.profile = value.cast<std::string>();
-    } else {
-      throw py::type_error("Engine: unknown option '" + key + "'");
+      continue;
     }
+    auto it = fields.find(key);
+    if (it == fields.end()) throw py::type_error("Engine: unknown option '" + key + "'");
+    std::visit([&value](auto* field) { *field = value.cast<std::decay_t<decltype(*field)>>(); },
+               it->second);
   }
   return o;
 }
 
 std::unique_ptr<PyEngine> OpenEngine(const std::string& root, const py::kwargs& kwargs) {
   EngineOptions options = OptionsFromKwargs(root, kwargs);
-  Result<std::unique_ptr<CheckpointEngine>> engine = [&] {
-    py::gil_scoped_release release;
-    return CheckpointEngine::Open(std::move(options));
-  }();
-  return std::make_unique<PyEngine>(Unwrap(std::move(engine)));
+  return std::make_unique<PyEngine>(
+      WithoutGil([&] { return CheckpointEngine::Open(std::move(options)); }));
 }
 
 std::shared_ptr<SaveHandle> Save(PyEngine& self, const py::iterable& tensors, int64_t step,
@@ -301,18 +314,7 @@ std::shared_ptr<SaveHandle> Save(PyEngine& self, const py::iterable& tensors, in
                                  const std::vector<std::string>& tags,
                                  const std::string& metadata_json,
                                  const std::string& structure_json) {
-  std::vector<SaveTensor> list;
-  for (const py::handle item : tensors) {
-    Descriptor d = ToDescriptor(item);
-    SaveTensor t;
-    t.name = std::move(d.name);
-    t.dtype = d.dtype;
-    t.global_shape = std::move(d.global_shape);
-    t.row_offset = d.row_offset;
-    t.rows = d.rows;
-    t.data = reinterpret_cast<const void*>(d.data);
-    list.push_back(std::move(t));
-  }
+  const std::vector<SaveTensor> list = FromDescriptors<SaveTensor>(tensors);
   SaveOptions options;
   options.step = step;
   options.durability = Unwrap(ParseDurability(durability));
@@ -320,63 +322,31 @@ std::shared_ptr<SaveHandle> Save(PyEngine& self, const py::iterable& tensors, in
   options.metadata_json = metadata_json;
   options.structure_json = structure_json;
   CheckpointEngine& engine = self.engine();
-  Result<std::shared_ptr<SaveHandle>> handle = [&] {
-    py::gil_scoped_release release;
-    return engine.Save(list, options);
-  }();
-  return Unwrap(std::move(handle));
+  return WithoutGil([&] { return engine.Save(list, options); });
 }
 
 py::dict Restore(PyEngine& self, const CheckpointManifest& manifest, const py::iterable& targets,
                  const py::object& progress) {
-  std::vector<RestoreTarget> list;
-  for (const py::handle item : targets) {
-    Descriptor d = ToDescriptor(item);
-    RestoreTarget t;
-    t.name = std::move(d.name);
-    t.dtype = d.dtype;
-    t.global_shape = std::move(d.global_shape);
-    t.row_offset = d.row_offset;
-    t.rows = d.rows;
-    t.data = reinterpret_cast<void*>(d.data);
-    list.push_back(std::move(t));
-  }
+  const std::vector<RestoreTarget> list = FromDescriptors<RestoreTarget>(targets);
   ProgressFn fn = ToProgress(progress);
   CheckpointEngine& engine = self.engine();
   RestoreStats stats;
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = engine.Restore(manifest, list, &stats, fn);
-  }
-  Check(status);
+  WithoutGil([&] { return engine.Restore(manifest, list, &stats, fn); });
   return RestoreStatsDict(stats);
 }
 
 py::dict InfoDict(const CheckpointInfo& info) {
-  py::dict d;
-  d["step"] = info.step;
-  d["committed"] = info.committed;
-  d["damaged"] = info.damaged;
-  d["problem"] = info.problem;
-  d["parts"] = info.parts;
-  d["world_size"] = info.world_size;
-  d["bytes"] = info.bytes;
-  d["created_unix"] = info.created_unix;
-  d["tags"] = info.tags;
-  return d;
+  return py::dict("step"_a = info.step, "committed"_a = info.committed, "damaged"_a = info.damaged,
+                  "problem"_a = info.problem, "parts"_a = info.parts,
+                  "world_size"_a = info.world_size, "bytes"_a = info.bytes,
+                  "created_unix"_a = info.created_unix, "tags"_a = info.tags);
 }
 
 py::list SlicesList(const TensorRecord& t) {
   py::list slices;
   for (const SliceRecord& s : t.slices) {
-    py::dict d;
-    d["rank"] = s.rank;
-    d["row_offset"] = s.row_offset;
-    d["rows"] = s.rows;
-    d["nbytes"] = s.nbytes;
-    d["chunks"] = s.chunks.size();
-    slices.append(std::move(d));
+    slices.append(py::dict("rank"_a = s.rank, "row_offset"_a = s.row_offset, "rows"_a = s.rows,
+                           "nbytes"_a = s.nbytes, "chunks"_a = s.chunks.size()));
   }
   return slices;
 }
@@ -384,30 +354,7 @@ py::list SlicesList(const TensorRecord& t) {
 void DefineModule(py::module_& m) {
   m.doc() = "Gantry's checkpoint engine (use the `gantry` package, not this module directly)";
 
-  errors.base = NewError(m, "CheckpointError", {PyExc_Exception},
-                         "Base of every error the checkpoint engine reports");
-  errors.invalid_argument =
-      NewError(m, "InvalidArgumentError", {errors.base, PyExc_ValueError},
-               "Malformed input: a bad dtype, shape, slice, step, option or manifest");
-  errors.not_found =
-      NewError(m, "NotFoundError", {errors.base, PyExc_FileNotFoundError, PyExc_KeyError},
-               "A checkpoint, tensor or object that does not exist");
-  errors.already_exists = NewError(m, "AlreadyExistsError", {errors.base, PyExc_FileExistsError},
-                                   "A create-only write found the name taken");
-  errors.permission_denied =
-      NewError(m, "PermissionDeniedError", {errors.base, PyExc_PermissionError},
-               "Not allowed: file permissions, a read-only file system, HTTP 401 or 403");
-  errors.unavailable = NewError(m, "UnavailableError", {errors.base, PyExc_TimeoutError},
-                                "A transient failure, a timeout or a lost race; retrying may help");
-  errors.storage =
-      NewError(m, "StorageError", {errors.base, PyExc_OSError}, "An I/O error of a storage tier");
-  errors.resource_exhausted =
-      NewError(m, "ResourceExhaustedError", {errors.storage},
-               "Out of space or quota (ENOSPC, EDQUOT, a full tier, an S3 quota)");
-  errors.data_loss = NewError(m, "DataLossError", {errors.storage},
-                              "Stored bytes are damaged: a checksum mismatch, a truncated object");
-  errors.failed = NewError(m, "EngineError", {errors.base, PyExc_RuntimeError},
-                           "Any other failure of the checkpoint engine");
+  DefineErrors(m);
 
   m.def(
       "dtype_size", [](const std::string& dtype) { return DTypeSize(ToDType(dtype)); },
@@ -418,12 +365,8 @@ void DefineModule(py::module_& m) {
       "env_defaults",
       [] {
         const CkptEnvDefaults env = ReadCkptEnvDefaults();
-        py::dict d;
-        d["root"] = env.root;
-        d["local"] = env.local;
-        d["job"] = env.job;
-        d["peers"] = env.peers;
-        return d;
+        return py::dict("root"_a = env.root, "local"_a = env.local, "job"_a = env.job,
+                        "peers"_a = env.peers);
       },
       "{root, local, job, peers} from GANTRY_CKPT_ROOT, GANTRY_CKPT_LOCAL, GANTRY_CKPT_JOB "
       "(default 'default') and GANTRY_CKPT_PEERS (comma-separated)");
@@ -438,26 +381,13 @@ void DefineModule(py::module_& m) {
       .def_property_readonly("step", &SaveHandle::step)
       .def("done", &SaveHandle::done, "True once the requested durability is reached or failed")
       .def(
-          "wait",
-          [](SaveHandle& h) {
-            Status s;
-            {
-              py::gil_scoped_release release;
-              s = h.Wait();
-            }
-            Check(s);
-          },
+          "wait", [](SaveHandle& h) { WithoutGil([&] { return h.Wait(); }); },
           "Blocks until the requested durability is reached; raises the save's error")
       .def(
           "wait_for",
           [](SaveHandle& h, const std::string& level) {
             const Durability d = Unwrap(ParseDurability(level));
-            Status s;
-            {
-              py::gil_scoped_release release;
-              s = h.WaitFor(d);
-            }
-            Check(s);
+            WithoutGil([&] { return h.WaitFor(d); });
           },
           py::arg("level"))
       .def_property_readonly("stats", [](const SaveHandle& h) { return StatsDict(h.stats()); });
@@ -480,29 +410,25 @@ void DefineModule(py::module_& m) {
             return py::none();
           },
           py::arg("rank"), "The structure JSON rank `rank` saved, or None")
-      .def_property_readonly("ranks",
-                             [](const CheckpointManifest& mf) {
-                               py::list out;
-                               for (const RankRecord& r : mf.ranks) {
-                                 py::dict d;
-                                 d["rank"] = r.rank;
-                                 d["bytes_total"] = r.bytes_total;
-                                 d["bytes_written"] = r.bytes_written;
-                                 d["chunks_total"] = r.chunks_total;
-                                 d["chunks_written"] = r.chunks_written;
-                                 out.append(std::move(d));
-                               }
-                               return out;
-                             })
+      .def_property_readonly(
+          "ranks",
+          [](const CheckpointManifest& mf) {
+            py::list out;
+            for (const RankRecord& r : mf.ranks) {
+              out.append(py::dict("rank"_a = r.rank, "bytes_total"_a = r.bytes_total,
+                                  "bytes_written"_a = r.bytes_written,
+                                  "chunks_total"_a = r.chunks_total,
+                                  "chunks_written"_a = r.chunks_written));
+            }
+            return out;
+          })
       .def_property_readonly("tensors",
                              [](const CheckpointManifest& mf) {
                                py::dict out;
                                for (const TensorRecord& t : mf.tensors) {
-                                 py::dict d;
-                                 d["dtype"] = DTypeName(t.dtype);
-                                 d["global_shape"] = t.global_shape;
-                                 d["slices"] = SlicesList(t);
-                                 out[py::str(t.name)] = std::move(d);
+                                 out[py::str(t.name)] = py::dict("dtype"_a = DTypeName(t.dtype),
+                                                                 "global_shape"_a = t.global_shape,
+                                                                 "slices"_a = SlicesList(t));
                                }
                                return out;
                              })
@@ -536,43 +462,28 @@ void DefineModule(py::module_& m) {
           "wait_all",
           [](PyEngine& e) {
             CheckpointEngine& engine = e.engine();
-            Status s;
-            {
-              py::gil_scoped_release release;
-              s = engine.WaitAll();
-            }
-            Check(s);
+            WithoutGil([&] { return engine.WaitAll(); });
           },
           "Waits for every save in flight; raises the first error")
       .def("list",
            [](PyEngine& e) {
              CheckpointEngine& engine = e.engine();
-             Result<std::vector<CheckpointInfo>> infos = [&] {
-               py::gil_scoped_release release;
-               return engine.List();
-             }();
              py::list out;
-             for (const CheckpointInfo& info : Unwrap(std::move(infos))) out.append(InfoDict(info));
+             for (const CheckpointInfo& info : WithoutGil([&] { return engine.List(); })) {
+               out.append(InfoDict(info));
+             }
              return out;
            })
       .def("latest_step",
            [](PyEngine& e) {
              CheckpointEngine& engine = e.engine();
-             Result<int64_t> step = [&] {
-               py::gil_scoped_release release;
-               return engine.LatestStep();
-             }();
-             return Unwrap(std::move(step));
+             return WithoutGil([&] { return engine.LatestStep(); });
            })
       .def(
           "read_manifest",
           [](PyEngine& e, int64_t step) {
             CheckpointEngine& engine = e.engine();
-            Result<CheckpointManifest> mf = [&] {
-              py::gil_scoped_release release;
-              return engine.ReadManifest(step);
-            }();
-            return Unwrap(std::move(mf));
+            return WithoutGil([&] { return engine.ReadManifest(step); });
           },
           py::arg("step"))
       .def("restore", &Restore, py::arg("manifest"), py::arg("targets"),
@@ -583,12 +494,7 @@ void DefineModule(py::module_& m) {
           "remove",
           [](PyEngine& e, int64_t step) {
             CheckpointEngine& engine = e.engine();
-            Status s;
-            {
-              py::gil_scoped_release release;
-              s = engine.Remove(step);
-            }
-            Check(s);
+            WithoutGil([&] { return engine.Remove(step); });
           },
           py::arg("step"))
       .def(
@@ -603,19 +509,12 @@ void DefineModule(py::module_& m) {
               if (keep_every) retention->keep_every = *keep_every;
               if (keep_tagged) retention->keep_tagged = *keep_tagged;
             }
-            Result<CkptGcReport> report = [&] {
-              py::gil_scoped_release release;
-              return engine.CollectGarbage(retention);
-            }();
-            CkptGcReport r = Unwrap(std::move(report));
-            py::dict d;
-            d["removed_steps"] = r.removed_steps;
-            d["deleted_chunks"] = r.deleted_chunks;
-            d["deleted_bytes"] = r.deleted_bytes;
-            d["kept_young"] = r.kept_young;
-            d["referenced_chunks"] = r.referenced_chunks;
-            d["warnings"] = r.warnings;  // damaged checkpoints left in place
-            return d;
+            const CkptGcReport r = WithoutGil([&] { return engine.CollectGarbage(retention); });
+            // warnings: damaged checkpoints left in place.
+            return py::dict("removed_steps"_a = r.removed_steps,
+                            "deleted_chunks"_a = r.deleted_chunks,
+                            "deleted_bytes"_a = r.deleted_bytes, "kept_young"_a = r.kept_young,
+                            "referenced_chunks"_a = r.referenced_chunks, "warnings"_a = r.warnings);
           },
           py::kw_only(), py::arg("keep_last") = py::none(), py::arg("keep_every") = py::none(),
           py::arg("keep_tagged") = py::none(),
@@ -625,18 +524,9 @@ void DefineModule(py::module_& m) {
           [](PyEngine& e, int64_t step, const py::object& progress) {
             CheckpointEngine& engine = e.engine();
             ProgressFn fn = ToProgress(progress);
-            Result<VerifyCkptReport> report = [&] {
-              py::gil_scoped_release release;
-              return engine.Verify(step, fn);
-            }();
-            VerifyCkptReport r = Unwrap(std::move(report));
-            py::dict d;
-            d["chunks"] = r.chunks;
-            d["bytes"] = r.bytes;
-            d["missing"] = r.missing;
-            d["corrupt"] = r.corrupt;
-            d["errors"] = r.errors;
-            return d;
+            const VerifyCkptReport r = WithoutGil([&] { return engine.Verify(step, fn); });
+            return py::dict("chunks"_a = r.chunks, "bytes"_a = r.bytes, "missing"_a = r.missing,
+                            "corrupt"_a = r.corrupt, "errors"_a = r.errors);
           },
           py::arg("step"), py::arg("progress") = py::none());
 }

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/test_support.h"
 #include "gantry/storage/http_store.h"
 #include "gantry/storage/object_store.h"
 #include "gantry/storage/posix_store.h"
@@ -52,17 +53,7 @@ std::string MakeTempDir() {
   return std::filesystem::path(tmpl).lexically_normal().string();
 }
 
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
+using test_support::RandomBytes;
 
 int64_t MsSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -359,7 +350,7 @@ TEST_F(AgentTest, WritesAreRefusedAsReadOnly) {
 }
 
 TEST_F(AgentTest, FiveMiBObjectReadsWholeAndByRanges) {
-  const std::string big = Pattern((5 << 20) + 77, 3);
+  const std::string big = RandomBytes((5 << 20) + 77, 3);
   ASSERT_TRUE(tier_->Put("chunks/ab/cd/big", big).ok());
   auto whole = peer_->Get("chunks/ab/cd/big");
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
@@ -465,7 +456,7 @@ TEST_F(AgentTest, HealthAndMetrics) {
 TEST_F(AgentTest, SixteenThreadsReadConcurrently) {
   std::vector<std::string> objects;
   for (int i = 0; i < 24; ++i) {
-    objects.push_back(Pattern(100000 + 37 * i, 100 + i));
+    objects.push_back(RandomBytes(100000 + 37 * i, 100 + i));
     ASSERT_TRUE(tier_->Put("chunks/c/" + std::to_string(i), objects.back()).ok());
   }
   std::atomic<int> bad{0};
@@ -871,7 +862,7 @@ struct GarbageCase {
 };
 
 TEST(HttpStorePeerTest, GarbageAnswersGiveCleanErrorsNeverCrashesOrHangs) {
-  std::string binary = Pattern(4096, 11);
+  std::string binary = RandomBytes(4096, 11);
   const std::vector<GarbageCase> cases = {
       {"not http", "garbage garbage\r\n\r\nmore garbage"},
       {"binary", binary},

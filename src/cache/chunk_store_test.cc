@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/test_support.h"
 #include "gantry/cache/roots.h"
 #include "gantry/storage/faulty_store.h"
 
@@ -18,17 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 12345;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
+using test_support::RandomBytes;
 
 // A fresh temp directory per test, removed afterwards.
 class ChunkStoreTest : public testing::Test {

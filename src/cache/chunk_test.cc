@@ -2,20 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_support.h"
+
 namespace gantry {
 namespace {
 
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
+using test_support::RandomBytes;
 
 std::string Compressible(size_t n) {
   std::string s;

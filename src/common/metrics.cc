@@ -97,6 +97,16 @@ std::string FormatLabels(const MetricLabels& labels, std::string_view extra_name
   return out;
 }
 
+// The metric a family holds for `labels`, made from `args` on first use; later calls return the
+// same object (its address is stable: callers keep references).
+template <typename Metric, typename... Args>
+Metric& Slot(std::map<MetricLabels, std::unique_ptr<Metric>>& slots, const MetricLabels& labels,
+             Args&&... args) {
+  std::unique_ptr<Metric>& slot = slots[labels];
+  if (!slot) slot = std::make_unique<Metric>(std::forward<Args>(args)...);
+  return *slot;
+}
+
 }  // namespace
 
 void Gauge::Add(double delta) { AtomicAdd(value_, delta); }
@@ -152,28 +162,20 @@ MetricsRegistry::Family& MetricsRegistry::GetFamily(std::string_view name, std::
 Counter& MetricsRegistry::GetCounter(std::string_view name, std::string_view help,
                                      MetricLabels labels) {
   MutexLock lock(mu_);
-  Family& f = GetFamily(name, help, Type::kCounter, labels);
-  auto& slot = f.counters[labels];
-  if (!slot) slot = std::make_unique<Counter>();
-  return *slot;
+  return Slot(GetFamily(name, help, Type::kCounter, labels).counters, labels);
 }
 
 Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
                                  MetricLabels labels) {
   MutexLock lock(mu_);
-  Family& f = GetFamily(name, help, Type::kGauge, labels);
-  auto& slot = f.gauges[labels];
-  if (!slot) slot = std::make_unique<Gauge>();
-  return *slot;
+  return Slot(GetFamily(name, help, Type::kGauge, labels).gauges, labels);
 }
 
 Histogram& MetricsRegistry::GetHistogram(std::string_view name, std::string_view help,
                                          MetricLabels labels, std::vector<double> bounds) {
   MutexLock lock(mu_);
-  Family& f = GetFamily(name, help, Type::kHistogram, labels);
-  auto& slot = f.histograms[labels];
-  if (!slot) slot = std::make_unique<Histogram>(std::move(bounds));
-  return *slot;
+  return Slot(GetFamily(name, help, Type::kHistogram, labels).histograms, labels,
+              std::move(bounds));
 }
 
 std::string MetricsRegistry::PrometheusText() const {

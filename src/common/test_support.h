@@ -1,7 +1,8 @@
 // Test helpers shared by several test binaries (header-only, included from src/): TempDir, a
 // scratch directory removed with everything in it; InSmallTmpfs, which runs a function in a
 // forked child whose private mount namespace holds a tiny tmpfs at a directory, a real
-// "disk full" without touching the host.
+// "disk full" without touching the host; RandomBytes and FillRandomBytes, the one generator of
+// test payloads.
 #pragma once
 
 #include <sched.h>
@@ -9,11 +10,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <stdexcept>
 #include <string>
+
+#include "gantry/common/rng.h"
 
 namespace gantry::test_support {
 
@@ -66,6 +71,34 @@ inline int InSmallTmpfs(const std::string& dir, const std::function<std::string(
   int wstatus = 0;
   if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
   return WEXITSTATUS(wstatus);
+}
+
+// Fills `out` with bytes [offset, offset + out.size()) of the endless pseudo-random stream that
+// `seed` names: byte i is byte i % 8 (little-endian) of the (i / 8)-th output of Rng(seed).
+// Every seed gives another stream and no stream compresses, so a swapped, shifted or misplaced
+// piece shows up. Seekable (SplitMix64's state after k steps is seed + k * its increment), so a
+// test can produce a stream of gigabytes in slices and never hold it whole.
+inline void FillRandomBytes(uint64_t seed, uint64_t offset, std::span<char> out) {
+  constexpr uint64_t kIncrement = 0x9e3779b97f4a7c15ULL;  // SplitMix64's, as in Rng
+  Rng rng(seed + (offset / 8) * kIncrement);
+  uint64_t word = rng.Next();
+  unsigned shift = static_cast<unsigned>(offset % 8) * 8;
+  for (char& c : out) {
+    if (shift == 64) {
+      word = rng.Next();
+      shift = 0;
+    }
+    c = static_cast<char>(word >> shift);
+    shift += 8;
+  }
+}
+
+// `n` bytes of the stream `seed` names (see FillRandomBytes): a test's payload, the same bytes
+// for the same (n, seed) on every run and platform.
+inline std::string RandomBytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  FillRandomBytes(seed, 0, s);
+  return s;
 }
 
 }  // namespace gantry::test_support

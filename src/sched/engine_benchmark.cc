@@ -15,18 +15,12 @@
 #include "gantry/sched/profile.h"
 #include "gantry/workload/synth.h"
 #include "gantry/workload/trace.h"
+#include "sched/benchmark_support.h"
 
 namespace gantry {
 namespace {
 
-const Cluster& BigCluster() {
-  static const Cluster* cluster = [] {
-    Result<Cluster> c = LoadCluster("dgx-h100:nodes=12500");
-    if (!c.ok()) std::abort();
-    return new Cluster(std::move(c).value());
-  }();
-  return *cluster;
-}
+using bench::BigCluster;
 
 const char* kProfiles[] = {"fifo", "slurm-like"};
 

@@ -9,18 +9,12 @@
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/rng.h"
 #include "gantry/sched/free_index.h"
+#include "sched/benchmark_support.h"
 
 namespace gantry {
 namespace {
 
-const Cluster& BigCluster() {
-  static const Cluster* cluster = [] {
-    Result<Cluster> c = LoadCluster("dgx-h100:nodes=12500");
-    if (!c.ok()) std::abort();
-    return new Cluster(std::move(c).value());
-  }();
-  return *cluster;
-}
+using bench::BigCluster;
 
 // Takes a deterministic ~`fraction` of every node's GPUs, so buckets of every free count are
 // populated as on a busy cluster.

@@ -12,11 +12,14 @@
 #include <fstream>
 #include <random>
 
+#include "common/test_support.h"
 #include "gantry/storage/s3.h"
 #include "storage/s3_internal.h"
 
 namespace gantry::s3 {
 namespace {
+
+using test_support::RandomBytes;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -49,16 +52,6 @@ class S3RgwTest : public ::testing::Test {
 
   std::string TempPath(const std::string& name) {
     return ::testing::TempDir() + "/s3rgw-" + std::to_string(::getpid()) + "-" + name;
-  }
-
-  static std::string Pattern(size_t n, uint32_t seed) {
-    std::string s(n, '\0');
-    std::mt19937 rng(seed);
-    for (size_t i = 0; i < n; i += 4) {
-      const uint32_t v = rng();
-      std::memcpy(&s[i], &v, std::min<size_t>(4, n - i));
-    }
-    return s;
   }
 
   StoreOptions options_;
@@ -155,7 +148,7 @@ TEST_F(S3RgwTest, MultipartPutFileAndParallelRangedGetToFile) {
   ASSERT_TRUE(s.ok());
   std::unique_ptr<S3Store> store = std::move(s).value();
 
-  const std::string data = Pattern((20 << 20) + 12345, 7);  // 5 parts, the last one short
+  const std::string data = RandomBytes((20 << 20) + 12345, 7);  // 5 parts, the last one short
   const std::string src = TempPath("src");
   { std::ofstream(src, std::ios::binary) << data; }
   const uint64_t before = store->requests_sent();
@@ -204,7 +197,7 @@ TEST_F(S3RgwTest, FailedPartAbortsUploadAndLeavesNoObject) {
     }
     return Status::Ok();
   });
-  const std::string data = Pattern(16 << 20, 3);
+  const std::string data = RandomBytes(16 << 20, 3);
   Status put = store->Put("interrupted", data);
   ASSERT_FALSE(put.ok());
   EXPECT_EQ(put.code(), StatusCode::kUnavailable);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/test_support.h"
 #include "gantry/common/thread_pool.h"
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
@@ -68,20 +69,10 @@ class StoreTest : public ::testing::TestWithParam<Backend> {
   std::unique_ptr<ObjectStore> store_;
 };
 
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
+using test_support::RandomBytes;
 
 TEST_P(StoreTest, PutGetRoundTripsBinaryAndEmptyObjects) {
-  const std::string bin = Pattern(3 << 20, 1) + std::string("\0tail", 5);
+  const std::string bin = RandomBytes(3 << 20, 1) + std::string("\0tail", 5);
   ASSERT_TRUE(store_->Put("bin/obj", bin).ok());
   ASSERT_TRUE(store_->Put("empty", "").ok());
   auto got = store_->Get("bin/obj");
@@ -131,7 +122,7 @@ TEST_P(StoreTest, GetRangeClipsAndRejectsOffsetsPastTheEnd) {
   EXPECT_EQ(*at_end, "");
   EXPECT_EQ(store_->GetRange("r", 11, 1).status().code(), StatusCode::kOutOfRange);
   // A big range read through the threaded path.
-  const std::string big = Pattern(5 << 20, 9);
+  const std::string big = RandomBytes(5 << 20, 9);
   ASSERT_TRUE(store_->Put("big", big).ok());
   auto part = store_->GetRange("big", 12345, 3 << 20);
   ASSERT_TRUE(part.ok());
@@ -266,7 +257,7 @@ TEST_P(StoreTest, PutFileAndGetToFileRoundTrip) {
     ~Cleanup() { std::filesystem::remove_all(d); }
   } cleanup{dir};
   const std::string src = dir + "/src.bin";
-  const std::string data = Pattern((4 << 20) + 123, 5);
+  const std::string data = RandomBytes((4 << 20) + 123, 5);
   {
     std::ofstream f(src, std::ios::binary);
     f.write(data.data(), static_cast<std::streamsize>(data.size()));
@@ -286,7 +277,7 @@ TEST_P(StoreTest, AsyncFormsKeepManyOperationsInFlight) {
   ThreadPool pool(4);
   std::vector<std::future<Status>> puts;
   for (int i = 0; i < 32; ++i) {
-    puts.push_back(store_->PutAsync(pool, "async/" + std::to_string(i), Pattern(1000, i)));
+    puts.push_back(store_->PutAsync(pool, "async/" + std::to_string(i), RandomBytes(1000, i)));
   }
   for (auto& f : puts) ASSERT_TRUE(f.get().ok());
   std::vector<std::future<Result<std::string>>> gets;
@@ -294,7 +285,7 @@ TEST_P(StoreTest, AsyncFormsKeepManyOperationsInFlight) {
   for (int i = 0; i < 32; ++i) {
     auto r = gets[i].get();
     ASSERT_TRUE(r.ok());
-    EXPECT_TRUE(*r == Pattern(1000, i));
+    EXPECT_TRUE(*r == RandomBytes(1000, i));
   }
   EXPECT_EQ(Keys("async/").size(), 32u);
 }

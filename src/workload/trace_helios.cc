@@ -39,12 +39,9 @@ Result<Workload> ImportHelios(std::string_view text, const std::string& source,
   GANTRY_ASSIGN_OR_RETURN(const int c_gpus, RequireColumn(columns, "gpu_num", b, hl));
   GANTRY_ASSIGN_OR_RETURN(const int c_submit, RequireColumn(columns, "submit_time", b, hl));
   GANTRY_ASSIGN_OR_RETURN(const int c_start, RequireColumn(columns, "start_time", b, hl));
+  GANTRY_RETURN_IF_ERROR(RequireEitherColumn(columns, "duration", "end_time", b, hl));
   const int c_end = columns.Find("end_time");
   const int c_dur = columns.Find("duration");
-  if (c_end < 0 && c_dur < 0) {
-    return b.Error(hl, "header has neither 'duration' nor 'end_time' (header: " +
-                           columns.Joined().substr(0, 300) + ")");
-  }
   const int c_user = columns.Find("user");
   const int c_nodes = columns.Find("node_num");
   const int c_queue = columns.Find("queue");
@@ -58,10 +55,7 @@ Result<Workload> ImportHelios(std::string_view text, const std::string& source,
     Row row(b.source(), lines.line_number());
     SplitFields(line, ',', true, &f);
     int64_t gpus = 0, nodes = 0, submit = 0, start = 0, end = 0, run_time = 0;
-    if (f.size() != columns.size()) {
-      row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
-                                           " columns, found " + std::to_string(f.size()));
-    } else if (!row.NoNul(line, f, columns)) {
+    if (!row.MatchesHeader(line, f, columns)) {
       // a bad row, recorded
     } else if (f[c_id].empty()) {
       row.Bad("job_id", "missing value");

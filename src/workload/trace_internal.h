@@ -87,10 +87,11 @@ class Row {
   // Whole seconds; a decimal fraction is allowed and rounded to the nearest second.
   bool Seconds(std::string_view field, std::string_view text, int64_t* out);
   bool DateTime(std::string_view field, std::string_view text, int64_t* out);
-  // False, recording a bad row naming the column, when a field holds a NUL byte: names and ids
-  // are used as C strings downstream (jobs.csv, reports), where a NUL would cut them silently.
-  bool NoNul(std::string_view line, const std::vector<std::string_view>& fields,
-             const Columns& columns);
+  // False, recording a bad row, when the line's fields do not fit the header: another number of
+  // fields, or a NUL byte in one (naming its column: names and ids are used as C strings
+  // downstream, in jobs.csv and reports, where a NUL would cut them silently).
+  bool MatchesHeader(std::string_view line, const std::vector<std::string_view>& fields,
+                     const Columns& columns);
 
   // Records a bad row: "source:line: field 'field': what", skip reason "bad <field>".
   bool Bad(std::string_view field, const std::string& what);
@@ -185,5 +186,9 @@ Status ReadHeader(LineReader& lines, TraceBuilder& builder, char sep, Columns* c
 // Position of a required column, or an error naming it and the header.
 Result<int> RequireColumn(const Columns& columns, std::string_view name,
                           const TraceBuilder& builder, int header_line);
+// An error naming both columns and the header when the header has neither of two columns that
+// can each stand for the other (a duration, or an end time to subtract from).
+Status RequireEitherColumn(const Columns& columns, std::string_view a, std::string_view b,
+                           const TraceBuilder& builder, int header_line);
 
 }  // namespace gantry::trace_internal

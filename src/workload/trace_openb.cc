@@ -40,10 +40,7 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
     SplitFields(line, ',', true, &f);
     int64_t gpus = 0, milli = 0, created = 0, deleted = 0, scheduled = 0;
     bool fractional = false;
-    if (f.size() != columns.size()) {
-      row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
-                                           " columns, found " + std::to_string(f.size()));
-    } else if (!row.NoNul(line, f, columns)) {
+    if (!row.MatchesHeader(line, f, columns)) {
       // a bad row, recorded
     } else if (f[c_name].empty()) {
       row.Bad("name", "missing value");

@@ -25,10 +25,7 @@ Result<Workload> ImportPhilly(std::string_view text, const std::string& source,
     Row row(b.source(), lines.line_number());
     SplitFields(line, ',', true, &f);
     int64_t submit = 0, run_time = 0, gpus = 0, gpu_time = 0;
-    if (f.size() != columns.size()) {
-      row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
-                                           " columns, found " + std::to_string(f.size()));
-    } else if (!row.NoNul(line, f, columns)) {
+    if (!row.MatchesHeader(line, f, columns)) {
       // a bad row, recorded
     } else if (row.DateTime("timestamp", f[c_time], &submit) &&
                row.Seconds("duration", f[c_dur], &run_time) &&

@@ -186,10 +186,7 @@ Result<Cluster> ClusterFromOpenbNodes(const std::string& path) {
     ti::Row row(path, lines.line_number());
     ti::SplitFields(line, ',', true, &f);
     int64_t gpus = 0, cpu = 0, mem = 0;
-    if (f.size() != columns.size()) {
-      row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
-                                           " columns, found " + std::to_string(f.size()));
-    } else if (!row.NoNul(line, f, columns)) {
+    if (!row.MatchesHeader(line, f, columns)) {
       // a bad row, recorded
     } else if (row.Int("gpu", f[c_gpu], 0, ti::kMaxGpus, &gpus) &&
                (c_cpu < 0 || row.Int("cpu_milli", f[c_cpu], 0, INT64_C(1) << 40, &cpu)) &&

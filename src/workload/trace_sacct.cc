@@ -62,18 +62,12 @@ Result<Workload> ImportSacct(std::string_view text, const std::string& source,
   GANTRY_ASSIGN_OR_RETURN(const int c_submit, RequireColumn(columns, "Submit", b, hl));
   GANTRY_ASSIGN_OR_RETURN(const int c_start, RequireColumn(columns, "Start", b, hl));
   GANTRY_ASSIGN_OR_RETURN(const int c_limit, RequireColumn(columns, "Timelimit", b, hl));
+  GANTRY_RETURN_IF_ERROR(RequireEitherColumn(columns, "Elapsed", "End", b, hl));
+  GANTRY_RETURN_IF_ERROR(RequireEitherColumn(columns, "AllocTRES", "ReqTRES", b, hl));
   const int c_elapsed = columns.Find("Elapsed");
   const int c_end = columns.Find("End");
-  if (c_elapsed < 0 && c_end < 0) {
-    return b.Error(hl, "header has neither 'Elapsed' nor 'End' (header: " +
-                           columns.Joined().substr(0, 300) + ")");
-  }
   const int c_alloc = columns.Find("AllocTRES");
   const int c_req = columns.Find("ReqTRES");
-  if (c_alloc < 0 && c_req < 0) {
-    return b.Error(hl, "header has neither 'AllocTRES' nor 'ReqTRES' (header: " +
-                           columns.Joined().substr(0, 300) + ")");
-  }
   const int c_user = columns.Find("User");
   const int c_account = columns.Find("Account");
   const int c_partition = columns.Find("Partition");
@@ -89,10 +83,7 @@ Result<Workload> ImportSacct(std::string_view text, const std::string& source,
     Row row(b.source(), lines.line_number());
     SplitFields(line, '|', false, &f);
     int64_t gpus = 0, submit = 0, start = 0, end = 0, run_time = 0, limit = 0, nodes = 0;
-    if (f.size() != columns.size()) {
-      row.BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
-                                           " columns, found " + std::to_string(f.size()));
-    } else if (!row.NoNul(line, f, columns)) {
+    if (!row.MatchesHeader(line, f, columns)) {
       // a bad row, recorded
     } else if (f[c_id].empty()) {
       row.Bad("JobID", "missing value");

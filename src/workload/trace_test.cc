@@ -328,6 +328,15 @@ constexpr char kSacctHeader[] =
     "JobID|User|Account|Partition|QOS|Submit|Start|End|Elapsed|Timelimit|AllocTRES|ReqTRES|"
     "NNodes|State\n";
 
+TEST(SacctTest, HeaderWithNeitherOfTwoAlternativeColumnsIsAnErrorNamingBoth) {
+  EXPECT_THAT(ImportError("JobID|Submit|Start|Timelimit|AllocTRES\n", TraceFormat::kSacct),
+              HasSubstr("t.csv:1: header has neither 'Elapsed' nor 'End' (header: JobID"));
+  EXPECT_THAT(ImportError("JobID|Submit|Start|Timelimit|End\n", TraceFormat::kSacct),
+              HasSubstr("t.csv:1: header has neither 'AllocTRES' nor 'ReqTRES' (header: JobID"));
+  EXPECT_THAT(ImportError("job_id,vc,gpu_num,submit_time,start_time\n", TraceFormat::kHelios),
+              HasSubstr("t.csv:1: header has neither 'duration' nor 'end_time' (header: job_id"));
+}
+
 TEST(SacctTest, ParsesJobsAndSkipsSteps) {
   const std::string text =
       std::string(kSacctHeader) +

@@ -222,8 +222,12 @@ std::string Quote(std::string_view s) {
   return q;
 }
 
-bool Row::NoNul(std::string_view line, const std::vector<std::string_view>& fields,
-                const Columns& columns) {
+bool Row::MatchesHeader(std::string_view line, const std::vector<std::string_view>& fields,
+                        const Columns& columns) {
+  if (fields.size() != columns.size()) {
+    return BadRow("wrong column count", "expected " + std::to_string(columns.size()) +
+                                            " columns, found " + std::to_string(fields.size()));
+  }
   if (line.find('\0') == std::string_view::npos) return true;  // the common case: one memchr
   for (size_t i = 0; i < fields.size(); ++i) {
     if (fields[i].find('\0') == std::string_view::npos) continue;
@@ -452,14 +456,30 @@ Status ReadHeader(LineReader& lines, TraceBuilder& builder, char sep, Columns* c
   return InvalidArgument(builder.source() + ": empty trace: no header line");
 }
 
+namespace {
+
+// " (header: a,b,c)", shortened: the end of a message about a missing column.
+std::string HeaderForMessage(const Columns& columns) {
+  return " (header: " + columns.Joined().substr(0, 300) + ")";
+}
+
+}  // namespace
+
 Result<int> RequireColumn(const Columns& columns, std::string_view name,
                           const TraceBuilder& builder, int header_line) {
   const int c = columns.Find(name);
   if (c < 0) {
-    return builder.Error(header_line, "header has no column '" + std::string(name) +
-                                          "' (header: " + columns.Joined().substr(0, 300) + ")");
+    return builder.Error(header_line, "header has no column '" + std::string(name) + "'" +
+                                          HeaderForMessage(columns));
   }
   return c;
+}
+
+Status RequireEitherColumn(const Columns& columns, std::string_view a, std::string_view b,
+                           const TraceBuilder& builder, int header_line) {
+  if (columns.Find(a) >= 0 || columns.Find(b) >= 0) return Status::Ok();
+  return builder.Error(header_line, "header has neither '" + std::string(a) + "' nor '" +
+                                        std::string(b) + "'" + HeaderForMessage(columns));
 }
 
 }  // namespace gantry::trace_internal
