@@ -175,7 +175,7 @@ Result<VerifyCkptReport> CheckpointEngine::Verify(int64_t step, const ProgressFn
     }
   }
   VerifyCkptReport report;
-  std::mutex mu;
+  Mutex mu;
   ThreadPool pool(std::max(2, options_.io_threads));
   std::vector<std::future<void>> work;
   for (const auto& [id, size] : sizes) {
@@ -184,7 +184,7 @@ Result<VerifyCkptReport> CheckpointEngine::Verify(int64_t step, const ProgressFn
       Status s = raw.ok() && raw->size() != size
                      ? DataLoss("corrupt chunk " + id.ToHex() + ": size differs from the manifest")
                      : raw.status();
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       ++report.chunks;
       report.bytes += size;
       if (!s.ok()) {
