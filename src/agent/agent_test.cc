@@ -595,7 +595,8 @@ TEST_F(AgentTest, EveryRouteButHealthzRequiresTheBearerToken) {
   // /healthz is open: probes carry no secret, and it tells nothing.
   EXPECT_EQ(BodyOf(Get(port, "/healthz", "", /*auth=*/false)), "ok\n");
 
-  // The client: without the token, or with another, the read fails (and is not "not found").
+  // The client: without the token, or with another, the read is refused as PermissionDenied
+  // (the store maps 401 to it), never NotFound.
   HttpStoreOptions none;
   none.token = "";
   HttpStoreOptions wrong;
@@ -604,8 +605,15 @@ TEST_F(AgentTest, EveryRouteButHealthzRequiresTheBearerToken) {
     auto store = Open(agent_->url(), o);
     auto got = store->Get("k");
     ASSERT_FALSE(got.ok());
-    EXPECT_NE(got.status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(got.status().code(), StatusCode::kPermissionDenied) << got.status().ToString();
     EXPECT_THAT(got.status().message(), HasSubstr("HTTP 401"));
+    // HEAD answers carry no body: the code comes from the status alone.
+    auto head = store->Head("k");
+    ASSERT_FALSE(head.ok());
+    EXPECT_EQ(head.status().code(), StatusCode::kPermissionDenied) << head.status().ToString();
+    auto range = store->GetRange("k", 0, 1);
+    ASSERT_FALSE(range.ok());
+    EXPECT_EQ(range.status().code(), StatusCode::kPermissionDenied) << range.status().ToString();
   }
   EXPECT_EQ(*peer_->Get("k"), "v");
   const std::string metrics = BodyOf(Get(port, "/metrics"));

@@ -217,7 +217,7 @@ Status ChunkStore::Init() {
   // Learn what the capacity-limited tiers already hold (a restart, or other processes).
   for (size_t i = 0; i < tiers_.size(); ++i) {
     if (tiers_[i]->opt.capacity_bytes == 0) continue;
-    std::lock_guard<std::mutex> evict(tiers_[i]->evict_mu);
+    MutexLock evict(tiers_[i]->evict_mu);
     FileLock lock(tiers_[i]->lock_fd);
     GANTRY_RETURN_IF_ERROR(ResyncFromListing(static_cast<int>(i)));
   }
@@ -230,10 +230,10 @@ Status ChunkStore::Init() {
 
 ChunkStore::~ChunkStore() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  drain_cv_.notify_all();
+  drain_cv_.NotifyAll();
   if (drain_thread_.joinable()) drain_thread_.join();
   for (auto& t : tiers_) {
     if (t->lock_fd >= 0) ::close(t->lock_fd);
@@ -293,7 +293,7 @@ int ChunkStore::ManifestTier() const {
 void ChunkStore::Touch(int tier, const ChunkId& id, uint64_t bytes) {
   Tier& t = *tiers_[tier];
   if (t.opt.capacity_bytes == 0) return;  // nothing to evict: no index (it would grow forever)
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Entry& e = t.entries[id];
   t.used = t.used - e.bytes + bytes;
   e.bytes = bytes;
@@ -303,7 +303,7 @@ void ChunkStore::Touch(int tier, const ChunkId& id, uint64_t bytes) {
 
 void ChunkStore::Forget(int tier, const ChunkId& id) {
   Tier& t = *tiers_[tier];
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = t.entries.find(id);
   if (it == t.entries.end()) return;
   t.used -= it->second.bytes;
@@ -319,7 +319,7 @@ Status ChunkStore::ResyncFromListing(int tier) {
   Tier& t = *tiers_[tier];
   const int64_t started = NowNs();
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, t.store->ListAll(kChunkPrefix));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::unordered_map<ChunkId, Entry, ChunkIdHash> fresh;
   uint64_t used = 0;
   for (const ObjectInfo& o : objects) {
@@ -360,16 +360,16 @@ Status ChunkStore::MakeRoom(int tier, uint64_t incoming) {
   const auto high = static_cast<uint64_t>(static_cast<double>(cap) * t.opt.high_watermark);
   const auto low = static_cast<uint64_t>(static_cast<double>(cap) * t.opt.low_watermark);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (t.used + incoming <= high) return Status::Ok();
   }
-  std::lock_guard<std::mutex> evict(t.evict_mu);
+  MutexLock evict(t.evict_mu);
   FileLock file_lock(t.lock_fd);
   if (t.lock_fd >= 0) GANTRY_RETURN_IF_ERROR(ResyncFromListing(tier));
   const uint64_t target = incoming > low ? (incoming > cap ? 0 : cap - incoming) : low - incoming;
   std::vector<std::pair<int64_t, ChunkId>> candidates;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (t.used + incoming <= high) return Status::Ok();
     for (const auto& [id, e] : t.entries) {
       if (!IsProtected(id)) candidates.emplace_back(e.last_access, id);
@@ -378,12 +378,12 @@ Status ChunkStore::MakeRoom(int tier, uint64_t incoming) {
   std::sort(candidates.begin(), candidates.end());
   for (const auto& [unused, id] : candidates) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (t.used <= target) break;
     }
     if (!HasCopyBelow(tier, id)) continue;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (IsProtected(id)) continue;  // pinned since we looked
     }
     Status s = t.store->Delete(ChunkKey(id));
@@ -391,7 +391,7 @@ Status ChunkStore::MakeRoom(int tier, uint64_t incoming) {
     Forget(tier, id);
     t.evictions->Increment();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (t.used + incoming > cap) {
     return ResourceExhausted("chunk store tier '" + t.opt.name +
                              "' is full: " + std::to_string(t.used) + " of " + std::to_string(cap) +
@@ -438,12 +438,12 @@ Result<ChunkId> ChunkStore::PutChunkImpl(std::string_view data, bool pin) {
   if (write_back) {
     bool enqueue = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       // An empty backlog always admits one chunk, so a chunk larger than the bound still goes.
-      backlog_cv_.wait(lock, [&] {
-        return backlog_bytes_ == 0 ||
-               backlog_bytes_ + data.size() <= options_.max_drain_backlog_bytes;
-      });
+      while (backlog_bytes_ != 0 &&
+             backlog_bytes_ + data.size() > options_.max_drain_backlog_bytes) {
+        backlog_cv_.Wait(mu_);
+      }
       enqueue = pending_.insert(id).second;
       if (enqueue) {
         backlog_bytes_ += data.size();
@@ -452,15 +452,15 @@ Result<ChunkId> ChunkStore::PutChunkImpl(std::string_view data, bool pin) {
     }
     Status s = WriteToTier(0, id, stored(0));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (enqueue && s.ok()) {
         drain_queue_.emplace_back(id, data.size());
-        drain_cv_.notify_one();
+        drain_cv_.NotifyOne();
       } else if (enqueue) {
         pending_.erase(id);
         backlog_bytes_ -= data.size();
         backlog_gauge_->Set(static_cast<double>(backlog_bytes_));
-        backlog_cv_.notify_all();
+        backlog_cv_.NotifyAll();
       }
     }
     if (s.ok()) return id;
@@ -547,12 +547,12 @@ Result<std::string> ChunkStore::GetChunk(const ChunkId& id) {
 }
 
 void ChunkStore::Pin(const ChunkId& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++pins_[id];
 }
 
 void ChunkStore::Unpin(const ChunkId& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pins_.find(id);
   if (it != pins_.end() && --it->second == 0) pins_.erase(it);
 }
@@ -566,8 +566,8 @@ void ChunkStore::DrainLoop() {
   for (;;) {
     std::pair<ChunkId, uint64_t> item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      drain_cv_.wait(lock, [&] { return stopping_ || !drain_queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && drain_queue_.empty()) drain_cv_.Wait(mu_);
       if (drain_queue_.empty()) return;  // stopping, and everything accepted is drained
       item = drain_queue_.front();
       drain_queue_.pop_front();
@@ -591,7 +591,7 @@ void ChunkStore::DrainLoop() {
         }
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pending_.erase(id);
     backlog_bytes_ -= item.second;
     --in_flight_;
@@ -602,13 +602,13 @@ void ChunkStore::DrainLoop() {
       drain_errors_->Increment();
       if (drain_error_.ok()) drain_error_ = s;
     }
-    backlog_cv_.notify_all();
+    backlog_cv_.NotifyAll();
   }
 }
 
 Status ChunkStore::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  backlog_cv_.wait(lock, [&] { return drain_queue_.empty() && in_flight_ == 0; });
+  MutexLock lock(mu_);
+  while (!drain_queue_.empty() || in_flight_ != 0) backlog_cv_.Wait(mu_);
   Status s = drain_error_;
   drain_error_ = Status::Ok();
   return s;
@@ -616,13 +616,17 @@ Status ChunkStore::Flush() {
 
 Status ChunkStore::WaitDurable(const std::vector<ChunkId>& ids) {
   if (!drain_thread_.joinable()) return Status::Ok();  // write-through: durable on return
-  std::unique_lock<std::mutex> lock(mu_);
-  backlog_cv_.wait(lock, [&] {
-    return std::none_of(ids.begin(), ids.end(),
-                        [&](const ChunkId& id) { return pending_.count(id) > 0; });
-  });
+  {
+    MutexLock lock(mu_);
+    // A loop, not a lambda, around pending_: the analysis checks loops (see CondVar).
+    for (;;) {
+      bool waiting = false;
+      for (const ChunkId& id : ids) waiting = waiting || pending_.count(id) > 0;
+      if (!waiting) break;
+      backlog_cv_.Wait(mu_);
+    }
+  }
   // A failed drain leaves the chunk only in the top tier: the manifest must not go durable.
-  lock.unlock();
   const int durable = FirstDurableTier();
   if (durable <= 0) return Status::Ok();
   for (const ChunkId& id : ids) {
@@ -715,7 +719,7 @@ Status ChunkStore::HasDurableCopy(const ChunkId& id) {
 
 Status ChunkStore::DropCopy(int tier, const ChunkId& id) {
   Tier& t = *tiers_[tier];
-  std::lock_guard<std::mutex> evict(t.evict_mu);
+  MutexLock evict(t.evict_mu);
   FileLock file_lock(t.lock_fd);
   // The proof: a durable tier below this one holds a copy (never this tier's own copy: tiers
   // do not overlap, checked at Open).
@@ -731,7 +735,7 @@ Status ChunkStore::DropCopy(int tier, const ChunkId& id) {
   {
     // The pin check and the delete are one step: a writer pins a chunk before writing it, so
     // it either sees its pin refuse the drop or writes after the delete.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (IsProtected(id)) {
       return FailedPrecondition("chunk " + id.ToHex() + " is pinned; not dropped");
     }
@@ -1012,7 +1016,7 @@ Status ChunkStore::DeclareRootKind(std::string_view kind) {
 }
 
 Result<GcReport> ChunkStore::CollectGarbage() {
-  std::lock_guard<std::mutex> gc(gc_mu_);
+  MutexLock gc(gc_mu_);
   GcReport report;
   // Mark. Any unreadable root stops the GC: sweeping with an incomplete mark set would delete
   // live chunks.
@@ -1056,14 +1060,14 @@ Result<GcReport> ChunkStore::CollectGarbage() {
   const int64_t grace = options_.gc_grace_seconds;
   for (size_t i = 0; i < tiers_.size(); ++i) {
     Tier& t = *tiers_[i];
-    std::lock_guard<std::mutex> evict(t.evict_mu);
+    MutexLock evict(t.evict_mu);
     FileLock file_lock(t.lock_fd);
     GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, t.store->ListAll(kChunkPrefix));
     for (const ObjectInfo& o : objects) {
       Result<ChunkId> id = ChunkIdFromKey(o.key);
       if (!id.ok() || live.count(*id) > 0) continue;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (IsProtected(*id)) {
           ++report.kept_pinned;
           continue;
@@ -1163,7 +1167,7 @@ Result<VerifyReport> ChunkStore::Verify(bool repair) {
 
 ChunkStoreStats ChunkStore::Stats() const {
   ChunkStoreStats s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& t : tiers_) {
     TierStats ts;
     ts.name = t->opt.name;

@@ -526,41 +526,23 @@ TEST_F(ChunkStoreTest, GcGracePeriodRunsOnTheInjectedClock) {
   EXPECT_FALSE(fs::exists(PathOf("remote", orphan)));
 }
 
-// Wraps a store and fails every chunk put with one status code (what another backend says when
-// it is full, forbidden, or broken).
-class CodeStore final : public ObjectStore {
- public:
-  CodeStore(std::unique_ptr<ObjectStore> inner, StatusCode code)
-      : inner_(std::move(inner)), code_(code) {}
-  std::string_view backend() const override { return inner_->backend(); }
-  std::string url() const override { return inner_->url(); }
-  bool SupportsCreateIfAbsent() const override { return inner_->SupportsCreateIfAbsent(); }
-  Status Put(std::string_view key, std::string_view data, const PutOptions& o) override {
-    if (key.starts_with(kChunkPrefix)) return Status(code_, "injected");
-    return inner_->Put(key, data, o);
-  }
-  using ObjectStore::Put;
-  Result<std::string> Get(std::string_view key) override { return inner_->Get(key); }
-  Result<std::string> GetRange(std::string_view key, uint64_t off, uint64_t len) override {
-    return inner_->GetRange(key, off, len);
-  }
-  Result<ObjectInfo> Head(std::string_view key) override { return inner_->Head(key); }
-  Result<ListPage> List(std::string_view prefix, std::string_view token, int max) override {
-    return inner_->List(prefix, token, max);
-  }
-  Status Delete(std::string_view key) override { return inner_->Delete(key); }
-
- private:
-  std::unique_ptr<ObjectStore> inner_;
-  StatusCode code_;
-};
-
 TEST_F(ChunkStoreTest, OnlyAFullCacheTierIsSkippedEveryOtherErrorFailsTheWrite) {
-  for (StatusCode code : {StatusCode::kResourceExhausted, StatusCode::kPermissionDenied,
-                          StatusCode::kIoError, StatusCode::kFailedPrecondition}) {
+  // What another backend says when it is full, forbidden, broken, or away: every chunk put to
+  // the middle tier fails with that code.
+  const std::pair<FaultKind, StatusCode> kinds[] = {
+      {FaultKind::kResourceExhausted, StatusCode::kResourceExhausted},
+      {FaultKind::kPermissionDenied, StatusCode::kPermissionDenied},
+      {FaultKind::kIoError, StatusCode::kIoError},
+      {FaultKind::kUnavailable, StatusCode::kUnavailable},
+  };
+  for (const auto& [kind, code] : kinds) {
     ChunkStoreOptions o = ThreeTiers();
+    FaultPlan plan;
+    FaultRule rule = FaultRule::Chance(FaultOp::kPut, kind, 1.0);
+    rule.key_prefix = std::string(kChunkPrefix);
+    plan.rules.push_back(rule);
     o.tiers[1].store =
-        std::make_shared<CodeStore>(OpenObjectStore(o.tiers[1].url, {}).value(), code);
+        std::make_shared<FaultyStore>(OpenObjectStore(o.tiers[1].url, {}).value(), plan);
     auto cs = Open(std::move(o));
     const std::string data = RandomBytes(500, 110 + static_cast<int>(code));
     Result<ChunkId> id = cs->PutChunk(data);

@@ -7,12 +7,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "gantry/common/thread_annotations.h"
 
 namespace gantry::ckpt {
 
@@ -22,7 +22,9 @@ class HostBufferPool {
 
   struct Buffer {
     char* data = nullptr;
-    int refs = 0;  // guarded by the pool's mutex
+    // Guarded by the pool's mu_. Not GUARDED_BY: an attribute in a nested struct cannot name
+    // the enclosing object's mutex.
+    int refs = 0;
   };
 
   HostBufferPool(uint64_t buffer_bytes, uint64_t total_bytes)
@@ -39,9 +41,9 @@ class HostBufferPool {
   uint64_t capacity_bytes() const { return buffer_bytes_ * max_buffers_; }
 
   // A free buffer with one reference, waiting for one to be released if all are in use.
-  Buffer* Acquire() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !free_.empty() || all_.size() < max_buffers_; });
+  Buffer* Acquire() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    while (free_.empty() && all_.size() >= max_buffers_) cv_.Wait(mu_);
     Buffer* b;
     if (!free_.empty()) {
       b = free_.back();
@@ -60,30 +62,30 @@ class HostBufferPool {
     b->refs = 1;
     return b;
   }
-  void AddRef(Buffer* b) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void AddRef(Buffer* b) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     ++b->refs;
   }
-  void Release(Buffer* b) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Release(Buffer* b) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (--b->refs == 0) {
       free_.push_back(b);
-      cv_.notify_one();
+      cv_.NotifyOne();
     }
   }
   // Bytes allocated so far (the pool's real memory cost).
-  uint64_t allocated_bytes() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  uint64_t allocated_bytes() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return all_.size() * buffer_bytes_;
   }
 
  private:
   const uint64_t buffer_bytes_;
   const uint64_t max_buffers_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Buffer>> all_;  // guarded by mu_
-  std::vector<Buffer*> free_;                 // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<std::unique_ptr<Buffer>> all_ GUARDED_BY(mu_);
+  std::vector<Buffer*> free_ GUARDED_BY(mu_);
 };
 
 }  // namespace gantry::ckpt

@@ -40,35 +40,35 @@ std::string DefaultRunId() {
 // SaveHandle
 
 bool SaveHandle::done() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return !error_.ok() || reached_ >= static_cast<int>(level_);
 }
 
 Status SaveHandle::Wait() { return WaitFor(level_); }
 
 Status SaveHandle::WaitFor(Durability level) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !error_.ok() || reached_ >= static_cast<int>(level); });
+  MutexLock lock(mu_);
+  while (error_.ok() && reached_ < static_cast<int>(level)) cv_.Wait(mu_);
   return reached_ >= static_cast<int>(level) ? Status::Ok() : error_;
 }
 
 SaveStats SaveHandle::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
 void SaveHandle::Reach(Durability level) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   reached_ = std::max(reached_, static_cast<int>(level));
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void SaveHandle::Fail(Status s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (error_.ok()) {
     error_ = s.WithContext("checkpoint step " + std::to_string(step_));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Result<Durability> ParseDurability(std::string_view name) {
@@ -189,6 +189,7 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
   }
   if (latest.ok()) {
     Result<CheckpointManifest> m = e->ReadManifest(*latest);
+    MutexLock lock(impl.mu);  // nothing else runs yet; held so that the analysis can check
     if (m.ok() && m->world_size == o.world_size) {
       std::vector<ChunkId> mine;
       for (const TensorRecord& t : m->tensors) {
@@ -211,11 +212,11 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
 Status CheckpointEngine::WaitAll() {
   std::vector<std::future<void>> commits;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     commits.swap(impl_->commits);
   }
   for (auto& f : commits) f.get();
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   Status s = impl_->first_error;
   impl_->first_error = Status::Ok();
   return s;

@@ -98,14 +98,14 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
     roots_declared = true;
   }
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     RankRecord& rr = job->part.ranks.front();
     rr.chunks_written = job->chunks_written;
     rr.bytes_written = job->bytes_written;
   }
   GANTRY_RETURN_IF_ERROR(durable().Put(PartKey(o.job, step, o.rank), job->part.ToJson()));
   {
-    std::lock_guard<std::mutex> lock(job->handle->mu_);
+    MutexLock lock(job->handle->mu_);
     job->handle->stats_.durable_seconds = SecondsSince(job->start);
   }
   job->handle->Reach(Durability::kDurable);
@@ -233,7 +233,7 @@ Status CheckpointEngine::Impl::PutManifestOnce(const std::string& key,
 Status CheckpointEngine::Impl::CheckReused(const std::shared_ptr<SaveJob>& job) {
   std::vector<ChunkId> reused;
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     reused = job->reused;
   }
   std::vector<std::future<Status>> heads;
@@ -246,7 +246,7 @@ Status CheckpointEngine::Impl::CheckReused(const std::shared_ptr<SaveJob>& job) 
     Status s = heads[i].get();
     if (s.ok()) continue;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       known.erase(reused[i]);
     }
     if (first.ok()) {
@@ -263,17 +263,17 @@ Status CheckpointEngine::Impl::CheckReused(const std::shared_ptr<SaveJob>& job) 
 void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
   Status s;
   {
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->durable_left == 0; });
+    MutexLock lock(job->mu);
+    while (job->durable_left != 0) job->cv.Wait(job->mu);
     s = job->error;
-    std::lock_guard<std::mutex> hl(job->handle->mu_);
+    MutexLock hl(job->handle->mu_);
     job->handle->stats_.chunks_written = job->chunks_written;
     job->handle->stats_.bytes_written = job->bytes_written;
   }
   if (s.ok()) {
     std::vector<std::shared_ptr<ChunkWrite>> borrowed;
     {
-      std::lock_guard<std::mutex> lock(job->mu);
+      MutexLock lock(job->mu);
       borrowed = job->borrowed;
     }
     for (auto& w : borrowed) {
@@ -285,7 +285,7 @@ void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
   if (s.ok()) s = Commit(job);
   std::vector<ChunkId> ids = job->part.ChunkIds();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (s.ok()) {
       // Incremental saves compare against the chunks of the newest committed save only.
       for (auto it = known.begin(); it != known.end();) {
@@ -294,7 +294,7 @@ void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
     } else {
       // What a failed save wrote is referenced by no checkpoint and may be collected: later
       // saves must write it again rather than point at it.
-      std::lock_guard<std::mutex> jl(job->mu);
+      MutexLock jl(job->mu);
       for (const ChunkId& id : job->written) {
         auto it = known.find(id);
         if (it != known.end() && it->second == job->part.step) known.erase(it);
@@ -303,20 +303,20 @@ void CheckpointEngine::Impl::Finish(const std::shared_ptr<SaveJob>& job) {
   }
   std::vector<ChunkId> pinned;
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     pinned.swap(job->pinned);
   }
   for (const ChunkId& id : pinned) chunks->Unpin(id);
   if (s.ok()) {
     TrimLocal(ids);
     {
-      std::lock_guard<std::mutex> lock(job->handle->mu_);
+      MutexLock lock(job->handle->mu_);
       job->handle->stats_.committed_seconds = SecondsSince(job->start);
     }
     job->handle->Reach(Durability::kCommitted);
   } else {
     job->handle->Fail(s);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (first_error.ok())
       first_error = s.WithContext("checkpoint step " + std::to_string(job->part.step));
   }

@@ -10,12 +10,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -24,6 +22,7 @@
 #include "ckpt/buffer_pool.h"
 #include "gantry/cache/chunk_store.h"
 #include "gantry/ckpt/checkpoint.h"
+#include "gantry/common/thread_annotations.h"
 #include "gantry/common/thread_pool.h"
 #include "gantry/common/time.h"
 
@@ -45,19 +44,19 @@ void RegisterCheckpointRoots();
 
 // One chunk write that later chunks with the same content wait for instead of rewriting.
 struct ChunkWrite {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
-  void Finish(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
+  Mutex mu;
+  CondVar cv;
+  bool done GUARDED_BY(mu) = false;
+  Status status GUARDED_BY(mu);
+  void Finish(Status s) EXCLUDES(mu) {
+    MutexLock lock(mu);
     done = true;
     status = std::move(s);
-    cv.notify_all();
+    cv.NotifyAll();
   }
-  Status Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
+  Status Wait() EXCLUDES(mu) {
+    MutexLock lock(mu);
+    while (!done) cv.Wait(mu);
     return status;
   }
 };
@@ -79,26 +78,26 @@ struct SaveJob {
   std::vector<Piece> pieces;
   SteadyClock::time_point start;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t local_left = 0;                              // guarded by mu
-  size_t durable_left = 0;                            // guarded by mu
-  Status error;                                       // guarded by mu
-  std::vector<std::shared_ptr<ChunkWrite>> borrowed;  // guarded by mu
+  Mutex mu;
+  CondVar cv;
+  size_t local_left GUARDED_BY(mu) = 0;
+  size_t durable_left GUARDED_BY(mu) = 0;
+  Status error GUARDED_BY(mu);
+  std::vector<std::shared_ptr<ChunkWrite>> borrowed GUARDED_BY(mu);
   // Chunks in the local tier waiting for the save to be wholly local before draining.
-  std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> to_drain;  // guarded by mu
-  uint64_t chunks_written = 0;                                            // guarded by mu
-  uint64_t bytes_written = 0;                                             // guarded by mu
-  std::vector<ChunkId> written;  // chunks this save made durable; guarded by mu
-  std::vector<ChunkId> reused;   // chunks skipped as already durable; guarded by mu
+  std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> to_drain GUARDED_BY(mu);
+  uint64_t chunks_written GUARDED_BY(mu) = 0;
+  uint64_t bytes_written GUARDED_BY(mu) = 0;
+  std::vector<ChunkId> written GUARDED_BY(mu);  // chunks this save made durable
+  std::vector<ChunkId> reused GUARDED_BY(mu);   // chunks skipped as already durable
   // Chunks this save pinned in the chunk store (GC in this process keeps them until the save
-  // is finished, referenced by its part or not); unpinned by Finish. Guarded by mu.
-  std::vector<ChunkId> pinned;
+  // is finished, referenced by its part or not); unpinned by Finish.
+  std::vector<ChunkId> pinned GUARDED_BY(mu);
 
-  void RecordError(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
+  void RecordError(const Status& s) EXCLUDES(mu) {
+    MutexLock lock(mu);
     if (error.ok()) error = s;
-    cv.notify_all();
+    cv.NotifyAll();
   }
 };
 
@@ -116,34 +115,34 @@ struct CheckpointEngine::Impl {
 
   // One snapshot at a time: concurrent Saves each holding part of the pool while waiting for
   // more would deadlock (their pieces are only handed to the background after the copy).
-  std::mutex save_mu;
-  std::mutex mu;
+  Mutex save_mu;  // guards no member: held for a whole snapshot
+  Mutex mu;
   // Chunks known durable, with the newest step that referenced them; pruned to the last save.
-  std::unordered_map<ChunkId, int64_t, ChunkIdHash> known;                         // guarded by mu
-  std::unordered_map<ChunkId, std::shared_ptr<ChunkWrite>, ChunkIdHash> inflight;  // guarded by mu
+  std::unordered_map<ChunkId, int64_t, ChunkIdHash> known GUARDED_BY(mu);
+  std::unordered_map<ChunkId, std::shared_ptr<ChunkWrite>, ChunkIdHash> inflight GUARDED_BY(mu);
   // Chunk ids of this rank's recent saves, for keep_local (commit thread only).
   std::deque<std::vector<ChunkId>> local_history;
   bool local_swept = false;     // leftovers of earlier processes swept (commit thread only)
   bool roots_declared = false;  // commit thread only
-  int64_t last_step = -1;       // guarded by mu
-  std::vector<std::future<void>> commits;  // guarded by mu
-  Status first_error;                      // since the last WaitAll; guarded by mu
-  std::set<std::string> warned;  // retention warnings already printed (commit thread only)
+  int64_t last_step GUARDED_BY(mu) = -1;
+  std::vector<std::future<void>> commits GUARDED_BY(mu);
+  Status first_error GUARDED_BY(mu);  // since the last WaitAll
+  std::set<std::string> warned;       // retention warnings already printed (commit thread only)
 
   const EngineOptions& opt() const { return engine->options_; }
   ObjectStore& durable() { return *engine->durable_; }
 
   // save.cc
-  void ProcessPiece(const std::shared_ptr<SaveJob>& job, size_t index);
+  void ProcessPiece(const std::shared_ptr<SaveJob>& job, size_t index) EXCLUDES(mu);
   void DrainPiece(const std::shared_ptr<SaveJob>& job, const ChunkId& id,
                   const std::shared_ptr<ChunkWrite>& write, HostBufferPool::Buffer* buffer,
-                  const char* data, uint64_t size);
+                  const char* data, uint64_t size) EXCLUDES(mu);
   void PieceLocal(const std::shared_ptr<SaveJob>& job);
   void PieceDurable(const std::shared_ptr<SaveJob>& job);
   // commit.cc
-  void Finish(const std::shared_ptr<SaveJob>& job);
+  void Finish(const std::shared_ptr<SaveJob>& job) EXCLUDES(mu);
   Status Commit(const std::shared_ptr<SaveJob>& job);
-  Status CheckReused(const std::shared_ptr<SaveJob>& job);
+  Status CheckReused(const std::shared_ptr<SaveJob>& job) EXCLUDES(mu);
   Status WriteLatest(int64_t step);
   Status PutManifestOnce(const std::string& key, const CheckpointManifest& merged);
   // retention.cc

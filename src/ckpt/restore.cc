@@ -82,7 +82,7 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
   ChunkStore::ChunkReader& reader = **opened;
 
   std::atomic<uint64_t> done_bytes{0}, from_local{0}, from_peers{0}, from_durable{0}, corrupt{0};
-  std::mutex progress_mu;
+  Mutex progress_mu;
   auto fetch_one = [&](Fetch& f) -> Status {
     uint64_t bad = 0;
     Result<ChunkSource> from = reader.ReadInto(f.id, f.size, f.copies, &bad);
@@ -96,7 +96,7 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
     for (const ChunkCopy& c : f.copies) bytes += c.length;
     const uint64_t now = done_bytes.fetch_add(bytes) + bytes;
     if (progress) {
-      std::lock_guard<std::mutex> lock(progress_mu);
+      MutexLock lock(progress_mu);
       progress(now, total);
     }
     return Status::Ok();

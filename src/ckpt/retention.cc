@@ -145,14 +145,14 @@ Status CheckpointEngine::Remove(int64_t step) {
 // save it again" works on the same engine; while a save is still in flight it stays.
 Status CheckpointEngine::Impl::ForgetRemoved(int64_t step) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (step != last_step) return Status::Ok();
     for (const std::future<void>& f : commits) {
       if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return Status::Ok();
     }
   }
   GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> left, engine->List());
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   if (step != last_step) return Status::Ok();  // a save came in meanwhile
   last_step = left.empty() ? -1 : left.back().step;
   // Chunks known only through the removed checkpoint may be collected by now: the next save
@@ -229,7 +229,7 @@ Result<VerifyCkptReport> CheckpointEngine::Verify(int64_t step, const ProgressFn
     }
   }
   VerifyCkptReport report;
-  std::mutex mu;
+  Mutex mu;
   ThreadPool pool(std::max(2, options_.io_threads));
   std::vector<std::future<void>> work;
   for (const auto& [id, size] : sizes) {
@@ -238,7 +238,7 @@ Result<VerifyCkptReport> CheckpointEngine::Verify(int64_t step, const ProgressFn
       Status s = raw.ok() && raw->size() != size
                      ? DataLoss("corrupt chunk " + id.ToHex() + ": size differs from the manifest")
                      : raw.status();
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       ++report.chunks;
       report.bytes += size;
       if (!s.ok()) {

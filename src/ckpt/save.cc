@@ -11,18 +11,18 @@ namespace gantry::ckpt {
 void CheckpointEngine::Impl::PieceLocal(const std::shared_ptr<SaveJob>& job) {
   bool reached = false;
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     reached = --job->local_left == 0;
   }
   if (reached) {
     {
-      std::lock_guard<std::mutex> lock(job->handle->mu_);
+      MutexLock lock(job->handle->mu_);
       job->handle->stats_.local_seconds = SecondsSince(job->start);
     }
     job->handle->Reach(Durability::kLocal);
     std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> drain;
     {
-      std::lock_guard<std::mutex> lock(job->mu);
+      MutexLock lock(job->mu);
       drain.swap(job->to_drain);
     }
     for (auto& [id, write] : drain) {
@@ -33,9 +33,9 @@ void CheckpointEngine::Impl::PieceLocal(const std::shared_ptr<SaveJob>& job) {
 }
 
 void CheckpointEngine::Impl::PieceDurable(const std::shared_ptr<SaveJob>& job) {
-  std::lock_guard<std::mutex> lock(job->mu);
+  MutexLock lock(job->mu);
   --job->durable_left;
-  job->cv.notify_all();
+  job->cv.NotifyAll();
 }
 
 void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, size_t index) {
@@ -47,18 +47,18 @@ void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, s
   // it whether or not a part references it yet.
   chunks->Pin(id);
   {
-    std::lock_guard<std::mutex> jl(job->mu);
+    MutexLock jl(job->mu);
     job->pinned.push_back(id);
   }
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     auto k = known.find(id);
     if (k != known.end()) {
       k->second = std::max(k->second, job->part.step);
-      std::lock_guard<std::mutex> jl(job->mu);
+      MutexLock jl(job->mu);
       job->reused.push_back(id);
     } else if (auto f = inflight.find(id); f != inflight.end()) {
-      std::lock_guard<std::mutex> jl(job->mu);
+      MutexLock jl(job->mu);
       job->borrowed.push_back(f->second);
     } else {
       write = std::make_shared<ChunkWrite>();
@@ -72,7 +72,7 @@ void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, s
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     ++job->chunks_written;
     job->bytes_written += p.size;
   }
@@ -83,7 +83,7 @@ void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, s
       {
         // Drained once the whole save is local: the local tier comes first, so its writes do
         // not share the disk and CPUs with reading chunks back for the durable tier.
-        std::lock_guard<std::mutex> lock(job->mu);
+        MutexLock lock(job->mu);
         job->to_drain.emplace_back(id, write);
       }
       PieceLocal(job);
@@ -117,12 +117,12 @@ void CheckpointEngine::Impl::DrainPiece(const std::shared_ptr<SaveJob>& job, con
     s = chunks->CopyChunk(local_tier, durable_tier, id).WithContext("drain to durable tier");
   }
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     inflight.erase(id);
     if (s.ok()) known[id] = std::max(known[id], job->part.step);
   }
   if (s.ok()) {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     job->written.push_back(id);
   }
   write->Finish(s);
@@ -136,9 +136,9 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   Impl& impl = *impl_;
   const EngineOptions& o = options_;
   if (so.step < 0) return InvalidArgument("save: step must not be negative");
-  std::lock_guard<std::mutex> one_snapshot(impl.save_mu);
+  MutexLock one_snapshot(impl.save_mu);
   {
-    std::lock_guard<std::mutex> lock(impl.mu);
+    MutexLock lock(impl.mu);
     if (so.step <= impl.last_step) {
       return InvalidArgument(
           "save: step " + std::to_string(so.step) + " is not above step " +
@@ -215,11 +215,14 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     part.tensors.push_back(std::move(tr));
   }
   part.ranks.push_back(rr);
-  job->local_left = job->pieces.size();
-  job->durable_left = job->pieces.size();
+  {
+    MutexLock lock(job->mu);  // the job is not shared yet; held so that the analysis can check
+    job->local_left = job->pieces.size();
+    job->durable_left = job->pieces.size();
+  }
   job->handle.reset(new SaveHandle(so.step, so.durability));
   {
-    std::lock_guard<std::mutex> lock(job->handle->mu_);
+    MutexLock lock(job->handle->mu_);
     SaveStats& st = job->handle->stats_;
     st.step = so.step;
     st.tensors = part.tensors.size();
@@ -227,7 +230,7 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     st.chunks_total = rr.chunks_total;
   }
   {
-    std::lock_guard<std::mutex> lock(impl.mu);
+    MutexLock lock(impl.mu);
     impl.last_step = so.step;
   }
 
@@ -286,13 +289,13 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     }
   }
   {
-    std::lock_guard<std::mutex> lock(job->handle->mu_);
+    MutexLock lock(job->handle->mu_);
     job->handle->stats_.blocking_seconds = SecondsSince(start);
   }
   if (job->pieces.empty()) job->handle->Reach(Durability::kLocal);
   std::future<void> commit = impl.commit_pool->Submit([&impl, job] { impl.Finish(job); });
   {
-    std::lock_guard<std::mutex> lock(impl.mu);
+    MutexLock lock(impl.mu);
     impl.commits.push_back(std::move(commit));
   }
   return job->handle;

@@ -18,7 +18,7 @@ Status DryRunStore::Put(std::string_view key, std::string_view data, const PutOp
     }
     if (there.status().code() != StatusCode::kNotFound) return there.status();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = deleted_.find(key);
   if (it != deleted_.end()) deleted_.erase(it);
   written_.insert_or_assign(std::string(key), std::string(data));
@@ -27,7 +27,7 @@ Status DryRunStore::Put(std::string_view key, std::string_view data, const PutOp
 
 Result<std::string> DryRunStore::Get(std::string_view key) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = written_.find(key);
     if (it != written_.end()) return it->second;
     if (deleted_.contains(key)) return Gone("get", key);
@@ -37,7 +37,7 @@ Result<std::string> DryRunStore::Get(std::string_view key) {
 
 Result<std::string> DryRunStore::GetRange(std::string_view key, uint64_t offset, uint64_t length) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = written_.find(key);
     if (it != written_.end()) {
       if (offset > it->second.size()) {
@@ -52,7 +52,7 @@ Result<std::string> DryRunStore::GetRange(std::string_view key, uint64_t offset,
 
 Result<ObjectInfo> DryRunStore::Head(std::string_view key) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = written_.find(key);
     if (it != written_.end()) {
       return ObjectInfo{it->first, it->second.size(), static_cast<int64_t>(std::time(nullptr)), ""};
@@ -68,7 +68,7 @@ Result<ListPage> DryRunStore::List(std::string_view prefix, std::string_view pag
   if (!page_token.empty()) return page;
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> below, base_->ListAll(prefix));
   std::map<std::string, ObjectInfo> merged;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (ObjectInfo& o : below) {
     if (!deleted_.contains(o.key)) merged[o.key] = std::move(o);
   }
@@ -82,7 +82,7 @@ Result<ListPage> DryRunStore::List(std::string_view prefix, std::string_view pag
 
 Status DryRunStore::Delete(std::string_view key) {
   GANTRY_RETURN_IF_ERROR(ValidateKey(key));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = written_.find(key);
   if (it != written_.end()) written_.erase(it);
   deleted_.insert(std::string(key));
@@ -90,12 +90,12 @@ Status DryRunStore::Delete(std::string_view key) {
 }
 
 std::vector<std::string> DryRunStore::Deleted() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return {deleted_.begin(), deleted_.end()};
 }
 
 std::vector<std::string> DryRunStore::Written() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> out;
   for (const auto& [key, data] : written_) out.push_back(key);
   return out;

@@ -46,14 +46,14 @@ FaultyStore::FaultyStore(std::unique_ptr<ObjectStore> inner, FaultPlan plan)
 }
 
 void FaultyStore::SetPlan(FaultPlan plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   plan_ = std::move(plan);
   rule_calls_.assign(plan_.rules.size(), 0);
   rule_fires_.assign(plan_.rules.size(), 0);
 }
 
 FaultStats FaultyStore::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
@@ -61,7 +61,7 @@ FaultyStore::Decision FaultyStore::Decide(FaultOp op, std::string_view key) {
   Decision d;
   int latency_ms = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.calls;
     for (size_t i = 0; i < plan_.rules.size(); ++i) {
       const FaultRule& r = plan_.rules[i];

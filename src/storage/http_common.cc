@@ -2,6 +2,8 @@
 // (see http_common.h).
 #include "storage/http_common.h"
 
+#include <mutex>
+
 namespace gantry::storage_internal {
 
 CurlHandlePool::CurlHandlePool(size_t max_idle) : max_idle_(max_idle) {
@@ -15,7 +17,7 @@ CurlHandlePool::~CurlHandlePool() {
 
 CURL* CurlHandlePool::Acquire() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!idle_.empty()) {
       CURL* h = idle_.back();
       idle_.pop_back();
@@ -28,7 +30,7 @@ CURL* CurlHandlePool::Acquire() {
 void CurlHandlePool::Release(CURL* h, bool reusable) {
   if (h == nullptr) return;
   if (reusable) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (idle_.size() < max_idle_) {
       idle_.push_back(h);
       return;

@@ -8,11 +8,11 @@
 #include <curl/curl.h>
 
 #include <cstddef>
-#include <mutex>
 #include <string_view>
 #include <vector>
 
 #include "gantry/common/status.h"
+#include "gantry/common/thread_annotations.h"
 
 namespace gantry::storage_internal {
 
@@ -27,15 +27,15 @@ class CurlHandlePool {
   CurlHandlePool& operator=(const CurlHandlePool&) = delete;
 
   // An idle handle, or a fresh one (nullptr only if libcurl cannot allocate).
-  CURL* Acquire();
+  CURL* Acquire() EXCLUDES(mu_);
   // A handle whose transfer failed may hold a connection in an unknown state: pass
   // reusable=false and it is dropped. Handles beyond max_idle are dropped too.
-  void Release(CURL* h, bool reusable);
+  void Release(CURL* h, bool reusable) EXCLUDES(mu_);
 
  private:
   const size_t max_idle_;
-  std::mutex mu_;
-  std::vector<CURL*> idle_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<CURL*> idle_ GUARDED_BY(mu_);
 };
 
 // What a request was, where that changes the meaning of an answer.

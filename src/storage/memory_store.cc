@@ -4,9 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
+
+#include "gantry/common/thread_annotations.h"
 
 namespace gantry {
 namespace {
@@ -18,9 +19,9 @@ struct Entry {
 };
 
 struct SharedState {
-  std::mutex mu;
-  std::map<std::string, Entry, std::less<>> objects;  // guarded by mu
-  uint64_t next_version = 1;                          // guarded by mu
+  Mutex mu;
+  std::map<std::string, Entry, std::less<>> objects GUARDED_BY(mu);
+  uint64_t next_version GUARDED_BY(mu) = 1;
 };
 
 int64_t NowUnix() {
@@ -42,7 +43,7 @@ class MemoryStore final : public ObjectStore {
     GANTRY_RETURN_IF_ERROR(ValidateKey(key).WithContext(Where("put", key)));
     // Copy outside the lock: a big put must not stall every other caller.
     auto buf = std::make_shared<const std::string>(data);
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     auto it = state_->objects.find(key);
     if (it != state_->objects.end()) {
       if (options.create_if_absent) {
@@ -81,7 +82,7 @@ class MemoryStore final : public ObjectStore {
                         int max_keys) override {
     if (max_keys <= 0) max_keys = 1000;
     ListPage page;
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     auto it = page_token.empty() || page_token < prefix ? state_->objects.lower_bound(prefix)
                                                         : state_->objects.upper_bound(page_token);
     for (; it != state_->objects.end() && it->first.starts_with(prefix); ++it) {
@@ -96,7 +97,7 @@ class MemoryStore final : public ObjectStore {
 
   Status Delete(std::string_view key) override {
     GANTRY_RETURN_IF_ERROR(ValidateKey(key).WithContext(Where("delete", key)));
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     auto it = state_->objects.find(key);
     if (it != state_->objects.end()) state_->objects.erase(it);
     return Status::Ok();
@@ -110,7 +111,7 @@ class MemoryStore final : public ObjectStore {
   // A copy of the entry (a shared_ptr, so cheap) taken under the lock.
   Result<Entry> Find(const char* op, std::string_view key) {
     GANTRY_RETURN_IF_ERROR(ValidateKey(key).WithContext(Where(op, key)));
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     auto it = state_->objects.find(key);
     if (it == state_->objects.end()) return NotFound(Where(op, key) + ": no such object");
     return it->second;
@@ -134,11 +135,11 @@ class MemoryStore final : public ObjectStore {
 std::unique_ptr<ObjectStore> OpenMemoryStore(const std::string& name) {
   // Leaked on purpose: named stores live for the whole process, and a static map with a
   // destructor would race with stores used from detached threads at exit.
-  static std::mutex* registry_mu = new std::mutex;
+  static Mutex* registry_mu = new Mutex;
   static auto* registry = new std::map<std::string, std::shared_ptr<SharedState>>;
   std::shared_ptr<SharedState> state;
   {
-    std::lock_guard<std::mutex> lock(*registry_mu);
+    MutexLock lock(*registry_mu);
     std::shared_ptr<SharedState>& slot = (*registry)[name];
     if (!slot) slot = std::make_shared<SharedState>();
     state = slot;

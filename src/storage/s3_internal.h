@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "gantry/common/status.h"
+#include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 #include "storage/sigv4.h"
 
@@ -155,14 +155,14 @@ class S3Store final : public ObjectStore {
   Status PutMultipart(std::string_view key, uint64_t size, const PartSource& source);
   bool CompletedAlready(std::string_view key, const std::vector<std::string>& etags);
   Status Download(std::string_view key, std::string* memory, int fd);
-  ThreadPool& Pool();
+  ThreadPool& Pool() EXCLUDES(pool_mu_);
 
   Config config_;
   std::unique_ptr<storage_internal::CurlHandlePool> curl_;
-  std::mutex pool_mu_;
-  std::unique_ptr<ThreadPool> pool_;  // created on first large transfer; guarded by pool_mu_
-  std::mutex hook_mu_;
-  std::function<Status(const FaultPoint&)> fault_hook_;  // guarded by hook_mu_
+  Mutex pool_mu_;
+  std::unique_ptr<ThreadPool> pool_ GUARDED_BY(pool_mu_);  // created on first large transfer
+  Mutex hook_mu_;
+  std::function<Status(const FaultPoint&)> fault_hook_ GUARDED_BY(hook_mu_);
   std::atomic<uint64_t> requests_sent_{0};
   std::atomic<uint64_t> retries_{0};
 };

@@ -150,13 +150,13 @@ std::string S3Store::Where(std::string_view op, std::string_view key) const {
 }
 
 ThreadPool& S3Store::Pool() {
-  std::lock_guard<std::mutex> lock(pool_mu_);
+  MutexLock lock(pool_mu_);
   if (!pool_) pool_ = std::make_unique<ThreadPool>(config_.options.parallelism);
   return *pool_;
 }
 
 void S3Store::SetFaultHookForTesting(std::function<Status(const FaultPoint&)> hook) {
-  std::lock_guard<std::mutex> lock(hook_mu_);
+  MutexLock lock(hook_mu_);
   fault_hook_ = std::move(hook);
 }
 
@@ -204,7 +204,7 @@ Result<HttpResponse> S3Store::Execute(const Request& request) {
                                        : std::string(sigv4::kUnsignedPayload);
   std::function<Status(const FaultPoint&)> hook;
   {
-    std::lock_guard<std::mutex> lock(hook_mu_);
+    MutexLock lock(hook_mu_);
     hook = fault_hook_;
   }
 
@@ -405,7 +405,7 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
   std::atomic<uint64_t> next{0};
   std::atomic<uint64_t> uploaded{0};  // for the progress callback
   std::atomic<bool> failed{false};
-  std::mutex err_mu;
+  Mutex err_mu;
   Status first_error;
   auto worker = [&]() {
     std::string scratch;
@@ -439,7 +439,7 @@ Status S3Store::PutMultipart(std::string_view key, uint64_t size, const PartSour
         }
       }
       if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(err_mu);
+        MutexLock lock(err_mu);
         if (first_error.ok()) first_error = st;
         failed.store(true);
         return;
@@ -597,7 +597,7 @@ Status S3Store::Download(std::string_view key, std::string* memory, int fd) {
   std::atomic<uint64_t> next{0};
   std::atomic<uint64_t> downloaded{0};  // for the progress callback
   std::atomic<bool> failed{false};
-  std::mutex err_mu;
+  Mutex err_mu;
   Status first_error;
   auto worker = [&]() {
     while (!failed.load()) {
@@ -634,7 +634,7 @@ Status S3Store::Download(std::string_view key, std::string* memory, int fd) {
         if (st.code() == StatusCode::kFailedPrecondition) {
           st = Aborted(Where("get", key) + ": object changed while being read");
         }
-        std::lock_guard<std::mutex> lock(err_mu);
+        MutexLock lock(err_mu);
         if (first_error.ok()) first_error = st;
         failed.store(true);
         return;

@@ -15,10 +15,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "gantry/common/thread_annotations.h"
 
 namespace gantry::storage_test {
 
@@ -62,7 +63,7 @@ class FaultServer {
   }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::vector<SeenRequest> seen() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return seen_;
   }
 
@@ -135,7 +136,7 @@ class FaultServer {
       if (!ReadRequest(c, buf, req)) break;
       Reply reply;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         seen_.push_back(req);
       }
       reply = handler_(req);
@@ -157,8 +158,8 @@ class FaultServer {
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
   std::vector<std::thread> connections_;  // touched by the acceptor thread, then the destructor
-  std::mutex mu_;
-  std::vector<SeenRequest> seen_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<SeenRequest> seen_ GUARDED_BY(mu_);
 };
 
 }  // namespace gantry::storage_test

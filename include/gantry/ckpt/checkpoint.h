@@ -25,11 +25,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +36,7 @@
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/manifest.h"
 #include "gantry/common/status.h"
+#include "gantry/common/thread_annotations.h"
 #include "gantry/common/time.h"
 #include "gantry/storage/object_store.h"
 
@@ -147,26 +146,26 @@ class SaveHandle {
  public:
   int64_t step() const { return step_; }
   // True once the level requested at Save is reached or the save failed.
-  bool done() const;
+  bool done() const EXCLUDES(mu_);
   // Waits for the level requested at Save; the save's error, if any.
   Status Wait();
-  Status WaitFor(Durability level);
-  SaveStats stats() const;
+  Status WaitFor(Durability level) EXCLUDES(mu_);
+  SaveStats stats() const EXCLUDES(mu_);
 
  private:
   friend class CheckpointEngine;
   friend struct SaveJob;
   explicit SaveHandle(int64_t step, Durability level) : step_(step), level_(level) {}
-  void Reach(Durability level);
-  void Fail(Status s);
+  void Reach(Durability level) EXCLUDES(mu_);
+  void Fail(Status s) EXCLUDES(mu_);
 
   int64_t step_;
   Durability level_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int reached_ = -1;  // highest Durability reached, as int; guarded by mu_
-  Status error_;      // guarded by mu_
-  SaveStats stats_;   // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  int reached_ GUARDED_BY(mu_) = -1;  // highest Durability reached, as int
+  Status error_ GUARDED_BY(mu_);
+  SaveStats stats_ GUARDED_BY(mu_);
 };
 
 // A tensor (or rows of one) to restore into caller memory of exactly the slice's bytes.

@@ -17,11 +17,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry {
@@ -46,17 +46,17 @@ class DryRunStore final : public ObjectStore {
   Status Delete(std::string_view key) override;
 
   // Keys deleted (and not written again) and keys written in this dry run, in key order.
-  std::vector<std::string> Deleted() const;
-  std::vector<std::string> Written() const;
+  std::vector<std::string> Deleted() const EXCLUDES(mu_);
+  std::vector<std::string> Written() const EXCLUDES(mu_);
 
  private:
   Status Gone(const char* op, std::string_view key) const;
 
   const std::unique_ptr<ObjectStore> base_;
   const std::string name_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::string, std::less<>> written_;  // guarded by mu_
-  std::set<std::string, std::less<>> deleted_;               // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, std::string, std::less<>> written_ GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> deleted_ GUARDED_BY(mu_);
 };
 
 }  // namespace gantry

@@ -38,10 +38,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry {
@@ -104,8 +104,8 @@ class FaultyStore final : public ObjectStore {
   FaultyStore(std::unique_ptr<ObjectStore> inner, FaultPlan plan);
 
   // Replaces the rules and resets their counters (stats are kept).
-  void SetPlan(FaultPlan plan);
-  FaultStats stats() const;
+  void SetPlan(FaultPlan plan) EXCLUDES(mu_);
+  FaultStats stats() const EXCLUDES(mu_);
   ObjectStore& inner() { return *inner_; }
 
   std::string_view backend() const override { return backend_; }
@@ -129,18 +129,18 @@ class FaultyStore final : public ObjectStore {
     bool after_inner = false;
     uint64_t draw = 0;  // random bits for truncation length / bit position
   };
-  Decision Decide(FaultOp op, std::string_view key);
+  Decision Decide(FaultOp op, std::string_view key) EXCLUDES(mu_);
   Status Injected(FaultOp op, std::string_view key, FaultKind kind) const;
   Result<std::string> Mangle(FaultOp op, std::string_view key, const Decision& d,
                              Result<std::string> got);
 
   const std::unique_ptr<ObjectStore> inner_;
   const std::string backend_;
-  mutable std::mutex mu_;
-  FaultPlan plan_;                   // guarded by mu_
-  std::vector<int64_t> rule_calls_;  // guarded by mu_; matching calls per rule
-  std::vector<int64_t> rule_fires_;  // guarded by mu_
-  FaultStats stats_;                 // guarded by mu_
+  mutable Mutex mu_;
+  FaultPlan plan_ GUARDED_BY(mu_);
+  std::vector<int64_t> rule_calls_ GUARDED_BY(mu_);  // matching calls per rule
+  std::vector<int64_t> rule_fires_ GUARDED_BY(mu_);
+  FaultStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace gantry
