@@ -81,6 +81,43 @@ TEST(CliSim, SameInputsGiveByteIdenticalOutputs) {
   EXPECT_NE(ReadFile(a / "slurm-like" / "jobs.csv"), ReadFile(c / "slurm-like" / "jobs.csv"));
 }
 
+// --events replays node failures through the engine: the interrupted jobs are requeued and
+// their lost work is reported; the same run twice gives the same jobs.csv; a bad file is exit 3.
+TEST(CliSim, EventsRequeueInterruptedJobsAndReportTheLoss) {
+  const fs::path d = TempDir("events");
+  {
+    std::ofstream ev(d / "events.csv");
+    ev << "time,event,target\n1d,down,rack-0-n0\n1d,down,rack-1-n3\n3d,up,rack-0-n0\n"
+          "3d,up,rack-1-n3\n";
+  }
+  std::string csv[2];
+  for (int i = 0; i < 2; ++i) {
+    const fs::path out = d / ("out" + std::to_string(i));
+    CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+                      " --format philly --profile fifo --check-invariants --json --no-report "
+                      "--events " +
+                      (d / "events.csv").string() + " --out " + out.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j[0]["cluster_events"].get<int64_t>(), 4);
+    EXPECT_GT(j[0]["requeues"].get<int64_t>(), 0);
+    EXPECT_GT(j[0]["lost_gpu_hours"].get<double>(), 0);
+    EXPECT_EQ(j[0]["jobs_completed"].get<int64_t>(), j[0]["jobs"].get<int64_t>());
+    csv[i] = ReadFile(out / "fifo" / "jobs.csv");
+  }
+  EXPECT_EQ(csv[0], csv[1]);
+  {
+    std::ofstream ev(d / "bad.csv");
+    ev << "time,event,target\n1d,reboot,rack-0-n0\n";
+  }
+  CliRun r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+                    " --format philly --profile fifo --no-report --events " +
+                    (d / "bad.csv").string() + " --out " + (d / "bad").string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("bad.csv:2: field 'event': unknown event 'reboot'"), std::string::npos)
+      << r.output;
+}
+
 TEST(CliSim, PoliciesDifferOnAContendedCluster) {
   const fs::path d = TempDir("policies");
   CliRun r =

@@ -34,6 +34,7 @@ struct SimArgs {
   bool list_profiles = false;
   bool no_report = false;
   std::string openb_nodes;
+  std::string events;
 };
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -97,6 +98,14 @@ int RunSim(const SimArgs& a) {
   ro.skip_bad_jobs = a.skip_bad;
   auto teams = ResolveWorkload(*workload, *cluster, ro);
   if (!teams.ok()) return Fail(teams.status());
+  std::vector<ClusterEvent> events;
+  if (!a.events.empty()) {
+    auto loaded = LoadClusterEvents(a.events);
+    if (!loaded.ok()) return Fail(loaded.status());
+    events = std::move(loaded).value();
+    Status s = ResolveClusterEvents(*cluster, *workload, &events);
+    if (!s.ok()) return Fail(s.WithContext(a.events));
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
@@ -110,6 +119,7 @@ int RunSim(const SimArgs& a) {
     SimOptions so;
     so.check_invariants = so.check_invariants || a.check_invariants;
     so.progress = [&bar](double f) { bar.UpdateFraction(f); };
+    so.events = events;
     auto r = Simulate(*cluster, *teams, *workload, p, so);
     if (!r.ok()) return Fail(r.status().WithContext("profile '" + p.name + "'"));
     results.push_back(std::move(r).value());
@@ -163,7 +173,9 @@ void RegisterSimCommand(CLI::App& app) {
       "sim", "Simulate a trace on a cluster under scheduling profiles and compare them.");
   sim->footer(
       "Example:\n  gantry sim --cluster data/clusters/philly.yaml --trace data/philly-sample.csv "
-      "--profile fifo,slurm-like --out out/demo\n\nOutputs: OUT/<profile>/jobs.csv, "
+      "--profile fifo,slurm-like --out out/demo\n  gantry sim --cluster "
+      "data/clusters/philly-256.yaml --trace data/philly-sample.csv "
+      "--events maintenance.csv --profile slurm-like\n\nOutputs: OUT/<profile>/jobs.csv, "
       "OUT/<profile>/summary.json, OUT/report.html (docs/formats/outputs.md).\nExit codes: 0 ok, "
       "2 usage, 3 bad input (the message names file, line and field), 1 other failure.");
   sim->add_option("--cluster", args->cluster,
@@ -178,6 +190,9 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--seed", args->seed, "Seed of the time-limit estimate model")
       ->capture_default_str();
   sim->add_option("--openb-nodes", args->openb_nodes, "openb only: the node list CSV");
+  sim->add_option("--events", args->events,
+                  "Node and job events to replay: CSV 'time,event,target' with drain, down, up "
+                  "(node names) and cancel (job ids); docs/formats/traces.md#cluster-events");
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
   sim->add_flag(
       "--skip-bad", args->skip_bad,

@@ -51,7 +51,7 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
   buf.reserve(kFlushBytes + 4096);
   buf +=
       "id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,bounded_slowdown,"
-      "backfilled,killed_at_limit\n";
+      "backfilled,killed_at_limit,cancelled,requeues\n";
   const std::string empty;
   for (size_t i = 0; i < w.jobs.size(); ++i) {
     const Job& job = w.jobs[i];
@@ -85,7 +85,10 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
     buf += ',';
     if (finished) AppendFixed(buf, report_internal::BoundedSlowdown(job.submit, o.start, o.end), 4);
     buf += o.backfilled ? ",1" : ",0";
-    buf += o.killed_at_limit ? ",1\n" : ",0\n";
+    buf += o.killed_at_limit ? ",1" : ",0";
+    buf += o.cancelled ? ",1," : ",0,";
+    AppendInt(buf, o.requeues);
+    buf += '\n';
     if (buf.size() >= kFlushBytes) {
       GANTRY_RETURN_IF_ERROR(file.Append(buf));
       buf.clear();

@@ -62,6 +62,10 @@ void Summarize(SimResult& result) {
       team = &acc[static_cast<size_t>(job.team)];
       ++team->jobs;
     }
+    if (o.cancelled) {
+      ++s.jobs_cancelled;
+      continue;
+    }
     if (o.start < 0) {
       ++s.jobs_never_started;
       continue;
@@ -83,7 +87,10 @@ void Summarize(SimResult& result) {
       team->slowdown_sum += bsld;
     }
   }
-  s.jobs_unfinished = s.jobs - s.jobs_completed;
+  s.jobs_unfinished = s.jobs - s.jobs_completed - s.jobs_cancelled;
+  s.cluster_events = result.cluster_events;
+  s.requeues = result.requeues;
+  s.lost_gpu_hours = result.lost_gpu_seconds / 3600.0;
   s.makespan = any_end ? max_end - min_submit : 0;
 
   s.wait_mean = Mean(waits);
@@ -177,6 +184,10 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["skipped_by_reason"] = std::move(reasons);
   j["jobs_killed_at_limit"] = s.jobs_killed_at_limit;
   j["jobs_backfilled"] = s.jobs_backfilled;
+  j["jobs_cancelled"] = s.jobs_cancelled;
+  j["cluster_events"] = s.cluster_events;
+  j["requeues"] = s.requeues;
+  j["lost_gpu_hours"] = Round6(s.lost_gpu_hours);
   j["makespan_s"] = s.makespan;
   j["jct_mean_s"] = Round6(s.jct_mean);
   j["jct_p50_s"] = Round6(s.jct_p50);

@@ -89,6 +89,19 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](JobIndex a, JobIndex b) { return jobs[a].submit < jobs[b].submit; });
+  const std::vector<ClusterEvent>& events = options.events;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const ClusterEvent& e = events[i];
+    const size_t limit =
+        e.kind == ClusterEvent::Kind::kCancel ? jobs.size() : cluster.nodes().size();
+    if (e.index < 0 || static_cast<size_t>(e.index) >= limit) {
+      return InvalidArgument("events line " + std::to_string(e.line) + ": target " + e.target +
+                             " is not resolved (ResolveClusterEvents)");
+    }
+    if (i > 0 && e.at < events[i - 1].at) {
+      return InvalidArgument("events line " + std::to_string(e.line) + ": events are not sorted");
+    }
+  }
 
   using FinishEvent = std::pair<Time, JobIndex>;
   std::priority_queue<FinishEvent, std::vector<FinishEvent>, std::greater<>> finishes;
@@ -104,16 +117,27 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   const int num_teams = static_cast<int>(teams.size());
   std::vector<int32_t> team_busy(num_teams, 0);
 
-  size_t next_submit = 0;
-  int64_t events = 0, pending = 0, running = 0, busy = 0;
-  const int64_t total_events = static_cast<int64_t>(jobs.size()) * 2;
+  size_t next_submit = 0, next_event = 0;
+  int64_t processed = 0, pending = 0, running = 0, busy = 0;
+  const int64_t total_events =
+      static_cast<int64_t>(jobs.size()) * 2 + static_cast<int64_t>(events.size());
   int64_t next_progress = 0;
   Time prev = first;
 
-  while (next_submit < order.size() || !finishes.empty()) {
+  const auto end_running = [&](const Job& job) {
+    --running;
+    busy -= job.gpus;
+    team_busy[job.team] -= job.gpus;
+  };
+  std::vector<JobIndex> interrupted;
+  std::vector<const Job*> interrupted_jobs;
+  std::vector<Placement> interrupted_placements;
+
+  while (next_submit < order.size() || !finishes.empty() || next_event < events.size()) {
     Time now = kInfiniteTime;
     if (next_submit < order.size()) now = jobs[order[next_submit]].submit;
     if (!finishes.empty()) now = std::min(now, finishes.top().first);
+    if (next_event < events.size()) now = std::min(now, events[next_event].at);
 
     // Account the interval [prev, now) during which the state was constant.
     if (now > prev) {
@@ -144,20 +168,96 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     while (!finishes.empty() && finishes.top().first == now) {
       const JobIndex j = finishes.top().second;
       finishes.pop();
+      // A finish planned for a run that a cancel or a node going down ended earlier is stale
+      // (a requeued run always ends later than the run it replaces).
+      if (result.outcomes[j].end != now || engine->status(j).phase != JobStatus::Phase::kRunning) {
+        continue;
+      }
       const Job& job = jobs[j];
       if (options.check_invariants) checker.OnFinish(job, engine->placement(j));
       GANTRY_RETURN_IF_ERROR(engine->Finish(j, now));
-      --running;
-      busy -= job.gpus;
-      team_busy[job.team] -= job.gpus;
-      ++events;
+      end_running(job);
+      ++processed;
     }
     while (next_submit < order.size() && jobs[order[next_submit]].submit == now) {
       const Job& job = jobs[order[next_submit++]];
       GANTRY_RETURN_IF_ERROR(engine->Submit(job, now));
       pending_by_gpus.Add(job.gpus, 1);
       ++pending;
-      ++events;
+      ++processed;
+    }
+    while (next_event < events.size() && events[next_event].at == now) {
+      const ClusterEvent& e = events[next_event++];
+      const auto context = [&e] {
+        return "events line " + std::to_string(e.line) + " (" + ClusterEventName(e.kind) + " " +
+               e.target + ")";
+      };
+      ++processed;
+      ++result.cluster_events;
+      switch (e.kind) {
+        case ClusterEvent::Kind::kDrain:
+          GANTRY_RETURN_IF_ERROR(engine->Drain(e.index, now).WithContext(context()));
+          checker.OnDrain(e.index);
+          break;
+        case ClusterEvent::Kind::kUp:
+          GANTRY_RETURN_IF_ERROR(engine->Up(e.index, now).WithContext(context()));
+          checker.OnUp(e.index);
+          break;
+        case ClusterEvent::Kind::kDown: {
+          interrupted.clear();
+          GANTRY_RETURN_IF_ERROR(engine->Down(e.index, now, &interrupted).WithContext(context()));
+          if (options.check_invariants) {
+            interrupted_jobs.clear();
+            interrupted_placements.clear();
+            for (JobIndex j : interrupted) {
+              interrupted_jobs.push_back(&jobs[j]);
+              interrupted_placements.push_back(engine->placement(j));
+            }
+            GANTRY_RETURN_IF_ERROR(
+                checker.OnDown(e.index, interrupted_jobs, interrupted_placements));
+          } else {
+            checker.OnDrain(e.index);  // keeps the node marked unavailable, as OnDown does
+          }
+          // No checkpoint model yet: the run's work is lost and the job starts over in full.
+          for (JobIndex j : interrupted) {
+            const Job& job = jobs[j];
+            JobOutcome& o = result.outcomes[j];
+            result.lost_gpu_seconds +=
+                static_cast<double>(job.gpus) * static_cast<double>(now - o.start);
+            ++o.requeues;
+            ++result.requeues;
+            o.start = o.end = -1;
+            o.killed_at_limit = o.backfilled = false;
+            end_running(job);
+            GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
+            pending_by_gpus.Add(job.gpus, 1);
+            ++pending;
+          }
+          break;
+        }
+        case ClusterEvent::Kind::kCancel: {
+          const JobIndex j = e.index;
+          const Job& job = jobs[j];
+          JobOutcome& o = result.outcomes[j];
+          const JobStatus::Phase phase = engine->status(j).phase;
+          if (phase == JobStatus::Phase::kPending) {
+            pending_by_gpus.Add(job.gpus, -1);
+            --pending;
+          } else if (phase == JobStatus::Phase::kRunning) {
+            if (options.check_invariants) {
+              GANTRY_RETURN_IF_ERROR(checker.OnCancelRunning(job, engine->placement(j)));
+            }
+            end_running(job);
+            o.end = now;
+            o.killed_at_limit = false;
+          } else {
+            break;  // it ended before the cancel came: scancel of a finished job does nothing
+          }
+          GANTRY_RETURN_IF_ERROR(engine->Cancel(j, now).WithContext(context()));
+          o.cancelled = true;
+          break;
+        }
+      }
     }
 
     starts.clear();
@@ -187,9 +287,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
         GANTRY_RETURN_IF_ERROR(checker.CheckFree(d.placement, engine->free_index()));
       }
     }
-    if (options.progress && events >= next_progress) {
-      options.progress(total_events ? static_cast<double>(events) / total_events : 1.0);
-      next_progress = events + std::max<int64_t>(1, total_events / 200);
+    if (options.progress && processed >= next_progress) {
+      options.progress(total_events ? static_cast<double>(processed) / total_events : 1.0);
+      next_progress = processed + std::max<int64_t>(1, total_events / 200);
     }
   }
   result.samples.push_back({prev, static_cast<int32_t>(busy), static_cast<int32_t>(pending),
@@ -199,9 +299,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.perf.wall_seconds = wall;
-  result.perf.events = events;
+  result.perf.events = processed;
   result.perf.cycles = engine->stats().cycles;
-  result.perf.events_per_second = wall > 0 ? static_cast<double>(events) / wall : 0;
+  result.perf.events_per_second = wall > 0 ? static_cast<double>(processed) / wall : 0;
   result.perf.peak_rss_kb = PeakRssKb();
   Summarize(result);
   return result;

@@ -26,6 +26,8 @@ struct JobOutcome {
                                  // (-1: one node; levels().size(): the whole cluster)
   bool backfilled = false;       // started out of priority order by backfill
   bool killed_at_limit = false;  // ran into its time limit (run_time > time_limit)
+  bool cancelled = false;        // ended by a cancel event (start -1 if it never started)
+  int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -59,7 +61,11 @@ struct SimSummary {
   std::vector<std::pair<std::string, int64_t>> skipped_by_reason;
   int64_t jobs_killed_at_limit = 0;
   int64_t jobs_backfilled = 0;
-  Time makespan = 0;  // last end minus first submit
+  int64_t jobs_cancelled = 0;  // by cancel events; neither completed nor unfinished
+  int64_t cluster_events = 0;  // node and job events replayed
+  int64_t requeues = 0;        // runs ended by a node going down and queued again
+  double lost_gpu_hours = 0;   // GPU-hours those runs had done, thrown away
+  Time makespan = 0;           // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
   double bounded_slowdown_mean = 0, bounded_slowdown_p95 = 0;  // threshold 10 s
@@ -93,7 +99,10 @@ struct SimResult {
   double frag_wait_job_seconds = 0;
   double total_wait_job_seconds = 0;
   double busy_gpu_seconds = 0;
-  SimSummary summary;  // filled by Summarize()
+  int64_t cluster_events = 0;
+  int64_t requeues = 0;
+  double lost_gpu_seconds = 0;  // GPU-seconds of the runs a node going down ended
+  SimSummary summary;           // filled by Summarize()
   SimPerf perf;
 };
 
@@ -104,7 +113,8 @@ void Summarize(SimResult& result);
 // key order is fixed and the text is byte-identical across runs.
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
-// bounded_slowdown,backfilled,killed_at_limit (header documented in docs/formats/outputs.md).
+// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues (header documented in
+// docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
 // A self-contained HTML page comparing the results side by side (Vega-Lite charts, inlined).

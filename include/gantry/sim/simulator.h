@@ -3,8 +3,13 @@
 // It replays a workload's submissions against a simulated cluster and clock: at every instant
 // with events it delivers finishes, then submissions, to the Engine, runs one scheduling cycle,
 // and turns each start into a future finish (at the job's true run time, or its time limit if
-// that comes first: the job is killed there, as Slurm would). Single-threaded and deterministic:
-// the same inputs give the same SimResult (except SimPerf, which measures wall time).
+// that comes first: the job is killed there, as Slurm would). Cluster events (events.h) reach
+// the engine through the live driver's calls: drain, down (the jobs running there end, their
+// work so far is lost, and they are requeued to run again in full), up, and cancel. At one
+// instant finishes come first, then submissions, then cluster events in file order (so a cancel
+// may name a job submitted at that very instant); the scheduling cycle runs last.
+// Single-threaded and deterministic: the same inputs give the same SimResult (except SimPerf,
+// which measures wall time).
 #pragma once
 
 #include <functional>
@@ -15,6 +20,7 @@
 #include "gantry/common/status.h"
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
+#include "gantry/sim/events.h"
 #include "gantry/workload/job.h"
 
 namespace gantry {
@@ -30,6 +36,8 @@ struct SimOptions {
       true;
 #endif
   int target_samples = 500;  // time-series points for the report (about)
+  // Node and job events to replay, sorted by time, resolved (ResolveClusterEvents).
+  std::vector<ClusterEvent> events;
   // Called now and then with the fraction of events done (for progress bars).
   std::function<void(double)> progress;
 };
