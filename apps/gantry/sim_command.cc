@@ -35,6 +35,8 @@ struct SimArgs {
   bool no_report = false;
   std::string openb_nodes;
   std::string events;
+  std::string failures;
+  std::string checkpoint_model;
 };
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -106,6 +108,18 @@ int RunSim(const SimArgs& a) {
     Status s = ResolveClusterEvents(*cluster, *workload, &events);
     if (!s.ok()) return Fail(s.WithContext(a.events));
   }
+  FailureModel failures;
+  if (!a.failures.empty()) {
+    auto parsed = ParseFailureModel(a.failures);
+    if (!parsed.ok()) return Fail(parsed.status());
+    failures = *parsed;
+  }
+  CheckpointModel checkpoints;
+  if (!a.checkpoint_model.empty()) {
+    auto parsed = ParseCheckpointModel(a.checkpoint_model);
+    if (!parsed.ok()) return Fail(parsed.status());
+    checkpoints = *parsed;
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
@@ -120,6 +134,8 @@ int RunSim(const SimArgs& a) {
     so.check_invariants = so.check_invariants || a.check_invariants;
     so.progress = [&bar](double f) { bar.UpdateFraction(f); };
     so.events = events;
+    so.failures = failures;
+    so.checkpoints = checkpoints;
     auto r = Simulate(*cluster, *teams, *workload, p, so);
     if (!r.ok()) return Fail(r.status().WithContext("profile '" + p.name + "'"));
     results.push_back(std::move(r).value());
@@ -175,7 +191,10 @@ void RegisterSimCommand(CLI::App& app) {
       "Example:\n  gantry sim --cluster data/clusters/philly.yaml --trace data/philly-sample.csv "
       "--profile fifo,slurm-like --out out/demo\n  gantry sim --cluster "
       "data/clusters/philly-256.yaml --trace data/philly-sample.csv "
-      "--events maintenance.csv --profile slurm-like\n\nOutputs: OUT/<profile>/jobs.csv, "
+      "--events maintenance.csv --profile slurm-like\n  gantry sim --cluster "
+      "data/clusters/philly-256.yaml --trace data/philly-sample.csv "
+      "--failures mtbf=7d,repair=6h,health=0.3,spares=2 --checkpoint-model interval=30m,restart=5m"
+      "\n\nOutputs: OUT/<profile>/jobs.csv, "
       "OUT/<profile>/summary.json, OUT/report.html (docs/formats/outputs.md).\nExit codes: 0 ok, "
       "2 usage, 3 bad input (the message names file, line and field), 1 other failure.");
   sim->add_option("--cluster", args->cluster,
@@ -193,6 +212,12 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--events", args->events,
                   "Node and job events to replay: CSV 'time,event,target' with drain, down, up "
                   "(node names) and cancel (job ids); docs/formats/traces.md#cluster-events");
+  sim->add_option("--failures", args->failures,
+                  "Seeded node failures: mtbf=30d[,repair=4h][,dist=exponential|weibull]"
+                  "[,shape=0.7][,health=0.2][,spares=2][,seed=1]; docs/formats/traces.md#failures");
+  sim->add_option("--checkpoint-model", args->checkpoint_model,
+                  "What an interrupted job keeps, when the trace does not say: "
+                  "interval=1h,restart=5m (the default) or none");
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
   sim->add_flag(
       "--skip-bad", args->skip_bad,

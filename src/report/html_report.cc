@@ -347,7 +347,8 @@ void AppendSummaryTable(std::string& html, const std::vector<const SimResult*>& 
       "<th>Wait p95</th><th>Wait p99</th><th>JCT mean</th><th>JCT p50</th><th>JCT p95</th>"
       "<th>JCT p99</th><th>Bounded slowdown mean</th><th>Bounded slowdown p95</th>"
       "<th>Jain fairness</th><th>Frag. wait</th><th>Backfilled</th><th>Killed at limit</th>"
-      "<th>Cancelled</th><th>Requeues</th><th>Lost GPU-h</th></tr></thead><tbody>\n";
+      "<th>Cancelled</th><th>Requeues</th><th>Lost "
+      "GPU-h</th><th>Goodput</th></tr></thead><tbody>\n";
   for (const SimResult* r : results) {
     const SimSummary& s = r->summary;
     const std::vector<std::string> cells = {std::to_string(s.jobs),
@@ -371,7 +372,8 @@ void AppendSummaryTable(std::string& html, const std::vector<const SimResult*>& 
                                             std::to_string(s.jobs_killed_at_limit),
                                             std::to_string(s.jobs_cancelled),
                                             std::to_string(s.requeues),
-                                            Fixed(s.lost_gpu_hours, 1)};
+                                            Fixed(s.lost_gpu_hours, 1),
+                                            Fixed(100 * s.goodput, 1) + "%"};
     html += "<tr><th>" + EscapeMarkup(ProfileName(*r)) + "</th>";
     for (const std::string& c : cells) html += "<td>" + EscapeMarkup(c) + "</td>";
     html += "</tr>\n";

@@ -89,8 +89,16 @@ void Summarize(SimResult& result) {
   }
   s.jobs_unfinished = s.jobs - s.jobs_completed - s.jobs_cancelled;
   s.cluster_events = result.cluster_events;
+  s.node_failures = result.node_failures;
+  s.health_events = result.health_events;
+  s.spare_swaps = result.spare_swaps;
   s.requeues = result.requeues;
   s.lost_gpu_hours = result.lost_gpu_seconds / 3600.0;
+  s.restart_gpu_hours = result.restart_gpu_seconds / 3600.0;
+  s.goodput =
+      result.busy_gpu_seconds > 0
+          ? 1.0 - (result.lost_gpu_seconds + result.restart_gpu_seconds) / result.busy_gpu_seconds
+          : 1.0;
   s.makespan = any_end ? max_end - min_submit : 0;
 
   s.wait_mean = Mean(waits);
@@ -186,8 +194,13 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["jobs_backfilled"] = s.jobs_backfilled;
   j["jobs_cancelled"] = s.jobs_cancelled;
   j["cluster_events"] = s.cluster_events;
+  j["node_failures"] = s.node_failures;
+  j["health_events"] = s.health_events;
+  j["spare_swaps"] = s.spare_swaps;
   j["requeues"] = s.requeues;
   j["lost_gpu_hours"] = Round6(s.lost_gpu_hours);
+  j["restart_gpu_hours"] = Round6(s.restart_gpu_hours);
+  j["goodput"] = Round6(s.goodput);
   j["makespan_s"] = s.makespan;
   j["jct_mean_s"] = Round6(s.jct_mean);
   j["jct_p50_s"] = Round6(s.jct_p50);

@@ -130,7 +130,7 @@ TEST(ClusterEventsParse, ResolveRejectsUnknownNodesAndJobsAndEarlyCancels) {
   EXPECT_FALSE(resolve("time,event,target\n5,drain,A\n").ok());
 }
 
-// FIFO, first-fit, n0 and n1 of 4 GPUs, every job takes a whole node:
+// FIFO, first-fit, n0 and n1 of 4 GPUs, every job takes a whole node, no checkpoints:
 //   t=0    A and B start (A on n0, B on n1); their runs would end at 100.
 //   t=10   C submitted, t=20 D submitted: both wait.
 //   t=30   n0 goes down: A ends after 30 s on 4 GPUs (120 GPU-seconds lost) and is requeued
@@ -150,6 +150,7 @@ TEST(SimulatorEvents, DownRequeuesUpRestartsCancelAndDrainWorkThroughTheEngine) 
   for (bool check : {true, false}) {
     SimOptions o;
     o.check_invariants = check;
+    o.checkpoints = CheckpointModel{.interval = 0, .restart_cost = 0};  // all work lost
     o.events = Events(
         "time,event,target\n30,down,n0\n40,cancel,D\n60,up,n0\n120,cancel,C\n130,drain,n1\n", c, w);
     auto r = Simulate(c, teams, w, Fifo(), o);
@@ -177,7 +178,69 @@ TEST(SimulatorEvents, DownRequeuesUpRestartsCancelAndDrainWorkThroughTheEngine) 
     EXPECT_EQ(s.jobs_unfinished, 0);
     // Busy GPU-seconds: A 4x30 + 4x100, B 4x100, C 4x20, E 4x10.
     EXPECT_DOUBLE_EQ(r->busy_gpu_seconds, 4.0 * (30 + 100 + 100 + 20 + 10));
+    EXPECT_DOUBLE_EQ(s.restart_gpu_hours, 0);
+    EXPECT_DOUBLE_EQ(s.goodput, 1.0 - 120.0 / r->busy_gpu_seconds);
   }
+}
+
+// A requeued job resumes from its last checkpoint after its restart cost. A (4 GPUs, 10000 s of
+// work, limit 20000 s) checkpoints every 1000 s and pays 100 s per restart:
+//   t=0     A starts on n0.
+//   t=3500  n0 down: 3500 s useful, 3000 s checkpointed, 500 s x 4 GPUs lost. A restarts at
+//           once on n1, to run 100 + (10000 - 3000) = 7100 s.
+//   t=3600  n0 up.
+//   t=5000  n1 down: 1500 s elapsed = 100 s restart + 1400 s useful, 1000 s checkpointed (4000
+//           saved in all), 400 s x 4 lost. A restarts on n0 to run 100 + 6000: ends at 11100.
+// Busy 4 x (3500 + 1500 + 6100) = 44400 GPU-s = 40000 useful (4 x 10000) + 3600 lost + 800
+// restarting (two restarts of 100 s).
+TEST(SimulatorEvents, RequeuedJobsResumeFromTheirLastCheckpoint) {
+  const Cluster c = TwoNodes();
+  const Workload w = FourGpuJobs({{0, 10000, 20000}});
+  SimOptions o;
+  o.check_invariants = true;
+  o.checkpoints = CheckpointModel{.interval = 1000, .restart_cost = 100};
+  o.events = Events("time,event,target\n3500,down,n0\n3600,up,n0\n5000,down,n1\n", c, w);
+  auto r = Simulate(c, {{"t", kNoQuota, 1.0}}, w, Fifo(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcomes[0].start, 5000);
+  EXPECT_EQ(r->outcomes[0].end, 11100);
+  EXPECT_EQ(r->outcomes[0].requeues, 2);
+  EXPECT_FALSE(r->outcomes[0].killed_at_limit);
+  EXPECT_DOUBLE_EQ(r->busy_gpu_seconds, 44400);
+  EXPECT_DOUBLE_EQ(r->lost_gpu_seconds, 3600);
+  EXPECT_DOUBLE_EQ(r->restart_gpu_seconds, 800);
+  EXPECT_DOUBLE_EQ(r->summary.goodput, 40000.0 / 44400.0);
+  // The job's own interval and restart cost win over the model's.
+  Workload own = w;
+  own.jobs[0].checkpoint_interval = 500;
+  own.jobs[0].restart_cost = 50;
+  r = Simulate(c, {{"t", kNoQuota, 1.0}}, own, Fifo(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // t=3500: 3500 saved, nothing lost; t=5000: 50 restart + 1450 useful, 1000 saved (4500 in
+  // all), 450 lost; last run 50 + 5500 from 5000.
+  EXPECT_EQ(r->outcomes[0].end, 10550);
+  EXPECT_DOUBLE_EQ(r->lost_gpu_seconds, 4.0 * 450);
+  EXPECT_DOUBLE_EQ(r->restart_gpu_seconds, 4.0 * 100);
+}
+
+// A run interrupted while it is still restarting: only the restart time it had is counted.
+//   t=3500  n0 down (500 s x 4 lost); A restarts on n1, 100 s of restart first.
+//   t=3520  n0 up.  t=3550  n1 down after 50 s of restarting; A restarts on n0 at once and
+//           runs 100 + 7000 s: ends at 10650.
+// Busy 4 x (3500 + 50 + 7100) = 42600 = 40000 work + 2000 lost + 600 restarting (50 + 100 s).
+TEST(SimulatorEvents, ARestartCutShortCountsOnlyTheRestartTimeItHad) {
+  const Cluster c = TwoNodes();
+  const Workload w = FourGpuJobs({{0, 10000, 20000}});
+  SimOptions o;
+  o.check_invariants = true;
+  o.checkpoints = CheckpointModel{.interval = 1000, .restart_cost = 100};
+  o.events = Events("time,event,target\n3500,down,n0\n3520,up,n0\n3550,down,n1\n", c, w);
+  auto r = Simulate(c, {{"t", kNoQuota, 1.0}}, w, Fifo(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcomes[0].end, 10650);
+  EXPECT_DOUBLE_EQ(r->busy_gpu_seconds, 42600);
+  EXPECT_DOUBLE_EQ(r->lost_gpu_seconds, 2000);
+  EXPECT_DOUBLE_EQ(r->restart_gpu_seconds, 600);
 }
 
 // A cancel of a job that already ended does nothing, as scancel of a finished job; a cancel at

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <queue>
+#include <set>
 
 #include "gantry/sched/engine.h"
+#include "gantry/sim/failures.h"
 #include "invariant_checker.h"
 
 namespace gantry {
@@ -129,15 +131,187 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     busy -= job.gpus;
     team_busy[job.team] -= job.gpus;
   };
+  // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
+  // restart cost the current run pays first.
+  const bool interruptible = !events.empty() || options.failures.enabled;
+  std::vector<Duration> work_saved(interruptible ? jobs.size() : 0, 0);
+  std::vector<Duration> restart_penalty(interruptible ? jobs.size() : 0, 0);
+  const CheckpointModel& ckpt = options.checkpoints;
+
+  Time now = first;
   std::vector<JobIndex> interrupted;
   std::vector<const Job*> interrupted_jobs;
   std::vector<Placement> interrupted_placements;
 
-  while (next_submit < order.size() || !finishes.empty() || next_event < events.size()) {
-    Time now = kInfiniteTime;
+  // The live driver's calls, shared by the events file and the failure model. Each keeps the
+  // checker's books in step with the engine's.
+  const auto drain_node = [&](NodeIndex n) -> Status {
+    GANTRY_RETURN_IF_ERROR(engine->Drain(n, now));
+    checker.OnDrain(n);
+    return Status::Ok();
+  };
+  const auto up_node = [&](NodeIndex n) -> Status {
+    GANTRY_RETURN_IF_ERROR(engine->Up(n, now));
+    checker.OnUp(n);
+    return Status::Ok();
+  };
+  // Down: the jobs running there end now and go back to the queue with their submit time. Work
+  // since the last checkpoint is lost; the next run resumes from it after the restart cost.
+  const auto down_node = [&](NodeIndex n) -> Status {
+    interrupted.clear();
+    GANTRY_RETURN_IF_ERROR(engine->Down(n, now, &interrupted));
+    if (options.check_invariants) {
+      interrupted_jobs.clear();
+      interrupted_placements.clear();
+      for (JobIndex j : interrupted) {
+        interrupted_jobs.push_back(&jobs[j]);
+        interrupted_placements.push_back(engine->placement(j));
+      }
+      GANTRY_RETURN_IF_ERROR(checker.OnDown(n, interrupted_jobs, interrupted_placements));
+    } else {
+      checker.OnDrain(n);  // keeps the node marked unavailable, as OnDown does
+    }
+    for (JobIndex j : interrupted) {
+      const Job& job = jobs[j];
+      JobOutcome& o = result.outcomes[j];
+      const Duration elapsed = now - o.start;
+      const Duration overhead = std::min(elapsed, restart_penalty[j]);
+      // The start booked the whole restart cost; give back what this run did not get to.
+      const Duration booked = std::min(restart_penalty[j], o.end - o.start);
+      const Duration useful = elapsed - overhead;
+      const Duration interval =
+          job.checkpoint_interval > 0 ? job.checkpoint_interval : ckpt.interval;
+      const Duration saved = interval > 0 ? useful / interval * interval : 0;
+      work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
+      restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;
+      const double gpus = static_cast<double>(job.gpus);
+      result.lost_gpu_seconds += gpus * static_cast<double>(useful - saved);
+      result.restart_gpu_seconds -= gpus * static_cast<double>(booked - overhead);
+      ++o.requeues;
+      ++result.requeues;
+      o.start = o.end = -1;
+      o.killed_at_limit = o.backfilled = false;
+      end_running(job);
+      GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
+      pending_by_gpus.Add(job.gpus, 1);
+      ++pending;
+    }
+    return Status::Ok();
+  };
+  const auto cancel_job = [&](JobIndex j) -> Status {
+    const Job& job = jobs[j];
+    JobOutcome& o = result.outcomes[j];
+    const JobStatus::Phase phase = engine->status(j).phase;
+    if (phase == JobStatus::Phase::kPending) {
+      pending_by_gpus.Add(job.gpus, -1);
+      --pending;
+    } else if (phase == JobStatus::Phase::kRunning) {
+      if (options.check_invariants) {
+        GANTRY_RETURN_IF_ERROR(checker.OnCancelRunning(job, engine->placement(j)));
+      }
+      end_running(job);
+      o.end = now;
+      o.killed_at_limit = false;
+    } else {
+      return Status::Ok();  // it ended before the cancel came: scancel of a finished job
+    }
+    GANTRY_RETURN_IF_ERROR(engine->Cancel(j, now));
+    o.cancelled = true;
+    return Status::Ok();
+  };
+
+  // The failure model: every node's next failure or repair, in time order.
+  struct ModelEvent {
+    Time at;
+    NodeIndex node;
+    bool repair;
+    bool operator>(const ModelEvent& o) const {
+      return at != o.at ? at > o.at : node != o.node ? node > o.node : repair > o.repair;
+    }
+  };
+  std::priority_queue<ModelEvent, std::vector<ModelEvent>, std::greater<>> model_events;
+  std::vector<NodeFailureStream> streams;
+  std::vector<bool> is_spare;
+  std::set<NodeIndex> spare_pool;  // idle spares, lowest index brought in first
+  int64_t nodes_failed = 0, model_events_since_start = 0;
+  const auto node_count = static_cast<NodeIndex>(cluster.nodes().size());
+  const FailureModel& fm = options.failures;
+  if (fm.enabled) {
+    if (fm.mtbf <= 0) return InvalidArgument("failure model: mtbf must be positive");
+    if (fm.spares < 0 || fm.spares >= node_count) {
+      return InvalidArgument("failure model: " + std::to_string(fm.spares) +
+                             " spares leave no node of the " + std::to_string(node_count) +
+                             " to schedule on");
+    }
+    is_spare.assign(node_count, false);
+    streams.reserve(node_count);
+    for (NodeIndex n = 0; n < node_count; ++n) {
+      streams.emplace_back(fm, n);
+      model_events.push({first + streams.back().NextUptime(), n, false});
+    }
+    for (NodeIndex n = node_count - fm.spares; n < node_count; ++n) {
+      GANTRY_RETURN_IF_ERROR(drain_node(n));
+      is_spare[n] = true;
+      spare_pool.insert(n);
+    }
+  }
+  const auto apply_model_event = [&](const ModelEvent& ev) -> Status {
+    const NodeIndex n = ev.node;
+    NodeFailureStream& stream = streams[n];
+    if (!ev.repair) {
+      const bool health = stream.NextIsHealthEvent();
+      if (health) {
+        ++result.health_events;
+        // A node someone else (the events file) took down stays down.
+        if (engine->node_state(n) == NodeState::kUp) GANTRY_RETURN_IF_ERROR(drain_node(n));
+      } else {
+        ++result.node_failures;
+        GANTRY_RETURN_IF_ERROR(down_node(n));
+      }
+      ++nodes_failed;
+      if (is_spare[n]) {
+        spare_pool.erase(n);  // a failed spare is no spare
+      } else if (!spare_pool.empty()) {
+        const NodeIndex spare = *spare_pool.begin();
+        spare_pool.erase(spare_pool.begin());
+        is_spare[spare] = false;
+        GANTRY_RETURN_IF_ERROR(up_node(spare));
+        ++result.spare_swaps;
+      }
+      is_spare[n] = false;
+      model_events.push({now + stream.NextRepair(), n, true});
+      return Status::Ok();
+    }
+    --nodes_failed;
+    if (static_cast<int>(spare_pool.size()) < fm.spares) {
+      // Back as a spare: idle and out of scheduling until a node fails.
+      if (engine->node_state(n) == NodeState::kDown) GANTRY_RETURN_IF_ERROR(up_node(n));
+      if (engine->node_state(n) == NodeState::kUp) GANTRY_RETURN_IF_ERROR(drain_node(n));
+      is_spare[n] = true;
+      spare_pool.insert(n);
+    } else if (engine->node_state(n) != NodeState::kUp) {
+      GANTRY_RETURN_IF_ERROR(up_node(n));
+    }
+    model_events.push({now + stream.NextUptime(), n, false});
+    return Status::Ok();
+  };
+  // Failures go on while jobs may still run. With nothing running and nothing left to submit,
+  // a waiting job can only start once failed nodes return; the guard ends a run whose waiting
+  // jobs cannot start even then (e.g. too big for the cluster without its spares).
+  const auto model_matters = [&] {
+    if (!fm.enabled || model_events.empty()) return false;
+    if (next_submit < order.size() || running > 0 || next_event < events.size()) return true;
+    return pending > 0 && nodes_failed > 0 &&
+           model_events_since_start < 100 * static_cast<int64_t>(node_count) + 1000;
+  };
+
+  while (next_submit < order.size() || !finishes.empty() || next_event < events.size() ||
+         model_matters()) {
+    now = kInfiniteTime;
     if (next_submit < order.size()) now = jobs[order[next_submit]].submit;
     if (!finishes.empty()) now = std::min(now, finishes.top().first);
     if (next_event < events.size()) now = std::min(now, events[next_event].at);
+    if (model_matters()) now = std::min(now, model_events.top().at);
 
     // Account the interval [prev, now) during which the state was constant.
     if (now > prev) {
@@ -188,80 +362,38 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     }
     while (next_event < events.size() && events[next_event].at == now) {
       const ClusterEvent& e = events[next_event++];
-      const auto context = [&e] {
-        return "events line " + std::to_string(e.line) + " (" + ClusterEventName(e.kind) + " " +
-               e.target + ")";
-      };
       ++processed;
       ++result.cluster_events;
+      Status st;
       switch (e.kind) {
         case ClusterEvent::Kind::kDrain:
-          GANTRY_RETURN_IF_ERROR(engine->Drain(e.index, now).WithContext(context()));
-          checker.OnDrain(e.index);
+          st = drain_node(e.index);
           break;
         case ClusterEvent::Kind::kUp:
-          GANTRY_RETURN_IF_ERROR(engine->Up(e.index, now).WithContext(context()));
-          checker.OnUp(e.index);
+          st = up_node(e.index);
           break;
-        case ClusterEvent::Kind::kDown: {
-          interrupted.clear();
-          GANTRY_RETURN_IF_ERROR(engine->Down(e.index, now, &interrupted).WithContext(context()));
-          if (options.check_invariants) {
-            interrupted_jobs.clear();
-            interrupted_placements.clear();
-            for (JobIndex j : interrupted) {
-              interrupted_jobs.push_back(&jobs[j]);
-              interrupted_placements.push_back(engine->placement(j));
-            }
-            GANTRY_RETURN_IF_ERROR(
-                checker.OnDown(e.index, interrupted_jobs, interrupted_placements));
-          } else {
-            checker.OnDrain(e.index);  // keeps the node marked unavailable, as OnDown does
-          }
-          // No checkpoint model yet: the run's work is lost and the job starts over in full.
-          for (JobIndex j : interrupted) {
-            const Job& job = jobs[j];
-            JobOutcome& o = result.outcomes[j];
-            result.lost_gpu_seconds +=
-                static_cast<double>(job.gpus) * static_cast<double>(now - o.start);
-            ++o.requeues;
-            ++result.requeues;
-            o.start = o.end = -1;
-            o.killed_at_limit = o.backfilled = false;
-            end_running(job);
-            GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
-            pending_by_gpus.Add(job.gpus, 1);
-            ++pending;
-          }
+        case ClusterEvent::Kind::kDown:
+          st = down_node(e.index);
           break;
-        }
-        case ClusterEvent::Kind::kCancel: {
-          const JobIndex j = e.index;
-          const Job& job = jobs[j];
-          JobOutcome& o = result.outcomes[j];
-          const JobStatus::Phase phase = engine->status(j).phase;
-          if (phase == JobStatus::Phase::kPending) {
-            pending_by_gpus.Add(job.gpus, -1);
-            --pending;
-          } else if (phase == JobStatus::Phase::kRunning) {
-            if (options.check_invariants) {
-              GANTRY_RETURN_IF_ERROR(checker.OnCancelRunning(job, engine->placement(j)));
-            }
-            end_running(job);
-            o.end = now;
-            o.killed_at_limit = false;
-          } else {
-            break;  // it ended before the cancel came: scancel of a finished job does nothing
-          }
-          GANTRY_RETURN_IF_ERROR(engine->Cancel(j, now).WithContext(context()));
-          o.cancelled = true;
+        case ClusterEvent::Kind::kCancel:
+          st = cancel_job(e.index);
           break;
-        }
       }
+      GANTRY_RETURN_IF_ERROR(st.WithContext("events line " + std::to_string(e.line) + " (" +
+                                            ClusterEventName(e.kind) + " " + e.target + ")"));
+    }
+    while (model_matters() && model_events.top().at == now) {
+      const ModelEvent ev = model_events.top();
+      model_events.pop();
+      ++processed;
+      ++model_events_since_start;
+      GANTRY_RETURN_IF_ERROR(apply_model_event(ev).WithContext(
+          "failure model, node " + cluster.nodes()[ev.node].name + " at t=" + std::to_string(now)));
     }
 
     starts.clear();
     engine->Schedule(now, &starts);
+    if (!starts.empty()) model_events_since_start = 0;
     for (const StartDecision& d : starts) {
       const Job& job = jobs[d.job];
       if (options.check_invariants) {
@@ -269,9 +401,18 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       }
       JobOutcome& o = result.outcomes[d.job];
       const Duration limit = std::max<Duration>(job.time_limit, 1);
-      o.killed_at_limit = job.run_time > limit;
+      // A requeued job resumes from its last checkpoint after paying the restart cost; each
+      // run gets the whole time limit again, as a requeued Slurm job does.
+      const Duration to_run =
+          interruptible ? restart_penalty[d.job] + job.run_time - work_saved[d.job] : job.run_time;
+      o.killed_at_limit = to_run > limit;
       o.start = now;
-      o.end = now + std::min(job.run_time, limit);
+      o.end = now + std::min(to_run, limit);
+      if (interruptible && restart_penalty[d.job] > 0) {
+        result.restart_gpu_seconds +=
+            static_cast<double>(job.gpus) *
+            static_cast<double>(std::min(restart_penalty[d.job], o.end - now));
+      }
       o.nodes_spanned = static_cast<int32_t>(d.placement.size());
       o.span_level = SpanLevel(cluster, d.placement);
       o.backfilled = d.reason == Reason::kStartedBackfill;

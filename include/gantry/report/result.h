@@ -61,11 +61,17 @@ struct SimSummary {
   std::vector<std::pair<std::string, int64_t>> skipped_by_reason;
   int64_t jobs_killed_at_limit = 0;
   int64_t jobs_backfilled = 0;
-  int64_t jobs_cancelled = 0;  // by cancel events; neither completed nor unfinished
-  int64_t cluster_events = 0;  // node and job events replayed
-  int64_t requeues = 0;        // runs ended by a node going down and queued again
-  double lost_gpu_hours = 0;   // GPU-hours those runs had done, thrown away
-  Time makespan = 0;           // last end minus first submit
+  int64_t jobs_cancelled = 0;    // by cancel events; neither completed nor unfinished
+  int64_t cluster_events = 0;    // node and job events replayed
+  int64_t node_failures = 0;     // hard failures of the failure model
+  int64_t health_events = 0;     // GPU health drains of the failure model
+  int64_t spare_swaps = 0;       // hot spares brought in
+  int64_t requeues = 0;          // runs ended by a node going down and queued again
+  double lost_gpu_hours = 0;     // work those runs had done since their last checkpoint
+  double restart_gpu_hours = 0;  // GPU-hours requeued runs spent restarting
+  // Useful share of the allocated GPU time: 1 - (lost + restart) / busy GPU-hours.
+  double goodput = 1;
+  Time makespan = 0;  // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
   double bounded_slowdown_mean = 0, bounded_slowdown_p95 = 0;  // threshold 10 s
@@ -100,9 +106,15 @@ struct SimResult {
   double total_wait_job_seconds = 0;
   double busy_gpu_seconds = 0;
   int64_t cluster_events = 0;
+  int64_t node_failures = 0;  // hard failures drawn by the failure model
+  int64_t health_events = 0;  // GPU health drains drawn by the failure model
+  int64_t spare_swaps = 0;    // hot spares brought in for failed nodes
   int64_t requeues = 0;
-  double lost_gpu_seconds = 0;  // GPU-seconds of the runs a node going down ended
-  SimSummary summary;           // filled by Summarize()
+  // GPU-seconds of interrupted runs: useful work done since the last checkpoint (lost), and
+  // time spent restarting (loading a checkpoint) before useful work resumed.
+  double lost_gpu_seconds = 0;
+  double restart_gpu_seconds = 0;
+  SimSummary summary;  // filled by Summarize()
   SimPerf perf;
 };
 

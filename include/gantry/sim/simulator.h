@@ -21,6 +21,7 @@
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
 #include "gantry/sim/events.h"
+#include "gantry/sim/failures.h"
 #include "gantry/workload/job.h"
 
 namespace gantry {
@@ -38,6 +39,10 @@ struct SimOptions {
   int target_samples = 500;  // time-series points for the report (about)
   // Node and job events to replay, sorted by time, resolved (ResolveClusterEvents).
   std::vector<ClusterEvent> events;
+  // Seeded node failures, health drains, repairs and hot spares (off unless enabled).
+  FailureModel failures;
+  // What of an interrupted job's work survives (by events or failures), and its restart cost.
+  CheckpointModel checkpoints;
   // Called now and then with the fraction of events done (for progress bars).
   std::function<void(double)> progress;
 };
