@@ -118,6 +118,33 @@ TEST(CliSim, EventsRequeueInterruptedJobsAndReportTheLoss) {
       << r.output;
 }
 
+// An openb node list is a cluster (--cluster or --openb-nodes); a gpu_spec type the cluster
+// lacks is left out of the job's choices and reported, not an error.
+TEST(CliSim, OpenbNodeListIsACluster) {
+  const fs::path d = TempDir("openb");
+  {
+    std::ofstream nodes(d / "nodes.csv");
+    nodes << "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,G2\nn1,96000,786432,8,V100M32\n";
+    std::ofstream pods(d / "pods.csv");
+    pods << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+            "deletion_time,scheduled_time\n"
+            "p1,1000,100,1,1000,H100|G2,LS,Running,100,1100,160\n"
+            "p2,1000,100,8,1000,V100M32,LS,Running,200,900,220\n";
+  }
+  for (const std::string flag : {"--cluster", "--openb-nodes"}) {
+    CliRun r = RunCli("sim " + flag + " " + (d / "nodes.csv").string() + " --trace " +
+                      (d / "pods.csv").string() + " --profile fifo --json --no-report --out " +
+                      (d / "out").string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j[0]["jobs_completed"].get<int64_t>(), 2);
+    EXPECT_EQ(j[0]["gpu_types_not_in_cluster"]["H100"].get<int64_t>(), 1);
+  }
+  CliRun both = RunCli("sim --cluster " + (d / "nodes.csv").string() + " --openb-nodes " +
+                       (d / "nodes.csv").string() + " --trace " + (d / "pods.csv").string());
+  EXPECT_EQ(both.code, 2) << both.output;
+}
+
 TEST(CliSim, PoliciesDifferOnAContendedCluster) {
   const fs::path d = TempDir("policies");
   CliRun r =

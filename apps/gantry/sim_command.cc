@@ -65,9 +65,15 @@ int RunSim(const SimArgs& a) {
     }
     return kExitOk;
   }
-  if (a.cluster.empty() || a.trace.empty()) {
+  if ((a.cluster.empty() && a.openb_nodes.empty()) || a.trace.empty()) {
     std::fprintf(stderr,
                  "gantry sim: --cluster and --trace are required (see gantry sim --help)\n");
+    return kExitUsage;
+  }
+  if (!a.cluster.empty() && !a.openb_nodes.empty()) {
+    std::fprintf(stderr,
+                 "gantry sim: give the cluster once: --cluster (a spec, shorthand or openb node "
+                 "list) or --openb-nodes\n");
     return kExitUsage;
   }
   std::vector<Profile> profiles;
@@ -78,7 +84,7 @@ int RunSim(const SimArgs& a) {
   }
   if (profiles.empty()) return Fail(InvalidArgument("--profile names no profile"));
 
-  auto cluster = LoadCluster(a.cluster);
+  auto cluster = LoadClusterOrNodeList(a.cluster.empty() ? a.openb_nodes : a.cluster);
   if (!cluster.ok()) return Fail(cluster.status());
   TraceFormat format;
   if (a.format == "auto") {
@@ -93,7 +99,6 @@ int RunSim(const SimArgs& a) {
   ImportOptions io;
   io.skip_bad_rows = a.skip_bad;
   io.time_limits.seed = a.seed;
-  io.openb_nodes_path = a.openb_nodes;
   auto workload = ImportTrace(a.trace, format, io);
   if (!workload.ok()) return Fail(workload.status());
   ResolveOptions ro;
@@ -169,6 +174,19 @@ int RunSim(const SimArgs& a) {
       }
       std::printf("\n");
     }
+    if (!workload->stats.gpu_types_not_in_cluster.empty()) {
+      std::printf(
+          "GPU types the trace lists but the cluster lacks (left out of those jobs' "
+          "choices):");
+      for (const auto& [type, n] : workload->stats.gpu_types_not_in_cluster) {
+        std::printf(" %s (%lld jobs)", type.c_str(), static_cast<long long>(n));
+      }
+      std::printf("\n");
+    }
+    if (workload->stats.fractional_gpu_rounded > 0) {
+      std::printf("%lld jobs asking for a fraction of a GPU were given a whole one\n",
+                  static_cast<long long>(workload->stats.fractional_gpu_rounded));
+    }
     std::printf("%s", SummaryTable(ptrs).c_str());
     for (const auto& r : results) {
       std::printf("%-20s simulated in %.2f s (%lld events, %.0f events/s)\n", r.profile.c_str(),
@@ -198,7 +216,8 @@ void RegisterSimCommand(CLI::App& app) {
       "OUT/<profile>/summary.json, OUT/report.html (docs/formats/outputs.md).\nExit codes: 0 ok, "
       "2 usage, 3 bad input (the message names file, line and field), 1 other failure.");
   sim->add_option("--cluster", args->cluster,
-                  "Cluster spec file (YAML) or shorthand such as dgx-h100:nodes=256");
+                  "Cluster spec file (YAML), shorthand such as dgx-h100:nodes=256, or an openb "
+                  "node list CSV");
   sim->add_option("--trace", args->trace, "Trace file");
   sim->add_option("--format", args->format, "Trace format: auto, philly, openb, helios, sacct, swf")
       ->capture_default_str();
@@ -208,7 +227,9 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--out", args->out, "Output directory")->capture_default_str();
   sim->add_option("--seed", args->seed, "Seed of the time-limit estimate model")
       ->capture_default_str();
-  sim->add_option("--openb-nodes", args->openb_nodes, "openb only: the node list CSV");
+  sim->add_option("--openb-nodes", args->openb_nodes,
+                  "An openb node list (sn,cpu_milli,memory_mib,gpu,model) as the cluster; "
+                  "--cluster accepts the same file");
   sim->add_option("--events", args->events,
                   "Node and job events to replay: CSV 'time,event,target' with drain, down, up "
                   "(node names) and cancel (job ids); docs/formats/traces.md#cluster-events");

@@ -35,7 +35,15 @@ constexpr int64_t kMaxNodes = 1 << 20;
 constexpr int64_t kMaxDomains = 1 << 20;
 constexpr int64_t kMaxGpusPerNode = 1024;
 
-std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+// Long scalars (a whole CSV file read as YAML is one) are cut so a message stays one line.
+std::string Quote(const std::string& s) {
+  constexpr size_t kMax = 60;
+  std::string shown = s.size() > kMax ? s.substr(0, kMax) + "..." : s;
+  for (char& c : shown) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return "\"" + shown + "\"";
+}
 
 std::string Join(const std::vector<std::string>& items) {
   std::string out;

@@ -190,6 +190,14 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
   for (const auto& [reason, count] : s.skipped_by_reason) reasons[reason] = count;
   j["skipped_by_reason"] = std::move(reasons);
+  nlohmann::ordered_json absent = nlohmann::ordered_json::object();
+  int64_t rounded = 0;
+  if (result.workload != nullptr) {
+    for (const auto& [type, n] : result.workload->stats.gpu_types_not_in_cluster) absent[type] = n;
+    rounded = result.workload->stats.fractional_gpu_rounded;
+  }
+  j["gpu_types_not_in_cluster"] = std::move(absent);
+  j["fractional_gpus_rounded"] = rounded;
   j["jobs_killed_at_limit"] = s.jobs_killed_at_limit;
   j["jobs_backfilled"] = s.jobs_backfilled;
   j["jobs_cancelled"] = s.jobs_cancelled;

@@ -48,17 +48,18 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
   // Resolve each GPU type set once; an unknown name is reported against the first job using it.
   const size_t num_sets = workload.gpu_type_sets.size();
   std::vector<uint32_t> set_mask(num_sets, 0);
-  std::vector<std::string> set_unknown(num_sets);
+  std::vector<std::vector<std::string>> set_unknown(num_sets);
   for (size_t s = 0; s < num_sets; ++s) {
     for (const std::string& name : workload.gpu_type_sets[s]) {
       const GpuTypeIndex t = cluster.FindGpuType(name);
       if (t < 0 || t >= kMaxGpuTypes) {
-        if (set_unknown[s].empty()) set_unknown[s] = name;
+        set_unknown[s].push_back(name);
       } else {
         set_mask[s] |= 1u << t;
       }
     }
   }
+  workload.stats.gpu_types_not_in_cluster.clear();
 
   std::vector<Team> teams;
   teams.reserve(workload.teams.size());
@@ -114,11 +115,13 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
     }
     const bool quota_known = job.team >= 0 && static_cast<size_t>(job.team) < teams.size();
     const int quota = quota_known ? teams[job.team].quota_gpus : kNoQuota;
-    if (has_set && !set_unknown[job.gpu_type_set].empty()) {
+    if (has_set && mask == 0) {
+      // "Any of these" with none of them here: the job can never run on this cluster.
       reason = "unknown GPU type";
-      error =
-          NotFound(where + "field '" + GpuTypeField(workload.format) + "': unknown GPU type '" +
-                   set_unknown[job.gpu_type_set] + "' (cluster has: " + TypeNames(cluster) + ")");
+      error = NotFound(where + "field '" + GpuTypeField(workload.format) + "': unknown GPU type" +
+                       (set_unknown[job.gpu_type_set].size() > 1 ? "s '" : " '") +
+                       JoinSet(set_unknown[job.gpu_type_set]) +
+                       "' (cluster has: " + TypeNames(cluster) + ")");
     } else if (job.gpus > capacity_of(mask).gpus) {
       reason = "larger than cluster";
       error = FailedPrecondition(where + "job '" + job.id + "' asks for " +
@@ -147,12 +150,41 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
       continue;
     }
     job.gpu_type_mask = mask;
+    if (has_set) {
+      for (const std::string& name : set_unknown[job.gpu_type_set]) {
+        ++workload.stats.gpu_types_not_in_cluster[name];
+      }
+    }
     kept.push_back(std::move(job));
   }
   for (size_t i = 0; i < kept.size(); ++i) kept[i].index = static_cast<JobIndex>(i);
   workload.jobs = std::move(kept);
   workload.stats.jobs = static_cast<int64_t>(workload.jobs.size());
   return teams;
+}
+
+bool IsOpenbNodeFile(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return false;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf, file);
+  std::fclose(file);
+  std::string_view head = ti::StripBom(std::string_view(buf, n));
+  head = head.substr(0, head.find('\n'));
+  std::vector<std::string_view> f;
+  ti::SplitFields(head, ',', true, &f);
+  if (f.empty() || !ti::EqualsIgnoreCase(f[0], "sn")) return false;
+  bool gpu = false, model = false;
+  for (std::string_view name : f) {
+    gpu = gpu || ti::EqualsIgnoreCase(name, "gpu");
+    model = model || ti::EqualsIgnoreCase(name, "model");
+  }
+  return gpu && model;
+}
+
+Result<Cluster> LoadClusterOrNodeList(const std::string& spec_or_path) {
+  if (IsOpenbNodeFile(spec_or_path)) return ClusterFromOpenbNodes(spec_or_path);
+  return LoadCluster(spec_or_path);
 }
 
 Result<Cluster> ClusterFromOpenbNodes(const std::string& path) {

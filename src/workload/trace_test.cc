@@ -637,6 +637,28 @@ TEST(ResolveTest, ErrorsNameLineAndNumbers) {
   }
 }
 
+// A list of GPU types is "any of these": a type the cluster lacks is left out of the choice and
+// counted; only a list with no type the cluster has is an error.
+TEST(ResolveTest, GpuTypeListsIgnoreTypesTheClusterLacksUnlessNoneRemain) {
+  const Cluster c = SmallCluster();  // V100M16 and A100
+  Workload w = SacctWorkload(SacctRow("1", "x", "gres/gpu=1", 1));
+  w.gpu_type_sets = {{"H100", "A100"}, {"H100", "MI300"}};
+  w.jobs[0].gpu_type_set = 0;
+  auto r = ResolveWorkload(w, c, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(w.jobs[0].gpu_type_mask, 1u << c.FindGpuType("A100"));
+  EXPECT_EQ(w.stats.gpu_types_not_in_cluster.at("H100"), 1);
+  Workload none = SacctWorkload(SacctRow("1", "x", "gres/gpu=1", 1));
+  none.gpu_type_sets = {{"H100", "MI300"}};
+  none.jobs[0].gpu_type_set = 0;
+  r = ResolveWorkload(none, c, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(r.status().message(),
+            "t.csv:2: field 'AllocTRES': unknown GPU types 'H100|MI300' (cluster has: V100M16, "
+            "A100)");
+}
+
 TEST(ResolveTest, SkipsAndReindexes) {
   Workload w = SacctWorkload(
       SacctRow("1", "x", "gres/gpu:h100=1", 1) + SacctRow("2", "x", "gres/gpu=1", 1) +
@@ -734,8 +756,31 @@ TEST(OpenbNodesTest, BuildsFlatCluster) {
   EXPECT_EQ(c->total_gpus(), 10);
   EXPECT_EQ(c->FindGpuType("p100"), 1);
   EXPECT_EQ(c->nodes()[0].cpus, 64);
+  // --cluster takes the node list as it is: recognised by its header, not its name.
+  EXPECT_TRUE(IsOpenbNodeFile(path));
+  Result<Cluster> loaded = LoadClusterOrNodeList(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->total_gpus(), 10);
   std::remove(path.c_str());
   EXPECT_EQ(ClusterFromOpenbNodes(path).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(IsOpenbNodeFile(path));
+  EXPECT_EQ(LoadClusterOrNodeList(path).status().code(), StatusCode::kNotFound);
+}
+
+// A CSV that is not a node list, given as a cluster spec, is an error of one short line.
+TEST(OpenbNodesTest, ANonSpecFileGivesAShortError) {
+  const std::string path = testing::TempDir() + "/not_a_spec.csv";
+  {
+    std::ofstream out(path);
+    out << "host,gpus\n";
+    for (int i = 0; i < 1000; ++i) out << "node-" << i << ",8\n";
+  }
+  EXPECT_FALSE(IsOpenbNodeFile(path));
+  Result<Cluster> c = LoadClusterOrNodeList(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_LT(c.status().message().size(), 200u) << c.status().message();
+  EXPECT_EQ(c.status().message().find('\n'), std::string::npos);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -47,6 +47,9 @@ struct ImportStats {
   int64_t rows_skipped = 0;
   std::map<std::string, int64_t> skipped_by_reason;  // reason -> count (only with skip_bad_rows)
   int64_t fractional_gpu_rounded = 0;  // openb: gpu_milli < 1000 rounded up to a whole GPU
+  // GPU type names that jobs listed but the cluster lacks -> jobs naming them (ResolveWorkload
+  // leaves them out of each job's "any of these" list).
+  std::map<std::string, int64_t> gpu_types_not_in_cluster;
 };
 
 struct Workload {

@@ -43,8 +43,6 @@ struct ImportOptions {
   // openb only: requests of a fraction of a GPU (gpu_milli < 1000) are rounded up to one whole
   // GPU and counted in stats.fractional_gpu_rounded; when false they are bad rows.
   bool round_fractional_gpus = true;
-  // openb only: the node file (sn,cpu_milli,memory_mib,gpu,model); may be empty.
-  std::string openb_nodes_path;
 };
 
 Result<Workload> ImportTrace(const std::string& path, TraceFormat format,
@@ -63,7 +61,9 @@ struct ResolveOptions {
 };
 
 // Checks a workload against a cluster and prepares it to run there: resolves GPU type names to
-// masks (unknown type: error naming the job's line), rejects jobs larger than the cluster, than
+// masks (a job's list of types means "any of these": names the cluster lacks are left out and
+// counted in stats.gpu_types_not_in_cluster; only a list with no type the cluster has is an
+// error naming the job's line), rejects jobs larger than the cluster, than
 // any node shape it has, or than their team's quota, and returns one Team per workload team
 // (quota from the cluster spec, else its default). Skipped jobs are removed and counted in
 // workload.stats; survivors are re-indexed in submit order.
@@ -73,6 +73,12 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
 // Builds a flat cluster from an openb node file (sn,cpu_milli,memory_mib,gpu,model): one node per
 // row with `gpu` GPUs of type `model`; nodes without GPUs are left out.
 Result<Cluster> ClusterFromOpenbNodes(const std::string& path);
+// True when `path` is a file whose header is an openb node list's (starts with "sn," and names
+// the gpu and model columns).
+bool IsOpenbNodeFile(const std::string& path);
+// What `--cluster` accepts: an openb node list, else a cluster spec file or shorthand
+// (LoadCluster).
+Result<Cluster> LoadClusterOrNodeList(const std::string& spec_or_path);
 
 // Summary statistics for `gantry trace inspect`.
 struct TraceStats {
