@@ -80,7 +80,11 @@ bool IsZeroBlock(const char* p) {
 // Checks the header checksum: the sum of the header bytes with the checksum field read as
 // spaces, unsigned (POSIX) or signed (some old tars).
 Status CheckChecksum(const char* h, const std::string& at) {
-  GANTRY_ASSIGN_OR_RETURN(uint64_t stored, ParseNumber(h + kChksumOff, kChksumLen, "checksum", at));
+  Result<uint64_t> stored_or = ParseNumber(h + kChksumOff, kChksumLen, "checksum", at);
+  if (!stored_or.ok()) {
+    return DataLoss(at + ": no tar header checksum (not a tar archive, or damaged)");
+  }
+  const uint64_t stored = *stored_or;
   int64_t unsigned_sum = 0, signed_sum = 0;
   for (size_t i = 0; i < kTarBlock; ++i) {
     const bool in_field = i >= kChksumOff && i < kChksumOff + kChksumLen;
