@@ -319,14 +319,20 @@ Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
   std::string raw;
   if (info.zip) {
     GANTRY_ASSIGN_OR_RETURN(Compression c, ParseCompression(info.compression, where));
-    if (c.algo == "zstd") {
-      GANTRY_ASSIGN_OR_RETURN(raw, internal::ZstdDecompress(*bytes, info.raw.bytes, where));
-    } else if (c.algo == "gz") {
-      GANTRY_ASSIGN_OR_RETURN(raw, internal::GunzipBounded(*bytes, info.raw.bytes, where));
-    } else {
+    if (c.algo != "zstd" && c.algo != "gz") {
       return Unimplemented(where + ": compression '" + info.compression +
                            "' is not supported (zstd and gz are)");
     }
+    Result<std::string> out = c.algo == "zstd"
+                                  ? internal::ZstdDecompress(*bytes, info.raw.bytes, where)
+                                  : internal::GunzipBounded(*bytes, info.raw.bytes, where);
+    // Decompression is bounded by the size the index records: more is damage, not a full disk.
+    if (!out.ok() && out.status().code() == StatusCode::kResourceExhausted) {
+      return DataLoss(where + ": decompresses to more than the " + std::to_string(info.raw.bytes) +
+                      " bytes the index says");
+    }
+    if (!out.ok()) return out.status();
+    raw = std::move(*out);
     if (raw.size() != info.raw.bytes) {
       return DataLoss(where + ": decompresses to " + std::to_string(raw.size()) +
                       " bytes, the index says " + std::to_string(info.raw.bytes));
