@@ -238,6 +238,7 @@ struct InputValue {
 };
 struct InputSample {
   std::string key;
+  std::string where;  // "m.jsonl:3" or the key, for errors
   std::vector<std::pair<std::string, InputValue>> fields;
 };
 
@@ -302,6 +303,7 @@ class PackInput {
     for (auto& [key, fields] : groups_) {
       InputSample s;
       s.key = key;
+      s.where = "sample '" + Shorten(key) + "'";
       for (const auto& [field, name] : fields) {
         GANTRY_ASSIGN_OR_RETURN(std::string bytes, store_->Get(name));
         input_bytes_ += bytes.size();
@@ -321,6 +323,7 @@ class PackInput {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return InvalidArgument(at + ": not a JSON object");
     InputSample s;
+    s.where = at;
     char fallback[32];
     std::snprintf(fallback, sizeof(fallback), "%09llu",
                   static_cast<unsigned long long>(number - 1));
@@ -482,7 +485,8 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
         [&](InputSample& s) -> Status {
           std::vector<std::pair<std::string, std::string>> fields;
           for (auto& [name, value] : s.fields) fields.emplace_back(name, EncodeWds(value));
-          return w->Write(s.key, fields);
+          Status st = w->Write(s.key, fields);
+          return st.ok() ? st : Status(st.code(), s.where + ": " + st.message());
         },
         progress));
     GANTRY_RETURN_IF_ERROR(w->Finish());
@@ -497,7 +501,7 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
   uint64_t n = 0;
   GANTRY_RETURN_IF_ERROR(input->ForEach(
       [&](InputSample& s) -> Status {
-        const std::string at = "sample '" + Shorten(s.key) + "'";
+        const std::string& at = s.where;
         std::map<std::string, std::string> row;
         if (w == nullptr) {
           MdsWriterOptions mo;

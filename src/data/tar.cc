@@ -177,8 +177,12 @@ Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const st
                       " (truncated or damaged)");
     }
     const std::string_view data = archive.substr(data_offset, size);
-    // The padded end may run past a file that omits the last block's padding; clamp it.
-    const uint64_t next = std::min<uint64_t>(data_offset + PadToBlock(size), archive.size());
+    // The data's padding to a whole block must be there too: a file cut inside it is cut short
+    // (GNU tar and tarfile both refuse it), even though this member's bytes are whole.
+    const uint64_t next = data_offset + PadToBlock(size);
+    if (next > archive.size()) {
+      return DataLoss(at + ": archive is cut short inside the padding of member data");
+    }
     switch (type) {
       case 'x': {
         GANTRY_ASSIGN_OR_RETURN(pax, ParsePax(data, at));

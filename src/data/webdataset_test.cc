@@ -57,7 +57,9 @@ std::vector<Written> ReadBack(ObjectStore& store, const std::vector<std::string>
   return out;
 }
 
-bool operator==(const Written& a, const Written& b) { return a.key == b.key && a.fields == b.fields; }
+bool operator==(const Written& a, const Written& b) {
+  return a.key == b.key && a.fields == b.fields;
+}
 
 class WdsRoundTrip : public testing::TestWithParam<std::string> {};
 
