@@ -146,7 +146,13 @@ int Verify(DataArgs& a) {
                                                               : "",
                 r->ok() ? "ok" : (std::to_string(r->problems.size()) + " damaged").c_str());
   }
-  return r->ok() ? kExitOk : ExitCodeFor(r->problems.front().code());
+  // Damage anywhere (exit 1) outranks a missing or malformed shard (exit 3).
+  int code = kExitOk;
+  for (const Status& p : r->problems) {
+    const int c = ExitCodeFor(p.code());
+    if (code == kExitOk || c == kExitFailure) code = c;
+  }
+  return code;
 }
 
 int Pack(DataArgs& a) {
