@@ -305,6 +305,15 @@ Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
     return ResourceExhausted(where + ": " + std::to_string(std::max(stored.bytes, info.raw.bytes)) +
                              " bytes is more than the limit of " + std::to_string(limit));
   }
+  // The object's size first: a shard bigger than the index says is not fetched at all, so what
+  // a read holds in memory is bounded by the index (and so by max_shard_bytes).
+  Result<ObjectInfo> head = store.Head(key);
+  if (!head.ok()) return Status(head.status().code(), where + ": " + head.status().message());
+  if (head->size != stored.bytes) {
+    return DataLoss(where + ": " + std::to_string(head->size) + " bytes, the index says " +
+                    std::to_string(stored.bytes) +
+                    (head->size < stored.bytes ? " (cut short)" : ""));
+  }
   Result<std::string> bytes = store.Get(key);
   if (!bytes.ok()) {
     return Status(bytes.status().code(), where + ": " + bytes.status().message());

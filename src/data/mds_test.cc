@@ -231,6 +231,14 @@ TEST_F(MdsDamage, TruncatedShardIsDataLoss) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
 }
 
+TEST_F(MdsDamage, ShardLargerThanTheIndexSaysIsDataLossWithoutBeingRead) {
+  std::string shard = *store_->Get("shard.00005.mds");
+  ASSERT_TRUE(store_->Put("shard.00005.mds", shard + std::string(1 << 20, 'x')).ok());
+  Status s = ReadShard(5, false);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("shard.00005.mds"), std::string::npos) << s.message();
+}
+
 TEST_F(MdsDamage, IndexClaimingTwoToTheFortySamplesIsRefused) {
   nlohmann::json j = Index();
   j["shards"][0]["samples"] = uint64_t{1} << 40;

@@ -12,6 +12,7 @@
 
 #include "common/test_support.h"
 #include "gantry/common/subprocess.h"
+#include "gantry/data/webdataset.h"
 
 namespace gantry::data {
 namespace {
@@ -134,7 +135,14 @@ TEST_P(ExternalTar, ReadsArchivesOtherToolsWrite) {
   }
   Result<std::string> run = RunAndCapture(argv);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
-  EXPECT_EQ(RegularFiles(ReadFile(out)), files);
+  const std::string tar = ReadFile(out);
+  EXPECT_EQ(RegularFiles(tar), files);
+  // And as a WebDataset shard: every file has an extension, so each is one field.
+  Result<WdsShard> shard = WdsShard::Parse(tar, "x.tar", {});
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  size_t fields = 0;
+  for (const WdsSample& s : shard->samples()) fields += s.fields.size();
+  EXPECT_EQ(fields, files.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ExternalTar,
