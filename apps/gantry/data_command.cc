@@ -137,14 +137,15 @@ int Verify(DataArgs& a) {
   } else {
     for (const Status& p : r->problems)
       std::fprintf(stderr, "gantry data verify: %s\n", p.message().c_str());
-    std::printf("%s: %llu shards, %llu samples, %s, %llu hashes checked%s: %s\n", a.url.c_str(),
-                static_cast<unsigned long long>(r->shards),
-                static_cast<unsigned long long>(r->samples), FormatBytes(r->bytes).c_str(),
-                static_cast<unsigned long long>(r->hashes_checked),
-                d->format == data::DatasetFormat::kWebDataset ? " (WebDataset has none; tar "
-                                                                "checksums and layout checked)"
-                                                              : "",
-                r->ok() ? "ok" : (std::to_string(r->problems.size()) + " damaged").c_str());
+    std::printf(
+        "%s: %llu shards, %llu samples, %s, %llu hashes checked%s: %s\n", a.url.c_str(),
+        static_cast<unsigned long long>(r->shards), static_cast<unsigned long long>(r->samples),
+        FormatBytes(r->bytes).c_str(), static_cast<unsigned long long>(r->hashes_checked),
+        d->format == data::DatasetFormat::kWebDataset ? " (WebDataset has none; tar "
+                                                        "checksums and layout checked)"
+                                                      : "",
+        r->ok() ? "ok"
+                : (std::to_string(r->problems.size()) + " shards damaged or missing").c_str());
   }
   // Damage anywhere (exit 1) outranks a missing or malformed shard (exit 3).
   int code = kExitOk;
