@@ -20,6 +20,7 @@ void RegisterClusterCommands(CLI::App& app);  // gantry cluster ...  (cluster_co
 void RegisterStoreCommands(CLI::App& app);    // gantry store ...    (store_command.cc)
 void RegisterCacheCommands(CLI::App& app);    // gantry cache ...    (cache_command.cc)
 void RegisterCkptCommands(CLI::App& app);     // gantry ckpt ...     (ckpt_command.cc)
+void RegisterDataCommands(CLI::App& app);     // gantry data ...     (data_command.cc)
 
 // Exit codes shared by all subcommands (docs/storage.md, "Exit codes", has the full table).
 inline constexpr int kExitOk = 0;

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   gantry::cli::RegisterStoreCommands(app);
   gantry::cli::RegisterCacheCommands(app);
   gantry::cli::RegisterCkptCommands(app);
+  gantry::cli::RegisterDataCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

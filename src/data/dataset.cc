@@ -1,0 +1,544 @@
+// Datasets by URL: locate, inspect, verify, pack (dataset.h).
+#include "gantry/data/dataset.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "gantry/data/mds.h"
+
+namespace gantry::data {
+namespace {
+
+using nlohmann::json;
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// "s3://b/p/x.tar" -> {"s3://b/p", "x.tar"}; "/d/x.tar" -> {"/d", "x.tar"}.
+Result<std::pair<std::string, std::string>> SplitObjectUrl(const std::string& given) {
+  // A relative path ("m.jsonl") is relative to the working directory.
+  const std::string url =
+      given.find("://") == std::string::npos && !given.empty() && given.front() != '/'
+          ? std::filesystem::absolute(given).string()
+          : given;
+  const size_t slash = url.rfind('/');
+  const size_t scheme = url.find("://");
+  const size_t root = scheme == std::string::npos ? 0 : scheme + 3;
+  if (slash == std::string::npos || slash < root || slash + 1 == url.size()) {
+    return InvalidArgument("'" + url + "' does not name an object inside a folder");
+  }
+  std::string parent = url.substr(0, slash);
+  // "s3://bucket/x.tar": the parent is the bucket itself.
+  if (parent.size() <= root) return InvalidArgument("'" + url + "' has no folder");
+  return std::make_pair(parent, url.substr(slash + 1));
+}
+
+std::string Shorten(const std::string& s) { return s.size() > 80 ? s.substr(0, 77) + "..." : s; }
+
+Result<std::string> Base64Decode(std::string_view in, const std::string& at) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t i = 0;
+  for (; i < in.size() && in[i] != '='; ++i) {
+    const char c = in[i];
+    int v = -1;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    if (c >= '0' && c <= '9') v = c - '0' + 52;
+    if (c == '+') v = 62;
+    if (c == '/') v = 63;
+    if (v < 0) return InvalidArgument(at + ": 'b64' is not base64");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  for (; i < in.size(); ++i) {
+    if (in[i] != '=') return InvalidArgument(at + ": 'b64' is not base64");
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* DatasetFormatName(DatasetFormat format) {
+  return format == DatasetFormat::kMds ? "mds" : "webdataset";
+}
+
+Result<DatasetFormat> ParseDatasetFormat(const std::string& name) {
+  if (name == "mds") return DatasetFormat::kMds;
+  if (name == "wds" || name == "webdataset") return DatasetFormat::kWebDataset;
+  return InvalidArgument("unknown dataset format '" + name + "' (mds or wds)");
+}
+
+Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions& options) {
+  StoreOptions o = options;
+  o.create_root = false;
+  DatasetLocation d;
+  d.url = url;
+  if (IsWdsShardName(url)) {
+    GANTRY_ASSIGN_OR_RETURN(auto parts, SplitObjectUrl(url));
+    GANTRY_ASSIGN_OR_RETURN(d.store, OpenObjectStore(parts.first, o));
+    d.format = DatasetFormat::kWebDataset;
+    d.wds_shards.push_back(parts.second);
+    return d;
+  }
+  GANTRY_ASSIGN_OR_RETURN(d.store, OpenObjectStore(url, o));
+  Result<ObjectInfo> index = d.store->Head(kMdsIndexName);
+  if (index.ok()) {
+    d.format = DatasetFormat::kMds;
+    return d;
+  }
+  if (index.status().code() != StatusCode::kNotFound) {
+    return Status(index.status().code(), url + ": " + index.status().message());
+  }
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> shards, ListWdsShards(*d.store, ""));
+  if (shards.empty()) {
+    return NotFound(url + ": no dataset here (neither index.json nor .tar shards)");
+  }
+  d.format = DatasetFormat::kWebDataset;
+  for (ObjectInfo& s : shards) d.wds_shards.push_back(std::move(s.key));
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string CompressionName(std::string_view shard) {
+  if (EndsWith(shard, ".gz") || EndsWith(shard, ".tgz")) return "gzip";
+  return "";
+}
+
+Result<DatasetSummary> InspectMds(DatasetLocation& d) {
+  GANTRY_ASSIGN_OR_RETURN(MdsIndex index, ReadMdsIndex(*d.store, ""));
+  DatasetSummary s;
+  s.url = d.url;
+  s.format = DatasetFormat::kMds;
+  std::set<std::string> hashes;
+  for (const MdsShardInfo& info : index.shards) {
+    ShardSummary sh;
+    sh.name = info.stored().basename;
+    sh.samples = info.samples;
+    sh.stored_bytes = info.stored().bytes;
+    sh.raw_bytes = info.raw.bytes;
+    sh.compression = info.compression;
+    s.samples += sh.samples;
+    s.stored_bytes += sh.stored_bytes;
+    s.raw_bytes += sh.raw_bytes;
+    s.shards.push_back(std::move(sh));
+    for (const auto& [algo, digest] : info.raw.hashes) hashes.insert(algo);
+    if (info.zip) {
+      for (const auto& [algo, digest] : info.zip->hashes) hashes.insert(algo);
+    }
+    for (const MdsColumn& c : info.columns) {
+      ColumnSummary* col = nullptr;
+      for (ColumnSummary& e : s.columns) {
+        if (e.name == c.name && e.encoding == c.encoding) col = &e;
+      }
+      if (col == nullptr) {
+        s.columns.push_back(ColumnSummary{c.name, c.encoding, c.size, 0, 0});
+        col = &s.columns.back();
+      }
+      col->samples += info.samples;
+      if (c.size) col->bytes += *c.size * info.samples;
+    }
+  }
+  s.hashes.assign(hashes.begin(), hashes.end());
+  return s;
+}
+
+}  // namespace
+
+Result<DatasetSummary> InspectDataset(DatasetLocation& d, const ReadLimits& limits,
+                                      const DataProgress& progress) {
+  if (d.format == DatasetFormat::kMds) return InspectMds(d);
+  DatasetSummary s;
+  s.url = d.url;
+  s.format = DatasetFormat::kWebDataset;
+  std::map<std::string, size_t> column_at;
+  for (size_t i = 0; i < d.wds_shards.size(); ++i) {
+    GANTRY_ASSIGN_OR_RETURN(WdsShard shard, ReadWdsShard(*d.store, d.wds_shards[i], limits));
+    ShardSummary sh{shard.name(), shard.samples().size(), shard.stored_bytes(), shard.tar_bytes(),
+                    CompressionName(shard.name())};
+    s.samples += sh.samples;
+    s.stored_bytes += sh.stored_bytes;
+    s.raw_bytes += sh.raw_bytes;
+    s.shards.push_back(std::move(sh));
+    for (const WdsSample& sample : shard.samples()) {
+      for (const WdsField& f : sample.fields) {
+        auto [it, inserted] = column_at.try_emplace(f.name, s.columns.size());
+        if (inserted) s.columns.push_back(ColumnSummary{f.name, "", std::nullopt, 0, 0});
+        s.columns[it->second].samples += 1;
+        s.columns[it->second].bytes += f.bytes.size();
+      }
+    }
+    if (progress) progress(i + 1, d.wds_shards.size());
+  }
+  return s;
+}
+
+Result<VerifyReport> VerifyDataset(DatasetLocation& d, const ReadLimits& limits,
+                                   const DataProgress& progress) {
+  VerifyReport r;
+  if (d.format == DatasetFormat::kMds) {
+    GANTRY_ASSIGN_OR_RETURN(MdsIndex index, ReadMdsIndex(*d.store, ""));
+    MdsReadOptions options;
+    options.limits = limits;
+    options.verify_hashes = true;
+    for (size_t i = 0; i < index.shards.size(); ++i) {
+      const MdsShardInfo& info = index.shards[i];
+      ++r.shards;
+      Result<MdsShard> shard = ReadMdsShard(*d.store, "", info, options);
+      Status s = shard.ok() ? shard->CheckAllSamples() : shard.status();
+      if (s.ok()) {
+        r.samples += shard->num_samples();
+        r.bytes += info.stored().bytes;
+        r.hashes_checked += info.raw.hashes.size() + (info.zip ? info.zip->hashes.size() : 0);
+      } else {
+        r.problems.push_back(std::move(s));
+      }
+      if (progress) progress(i + 1, index.shards.size());
+    }
+    return r;
+  }
+  for (size_t i = 0; i < d.wds_shards.size(); ++i) {
+    ++r.shards;
+    Result<WdsShard> shard = ReadWdsShard(*d.store, d.wds_shards[i], limits);
+    if (shard.ok()) {
+      r.samples += shard->samples().size();
+      r.bytes += shard->stored_bytes();
+    } else {
+      r.problems.push_back(shard.status());
+    }
+    if (progress) progress(i + 1, d.wds_shards.size());
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// One sample to pack: its key and fields in order, each a value as the input gave it.
+struct InputValue {
+  enum Kind { kBytes, kText, kInteger, kFloat } kind = kBytes;
+  std::string bytes;  // kBytes, kText
+  int64_t integer = 0;
+  double real = 0;
+};
+struct InputSample {
+  std::string key;
+  std::string where;  // "m.jsonl:3" or the key, for errors
+  std::vector<std::pair<std::string, InputValue>> fields;
+};
+
+// Walks the input, calling `sink` for each sample in order. Directory input is grouped by key
+// (files of one key need not be adjacent in name order: "a.b" < "a.c/d.e" < "a.d").
+class PackInput {
+ public:
+  static Result<std::unique_ptr<PackInput>> Open(const std::string& input,
+                                                 const StoreOptions& options) {
+    auto in = std::unique_ptr<PackInput>(new PackInput());
+    StoreOptions o = options;
+    o.create_root = false;
+    if (EndsWith(input, ".jsonl")) {
+      GANTRY_ASSIGN_OR_RETURN(auto parts, SplitObjectUrl(input));
+      GANTRY_ASSIGN_OR_RETURN(in->store_, OpenObjectStore(parts.first, o));
+      in->manifest_ = parts.second;
+      GANTRY_ASSIGN_OR_RETURN(std::string text, in->store_->Get(parts.second));
+      in->manifest_text_ = std::move(text);
+      for (char c : in->manifest_text_) in->total_ += c == '\n' ? 1 : 0;
+      return in;
+    }
+    GANTRY_ASSIGN_OR_RETURN(in->store_, OpenObjectStore(input, o));
+    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> files, in->store_->ListAll(""));
+    if (files.empty()) return NotFound(input + ": no files to pack");
+    for (const ObjectInfo& f : files) {
+      auto [key, field] = SplitWdsName(f.key);
+      if (key.empty()) {
+        return InvalidArgument(input + ": file '" + f.key +
+                               "' has no extension to name its field (expected <key>.<field>)");
+      }
+      auto& fields = in->groups_[key];
+      for (const auto& [existing, name] : fields) {
+        if (existing == field) {
+          return InvalidArgument(input + ": files '" + name + "' and '" + f.key +
+                                 "' give sample '" + key + "' field '" + field + "' twice");
+        }
+      }
+      fields.emplace_back(field, f.key);
+    }
+    in->total_ = in->groups_.size();
+    return in;
+  }
+
+  uint64_t total() const { return total_; }
+  uint64_t input_bytes() const { return input_bytes_; }
+
+  Status ForEach(const std::function<Status(InputSample&)>& sink, const DataProgress& progress) {
+    uint64_t done = 0;
+    if (!manifest_.empty()) {
+      std::istringstream lines(manifest_text_);
+      std::string line;
+      uint64_t number = 0;
+      while (std::getline(lines, line)) {
+        ++number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        GANTRY_ASSIGN_OR_RETURN(InputSample s, ParseLine(line, number));
+        GANTRY_RETURN_IF_ERROR(sink(s));
+        if (progress) progress(++done, total_);
+      }
+      return Status::Ok();
+    }
+    for (auto& [key, fields] : groups_) {
+      InputSample s;
+      s.key = key;
+      s.where = "sample '" + Shorten(key) + "'";
+      for (const auto& [field, name] : fields) {
+        GANTRY_ASSIGN_OR_RETURN(std::string bytes, store_->Get(name));
+        input_bytes_ += bytes.size();
+        s.fields.emplace_back(field, InputValue{InputValue::kBytes, std::move(bytes), 0, 0});
+      }
+      GANTRY_RETURN_IF_ERROR(sink(s));
+      if (progress) progress(++done, total_);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  PackInput() = default;
+
+  Result<InputSample> ParseLine(const std::string& line, uint64_t number) {
+    const std::string at = manifest_ + ":" + std::to_string(number);
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return InvalidArgument(at + ": not a JSON object");
+    InputSample s;
+    s.where = at;
+    char fallback[32];
+    std::snprintf(fallback, sizeof(fallback), "%09llu",
+                  static_cast<unsigned long long>(number - 1));
+    s.key = fallback;
+    for (const auto& [name, v] : j.items()) {
+      const std::string where = at + ": '" + Shorten(name) + "'";
+      if (name == "__key__") {
+        if (!v.is_string() || v.get<std::string>().empty()) {
+          return InvalidArgument(where + " must be a non-empty string");
+        }
+        s.key = v.get<std::string>();
+        continue;
+      }
+      InputValue value;
+      if (v.is_string()) {
+        value.kind = InputValue::kText;
+        value.bytes = v.get<std::string>();
+      } else if (v.is_number_integer()) {
+        if (v.is_number_unsigned() &&
+            v.get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()}) {
+          return InvalidArgument(where + ": integer does not fit 64 bits signed");
+        }
+        value.kind = InputValue::kInteger;
+        value.integer = v.get<int64_t>();
+      } else if (v.is_number_float()) {
+        value.kind = InputValue::kFloat;
+        value.real = v.get<double>();
+      } else if (v.is_object() && v.size() == 1 && v.contains("path") && v["path"].is_string()) {
+        const std::string path = v["path"].get<std::string>();
+        if (Status k = ValidateKey(path); !k.ok()) {
+          return InvalidArgument(where + ": path: " + k.message());
+        }
+        Result<std::string> bytes = store_->Get(path);
+        if (!bytes.ok())
+          return Status(bytes.status().code(), where + ": " + bytes.status().message());
+        value.bytes = std::move(*bytes);
+      } else if (v.is_object() && v.size() == 1 && v.contains("b64") && v["b64"].is_string()) {
+        GANTRY_ASSIGN_OR_RETURN(value.bytes, Base64Decode(v["b64"].get<std::string>(), where));
+      } else {
+        return InvalidArgument(where +
+                               ": expected a string, a number, {\"path\": ...} or "
+                               "{\"b64\": ...}");
+      }
+      input_bytes_ += value.bytes.size();
+      s.fields.emplace_back(name, std::move(value));
+    }
+    if (s.fields.empty()) return InvalidArgument(at + ": a sample with no fields");
+    return s;
+  }
+
+  std::unique_ptr<ObjectStore> store_;
+  std::string manifest_;  // key of the manifest in store_, or empty for a folder
+  std::string manifest_text_;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>>
+      groups_;  // key -> (field, file)
+  uint64_t total_ = 0;
+  uint64_t input_bytes_ = 0;
+};
+
+std::string DefaultEncoding(const InputValue& v) {
+  switch (v.kind) {
+    case InputValue::kText:
+      return "str";
+    case InputValue::kInteger:
+      return "int";
+    case InputValue::kFloat:
+      return "float64";
+    case InputValue::kBytes:
+      break;
+  }
+  return "bytes";
+}
+
+template <typename T>
+std::string LittleEndian(T v) {
+  std::string out(sizeof(T), '\0');
+  std::memcpy(out.data(), &v, sizeof(T));  // x86-64 and aarch64 hosts are little-endian
+  return out;
+}
+
+// The stored bytes of `v` in a column of `encoding`.
+Result<std::string> EncodeMds(const InputValue& v, const std::string& encoding,
+                              const std::string& at) {
+  if (v.kind == InputValue::kBytes || v.kind == InputValue::kText) return v.bytes;
+  auto range = [&](int64_t lo, uint64_t hi) -> Status {
+    if (v.integer < lo || (v.integer > 0 && static_cast<uint64_t>(v.integer) > hi)) {
+      return InvalidArgument(at + ": " + std::to_string(v.integer) + " does not fit " + encoding);
+    }
+    return Status::Ok();
+  };
+  if (v.kind == InputValue::kInteger) {
+    if (encoding == "int" || encoding == "int64") return LittleEndian<int64_t>(v.integer);
+    if (encoding == "int32") {
+      GANTRY_RETURN_IF_ERROR(range(INT32_MIN, INT32_MAX));
+      return LittleEndian<int32_t>(static_cast<int32_t>(v.integer));
+    }
+    if (encoding == "int16") {
+      GANTRY_RETURN_IF_ERROR(range(INT16_MIN, INT16_MAX));
+      return LittleEndian<int16_t>(static_cast<int16_t>(v.integer));
+    }
+    if (encoding == "int8") {
+      GANTRY_RETURN_IF_ERROR(range(INT8_MIN, INT8_MAX));
+      return LittleEndian<int8_t>(static_cast<int8_t>(v.integer));
+    }
+    if (encoding == "uint64") {
+      GANTRY_RETURN_IF_ERROR(range(0, UINT64_MAX));
+      return LittleEndian<uint64_t>(static_cast<uint64_t>(v.integer));
+    }
+    if (encoding == "uint32") {
+      GANTRY_RETURN_IF_ERROR(range(0, UINT32_MAX));
+      return LittleEndian<uint32_t>(static_cast<uint32_t>(v.integer));
+    }
+    if (encoding == "uint16") {
+      GANTRY_RETURN_IF_ERROR(range(0, UINT16_MAX));
+      return LittleEndian<uint16_t>(static_cast<uint16_t>(v.integer));
+    }
+    if (encoding == "uint8") {
+      GANTRY_RETURN_IF_ERROR(range(0, UINT8_MAX));
+      return LittleEndian<uint8_t>(static_cast<uint8_t>(v.integer));
+    }
+    if (encoding == "str" || encoding == "str_int") return std::to_string(v.integer);
+  }
+  const double real = v.kind == InputValue::kFloat ? v.real : static_cast<double>(v.integer);
+  if (encoding == "float64") return LittleEndian<double>(real);
+  if (encoding == "float32") return LittleEndian<float>(static_cast<float>(real));
+  if (encoding == "str" || encoding == "str_float") return json(real).dump();
+  return InvalidArgument(at + ": a number cannot be stored as '" + encoding + "'");
+}
+
+// A WebDataset member's bytes: numbers as decimal text (as webdataset's writer does for .cls).
+std::string EncodeWds(const InputValue& v) {
+  switch (v.kind) {
+    case InputValue::kInteger:
+      return std::to_string(v.integer);
+    case InputValue::kFloat:
+      return json(v.real).dump();
+    default:
+      return v.bytes;
+  }
+}
+
+}  // namespace
+
+Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
+                               const StoreOptions& store_options, const DataProgress& progress) {
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PackInput> input,
+                          PackInput::Open(options.input, store_options));
+  StoreOptions oo = store_options;
+  oo.create_root = true;
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));
+  PackReport report;
+  if (options.format == DatasetFormat::kWebDataset) {
+    WdsWriterOptions wo;
+    wo.pattern = options.gzip ? "shard-%06d.tar.gz" : "shard-%06d.tar";
+    wo.max_samples = options.shard_samples;
+    wo.max_bytes = options.shard_bytes;
+    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<WdsWriter> w, WdsWriter::Create(*store, wo));
+    GANTRY_RETURN_IF_ERROR(input->ForEach(
+        [&](InputSample& s) -> Status {
+          std::vector<std::pair<std::string, std::string>> fields;
+          for (auto& [name, value] : s.fields) fields.emplace_back(name, EncodeWds(value));
+          Status st = w->Write(s.key, fields);
+          return st.ok() ? st : Status(st.code(), s.where + ": " + st.message());
+        },
+        progress));
+    GANTRY_RETURN_IF_ERROR(w->Finish());
+    report.samples = w->samples_written();
+    report.shards = w->shards_written();
+    report.input_bytes = input->input_bytes();
+    return report;
+  }
+  // MDS needs its columns before the first sample: the encodings of the first sample (and the
+  // overrides) fix them, and every later sample must have the same fields.
+  std::unique_ptr<MdsWriter> w;
+  uint64_t n = 0;
+  GANTRY_RETURN_IF_ERROR(input->ForEach(
+      [&](InputSample& s) -> Status {
+        const std::string& at = s.where;
+        std::map<std::string, std::string> row;
+        if (w == nullptr) {
+          MdsWriterOptions mo;
+          mo.compression = options.compression;
+          mo.hashes = options.hashes;
+          mo.size_limit = options.shard_bytes;
+          mo.columns["__key__"] = "str";
+          for (const auto& [name, value] : s.fields) mo.columns[name] = DefaultEncoding(value);
+          for (const auto& [name, encoding] : options.encodings) {
+            if (mo.columns.count(name) == 0) {
+              return InvalidArgument("--column " + name + ": the first sample has no such field");
+            }
+            mo.columns[name] = encoding;
+          }
+          GANTRY_ASSIGN_OR_RETURN(w, MdsWriter::Create(*store, std::move(mo)));
+        }
+        row["__key__"] = s.key;
+        for (const auto& [name, value] : s.fields) {
+          auto it = options.encodings.find(name);
+          const std::string encoding =
+              it != options.encodings.end() ? it->second : DefaultEncoding(value);
+          GANTRY_ASSIGN_OR_RETURN(row[name],
+                                  EncodeMds(value, encoding, at + " field '" + name + "'"));
+        }
+        Status st = w->Write(row);
+        if (!st.ok()) return Status(st.code(), at + ": " + st.message());
+        ++n;
+        return Status::Ok();
+      },
+      progress));
+  if (w == nullptr) return InvalidArgument(options.input + ": no samples to pack");
+  GANTRY_RETURN_IF_ERROR(w->Finish());
+  report.samples = n;
+  for (const MdsShardInfo& s : w->index().shards) report.shards.push_back(s.stored().basename);
+  report.shards.push_back(kMdsIndexName);
+  report.input_bytes = input->input_bytes();
+  return report;
+}
+
+}  // namespace gantry::data

@@ -1,0 +1,232 @@
+// Datasets by URL: locating either format (folder or single shard), inspect and verify on the
+// fixtures, verify naming every damaged shard, and pack from folders and manifests.
+#include "gantry/data/dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/test_support.h"
+#include "data/test_util.h"
+#include "gantry/data/mds.h"
+
+namespace gantry::data {
+namespace {
+
+using test_support::TempDir;
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+void CopyWritable(const std::string& from, const std::string& to) {
+  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(to)) {
+    std::filesystem::permissions(e.path(), std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add);
+  }
+}
+
+TEST(LocateDataset, FindsEitherFormatOrOneShard) {
+  const std::string f = test::FixturesDir();
+  Result<DatasetLocation> mds = LocateDataset(f + "/mds/zstd", {});
+  ASSERT_TRUE(mds.ok()) << mds.status().ToString();
+  EXPECT_EQ(mds->format, DatasetFormat::kMds);
+  Result<DatasetLocation> wds = LocateDataset("file://" + f + "/wds/basic", {});
+  ASSERT_TRUE(wds.ok());
+  EXPECT_EQ(wds->format, DatasetFormat::kWebDataset);
+  EXPECT_EQ(wds->wds_shards.size(), 5u);
+  Result<DatasetLocation> one = LocateDataset(f + "/wds/gz/shard-000001.tar.gz", {});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->wds_shards, std::vector<std::string>{"shard-000001.tar.gz"});
+  TempDir empty("gantry-ds");
+  EXPECT_EQ(LocateDataset(empty.path(), {}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(LocateDataset(empty.sub("nope"), {}).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(empty.sub("nope")));  // nothing created by a read
+}
+
+TEST(InspectDataset, SummarisesFixtures) {
+  const std::string f = test::FixturesDir();
+  auto mds = LocateDataset(f + "/mds/hashed", {});
+  ASSERT_TRUE(mds.ok());
+  Result<DatasetSummary> s = InspectDataset(*mds, {}, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->samples, 1500u);
+  EXPECT_EQ(s->shards.size(), 10u);
+  EXPECT_EQ(s->stored_bytes, 925024u);  // the fixture README's total
+  EXPECT_EQ(s->hashes, (std::vector<std::string>{"sha1", "xxh64"}));
+  ASSERT_EQ(s->columns.size(), 5u);
+  EXPECT_EQ(s->columns[4].name, "vec");
+  EXPECT_EQ(s->columns[4].size, 64u);
+
+  auto wds = LocateDataset(f + "/wds/images", {});
+  ASSERT_TRUE(wds.ok());
+  uint64_t calls = 0;
+  s = InspectDataset(*wds, {}, [&](uint64_t done, uint64_t total) {
+    ++calls;
+    EXPECT_LE(done, total);
+  });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->samples, 200u);
+  EXPECT_EQ(calls, 3u);
+  std::map<std::string, uint64_t> counts;
+  for (const ColumnSummary& c : s->columns) counts[c.name] = c.samples;
+  // i%3==0: cls+jpg; 1: cls+jpg+png; 2: cls+png (fixture README).
+  EXPECT_EQ(counts["cls"], 200u);
+  EXPECT_EQ(counts["jpg"], 134u);
+  EXPECT_EQ(counts["png"], 133u);
+}
+
+TEST(VerifyDataset, CleanFixturesVerify) {
+  for (const char* d : {"mds/plain", "mds/zstd", "mds/hashed", "mds/jpeg", "wds/basic", "wds/gz",
+                        "wds/tricky", "wds/images", "wds/ambiguous"}) {
+    auto loc = LocateDataset(test::FixturesDir() + "/" + d, {});
+    ASSERT_TRUE(loc.ok()) << d;
+    Result<VerifyReport> r = VerifyDataset(*loc, {}, nullptr);
+    ASSERT_TRUE(r.ok()) << d;
+    EXPECT_TRUE(r->ok()) << d << ": " << r->problems.front().ToString();
+    if (std::string(d) == "mds/hashed") {
+      EXPECT_EQ(r->hashes_checked, 20u);
+    }
+  }
+}
+
+TEST(VerifyDataset, NamesEveryDamagedOrMissingShardAndChecksTheRest) {
+  TempDir dir("gantry-ds");
+  CopyWritable(test::FixturesDir() + "/mds/hashed", dir.sub("d"));
+  std::string s4;
+  {
+    std::ifstream in(dir.sub("d/shard.00004.mds"), std::ios::binary);
+    s4.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  s4[s4.size() - 3] ^= 1;
+  WriteFile(dir.sub("d/shard.00004.mds"), s4);
+  std::filesystem::remove(dir.sub("d/shard.00007.mds"));
+  auto loc = LocateDataset(dir.sub("d"), {});
+  ASSERT_TRUE(loc.ok());
+  Result<VerifyReport> r = VerifyDataset(*loc, {}, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->shards, 10u);
+  ASSERT_EQ(r->problems.size(), 2u);
+  EXPECT_EQ(r->problems[0].code(), StatusCode::kDataLoss);
+  EXPECT_NE(r->problems[0].message().find("shard.00004.mds"), std::string::npos);
+  EXPECT_EQ(r->problems[1].code(), StatusCode::kNotFound);
+  EXPECT_NE(r->problems[1].message().find("shard.00007.mds"), std::string::npos);
+  EXPECT_EQ(r->hashes_checked, 16u);  // the 8 good shards, two digests each
+
+  CopyWritable(test::FixturesDir() + "/wds/basic", dir.sub("w"));
+  std::filesystem::resize_file(dir.sub("w/shard-000002.tar"), 100000);
+  auto wl = LocateDataset(dir.sub("w"), {});
+  ASSERT_TRUE(wl.ok());
+  r = VerifyDataset(*wl, {}, nullptr);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->problems.size(), 1u);
+  EXPECT_EQ(r->problems[0].code(), StatusCode::kDataLoss);
+  EXPECT_NE(r->problems[0].message().find("shard-000002.tar"), std::string::npos);
+  EXPECT_EQ(r->samples, 1550u);  // the other four shards
+}
+
+TEST(PackDataset, FolderToBothFormats) {
+  TempDir dir("gantry-ds");
+  // Files of one key are not adjacent in name order ("a.b" < "a.c/d.e" < "a.d"): still one sample.
+  WriteFile(dir.sub("in/a.b"), "ab");
+  WriteFile(dir.sub("in/a.c/d.e"), "de");
+  WriteFile(dir.sub("in/a.d"), "ad");
+  WriteFile(dir.sub("in/img/x.JPG"), "jpegbytes");
+  WriteFile(dir.sub("in/img/x.cls"), "3");
+  PackOptions o;
+  o.input = dir.sub("in");
+  Result<PackReport> r = PackDataset(o, dir.sub("wds"), {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples, 3u);
+  auto store = test::OpenDir(dir.sub("wds"));
+  Result<WdsShard> shard = ReadWdsShard(*store, "shard-000000.tar", {});
+  ASSERT_TRUE(shard.ok());
+  ASSERT_EQ(shard->samples().size(), 3u);
+  EXPECT_EQ(shard->samples()[0].key, "a");
+  EXPECT_EQ(shard->samples()[0].Find("d")->bytes, "ad");
+  EXPECT_EQ(shard->samples()[1].key, "a.c/d");
+  EXPECT_EQ(shard->samples()[2].Find("jpg")->bytes, "jpegbytes");  // field lower-cased
+
+  // MDS needs every sample to hold the same fields.
+  o.format = DatasetFormat::kMds;
+  r = PackDataset(o, dir.sub("mds"), {}, nullptr);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir.sub("in/a.c"));
+  std::filesystem::remove(dir.sub("in/a.b"));
+  std::filesystem::remove(dir.sub("in/a.d"));
+  WriteFile(dir.sub("in/a.jpg"), "A");
+  WriteFile(dir.sub("in/a.cls"), "1");
+  o.compression = "zstd";
+  o.hashes = {"sha1"};
+  r = PackDataset(o, dir.sub("mds"), {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto loc = LocateDataset(dir.sub("mds"), {});
+  ASSERT_TRUE(loc.ok());
+  Result<VerifyReport> v = VerifyDataset(*loc, {}, nullptr);
+  ASSERT_TRUE(v.ok() && v->ok());
+  EXPECT_EQ(v->samples, 2u);
+  EXPECT_EQ(v->hashes_checked, 2u);
+}
+
+TEST(PackDataset, ManifestValuesAndEncodings) {
+  TempDir dir("gantry-ds");
+  WriteFile(dir.sub("files/p.bin"), std::string("\x00\x01\x02", 3));
+  WriteFile(
+      dir.sub("m.jsonl"),
+      R"({"__key__": "k0", "txt": "héllo", "cls": -3, "score": 0.5, "raw": {"b64": "AAEC"}, "f": {"path": "files/p.bin"}})"
+      "\n\n"
+      R"({"__key__": "k1", "txt": "", "cls": 7, "score": 2, "raw": {"b64": ""}, "f": {"path": "files/p.bin"}})"
+      "\n");
+  PackOptions o;
+  o.format = DatasetFormat::kMds;
+  o.input = dir.sub("m.jsonl");
+  o.encodings = {{"cls", "int32"}, {"score", "float32"}};
+  Result<PackReport> r = PackDataset(o, dir.sub("out"), {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto store = test::OpenDir(dir.sub("out"));
+  Result<MdsIndex> index = ReadMdsIndex(*store, "");
+  ASSERT_TRUE(index.ok());
+  const auto& cols = index->shards[0].columns;
+  std::vector<std::string> names;
+  for (const auto& c : cols) names.push_back(c.name + ":" + c.encoding);
+  EXPECT_EQ(names, (std::vector<std::string>{"__key__:str", "cls:int32", "f:bytes", "raw:bytes",
+                                             "score:float32", "txt:str"}));
+  Result<MdsShard> shard = ReadMdsShard(*store, "", index->shards[0], {});
+  ASSERT_TRUE(shard.ok());
+  auto row = *shard->Sample(0);
+  EXPECT_EQ(row[0], "k0");
+  int32_t cls = 0;
+  std::memcpy(&cls, row[1].data(), 4);
+  EXPECT_EQ(cls, -3);
+  EXPECT_EQ(row[2], std::string("\x00\x01\x02", 3));
+  EXPECT_EQ(row[3], std::string("\x00\x01\x02", 3));
+  float score = 0;
+  std::memcpy(&score, row[4].data(), 4);
+  EXPECT_EQ(score, 0.5f);
+  EXPECT_EQ(row[5], "héllo");
+  std::memcpy(&score, (*shard->Sample(1))[4].data(), 4);
+  EXPECT_EQ(score, 2.0f);
+
+  // Bad lines name the manifest line.
+  for (const std::string& bad :
+       {std::string(R"({"cls": 300})"), std::string(R"({"x": {"path": "../etc/passwd"}})"),
+        std::string(R"({"x": [1]})"), std::string("not json"),
+        std::string(R"({"x": {"b64": "@@"}})")}) {
+    WriteFile(dir.sub("bad.jsonl"), bad + "\n");
+    PackOptions b;
+    b.format = DatasetFormat::kMds;
+    b.input = dir.sub("bad.jsonl");
+    b.encodings = {{"cls", "int8"}};
+    Result<PackReport> br = PackDataset(b, dir.sub("bad-out"), {}, nullptr);
+    EXPECT_EQ(br.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(br.status().message().find("bad.jsonl:1"), std::string::npos)
+        << bad << ": " << br.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace gantry::data
