@@ -119,6 +119,9 @@ void CheckpointEngine::Impl::SweepLocalLeftovers() {
 }
 
 Status CheckpointEngine::Remove(int64_t step) {
+  // A save whose Wait() returned may still be finishing its commit (pointer, retention); let
+  // it end first, so the removal neither races it nor sees it as a save still in flight.
+  impl_->AwaitCommits();
   const std::string prefix = StepPrefix(options_.job, step);
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_->ListAll(prefix));
   if (objects.empty()) {
@@ -138,6 +141,17 @@ Status CheckpointEngine::Remove(int64_t step) {
     }
   }
   return impl_->ForgetRemoved(step);
+}
+
+void CheckpointEngine::Impl::AwaitCommits() {
+  std::vector<std::future<void>> pending;
+  {
+    MutexLock lock(mu);
+    pending.swap(commits);
+  }
+  for (const std::future<void>& f : pending) f.wait();  // outside mu: a commit may take it
+  MutexLock lock(mu);
+  for (std::future<void>& f : pending) commits.push_back(std::move(f));
 }
 
 // Saves must go above this engine's newest save (incremental state compares against it). When
