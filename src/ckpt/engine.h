@@ -148,6 +148,8 @@ struct CheckpointEngine::Impl {
   // retention.cc
   // After Remove(step): lowers the bar for the next save's step if `step` was the newest save.
   Status ForgetRemoved(int64_t step);
+  // Remove without waiting for commits: for retention, which runs inside a commit task.
+  Status RemoveStep(int64_t step);
   // Blocks until every commit this engine started has finished; the futures stay for WaitAll.
   void AwaitCommits() EXCLUDES(mu);
   // Removes what `r` does not keep; damaged checkpoints are left, one warning each (if given).

@@ -121,26 +121,31 @@ void CheckpointEngine::Impl::SweepLocalLeftovers() {
 Status CheckpointEngine::Remove(int64_t step) {
   // A save whose Wait() returned may still be finishing its commit (pointer, retention); let
   // it end first, so the removal neither races it nor sees it as a save still in flight.
+  // Never from a commit task (retention runs there): it would wait for itself.
   impl_->AwaitCommits();
-  const std::string prefix = StepPrefix(options_.job, step);
-  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_->ListAll(prefix));
+  return impl_->RemoveStep(step);
+}
+
+Status CheckpointEngine::Impl::RemoveStep(int64_t step) {
+  const std::string& job = opt().job;
+  ObjectStore& durable_store = durable();
+  const std::string prefix = StepPrefix(job, step);
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, durable_store.ListAll(prefix));
   if (objects.empty()) {
-    return NotFound("no checkpoint at step " + std::to_string(step) + " of job '" + options_.job +
-                    "'");
+    return NotFound("no checkpoint at step " + std::to_string(step) + " of job '" + job + "'");
   }
   // The manifest first: from then on the checkpoint does not exist, whatever else happens.
-  GANTRY_RETURN_IF_ERROR(durable_->Delete(ManifestKey(options_.job, step)));
-  for (const ObjectInfo& obj : objects) GANTRY_RETURN_IF_ERROR(durable_->Delete(obj.key));
-  Result<std::string> pointer = durable_->Get(LatestKey(options_.job));
+  GANTRY_RETURN_IF_ERROR(durable_store.Delete(ManifestKey(job, step)));
+  for (const ObjectInfo& obj : objects) GANTRY_RETURN_IF_ERROR(durable_store.Delete(obj.key));
+  Result<std::string> pointer = durable_store.Get(LatestKey(job));
   if (pointer.ok() && std::strtoll(pointer->c_str(), nullptr, 10) == step) {
-    GANTRY_RETURN_IF_ERROR(durable_->Delete(LatestKey(options_.job)));
-    Result<int64_t> newest = LatestStep();
+    GANTRY_RETURN_IF_ERROR(durable_store.Delete(LatestKey(job)));
+    Result<int64_t> newest = engine->LatestStep();
     if (newest.ok()) {
-      GANTRY_RETURN_IF_ERROR(
-          durable_->Put(LatestKey(options_.job), std::to_string(*newest) + "\n"));
+      GANTRY_RETURN_IF_ERROR(durable_store.Put(LatestKey(job), std::to_string(*newest) + "\n"));
     }
   }
-  return impl_->ForgetRemoved(step);
+  return ForgetRemoved(step);
 }
 
 void CheckpointEngine::Impl::AwaitCommits() {
@@ -192,7 +197,7 @@ Status CheckpointEngine::Impl::ApplyRetention(const Retention& r, std::vector<in
                       (r.keep_every > 0 && c.step % r.keep_every == 0) ||
                       (r.keep_tagged && !c.tags.empty());
     if (keep) continue;
-    GANTRY_RETURN_IF_ERROR(engine->Remove(c.step));
+    GANTRY_RETURN_IF_ERROR(RemoveStep(c.step));
     removed->push_back(c.step);
   }
   return Status::Ok();
