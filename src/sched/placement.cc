@@ -21,7 +21,7 @@ inline int Eff(const FreeIndex& f, const NodeCaps* caps, NodeIndex n) {
 }
 
 // Gang with `k` nodes of `g` GPUs, lowest node indices first.
-bool FirstFitGang(const Job& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
+bool FirstFitGang(const JobRequest& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
                   Placement* out) {
   const Cluster& c = free.cluster();
   if (k == 1 && (caps == nullptr || caps->empty())) {
@@ -37,7 +37,8 @@ bool FirstFitGang(const Job& job, int k, int g, const FreeIndex& free, const Nod
   return static_cast<int>(out->size()) == k;
 }
 
-bool FirstFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Placement* out) {
+bool FirstFitAny(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
+                 Placement* out) {
   const Cluster& c = free.cluster();
   int need = job.gpus;
   const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
@@ -53,7 +54,7 @@ bool FirstFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Pl
 }
 
 // Gang: the k nodes with the fewest free GPUs that still hold g (least fragmentation left).
-bool BestFitGang(const Job& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
+bool BestFitGang(const JobRequest& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
                  Placement* out) {
   free.VisitAscending(job.gpu_type_mask, g, [&](NodeIndex n) {
     if (Eff(free, caps, n) >= g) out->push_back({n, g});
@@ -63,7 +64,8 @@ bool BestFitGang(const Job& job, int k, int g, const FreeIndex& free, const Node
 }
 
 // Any: one best-fit node when the job fits on one; otherwise the fullest-free nodes first.
-bool BestFitAny(const Job& job, const FreeIndex& free, const NodeCaps* caps, Placement* out) {
+bool BestFitAny(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
+                Placement* out) {
   if (job.gpus <= free.cluster().max_gpus_per_node() &&
       BestFitGang(job, 1, job.gpus, free, caps, out)) {
     return true;
@@ -91,7 +93,7 @@ struct CapLoss {
   int lost_gpus;  // free - effective
 };
 
-void CollectCapLoss(const Job& job, int g, const FreeIndex& free, const NodeCaps* caps,
+void CollectCapLoss(const JobRequest& job, int g, const FreeIndex& free, const NodeCaps* caps,
                     std::vector<CapLoss>* out) {
   out->clear();
   if (caps == nullptr) return;
@@ -104,7 +106,7 @@ void CollectCapLoss(const Job& job, int g, const FreeIndex& free, const NodeCaps
 }
 
 // False when the job cannot fit anywhere, however nodes are chosen.
-bool MayFit(const Job& job, const JobShape& s, const FreeIndex& free,
+bool MayFit(const JobRequest& job, const JobShape& s, const FreeIndex& free,
             const std::vector<CapLoss>& loss) {
   if (s.any) {
     int64_t have = free.FreeOfTypes(job.gpu_type_mask);
@@ -116,7 +118,7 @@ bool MayFit(const Job& job, const JobShape& s, const FreeIndex& free,
   return have >= s.nodes;
 }
 
-bool MayFit(const Job& job, const FreeIndex& free, const NodeCaps* caps) {
+bool MayFit(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps) {
   const JobShape s = ShapeOf(job);
   if (caps == nullptr || caps->empty()) return MayFit(job, s, free, {});
   std::vector<CapLoss> loss;
@@ -127,7 +129,7 @@ bool MayFit(const Job& job, const FreeIndex& free, const NodeCaps* caps) {
 class FirstFit final : public PlacementPlugin {
  public:
   std::string_view name() const override { return "first-fit"; }
-  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+  bool Place(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
              Placement* out) const override {
     out->clear();
     if (!MayFit(job, free, caps)) return false;
@@ -140,7 +142,7 @@ class FirstFit final : public PlacementPlugin {
 class BestFit final : public PlacementPlugin {
  public:
   std::string_view name() const override { return "best-fit"; }
-  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+  bool Place(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
              Placement* out) const override {
     out->clear();
     if (!MayFit(job, free, caps)) return false;
@@ -159,7 +161,7 @@ class Topology final : public PlacementPlugin {
   explicit Topology(int max_span_level) : max_span_level_(max_span_level) {}
   std::string_view name() const override { return "topology"; }
 
-  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+  bool Place(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
              Placement* out) const override {
     out->clear();
     const JobShape s = ShapeOf(job);
@@ -185,7 +187,7 @@ class Topology final : public PlacementPlugin {
   }
 
  private:
-  bool PlaceInLevel(const Job& job, const JobShape& s, int level, const FreeIndex& free,
+  bool PlaceInLevel(const JobRequest& job, const JobShape& s, int level, const FreeIndex& free,
                     const NodeCaps* caps, Placement* out) const {
     // Candidates by the domain histograms (an upper bound when caps or GPU types restrict).
     struct Candidate {
@@ -258,7 +260,7 @@ class Topology final : public PlacementPlugin {
 
 }  // namespace
 
-JobShape ShapeOf(const Job& job) {
+JobShape ShapeOf(const JobRequest& job) {
   JobShape s;
   if (job.nodes > 0 && job.gpus_per_node > 0) {
     s.nodes = job.nodes;

@@ -11,6 +11,6 @@ struct JobShape {
   int gpus_per_node = 0;  // ...with this many GPUs each
 };
 
-JobShape ShapeOf(const Job& job);
+JobShape ShapeOf(const JobRequest& job);
 
 }  // namespace gantry

@@ -28,7 +28,7 @@ class Scored final : public PlacementPlugin {
   explicit Scored(std::vector<WeightedScore> scores) : scores_(std::move(scores)) {}
   std::string_view name() const override { return "scored"; }
 
-  bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+  bool Place(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
              Placement* out) const override {
     out->clear();
     const JobShape s = ShapeOf(job);

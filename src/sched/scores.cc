@@ -10,7 +10,7 @@ namespace {
 class PackScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "pack"; }
-  double Score(const Job&, NodeIndex, int usable, const FreeIndex& free) const override {
+  double Score(const JobRequest&, NodeIndex, int usable, const FreeIndex& free) const override {
     return 1.0 - static_cast<double>(usable) / free.cluster().max_gpus_per_node();
   }
 };
@@ -18,7 +18,7 @@ class PackScore final : public ScorePlugin {
 class SpreadScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "spread"; }
-  double Score(const Job&, NodeIndex, int usable, const FreeIndex& free) const override {
+  double Score(const JobRequest&, NodeIndex, int usable, const FreeIndex& free) const override {
     return static_cast<double>(usable) / free.cluster().max_gpus_per_node();
   }
 };

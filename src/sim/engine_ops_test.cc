@@ -263,11 +263,11 @@ TEST(EngineOps, CheckerCatchesDownAndDrainMistakes) {
 
 class FixedOracle final : public RuntimeOracle {
  public:
-  Duration TrueRunTime(const Job& job) const override { return 1000 - job.index; }
+  Duration TrueRunTime(const JobRequest& job) const override { return 1000 - job.index; }
 };
 
 // Oracle profiles need a RuntimeOracle: a live driver has none and gets a clear error; with one
-// the factor orders by what the oracle says, not by Job::run_time.
+// the factor orders by what the oracle says, not by the trace record's Job::run_time.
 TEST(EngineOps, OracleProfilesNeedARuntimeOracle) {
   Cluster c = FlatCluster(1, 4);
   std::vector<Team> teams = {{"a", kNoQuota, 1.0}};
@@ -301,7 +301,9 @@ TEST(EngineOps, OracleProfilesNeedARuntimeOracle) {
 class LastNodeScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "last-node"; }
-  double Score(const Job&, NodeIndex node, int, const FreeIndex&) const override { return node; }
+  double Score(const JobRequest&, NodeIndex node, int, const FreeIndex&) const override {
+    return node;
+  }
 };
 
 TEST(EngineOps, RegistryResolvesNamesAndTakesNewScores) {

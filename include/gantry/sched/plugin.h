@@ -30,7 +30,7 @@
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
 #include "gantry/sched/free_index.h"
-#include "gantry/workload/job.h"
+#include "gantry/workload/job_request.h"
 
 namespace gantry {
 
@@ -94,7 +94,7 @@ class PlacementPlugin {
   // Chooses GPUs for all of `job` (gang: all or nothing) from `free`, taking at most
   // caps->Effective() on each node when caps is given. Returns false when it does not fit;
   // `out` is then unspecified.
-  virtual bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+  virtual bool Place(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
                      Placement* out) const = 0;
 };
 
@@ -106,7 +106,8 @@ class ScorePlugin {
  public:
   virtual ~ScorePlugin() = default;
   virtual std::string_view name() const = 0;
-  virtual double Score(const Job& job, NodeIndex node, int usable, const FreeIndex& free) const = 0;
+  virtual double Score(const JobRequest& job, NodeIndex node, int usable,
+                       const FreeIndex& free) const = 0;
 };
 
 // What priority factors may observe of the engine.
@@ -125,18 +126,18 @@ class PriorityFactor {
   virtual ~PriorityFactor() = default;
   virtual std::string_view name() const = 0;
   // Time-invariant part for a job; typically in [0, 1].
-  virtual double JobValue(const Job& job) const { return 0; }
+  virtual double JobValue(const JobRequest& job) const { return 0; }
   // Team part as of the last Refresh; typically in [0, 1].
   virtual double TeamValue(int team) const { return 0; }
   // Called at most every Profile::priority_recalc_interval and before the first cycle.
   virtual void Refresh(Time now, const TeamUsageView& usage) {}
-  virtual void OnJobStarted(const Job& job, Time now) {}
-  virtual void OnJobEnded(const Job& job, Time now) {}
+  virtual void OnJobStarted(const JobRequest& job, Time now) {}
+  virtual void OnJobEnded(const JobRequest& job, Time now) {}
   // For the age factor only: the age (seconds) at which the factor reaches 1; kInfiniteTime for
   // plain FIFO. Other factors return 0.
   virtual Duration max_age() const { return 0; }
   // Explains the value for `job` (why-pending output), e.g. "fairshare=0.42 (usage 31% of 12%)".
-  virtual std::string Describe(const Job& job) const;
+  virtual std::string Describe(const JobRequest& job) const;
 };
 
 class AdmissionPlugin {
@@ -146,10 +147,10 @@ class AdmissionPlugin {
   // GPUs `team` may still start now; INT_MAX when unlimited. A team with zero headroom has its
   // whole queue skipped in O(1).
   virtual int Headroom(int team) const = 0;
-  virtual void OnJobStarted(const Job& job) = 0;
-  virtual void OnJobEnded(const Job& job) = 0;
+  virtual void OnJobStarted(const JobRequest& job) = 0;
+  virtual void OnJobEnded(const JobRequest& job) = 0;
   // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
-  virtual std::string Explain(const Job& job) const = 0;
+  virtual std::string Explain(const JobRequest& job) const = 0;
 };
 
 // A candidate set of running jobs to preempt so that a blocked job can start.
@@ -158,7 +159,7 @@ class PreemptionPlugin {
   virtual ~PreemptionPlugin() = default;
   virtual std::string_view name() const = 0;
   // Returns victims for `blocked` (empty: none). Called for the highest-priority blocked job.
-  virtual std::vector<JobIndex> SelectVictims(const Job& blocked, Time now) = 0;
+  virtual std::vector<JobIndex> SelectVictims(const JobRequest& blocked, Time now) = 0;
 };
 
 }  // namespace gantry
