@@ -4,12 +4,14 @@
 //                                 size, QoS, oracles); the engine orders pending jobs by the sum
 //   admission    AdmissionPlugin  may this job start now as far as policy goes (quotas; later
 //                                 Kueue-style cohorts with borrowing, lending and reclaim)
-//   placement    PlacementPlugin  which GPUs on which nodes. The built-ins first-fit, best-fit
-//                                 and topology fuse filter and score over the free-capacity
-//                                 indexes (fast); "scored" splits them: a filter (GPU type,
-//                                 shape, reservation caps), then the weighted ScorePlugins the
-//                                 profile names rank the nodes that pass
-//   score        ScorePlugin      ranks one node for one job (pack, spread; next data locality)
+//   placement    PlacementPlugin  which GPUs on which nodes: a filter (GPU type, shape,
+//                                 reservation caps) shared by all, then a weighted sum of
+//                                 ScorePlugins ranks the nodes that pass. first-fit, best-fit
+//                                 and topology are defined by their own scores and run as
+//                                 index-driven fast paths proven equivalent; a profile may add
+//                                 scores to any of them; "scored" uses only the profile's
+//   score        ScorePlugin      ranks one node for one job (pack, spread, lowest-index,
+//                                 least-free, most-free; next data locality)
 //   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
 //   preemption   PreemptionPlugin hook called for a blocked head job (only "none" today; later
 //                                 checkpoint-aware victim selection)
@@ -98,7 +100,7 @@ class PlacementPlugin {
                      Placement* out) const = 0;
 };
 
-// Score extension point of the "scored" placement: how good `node` is for `job`, higher is
+// Score extension point of every placement (src/sched/filter_score.h): how good `node` is for `job`, higher is
 // better. Called only for nodes that passed the filter; `usable` is how many GPUs the job could
 // take there (free, less what reservations hold back). A profile weights several scores; ties
 // go to the lower node index, so placements stay deterministic.
