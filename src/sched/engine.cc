@@ -643,10 +643,21 @@ class Engine::Impl {
     return shadow;
   }
 
+  // Free GPUs from now on, as running jobs end at their limits. Down nodes hold no running jobs
+  // and their GPUs are out of the free index; GPUs a job gives back on a drained node stay
+  // there (held_), so they never count.
   void BuildFreeProfile(Time now) {
     profile_steps_.Reset(now, free_.total_free());
     for (const auto& [end, r] : running_by_end_) {
-      profile_steps_.AddFrom(std::max(end, now), state_[r].job->gpus);
+      const JobState& s = state_[r];
+      int gpus = s.job->gpus;
+      if (nodes_not_up_ > 0) {
+        gpus = 0;
+        for (const Slot& slot : s.placement) {
+          if (node_state_[slot.node] == NodeState::kUp) gpus += slot.gpus;
+        }
+      }
+      if (gpus > 0) profile_steps_.AddFrom(std::max(end, now), gpus);
     }
   }
 
