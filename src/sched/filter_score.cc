@@ -18,24 +18,33 @@ bool ScoredSearch::Place(const JobRequest& job, const JobShape& s, const FreeInd
     for (const WeightedScore& w : scores) total += w.weight * w.score->Score(job, n, usable, free);
     candidates_.push_back({total, n, usable});
   };
-  if (range == nullptr) {
-    // Usable <= free, so nodes with fewer free GPUs than the filter asks cannot pass.
+  const auto nodes = static_cast<NodeIndex>(free.cluster().nodes().size());
+  // Usable <= free, so nodes with fewer free GPUs than the filter asks cannot pass: the free
+  // index lists the only nodes worth visiting. Walking its buckets costs more per node than a
+  // scan of the dense arrays, so it pays only when it skips most nodes (a busy cluster).
+  if (range == nullptr && free.NodesWithFree(job.gpu_type_mask, min_usable) * 4 < nodes) {
     free.VisitAscending(job.gpu_type_mask, min_usable, [&](NodeIndex n) {
       consider(n);
       return true;
     });
   } else {
+    const NodeRange all{0, nodes};
+    if (range == nullptr) range = &all;
     for (NodeIndex n = range->first; n < range->end; ++n) consider(n);
   }
-  // Best first, lower index on ties: the order does not depend on how candidates were found.
-  std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+  // Best first, lower index on ties: a strict order, so the choice does not depend on how the
+  // candidates were found, and a gang needs only its `nodes` best in order.
+  const auto better = [](const Candidate& a, const Candidate& b) {
     return a.score != b.score ? a.score > b.score : a.node < b.node;
-  });
+  };
   if (!s.any) {
     if (static_cast<int>(candidates_.size()) < s.nodes) return false;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + s.nodes, candidates_.end(),
+                      better);
     for (int i = 0; i < s.nodes; ++i) out->push_back({candidates_[i].node, s.gpus_per_node});
     return true;
   }
+  std::sort(candidates_.begin(), candidates_.end(), better);
   int need = job.gpus;
   for (const Candidate& c : candidates_) {
     if (need == 0) break;

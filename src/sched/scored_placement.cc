@@ -9,8 +9,7 @@
 // Scores are plugins (registry.h), so a new criterion (data locality, power) is a new file and a
 // registry line, with no edit here. Profile: placement: {plugin: scored, args: {scores:
 // "pack:2,locality:1"}} (name[:weight], comma-separated; default "pack"). The free index gives
-// the candidates (only nodes with enough free GPUs of an allowed type are visited), then every
-// candidate is scored: O(candidates log candidates) per attempt.
+// the candidates when it skips most nodes (ScoredSearch), then every candidate is scored.
 #include "builtin_plugins.h"
 #include "filter_score.h"
 #include "placement.h"
