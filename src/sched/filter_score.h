@@ -71,9 +71,9 @@ struct NodeRange {
 
 // The generic filter+score placement. Chooses for `job` with shape `s` among the nodes of
 // `range` (every node when null) that pass the filter, ranked by `scores`; appends to `out`
-// (cleared first). Returns false when the job does not fit. The candidates are found through
-// the free index (only nodes with enough free GPUs of an allowed type are visited) or, for a
-// range, by a scan of it. Not thread-safe (reuses its scratch).
+// (cleared first). Returns false when the job does not fit. Candidates come from the free
+// index (only nodes with enough free GPUs of an allowed type) when that skips most nodes, else
+// from a scan of `range` or the cluster. Not thread-safe (reuses its scratch).
 class ScoredSearch {
  public:
   bool Place(const JobRequest& job, const JobShape& s, const FreeIndex& free, const NodeCaps* caps,
