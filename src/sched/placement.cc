@@ -28,8 +28,6 @@
 namespace gantry {
 namespace {
 
-inline int Eff(const FreeIndex& f, const NodeCaps* caps, NodeIndex n) { return Usable(f, caps, n); }
-
 // Gang with `k` nodes of `g` GPUs, lowest node indices first.
 bool FirstFitGang(const JobRequest& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
                   Placement* out) {
@@ -42,7 +40,7 @@ bool FirstFitGang(const JobRequest& job, int k, int g, const FreeIndex& free, co
   }
   const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
   for (NodeIndex n = 0; n < count && static_cast<int>(out->size()) < k; ++n) {
-    if (TypeAllowed(free, n, job.gpu_type_mask) && Eff(free, caps, n) >= g) out->push_back({n, g});
+    if (TypeAllowed(free, n, job.gpu_type_mask) && Usable(free, caps, n) >= g) out->push_back({n, g});
   }
   return static_cast<int>(out->size()) == k;
 }
@@ -54,7 +52,7 @@ bool FirstFitAny(const JobRequest& job, const FreeIndex& free, const NodeCaps* c
   const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
   for (NodeIndex n = 0; n < count && need > 0; ++n) {
     if (!TypeAllowed(free, n, job.gpu_type_mask)) continue;
-    const int take = std::min(need, Eff(free, caps, n));
+    const int take = std::min(need, Usable(free, caps, n));
     if (take > 0) {
       out->push_back({n, take});
       need -= take;
@@ -67,7 +65,7 @@ bool FirstFitAny(const JobRequest& job, const FreeIndex& free, const NodeCaps* c
 bool BestFitGang(const JobRequest& job, int k, int g, const FreeIndex& free, const NodeCaps* caps,
                  Placement* out) {
   free.VisitAscending(job.gpu_type_mask, g, [&](NodeIndex n) {
-    if (Eff(free, caps, n) >= g) out->push_back({n, g});
+    if (Usable(free, caps, n) >= g) out->push_back({n, g});
     return static_cast<int>(out->size()) < k;
   });
   return static_cast<int>(out->size()) == k;
@@ -83,7 +81,7 @@ bool BestFitAny(const JobRequest& job, const FreeIndex& free, const NodeCaps* ca
   out->clear();
   int need = job.gpus;
   free.VisitDescending(job.gpu_type_mask, 1, [&](NodeIndex n) {
-    const int take = std::min(need, Eff(free, caps, n));
+    const int take = std::min(need, Usable(free, caps, n));
     if (take > 0) {
       out->push_back({n, take});
       need -= take;
@@ -109,7 +107,7 @@ void CollectCapLoss(const JobRequest& job, int g, const FreeIndex& free, const N
   if (caps == nullptr) return;
   for (NodeIndex n : caps->touched()) {
     if (!TypeAllowed(free, n, job.gpu_type_mask)) continue;
-    const int f = free.free(n), e = Eff(free, caps, n);
+    const int f = free.free(n), e = Usable(free, caps, n);
     if (f == e) continue;
     out->push_back({n, (f >= g && e < g) ? 1 : 0, f - e});
   }
@@ -147,22 +145,20 @@ class BuiltinPlacement : public PlacementPlugin {
   // Generic best-fit (also topology's single-node and fallback choice).
   bool GenericBestFit(const JobRequest& job, const JobShape& s, const FreeIndex& free,
                       const NodeCaps* caps, Placement* out) const {
-    if (!s.any) return search_.Place(job, s, free, caps, Scores(least_free_), nullptr, out);
+    if (!s.any) return search_.Place(job, s, free, caps, Scores(*least_free_), nullptr, out);
     if (job.gpus <= free.cluster().max_gpus_per_node()) {
       const JobShape one{.any = false, .nodes = 1, .gpus_per_node = job.gpus};
-      if (search_.Place(job, one, free, caps, Scores(least_free_), nullptr, out)) return true;
+      if (search_.Place(job, one, free, caps, Scores(*least_free_), nullptr, out)) return true;
     }
-    return search_.Place(job, s, free, caps, Scores(most_free_), nullptr, out);
+    return search_.Place(job, s, free, caps, Scores(*most_free_), nullptr, out);
   }
 
   const bool generic_;
   OwnedScores extra_;
   mutable std::vector<WeightedScore> scores_;
   mutable ScoredSearch search_;
-  const std::unique_ptr<ScorePlugin> least_free_score_ = Own(builtin::NewLeastFreeScore);
-  const std::unique_ptr<ScorePlugin> most_free_score_ = Own(builtin::NewMostFreeScore);
-  const ScorePlugin& least_free_ = *least_free_score_;
-  const ScorePlugin& most_free_ = *most_free_score_;
+  const std::unique_ptr<ScorePlugin> least_free_ = Own(builtin::NewLeastFreeScore);
+  const std::unique_ptr<ScorePlugin> most_free_ = Own(builtin::NewMostFreeScore);
 
   // A built-in score, which takes no arguments and so cannot fail to be created.
   static std::unique_ptr<ScorePlugin> Own(
@@ -316,7 +312,7 @@ class Topology final : public BuiltinPlacement {
       const int min_free = s.any ? 1 : s.gpus_per_node;
       for (NodeIndex n = dom.first_node; n < dom.end_node; ++n) {
         if (!TypeAllowed(free, n, job.gpu_type_mask)) continue;
-        const int e = Eff(free, caps, n);
+        const int e = Usable(free, caps, n);
         if (e >= min_free) nodes.emplace_back(e, n);
       }
       out->clear();
