@@ -40,7 +40,8 @@ bool FirstFitGang(const JobRequest& job, int k, int g, const FreeIndex& free, co
   }
   const NodeIndex count = static_cast<NodeIndex>(c.nodes().size());
   for (NodeIndex n = 0; n < count && static_cast<int>(out->size()) < k; ++n) {
-    if (TypeAllowed(free, n, job.gpu_type_mask) && Usable(free, caps, n) >= g) out->push_back({n, g});
+    if (TypeAllowed(free, n, job.gpu_type_mask) && Usable(free, caps, n) >= g)
+      out->push_back({n, g});
   }
   return static_cast<int>(out->size()) == k;
 }

@@ -100,10 +100,10 @@ class PlacementPlugin {
                      Placement* out) const = 0;
 };
 
-// Score extension point of every placement (src/sched/filter_score.h): how good `node` is for `job`, higher is
-// better. Called only for nodes that passed the filter; `usable` is how many GPUs the job could
-// take there (free, less what reservations hold back). A profile weights several scores; ties
-// go to the lower node index, so placements stay deterministic.
+// Score extension point of every placement (src/sched/filter_score.h): how good `node` is for
+// `job`, higher is better. Called only for nodes that passed the filter; `usable` is how many
+// GPUs the job could take there (free, less what reservations hold back). A profile weights
+// several scores; ties go to the lower node index, so placements stay deterministic.
 class ScorePlugin {
  public:
   virtual ~ScorePlugin() = default;
