@@ -9,8 +9,8 @@
 //   least-free    1 - free / max GPUs per node: best-fit, the node left with the fewest free GPUs
 //                 after placing. Free, not usable: GPUs a reservation holds back still count as
 //                 the node's, since they will be free again for the reservation's job.
-//   most-free     free / max GPUs per node: best-fit's order for an "any" job too big for one
-//                 node (fewest nodes spanned)
+//   most-free     about free / max GPUs per node, ties to the lower GPU type index: best-fit's
+//                 order for an "any" job too big for one node (fewest nodes spanned)
 #include "builtin_plugins.h"
 
 namespace gantry {
@@ -51,8 +51,13 @@ class LeastFreeScore final : public ScorePlugin {
 class MostFreeScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "most-free"; }
+  // Lexicographic in one number: more free GPUs first, then the lower GPU type index (the free
+  // index's order for best-fit, FreeIndex::VisitDescending); the search breaks the remaining
+  // ties by node index.
   double Score(const JobRequest&, NodeIndex node, int, const FreeIndex& free) const override {
-    return static_cast<double>(free.free(node)) / free.cluster().max_gpus_per_node();
+    const int types = static_cast<int>(free.cluster().gpu_types().size());
+    const int top = free.cluster().max_gpus_per_node() * types + types - 1;
+    return static_cast<double>(free.free(node) * types + (types - 1 - free.gpu_type(node))) / top;
   }
 };
 

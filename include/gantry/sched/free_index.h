@@ -40,7 +40,9 @@ class FreeIndex {
   // (ties by node index), until `visit(node)` returns false.
   template <typename F>
   void VisitAscending(uint32_t mask, int min_free, F&& visit) const;
-  // Same, most free first (ties by node index).
+  // Same, most free first; ties by GPU type index, then node index (cheaper than a merge, and
+  // what EASY reservations and best-fit have always used: changing it changes schedules on
+  // clusters with several GPU types).
   template <typename F>
   void VisitDescending(uint32_t mask, int min_free, F&& visit) const;
   // Lowest-index node of the types in `mask` with at least `min_free` free GPUs, or -1.
@@ -119,7 +121,12 @@ template <typename F>
 void FreeIndex::VisitDescending(uint32_t mask, int min_free, F&& visit) const {
   if (min_free < 1) min_free = 1;
   for (int f = max_gpus_; f >= min_free; --f) {
-    if (!VisitFreeCount(mask, f, visit)) return;
+    for (int t = 0; t < num_types_; ++t) {
+      if (!(mask & (1u << t))) continue;
+      for (NodeIndex n : bucket(t, f)) {
+        if (!visit(n)) return;
+      }
+    }
   }
 }
 
