@@ -19,9 +19,9 @@ class QuotaAdmission final : public AdmissionPlugin {
     const int q = teams_[team].quota_gpus;
     return q == kNoQuota ? INT_MAX : q - used_[team];
   }
-  void OnJobStarted(const Job& job) override { used_[job.team] += job.gpus; }
-  void OnJobEnded(const Job& job) override { used_[job.team] -= job.gpus; }
-  std::string Explain(const Job& job) const override {
+  void OnJobStarted(const JobRequest& job) override { used_[job.team] += job.gpus; }
+  void OnJobEnded(const JobRequest& job) override { used_[job.team] -= job.gpus; }
+  std::string Explain(const JobRequest& job) const override {
     return "team " + teams_[job.team].name + " uses " + std::to_string(used_[job.team]) +
            " of its " + std::to_string(teams_[job.team].quota_gpus) +
            "-GPU quota; this job needs " + std::to_string(job.gpus);
@@ -35,7 +35,7 @@ class QuotaAdmission final : public AdmissionPlugin {
 class NoPreemption final : public PreemptionPlugin {
  public:
   std::string_view name() const override { return "none"; }
-  std::vector<JobIndex> SelectVictims(const Job&, Time) override { return {}; }
+  std::vector<JobIndex> SelectVictims(const JobRequest&, Time) override { return {}; }
 };
 
 }  // namespace

@@ -26,6 +26,9 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddPlacement("scored", NewScored));
   add(r.AddScore("pack", NewPackScore));
   add(r.AddScore("spread", NewSpreadScore));
+  add(r.AddScore("lowest-index", NewLowestIndexScore));
+  add(r.AddScore("least-free", NewLeastFreeScore));
+  add(r.AddScore("most-free", NewMostFreeScore));
   add(r.AddPreemption("none", NewNoPreemption));
   if (!s.ok()) {
     std::fprintf(stderr, "gantry: built-in plugins clash: %s\n", s.ToString().c_str());

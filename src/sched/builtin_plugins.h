@@ -21,7 +21,8 @@ Result<std::unique_ptr<PriorityFactor>> NewOracleService(const PluginArgs& args,
 Result<std::unique_ptr<AdmissionPlugin>> NewQuota(const PluginArgs& args, const PluginContext& ctx);
 Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args,
                                                           const PluginContext& ctx);
-// placement.cc
+// placement.cc: index-driven fast paths of filter + score (filter_score.h); each also takes a
+// "scores" argument, extra weighted scores on top of its own
 Result<std::unique_ptr<PlacementPlugin>> NewFirstFit(const PluginArgs& args,
                                                      const PluginContext& ctx);
 Result<std::unique_ptr<PlacementPlugin>> NewBestFit(const PluginArgs& args,
@@ -35,5 +36,11 @@ Result<std::unique_ptr<PlacementPlugin>> NewScored(const PluginArgs& args,
 Result<std::unique_ptr<ScorePlugin>> NewPackScore(const PluginArgs& args, const PluginContext& ctx);
 Result<std::unique_ptr<ScorePlugin>> NewSpreadScore(const PluginArgs& args,
                                                     const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewLowestIndexScore(const PluginArgs& args,
+                                                         const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewLeastFreeScore(const PluginArgs& args,
+                                                       const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewMostFreeScore(const PluginArgs& args,
+                                                      const PluginContext& ctx);
 
 }  // namespace gantry::builtin

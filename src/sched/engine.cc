@@ -179,7 +179,7 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  Status CheckNewJob(const Job& job) const {
+  Status CheckNewJob(const JobRequest& job) const {
     if (job.index < 0) return InvalidArgument("job '" + job.id + "': negative index");
     if (job.team < 0 || job.team >= static_cast<int>(teams_.size())) {
       return InvalidArgument("job '" + job.id + "': team index " + std::to_string(job.team) +
@@ -194,7 +194,7 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  Status Submit(const Job& job, Time now) {
+  Status Submit(const JobRequest& job, Time now) {
     GANTRY_RETURN_IF_ERROR(CheckNewJob(job));
     if (static_cast<size_t>(job.index) >= state_.size()) state_.resize(job.index + 1);
     JobState& s = state_[job.index];
@@ -205,7 +205,7 @@ class Engine::Impl {
 
   // Queues a job whose status is fresh: new, or reset by Requeue.
   [[gnu::always_inline]] void AddPending(JobState& s, Time now) {
-    const Job& job = *s.job;
+    const JobRequest& job = *s.job;
     s.status.phase = JobStatus::Phase::kPending;
     s.status.reason = Reason::kPriority;
     double static_score = 0;
@@ -365,7 +365,7 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  Status Adopt(const Job& job, const Placement& placement, Time start, Time now) {
+  Status Adopt(const JobRequest& job, const Placement& placement, Time start, Time now) {
     GANTRY_RETURN_IF_ERROR(CheckNewJob(job));
     const std::string who = "Adopt(job '" + job.id + "'): ";
     if (start > now) return InvalidArgument(who + "starts after now");
@@ -470,7 +470,7 @@ class Engine::Impl {
 
  private:
   struct JobState {
-    const Job* job = nullptr;
+    const JobRequest* job = nullptr;
     JobStatus status;
     double static_score = 0;
     double key = 0;
@@ -535,17 +535,17 @@ class Engine::Impl {
     std::push_heap(heap.begin(), heap.end());
   }
 
-  bool ShapeFailed(const Job& job, int mode) const {
+  bool ShapeFailed(const JobRequest& job, int mode) const {
     const ShapeKey k{job.gpus, job.gpus_per_node, job.nodes, job.gpu_type_mask, mode};
     return std::find(failed_.begin(), failed_.end(), k) != failed_.end();
   }
-  void MarkShapeFailed(const Job& job, int mode) {
+  void MarkShapeFailed(const JobRequest& job, int mode) {
     failed_.push_back({job.gpus, job.gpus_per_node, job.nodes, job.gpu_type_mask, mode});
   }
 
   // Forced inline into RunCycle: with the driver operations in this file GCC's choices cost the
   // simulator about 0.5% more instructions (measured with callgrind on a 100k-job trace).
-  [[gnu::always_inline]] bool TryPlace(const Job& job, int mode, const NodeCaps* caps) {
+  [[gnu::always_inline]] bool TryPlace(const JobRequest& job, int mode, const NodeCaps* caps) {
     if (ShapeFailed(job, mode)) return false;
     ++stats_.placements_tried;
     if (placement_->Place(job, free_, caps, &scratch_)) return true;
@@ -555,7 +555,7 @@ class Engine::Impl {
 
   // True when the job would fit by GPU counts alone (no topology, no reservation caps): then
   // its wait is the topology's or the reservation's. O(types * GPUs per node), no node scans.
-  bool FitsIgnoringTopology(const Job& job) const {
+  bool FitsIgnoringTopology(const JobRequest& job) const {
     const JobShape s = ShapeOf(job);
     if (s.any) return free_.FreeOfTypes(job.gpu_type_mask) >= job.gpus;
     return free_.NodesWithFree(job.gpu_type_mask, s.gpus_per_node) >= s.nodes;
@@ -563,7 +563,7 @@ class Engine::Impl {
 
   void Start(JobIndex j, Time now, Reason reason, std::vector<StartDecision>* starts) {
     JobState& s = state_[j];
-    const Job& job = *s.job;
+    const JobRequest& job = *s.job;
     Queues(job.team, s.old).erase({s.key, job.submit, j});
     s.placement = scratch_;
     for (const Slot& slot : s.placement) free_.Allocate(slot.node, slot.gpus);
@@ -588,7 +588,7 @@ class Engine::Impl {
   // EASY: when the blocked head job can start if running jobs end at their time limits, and
   // which GPUs it will take then. Fills caps_ so that jobs running past that time leave those
   // GPUs alone. Returns the shadow time (kInfiniteTime if running jobs never free enough).
-  Time ComputeReservation(const Job& head, Time now) {
+  Time ComputeReservation(const JobRequest& head, Time now) {
     ++stats_.reservations_computed;
     caps_.Clear();
     const JobShape shape = ShapeOf(head);
@@ -643,10 +643,21 @@ class Engine::Impl {
     return shadow;
   }
 
+  // Free GPUs from now on, as running jobs end at their limits. Down nodes hold no running jobs
+  // and their GPUs are out of the free index; GPUs a job gives back on a drained node stay
+  // there (held_), so they never count.
   void BuildFreeProfile(Time now) {
     profile_steps_.Reset(now, free_.total_free());
     for (const auto& [end, r] : running_by_end_) {
-      profile_steps_.AddFrom(std::max(end, now), state_[r].job->gpus);
+      const JobState& s = state_[r];
+      int gpus = s.job->gpus;
+      if (nodes_not_up_ > 0) {
+        gpus = 0;
+        for (const Slot& slot : s.placement) {
+          if (node_state_[slot.node] == NodeState::kUp) gpus += slot.gpus;
+        }
+      }
+      if (gpus > 0) profile_steps_.AddFrom(std::max(end, now), gpus);
     }
   }
 
@@ -676,7 +687,7 @@ class Engine::Impl {
       auto next = std::next(s.it);
       PushStream(heap, team, s.old, next, now);
       JobState& st = state_[j];
-      const Job& job = *st.job;
+      const JobRequest& job = *st.job;
       ++examined;
       ++stats_.jobs_examined;
       st.status.blocked_by = -1;
@@ -742,7 +753,7 @@ class Engine::Impl {
   }
 
   void ReserveConservative(JobState& st, Time now) {
-    const Job& job = *st.job;
+    const JobRequest& job = *st.job;
     const Duration length = std::max<Duration>(job.time_limit, 1);
     Time t = profile_steps_.EarliestStart(job.gpus, length);
     if (t < kInfiniteTime) {
@@ -810,7 +821,7 @@ std::string Engine::Impl::Explain(JobIndex j) const {
   const JobStatus& st = status(j);
   if (st.phase == JobStatus::Phase::kUnknown) return "unknown job";
   const JobState& s = state_[j];
-  const Job& job = *s.job;
+  const JobRequest& job = *s.job;
   std::string out;
   char buf[256];
   switch (st.phase) {
@@ -881,7 +892,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Cluster& cluster, std::vect
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
-Status Engine::Submit(const Job& job, Time now) { return impl_->Submit(job, now); }
+Status Engine::Submit(const JobRequest& job, Time now) { return impl_->Submit(job, now); }
 Status Engine::Finish(JobIndex job, Time now) { return impl_->Finish(job, now); }
 Status Engine::Cancel(JobIndex job, Time now) { return impl_->Cancel(job, now); }
 Status Engine::Drain(NodeIndex node, Time now) { return impl_->Drain(node, now); }
@@ -891,7 +902,7 @@ Status Engine::Down(NodeIndex node, Time now, std::vector<JobIndex>* interrupted
 Status Engine::Up(NodeIndex node, Time now) { return impl_->Up(node, now); }
 NodeState Engine::node_state(NodeIndex node) const { return impl_->node_state(node); }
 Status Engine::Requeue(JobIndex job, Time now) { return impl_->Requeue(job, now); }
-Status Engine::Adopt(const Job& job, const Placement& placement, Time start, Time now) {
+Status Engine::Adopt(const JobRequest& job, const Placement& placement, Time start, Time now) {
   return impl_->Adopt(job, placement, start, now);
 }
 void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {

@@ -93,7 +93,7 @@ Status PluginArgs::CheckKnown(const std::vector<std::string>& known) const {
   return Status::Ok();
 }
 
-std::string PriorityFactor::Describe(const Job& job) const {
+std::string PriorityFactor::Describe(const JobRequest& job) const {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%.*s=%.4f", static_cast<int>(name().size()), name().data(),
                 JobValue(job) + TeamValue(job.team));

@@ -24,7 +24,7 @@ class AgeFactor final : public PriorityFactor {
   explicit AgeFactor(Duration max_age) : max_age_(max_age) {}
   std::string_view name() const override { return "age"; }
   Duration max_age() const override { return max_age_; }
-  std::string Describe(const Job& job) const override { return "age"; }
+  std::string Describe(const JobRequest& job) const override { return "age"; }
 
  private:
   Duration max_age_;
@@ -43,11 +43,11 @@ class FairShareFactor final : public PriorityFactor {
   std::string_view name() const override { return "fairshare"; }
   double TeamValue(int team) const override { return value_[team]; }
 
-  void OnJobStarted(const Job& job, Time now) override {
+  void OnJobStarted(const JobRequest& job, Time now) override {
     Advance(job.team, now);
     running_[job.team] += job.gpus;
   }
-  void OnJobEnded(const Job& job, Time now) override {
+  void OnJobEnded(const JobRequest& job, Time now) override {
     Advance(job.team, now);
     running_[job.team] -= job.gpus;
   }
@@ -72,7 +72,7 @@ class FairShareFactor final : public PriorityFactor {
     }
   }
 
-  std::string Describe(const Job& job) const override {
+  std::string Describe(const JobRequest& job) const override {
     char buf[128];
     std::snprintf(buf, sizeof buf, "fairshare=%.4f (team decayed usage %.0f GPU-h)",
                   value_[job.team], usage_[job.team] / 3600.0);
@@ -104,7 +104,7 @@ class JobSizeFactor final : public PriorityFactor {
   JobSizeFactor(bool favor_small, int cluster_gpus)
       : favor_small_(favor_small), cluster_gpus_(cluster_gpus > 0 ? cluster_gpus : 1) {}
   std::string_view name() const override { return "job-size"; }
-  double JobValue(const Job& job) const override {
+  double JobValue(const JobRequest& job) const override {
     const double f = std::min(1.0, static_cast<double>(job.gpus) / cluster_gpus_);
     return favor_small_ ? 1.0 - f : f;
   }
@@ -118,7 +118,7 @@ class QosFactor final : public PriorityFactor {
  public:
   explicit QosFactor(int max_qos) : max_qos_(max_qos > 0 ? max_qos : 1) {}
   std::string_view name() const override { return "qos"; }
-  double JobValue(const Job& job) const override {
+  double JobValue(const JobRequest& job) const override {
     return std::clamp(static_cast<double>(job.qos) / max_qos_, 0.0, 1.0);
   }
 
@@ -133,7 +133,7 @@ class OracleFactor final : public PriorityFactor {
   std::string_view name() const override {
     return by_service_ ? "oracle-service" : "oracle-runtime";
   }
-  double JobValue(const Job& job) const override {
+  double JobValue(const JobRequest& job) const override {
     const double run = static_cast<double>(oracle_.TrueRunTime(job)) / 86400.0;
     return by_service_ ? -run * job.gpus : -run;
   }

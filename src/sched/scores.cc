@@ -1,7 +1,16 @@
-// Built-in score plugins for the "scored" placement (scored_placement.cc).
-//   pack    prefers nodes with fewer usable GPUs: fills partly used nodes first and keeps whole
-//           nodes free for gangs (best-fit's criterion), 1 - usable / max GPUs per node
-//   spread  the opposite, usable / max GPUs per node: fewer jobs share a node's links and power
+// Built-in score plugins: the criteria of the "scored" placement (scored_placement.cc) and the
+// definitions of the built-in placements (placement.cc, filter_score.h). Each is in [0, 1].
+//   pack          prefers nodes with fewer usable GPUs: fills partly used nodes first and keeps
+//                 whole nodes free for gangs, 1 - usable / max GPUs per node (topology's choice
+//                 of nodes for a gang inside its domain)
+//   spread        the opposite, usable / max GPUs per node: fewer jobs share a node's links and
+//                 power (topology's choice for an "any" job inside its domain)
+//   lowest-index  1 - node / nodes: first-fit
+//   least-free    1 - free / max GPUs per node: best-fit, the node left with the fewest free GPUs
+//                 after placing. Free, not usable: GPUs a reservation holds back still count as
+//                 the node's, since they will be free again for the reservation's job.
+//   most-free     about free / max GPUs per node, ties to the lower GPU type index: best-fit's
+//                 order for an "any" job too big for one node (fewest nodes spanned)
 #include "builtin_plugins.h"
 
 namespace gantry {
@@ -10,7 +19,7 @@ namespace {
 class PackScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "pack"; }
-  double Score(const Job&, NodeIndex, int usable, const FreeIndex& free) const override {
+  double Score(const JobRequest&, NodeIndex, int usable, const FreeIndex& free) const override {
     return 1.0 - static_cast<double>(usable) / free.cluster().max_gpus_per_node();
   }
 };
@@ -18,8 +27,37 @@ class PackScore final : public ScorePlugin {
 class SpreadScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "spread"; }
-  double Score(const Job&, NodeIndex, int usable, const FreeIndex& free) const override {
+  double Score(const JobRequest&, NodeIndex, int usable, const FreeIndex& free) const override {
     return static_cast<double>(usable) / free.cluster().max_gpus_per_node();
+  }
+};
+
+class LowestIndexScore final : public ScorePlugin {
+ public:
+  std::string_view name() const override { return "lowest-index"; }
+  double Score(const JobRequest&, NodeIndex node, int, const FreeIndex& free) const override {
+    return 1.0 - static_cast<double>(node) / static_cast<double>(free.cluster().nodes().size());
+  }
+};
+
+class LeastFreeScore final : public ScorePlugin {
+ public:
+  std::string_view name() const override { return "least-free"; }
+  double Score(const JobRequest&, NodeIndex node, int, const FreeIndex& free) const override {
+    return 1.0 - static_cast<double>(free.free(node)) / free.cluster().max_gpus_per_node();
+  }
+};
+
+class MostFreeScore final : public ScorePlugin {
+ public:
+  std::string_view name() const override { return "most-free"; }
+  // Lexicographic in one number: more free GPUs first, then the lower GPU type index (the free
+  // index's order for best-fit, FreeIndex::VisitDescending); the search breaks the remaining
+  // ties by node index.
+  double Score(const JobRequest&, NodeIndex node, int, const FreeIndex& free) const override {
+    const int types = static_cast<int>(free.cluster().gpu_types().size());
+    const int top = free.cluster().max_gpus_per_node() * types + types - 1;
+    return static_cast<double>(free.free(node) * types + (types - 1 - free.gpu_type(node))) / top;
   }
 };
 
@@ -35,6 +73,24 @@ Result<std::unique_ptr<ScorePlugin>> NewPackScore(const PluginArgs& args, const 
 Result<std::unique_ptr<ScorePlugin>> NewSpreadScore(const PluginArgs& args, const PluginContext&) {
   GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
   return std::unique_ptr<ScorePlugin>(new SpreadScore());
+}
+
+Result<std::unique_ptr<ScorePlugin>> NewLowestIndexScore(const PluginArgs& args,
+                                                         const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<ScorePlugin>(new LowestIndexScore());
+}
+
+Result<std::unique_ptr<ScorePlugin>> NewLeastFreeScore(const PluginArgs& args,
+                                                       const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<ScorePlugin>(new LeastFreeScore());
+}
+
+Result<std::unique_ptr<ScorePlugin>> NewMostFreeScore(const PluginArgs& args,
+                                                      const PluginContext&) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<ScorePlugin>(new MostFreeScore());
 }
 
 }  // namespace builtin

@@ -263,11 +263,11 @@ TEST(EngineOps, CheckerCatchesDownAndDrainMistakes) {
 
 class FixedOracle final : public RuntimeOracle {
  public:
-  Duration TrueRunTime(const Job& job) const override { return 1000 - job.index; }
+  Duration TrueRunTime(const JobRequest& job) const override { return 1000 - job.index; }
 };
 
 // Oracle profiles need a RuntimeOracle: a live driver has none and gets a clear error; with one
-// the factor orders by what the oracle says, not by Job::run_time.
+// the factor orders by what the oracle says, not by the trace record's Job::run_time.
 TEST(EngineOps, OracleProfilesNeedARuntimeOracle) {
   Cluster c = FlatCluster(1, 4);
   std::vector<Team> teams = {{"a", kNoQuota, 1.0}};
@@ -301,7 +301,9 @@ TEST(EngineOps, OracleProfilesNeedARuntimeOracle) {
 class LastNodeScore final : public ScorePlugin {
  public:
   std::string_view name() const override { return "last-node"; }
-  double Score(const Job&, NodeIndex node, int, const FreeIndex&) const override { return node; }
+  double Score(const JobRequest&, NodeIndex node, int, const FreeIndex&) const override {
+    return node;
+  }
 };
 
 TEST(EngineOps, RegistryResolvesNamesAndTakesNewScores) {
@@ -327,7 +329,8 @@ profiles:
   auto e = Engine::Create(c, teams, last);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(e.status().message().find("unknown score plugin 'last-node' (known: pack, spread)"),
+  EXPECT_NE(e.status().message().find("unknown score plugin 'last-node' (known: pack, spread, "
+                                      "lowest-index, least-free, most-free)"),
             std::string::npos)
       << e.status().ToString();
 
@@ -366,6 +369,43 @@ profiles:
                 .message(),
             "profile 'bad': unknown placement plugin 'nope' (known: first-fit, best-fit, "
             "topology, scored)");
+}
+
+const char kConservative[] = R"(
+profiles:
+  cons:
+    priority: [{plugin: age, args: {max_age: inf}}]
+    placement: first-fit
+    backfill: {mode: conservative}
+)";
+
+// Conservative backfill must not plan on GPUs of a drained node: a job ending there gives its
+// GPUs back to the node, not to new jobs. Three nodes of 4.
+//   t=0  A (4 GPUs, limit 100) on n0, B (4 GPUs, limit 1000) on n1; n2 stays free.
+//   t=1  Drain n0.
+//   t=3  C (2 x 4 GPUs, submitted at 2) is the head: blocked, it can start only when B ends
+//        (1000), since A's GPUs stay on the drained n0. D (4 GPUs for 500 s) then fits on n2
+//        before C's reservation and starts. Planning on n0 (the bug) reserved C at 100 and kept D
+//        waiting behind a reservation that could never be honoured.
+TEST(EngineOps, ConservativeBackfillDoesNotPlanOnDrainedNodes) {
+  Cluster c = FlatCluster(3, 4);
+  std::vector<Job> jobs = {MakeJob(0, 0, 4, 1, 100), MakeJob(1, 0, 4, 1, 1000),
+                           MakeJob(2, 2, 8, 2, 100), MakeJob(3, 3, 4, 1, 500)};
+  Driver d(c, {{"a", kNoQuota, 1.0}}, FromYaml(kConservative));
+  Engine& e = d.engine();
+  ASSERT_TRUE(e.Submit(jobs[0], 0).ok());
+  ASSERT_TRUE(e.Submit(jobs[1], 0).ok());
+  EXPECT_EQ(d.Schedule(0, jobs), (std::vector<JobIndex>{0, 1}));
+  EXPECT_EQ(e.placement(0), (Placement{{0, 4}}));
+  ASSERT_TRUE(e.Drain(0, 1).ok());
+  d.checker().OnDrain(0);
+  ASSERT_TRUE(e.Submit(jobs[2], 2).ok());
+  ASSERT_TRUE(e.Submit(jobs[3], 3).ok());
+  EXPECT_EQ(d.Schedule(3, jobs), (std::vector<JobIndex>{3}));
+  EXPECT_EQ(e.status(3).reason, Reason::kStartedBackfill);
+  EXPECT_EQ(e.placement(3), (Placement{{2, 4}}));
+  EXPECT_EQ(e.status(2).reason, Reason::kResources);
+  EXPECT_EQ(e.status(2).reserved_start, 1000);
 }
 
 }  // namespace

@@ -50,10 +50,14 @@ int SpanLevel(const Cluster& c, const Placement& p) {
 }
 
 // The simulator knows what really happened: the trace's run times. Oracle profiles read them
-// through this, and only through this; the engine itself never looks at Job::run_time.
+// through this, and only through this; the engine sees JobRequests, which carry no run time.
 class TraceRuntimeOracle final : public RuntimeOracle {
  public:
-  Duration TrueRunTime(const Job& job) const override { return job.run_time; }
+  explicit TraceRuntimeOracle(const std::vector<Job>& jobs) : jobs_(jobs) {}
+  Duration TrueRunTime(const JobRequest& job) const override { return jobs_[job.index].run_time; }
+
+ private:
+  const std::vector<Job>& jobs_;
 };
 
 int64_t PeakRssKb() {
@@ -68,7 +72,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
                            const Workload& workload, const Profile& profile,
                            const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  const TraceRuntimeOracle oracle;
+  const TraceRuntimeOracle oracle(workload.jobs);
   EngineOptions engine_options;
   engine_options.oracle = &oracle;
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,

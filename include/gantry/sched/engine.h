@@ -5,12 +5,14 @@
 // Drivers own time and reality: the simulator (sim/) calls Submit/Finish/Schedule with a
 // simulated clock; the live control plane will call them with the real clock and bind starts
 // through Slurm. The engine never reads a clock, never does I/O and never uses randomness, so
-// the same calls give the same decisions. Jobs are owned by the caller and must outlive the
-// engine. Not thread-safe: one serial scheduling loop drives it.
+// the same calls give the same decisions. Job requests are owned by the caller and must outlive
+// the engine. Not thread-safe: one serial scheduling loop drives it.
 //
-// What the engine reads of a Job is what a user asked for: shape, GPU types, time limit, team,
-// QoS, submit time and the id. It never reads Job::run_time (the trace's truth); oracle plugins
-// get true run times through EngineOptions::oracle, which only the simulator sets.
+// The engine's job is a JobRequest (workload/job_request.h): what a user asked for (shape, GPU
+// types, time limit, team, QoS, submit time, id). The trace's record with the true run time
+// (workload/job.h) is the simulator's; no engine or plugin source includes it, so they cannot
+// name a run time. Oracle plugins get true run times through EngineOptions::oracle, which only
+// the simulator sets.
 //
 // Besides Submit/Finish, a live driver reports what happens to jobs and nodes: Cancel (pending
 // or running), Drain/Down/Up of a node (Down ends the jobs running there and returns them, for
@@ -37,7 +39,7 @@
 #include "gantry/sched/plugin.h"
 #include "gantry/sched/profile.h"
 #include "gantry/sched/registry.h"
-#include "gantry/workload/job.h"
+#include "gantry/workload/job_request.h"
 
 namespace gantry {
 
@@ -99,9 +101,9 @@ class Engine {
                                                 const EngineOptions& options = {});
   ~Engine();
 
-  // Adds a pending job. job.team indexes the teams given to Create; job.gpu_type_mask must be
-  // resolved (ResolveWorkload).
-  Status Submit(const Job& job, Time now);
+  // Adds a pending job. The request must outlive the engine. job.team indexes the teams given to
+  // Create; job.gpu_type_mask must be resolved (ResolveWorkload).
+  Status Submit(const JobRequest& job, Time now);
   // The job ended (completed, failed, or killed at its limit): its GPUs are free again.
   Status Finish(JobIndex job, Time now);
   // Withdraws a pending or running job (a running job's GPUs are free again). Its status becomes
@@ -126,7 +128,7 @@ class Engine {
   // of nodes that are not down (a drained node's GPUs may be adopted). Quotas are not enforced:
   // what runs, runs, and counts against the team. Errors (InvalidArgument, FailedPrecondition)
   // leave the engine unchanged.
-  Status Adopt(const Job& job, const Placement& placement, Time start, Time now);
+  Status Adopt(const JobRequest& job, const Placement& placement, Time start, Time now);
 
   // Runs one scheduling cycle at `now` and appends the jobs it starts. Cheap when nothing
   // changed since the previous cycle.

@@ -40,13 +40,19 @@ class FreeIndex {
   // (ties by node index), until `visit(node)` returns false.
   template <typename F>
   void VisitAscending(uint32_t mask, int min_free, F&& visit) const;
-  // Same, most free first.
+  // Same, most free first; ties by GPU type index, then node index (cheaper than a merge, and
+  // what EASY reservations and best-fit have always used: changing it changes schedules on
+  // clusters with several GPU types).
   template <typename F>
   void VisitDescending(uint32_t mask, int min_free, F&& visit) const;
   // Lowest-index node of the types in `mask` with at least `min_free` free GPUs, or -1.
   NodeIndex FirstWithFree(uint32_t mask, int min_free) const;
 
  private:
+  // Visits the nodes of the types in `mask` with exactly `f` free GPUs by node index; false when
+  // `visit` stopped the walk.
+  template <typename F>
+  bool VisitFreeCount(uint32_t mask, int f, F& visit) const;
   void Move(NodeIndex n, int from, int to);
   const std::set<NodeIndex>& bucket(GpuTypeIndex t, int f) const {
     return buckets_[static_cast<size_t>(t) * (max_gpus_ + 1) + f];
@@ -73,36 +79,41 @@ class FreeIndex {
 };
 
 template <typename F>
+bool FreeIndex::VisitFreeCount(uint32_t mask, int f, F& visit) const {
+  // Merge the buckets of all allowed types at this free count by node index, so the order does
+  // not depend on type numbering.
+  using It = std::set<NodeIndex>::const_iterator;
+  std::array<std::pair<It, It>, kMaxGpuTypes> its;
+  size_t count = 0;
+  for (int t = 0; t < num_types_; ++t) {
+    if (!(mask & (1u << t))) continue;
+    const auto& b = bucket(t, f);
+    if (!b.empty()) its[count++] = {b.begin(), b.end()};
+  }
+  if (count == 0) return true;
+  if (count == 1) {
+    for (auto it = its[0].first; it != its[0].second; ++it) {
+      if (!visit(*it)) return false;
+    }
+    return true;
+  }
+  while (true) {
+    int best = -1;
+    for (size_t i = 0; i < count; ++i) {
+      if (its[i].first == its[i].second) continue;
+      if (best < 0 || *its[i].first < *its[best].first) best = static_cast<int>(i);
+    }
+    if (best < 0) return true;
+    if (!visit(*its[best].first)) return false;
+    ++its[best].first;
+  }
+}
+
+template <typename F>
 void FreeIndex::VisitAscending(uint32_t mask, int min_free, F&& visit) const {
   if (min_free < 0) min_free = 0;
   for (int f = min_free; f <= max_gpus_; ++f) {
-    // Merge the buckets of all allowed types at this free count by node index, so the order does
-    // not depend on type numbering.
-    using It = std::set<NodeIndex>::const_iterator;
-    std::array<std::pair<It, It>, kMaxGpuTypes> its;
-    size_t count = 0;
-    for (int t = 0; t < num_types_; ++t) {
-      if (!(mask & (1u << t))) continue;
-      const auto& b = bucket(t, f);
-      if (!b.empty()) its[count++] = {b.begin(), b.end()};
-    }
-    if (count == 0) continue;
-    if (count == 1) {
-      for (auto it = its[0].first; it != its[0].second; ++it) {
-        if (!visit(*it)) return;
-      }
-      continue;
-    }
-    while (true) {
-      int best = -1;
-      for (size_t i = 0; i < count; ++i) {
-        if (its[i].first == its[i].second) continue;
-        if (best < 0 || *its[i].first < *its[best].first) best = static_cast<int>(i);
-      }
-      if (best < 0) break;
-      if (!visit(*its[best].first)) return;
-      ++its[best].first;
-    }
+    if (!VisitFreeCount(mask, f, visit)) return;
   }
 }
 

@@ -4,12 +4,14 @@
 //                                 size, QoS, oracles); the engine orders pending jobs by the sum
 //   admission    AdmissionPlugin  may this job start now as far as policy goes (quotas; later
 //                                 Kueue-style cohorts with borrowing, lending and reclaim)
-//   placement    PlacementPlugin  which GPUs on which nodes. The built-ins first-fit, best-fit
-//                                 and topology fuse filter and score over the free-capacity
-//                                 indexes (fast); "scored" splits them: a filter (GPU type,
-//                                 shape, reservation caps), then the weighted ScorePlugins the
-//                                 profile names rank the nodes that pass
-//   score        ScorePlugin      ranks one node for one job (pack, spread; next data locality)
+//   placement    PlacementPlugin  which GPUs on which nodes: a filter (GPU type, shape,
+//                                 reservation caps) shared by all, then a weighted sum of
+//                                 ScorePlugins ranks the nodes that pass. first-fit, best-fit
+//                                 and topology are defined by their own scores and run as
+//                                 index-driven fast paths proven equivalent; a profile may add
+//                                 scores to any of them; "scored" uses only the profile's
+//   score        ScorePlugin      ranks one node for one job (pack, spread, lowest-index,
+//                                 least-free, most-free; next data locality)
 //   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
 //   preemption   PreemptionPlugin hook called for a blocked head job (only "none" today; later
 //                                 checkpoint-aware victim selection)
@@ -30,7 +32,7 @@
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
 #include "gantry/sched/free_index.h"
-#include "gantry/workload/job.h"
+#include "gantry/workload/job_request.h"
 
 namespace gantry {
 
@@ -94,19 +96,20 @@ class PlacementPlugin {
   // Chooses GPUs for all of `job` (gang: all or nothing) from `free`, taking at most
   // caps->Effective() on each node when caps is given. Returns false when it does not fit;
   // `out` is then unspecified.
-  virtual bool Place(const Job& job, const FreeIndex& free, const NodeCaps* caps,
+  virtual bool Place(const JobRequest& job, const FreeIndex& free, const NodeCaps* caps,
                      Placement* out) const = 0;
 };
 
-// Score extension point of the "scored" placement: how good `node` is for `job`, higher is
-// better. Called only for nodes that passed the filter; `usable` is how many GPUs the job could
-// take there (free, less what reservations hold back). A profile weights several scores; ties
-// go to the lower node index, so placements stay deterministic.
+// Score extension point of every placement (src/sched/filter_score.h): how good `node` is for
+// `job`, higher is better. Called only for nodes that passed the filter; `usable` is how many
+// GPUs the job could take there (free, less what reservations hold back). A profile weights
+// several scores; ties go to the lower node index, so placements stay deterministic.
 class ScorePlugin {
  public:
   virtual ~ScorePlugin() = default;
   virtual std::string_view name() const = 0;
-  virtual double Score(const Job& job, NodeIndex node, int usable, const FreeIndex& free) const = 0;
+  virtual double Score(const JobRequest& job, NodeIndex node, int usable,
+                       const FreeIndex& free) const = 0;
 };
 
 // What priority factors may observe of the engine.
@@ -125,18 +128,18 @@ class PriorityFactor {
   virtual ~PriorityFactor() = default;
   virtual std::string_view name() const = 0;
   // Time-invariant part for a job; typically in [0, 1].
-  virtual double JobValue(const Job& job) const { return 0; }
+  virtual double JobValue(const JobRequest& job) const { return 0; }
   // Team part as of the last Refresh; typically in [0, 1].
   virtual double TeamValue(int team) const { return 0; }
   // Called at most every Profile::priority_recalc_interval and before the first cycle.
   virtual void Refresh(Time now, const TeamUsageView& usage) {}
-  virtual void OnJobStarted(const Job& job, Time now) {}
-  virtual void OnJobEnded(const Job& job, Time now) {}
+  virtual void OnJobStarted(const JobRequest& job, Time now) {}
+  virtual void OnJobEnded(const JobRequest& job, Time now) {}
   // For the age factor only: the age (seconds) at which the factor reaches 1; kInfiniteTime for
   // plain FIFO. Other factors return 0.
   virtual Duration max_age() const { return 0; }
   // Explains the value for `job` (why-pending output), e.g. "fairshare=0.42 (usage 31% of 12%)".
-  virtual std::string Describe(const Job& job) const;
+  virtual std::string Describe(const JobRequest& job) const;
 };
 
 class AdmissionPlugin {
@@ -146,10 +149,10 @@ class AdmissionPlugin {
   // GPUs `team` may still start now; INT_MAX when unlimited. A team with zero headroom has its
   // whole queue skipped in O(1).
   virtual int Headroom(int team) const = 0;
-  virtual void OnJobStarted(const Job& job) = 0;
-  virtual void OnJobEnded(const Job& job) = 0;
+  virtual void OnJobStarted(const JobRequest& job) = 0;
+  virtual void OnJobEnded(const JobRequest& job) = 0;
   // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
-  virtual std::string Explain(const Job& job) const = 0;
+  virtual std::string Explain(const JobRequest& job) const = 0;
 };
 
 // A candidate set of running jobs to preempt so that a blocked job can start.
@@ -158,7 +161,7 @@ class PreemptionPlugin {
   virtual ~PreemptionPlugin() = default;
   virtual std::string_view name() const = 0;
   // Returns victims for `blocked` (empty: none). Called for the highest-priority blocked job.
-  virtual std::vector<JobIndex> SelectVictims(const Job& blocked, Time now) = 0;
+  virtual std::vector<JobIndex> SelectVictims(const JobRequest& blocked, Time now) = 0;
 };
 
 }  // namespace gantry

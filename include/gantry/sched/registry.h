@@ -20,18 +20,19 @@
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/status.h"
 #include "gantry/sched/plugin.h"
-#include "gantry/workload/job.h"
+#include "gantry/workload/job_request.h"
 
 namespace gantry {
 
-// What a job's run time truly is. Only the trace-driven simulator knows it (the trace records
-// it); a live driver does not and provides no oracle. Oracle plugins (oracle-runtime,
+// What a job's run time truly is: an ORACLE. Only the trace-driven simulator knows it (the
+// trace records it; it looks the request up by JobRequest::index); a live driver does not and
+// provides none. Oracle plugins (oracle-runtime,
 // oracle-service, and so the sjf-oracle and srsf-oracle profiles) need one: creating them
 // without it is a FailedPrecondition error, so an oracle profile can never run live by mistake.
 class RuntimeOracle {
  public:
   virtual ~RuntimeOracle() = default;
-  virtual Duration TrueRunTime(const Job& job) const = 0;
+  virtual Duration TrueRunTime(const JobRequest& job) const = 0;
 };
 
 class PluginRegistry;

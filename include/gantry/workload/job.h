@@ -1,4 +1,5 @@
-// Jobs and workloads: what a trace says was asked for and what happened.
+// Jobs and workloads: what a trace says was asked for (JobRequest, job_request.h) and what
+// happened (Job).
 //
 // A Workload owns its jobs and the name tables (users, teams, queues, GPU type sets) that jobs
 // refer to by index, so a million jobs stay compact. Importers (trace.h) fill it; ResolveWorkload
@@ -13,32 +14,17 @@
 
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/time.h"
+#include "gantry/workload/job_request.h"
 
 namespace gantry {
 
-using JobIndex = int32_t;
-
-struct Job {
-  JobIndex index = 0;  // position in Workload::jobs
-  std::string id;      // the trace's own identifier (or the row number when it has none)
-  int32_t user = 0;    // index into Workload::users
-  int32_t team = 0;    // index into Workload::teams
-  int32_t queue = 0;   // index into Workload::queues
-  Time submit = 0;     // seconds since the workload's epoch
-  int32_t gpus = 0;    // total GPUs, all-or-nothing
-  // Gang shape: `nodes` nodes with `gpus_per_node` GPUs each. 0/0 means "any": the GPUs may be
-  // spread over any nodes (placement still packs them onto as few as it can).
-  int32_t gpus_per_node = 0;
-  int32_t nodes = 0;
-  int32_t gpu_type_set = -1;  // -1: any GPU type; else index into Workload::gpu_type_sets
-  uint32_t gpu_type_mask = kAnyGpuType;  // resolved against a cluster by ResolveWorkload
-  Duration time_limit = 0;               // requested wall-time limit; 0 until known
-  bool time_limit_estimated = false;     // true when the estimate model supplied time_limit
-  Duration run_time = 0;                 // how long it actually ran (the trace's truth)
-  int32_t qos = 0;                       // priority/QoS level; higher is more important
-  Duration checkpoint_interval = 0;      // 0: does not checkpoint
-  Duration restart_cost = 0;  // seconds lost on each restart besides work since the last checkpoint
-  int32_t source_line = 0;    // line in the trace file, for error messages
+// A trace's record of a job: the request, plus what the trace says happened. Only drivers that
+// replay history (the simulator, importers, reports) include this header; the engine sees the
+// JobRequest base alone.
+struct Job : JobRequest {
+  Duration run_time = 0;              // how long it actually ran (the trace's truth)
+  bool time_limit_estimated = false;  // true when the estimate model supplied time_limit
+  int32_t source_line = 0;            // line in the trace file, for error messages
 };
 
 struct ImportStats {

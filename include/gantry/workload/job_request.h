@@ -1,0 +1,44 @@
+// JobRequest: a job as a user asked for it (shape, GPU types, time limit, team, QoS, submit time,
+// a stable string id), and nothing that only happens later.
+//
+// This is all the scheduling engine and its plugins ever see of a job: every seam of
+// gantry/sched/ takes a JobRequest, and none of its headers or sources includes job.h, where the
+// trace's record (Job, with the true run time) lives. A live driver builds JobRequests from user
+// submissions; the simulator passes its Jobs, which extend JobRequest, so nothing is copied.
+// What only a trace knows reaches oracle plugins through RuntimeOracle (sched/registry.h), an
+// interface whose name says it is an oracle. Plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/time.h"
+
+namespace gantry {
+
+using JobIndex = int32_t;
+
+struct JobRequest {
+  JobIndex index = 0;  // position in the driver's job table (Workload::jobs in the simulator)
+  std::string id;      // stable identifier (the trace's own, or the row number when it has none)
+  int32_t user = 0;    // index into the driver's user table (Workload::users)
+  int32_t team = 0;    // index into the teams given to Engine::Create (Workload::teams)
+  int32_t queue = 0;   // index into the driver's queue table (Workload::queues)
+  Time submit = 0;     // seconds since the driver's epoch
+  int32_t gpus = 0;    // total GPUs, all-or-nothing
+  // Gang shape: `nodes` nodes with `gpus_per_node` GPUs each. 0/0 means "any": the GPUs may be
+  // spread over any nodes (placement still packs them onto as few as it can).
+  int32_t gpus_per_node = 0;
+  int32_t nodes = 0;
+  int32_t gpu_type_set = -1;  // -1: any GPU type; else index into Workload::gpu_type_sets
+  uint32_t gpu_type_mask = kAnyGpuType;  // resolved against a cluster by ResolveWorkload
+  Duration time_limit = 0;               // requested wall-time limit; 0 until known
+  int32_t qos = 0;                       // priority/QoS level; higher is more important
+  // Declared by the user (or their framework): how often the job checkpoints, and what each
+  // restart costs besides the work since the last checkpoint. 0: does not checkpoint.
+  Duration checkpoint_interval = 0;
+  Duration restart_cost = 0;
+};
+
+}  // namespace gantry
