@@ -19,7 +19,10 @@ bool SameSlices(const SliceRecord& a, const SliceRecord& b) {
     return false;
   }
   for (size_t i = 0; i < a.chunks.size(); ++i) {
-    if (a.chunks[i].id != b.chunks[i].id || a.chunks[i].size != b.chunks[i].size) return false;
+    if (a.chunks[i].id != b.chunks[i].id || a.chunks[i].size != b.chunks[i].size ||
+        a.chunks[i].offset != b.chunks[i].offset) {
+      return false;
+    }
   }
   return true;
 }

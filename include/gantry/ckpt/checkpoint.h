@@ -69,6 +69,11 @@ struct EngineOptions {
   // simply rewritten).
   std::string run_id;
   uint64_t chunk_size = kDefaultChunkSize;
+  // Slices with fewer bytes than this are packed, in tensor-name order, into shared chunks of up
+  // to chunk_size (a pack is rewritten whole when any of its slices changes, so the threshold is
+  // kept small against chunk_size). Default: chunk_size / 16 (256 KiB for 4 MiB chunks); 0 never
+  // packs (manifests are then version 1, as older builds wrote them).
+  std::optional<uint64_t> pack_below_bytes;
   // Host buffer pool for asynchronous save: bytes of snapshots in flight. Save blocks (pipelined
   // with the background writes) when a state is larger. Default 1 GiB.
   uint64_t host_buffer_bytes = 1ull << 30;
