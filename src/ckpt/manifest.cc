@@ -35,6 +35,8 @@ constexpr std::array<DTypeInfo, 12> kDTypes = {{
 }};
 
 constexpr std::string_view kFormat = "gantry-checkpoint";
+// Manifests of more tensors than this are written compact (ToJson).
+constexpr size_t kIndentedTensors = 1000;
 
 // Field access that turns nlohmann's exceptions into messages naming the document and field.
 class Reader {
@@ -288,7 +290,9 @@ std::string CheckpointManifest::ToJson() const {
   // The checksum covers the document as dumped without it (keys sorted, so the reader can
   // reproduce the bytes from the parsed document).
   doc["checksum"] = HashChunk(doc.dump()).ToHex();
-  return doc.dump(1) + "\n";
+  // Indented for people to read; a large state compact, where indentation alone doubled the
+  // size of a 100k-tensor manifest (readers parse either; the checksum is over the compact form).
+  return (tensors.size() > kIndentedTensors ? doc.dump() : doc.dump(1)) + "\n";
 }
 
 Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
