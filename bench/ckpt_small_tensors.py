@@ -4,7 +4,7 @@
 Saves a state of N float32 tensors of 4 elements each (default 100,000: 1.6 MB of data) with
 gantry.checkpoint into a file:// root in a temp directory, waits for the commit, then loads it
 back and compares it with what was saved. Prints one JSON object: chunk files and bytes under
-the root (as `du` counts them, blocks included), the save's and the restore's wall time, and
+the root (as `du` counts them, blocks included; chunks and manifests apart), the save's and the restore's wall time, and
 the process's peak RSS after each (ru_maxrss, so the restore's number includes the save's).
 
 Usage (docs/performance.md "Checkpoint: many small tensors" records a run):
@@ -55,8 +55,9 @@ def main():
         chunk_files = 0
         for _, _, files in os.walk(os.path.join(root, "chunks")):
             chunk_files += len(files)
-        du = subprocess.run(["du", "-s", "--block-size=1", root], check=True,
-                            capture_output=True, text=True).stdout.split()[0]
+        def du(path):
+            return int(subprocess.run(["du", "-s", "--block-size=1", path], check=True,
+                                      capture_output=True, text=True).stdout.split()[0])
         ck.close()
 
         ck = gckpt.Checkpointer(root, job="small")
@@ -72,7 +73,9 @@ def main():
             "tensors": args.tensors,
             "data_bytes": data_bytes,
             "chunk_files": chunk_files,
-            "du_bytes": int(du),
+            "du_bytes": du(root),
+            "du_chunks_bytes": du(os.path.join(root, "chunks")),
+            "du_manifests_bytes": du(os.path.join(root, "ckpt")),
             "save_seconds": round(save_s, 2),
             "restore_seconds": round(restore_s, 2),
             "peak_rss_mib_before": round(rss_before),

@@ -493,5 +493,49 @@ TEST(PackTest, IdenticalSavesWriteNoNewChunksAndOneChangeRewritesOnePack) {
   EXPECT_EQ(back, state.values);
 }
 
+// Zeros pack into identical packs (one chunk, listed once), and a big zero tensor's chunks are
+// byte for byte a full pack: the same id, read at the same size either way.
+TEST(PackTest, IdenticalPacksAndChunksThatEqualAPackAreOneChunk) {
+  test_support::TempDir dir("gantry-pack-test");
+  auto e = Open(PackOptions(dir));
+  SmallState state(3 * 4096 + 10, 4, 0);  // 16 bytes each: three full packs and a short one
+  for (auto& v : state.values) std::fill(v.begin(), v.end(), 0.0f);
+  std::vector<float> zeros(2 * kChunk / 4, 0.0f);  // two full chunks of zeros
+  std::vector<SaveTensor> ts = state.Tensors();
+  SaveTensor big;
+  big.name = "z.big";
+  big.global_shape = {static_cast<int64_t>(zeros.size())};
+  big.data = zeros.data();
+  ts.push_back(big);
+  SaveStats st;
+  ASSERT_TRUE(SaveAndWait(*e, ts, 1, &st).ok());
+  EXPECT_EQ(st.chunks_total, 6u);    // four packs, two chunks of z.big
+  EXPECT_EQ(st.chunks_written, 2u);  // the full zero pack and the short one
+  EXPECT_EQ(ChunkFiles(dir.sub("durable")), 2u);
+  auto m = e->ReadManifest(1);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->packs.size(), 2u);
+  const ChunkId full = m->FindTensor("z.big")->slices[0].chunks[0].id;
+  ASSERT_NE(m->FindPack(full), nullptr);
+  EXPECT_EQ(m->FindPack(full)->size, kChunk);
+  EXPECT_EQ(m->FindTensor("t000000")->slices[0].chunks[0].id, full);
+
+  std::vector<float> big_back(zeros.size(), 1.0f);
+  RestoreTarget rb;
+  rb.name = "z.big";
+  rb.global_shape = big.global_shape;
+  rb.data = big_back.data();
+  ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{rb}).ok());
+  EXPECT_EQ(big_back, zeros);
+  Status s;
+  auto back = state.Restore(*e, *m, &s);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(back, state.values);
+  auto v = e->Verify(1);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->chunks, 2u);
+  EXPECT_EQ(v->corrupt + v->missing, 0u);
+}
+
 }  // namespace
 }  // namespace gantry::ckpt
