@@ -260,6 +260,20 @@ class AsyncAndStepsTest(CheckpointTestCase):
         again.wait()
         self.assertEqual(again.stats["chunks_written"], 0)
         assert_same(self, self.c.load(2), state)
+        # Packing off: a chunk per non-empty tensor, read back the same by a packing reader.
+        unpacked = ckpt.Checkpointer(self.path("root2"), job="test", chunk_size=64 << 10,
+                                     pack_below_bytes=0)
+        try:
+            unpacked.save(state, 1).wait()
+            files = sum(len(f) for _, _, f in os.walk(os.path.join(self.path("root2"), "chunks")))
+            self.assertGreater(files, 1000)  # (identical tiny tensors share a chunk anyway)
+        finally:
+            unpacked.close()
+        reader = ckpt.Checkpointer(self.path("root2"), job="test")
+        try:
+            assert_same(self, reader.load(1), state)
+        finally:
+            reader.close()
 
     def test_latest_and_explicit_steps(self):
         self.assertIsNone(self.c.latest_step())

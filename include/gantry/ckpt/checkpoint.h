@@ -5,7 +5,8 @@
 // whose one GC marks checkpoints through the "ckpt" root provider the engine registers.
 //
 // Save is split at the point where the caller may touch its tensors again: Save() copies them
-// into a bounded pool of reused host buffers (one chunk per buffer) and returns; background
+// into a bounded pool of reused host buffers (small chunks share a buffer; slices smaller than
+// pack_below_bytes are packed into shared chunks) and returns; background
 // threads hash each chunk, skip those the previous checkpoint already stored (incremental), and
 // write the rest to the local tier and the durable tier in parallel. A rank whose chunks are all
 // durable writes its part manifest; rank 0 commits the checkpoint when every rank's part is
