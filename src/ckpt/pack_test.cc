@@ -370,6 +370,17 @@ TEST(PackTest, RefsOutsideTheirChunkAreRejected) {
   auto saved = e->ReadManifest(1);
   ASSERT_TRUE(saved.ok());
   ASSERT_EQ(saved->packs.size(), 1u);
+  // Restore checks refs too (a manifest built in memory never went through FromJson).
+  CheckpointManifest beyond = *saved;
+  beyond.tensors[2].slices[0].chunks[0].offset = 17;  // 17 + 8 > 24
+  Status r2;
+  state.Restore(*e, beyond, &r2);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.code(), StatusCode::kInvalidArgument) << r2.message();
+  EXPECT_NE(r2.message().find("tensor 't000002': bytes 17+8 reach outside chunk"),
+            std::string::npos)
+      << r2.message();
+
   CheckpointManifest lying = *saved;
   lying.packs[0].size += 8;  // the refs still fit: FromJson cannot know
   ASSERT_TRUE(CheckpointManifest::FromJson(lying.ToJson(), "lying").ok());

@@ -68,11 +68,17 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
         const uint64_t lo = std::max(chunk_begin, want_begin);
         const uint64_t hi = std::min(chunk_begin + c.size, want_end);
         if (lo < hi) {
-          auto [it, fresh] = index.try_emplace(c.id, fetches.size());
-          if (fresh) {
-            const PackRecord* pack = m.FindPack(c.id);
-            fetches.push_back({c.id, pack != nullptr ? pack->size : c.size, what, 0, &t, {}});
+          // FromJson refuses such refs; a manifest built in memory is checked here, before
+          // any copy could read past the chunk.
+          const PackRecord* pack = m.FindPack(c.id);
+          const uint64_t stored = pack != nullptr ? pack->size : c.size;
+          if (c.offset > stored || c.size > stored - c.offset) {
+            return InvalidArgument(what + ": bytes " + std::to_string(c.offset) + "+" +
+                                   std::to_string(c.size) + " reach outside chunk " + c.id.ToHex() +
+                                   " of " + std::to_string(stored) + " bytes");
           }
+          auto [it, fresh] = index.try_emplace(c.id, fetches.size());
+          if (fresh) fetches.push_back({c.id, stored, what, 0, &t, {}});
           Fetch& f = fetches[it->second];
           if (f.last_target != &t) {
             ++f.more_targets;

@@ -210,7 +210,8 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     if (s.nbytes > 0 && t.data == nullptr) return InvalidArgument(what + "no data");
     const uint64_t n_chunks = (s.nbytes + o.chunk_size - 1) / o.chunk_size;
     s.chunks.resize(n_chunks);
-    if (s.nbytes > 0 && s.nbytes < pack_below) {
+    const bool packed = s.nbytes > 0 && s.nbytes < pack_below;  // then one chunk ref
+    if (packed) {
       if (open_pack == SIZE_MAX || job->pieces[open_pack].size + s.nbytes > o.chunk_size) {
         open_pack = job->pieces.size();
         Piece p;
@@ -223,7 +224,7 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
           {part.tensors.size(), static_cast<const char*>(t.data), pack.size, s.nbytes});
       pack.size += s.nbytes;
     }
-    for (uint64_t c = 0; c < n_chunks && s.nbytes >= pack_below; ++c) {
+    for (uint64_t c = 0; c < n_chunks && !packed; ++c) {
       Piece p;
       p.tensor = part.tensors.size();
       p.chunk = c;
