@@ -391,6 +391,60 @@ TEST(PackTest, RefsOutsideTheirChunkAreRejected) {
   EXPECT_NE(s.message().find("size differs from the manifest"), std::string::npos) << s.message();
 }
 
+// The merge takes the union of the ranks' packs, less a pack whose every slice was a replica
+// that a lower rank's copy replaced; one pack id with two sizes is a damaged part.
+TEST(PackTest, MergeUnitesPacksAndDropsOnesNoKeptSliceUses) {
+  auto part = [](int rank, std::vector<TensorRecord> tensors, std::vector<PackRecord> packs) {
+    CheckpointManifest p;
+    p.kind = CheckpointManifest::Kind::kPart;
+    p.job = "j";
+    p.step = 1;
+    p.world_size = 2;
+    p.chunk_size = 64;
+    p.ranks.push_back({rank, "null", 0, 0, 0, 0});
+    p.tensors = std::move(tensors);
+    p.packs = std::move(packs);
+    return p;
+  };
+  auto tensor = [](std::string name, int64_t global_rows, int rank, int64_t row_offset,
+                   int64_t rows, ChunkRef ref) {
+    TensorRecord t;
+    t.name = std::move(name);
+    t.dtype = DType::kUInt8;
+    t.global_shape = {global_rows};
+    t.slices.push_back({rank, row_offset, rows, static_cast<uint64_t>(rows), {ref}});
+    return t;
+  };
+  const ChunkId p0 = HashChunk("pack of rank 0"), p1 = HashChunk("pack of rank 1");
+  const ChunkId only_bias = HashChunk("rank 1's bias alone");
+  // Rank 0: w rows 0-7 and the bias in one pack; rank 1: w rows 8-15 in its pack, its copy of
+  // the bias alone in another.
+  std::vector<CheckpointManifest> parts = {
+      part(0, {tensor("bias", 8, 0, 0, 8, {p0, 8, 8}), tensor("w", 16, 0, 0, 8, {p0, 8, 0})},
+           {{p0, 16}}),
+      part(1, {tensor("bias", 8, 1, 0, 8, {only_bias, 8, 0}), tensor("w", 16, 1, 8, 8, {p1, 8, 0})},
+           {{p1, 8}, {only_bias, 8}}),
+  };
+  auto m = MergeParts(parts);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->packs.size(), 2u);
+  EXPECT_NE(m->FindPack(p0), nullptr);
+  EXPECT_NE(m->FindPack(p1), nullptr);
+  EXPECT_EQ(m->FindPack(only_bias), nullptr);
+  auto back = CheckpointManifest::FromJson(m->ToJson(), "merged");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->FindTensor("bias")->slices[0].chunks[0].offset, 8u);
+
+  parts[1].packs[0] = {p0, 8};  // rank 1 claims rank 0's pack at another size
+  parts[1].tensors[1].slices[0].chunks[0].id = p0;
+  auto bad = MergeParts(parts);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(
+      bad.status().message().find("rank 1 lists pack " + p0.ToHex() + " with a different size"),
+      std::string::npos)
+      << bad.status().message();
+}
+
 // Four ranks save row slices small enough to pack (each rank its own packs); they restore onto
 // other row ranges, which cut across the ranks' slices.
 TEST(PackTest, PackedSlicesReshard) {
