@@ -55,9 +55,9 @@ __all__ = [
 DURABILITY = ("local", "durable", "committed")
 
 # Engine options Checkpointer accepts beyond root/local/job/rank/world_size/peers.
-ENGINE_OPTIONS = ("chunk_size", "host_buffer_bytes", "io_threads", "codec", "keep_local",
-                  "local_fsync", "run_id", "keep_last", "keep_every", "keep_tagged", "peer_timeout_ms",
-                  "commit_timeout_ms", "gc_grace_seconds", "endpoint", "region", "access_key",
+ENGINE_OPTIONS = ("chunk_size", "pack_below_bytes", "host_buffer_bytes", "io_threads", "codec",
+                  "keep_local", "local_fsync", "run_id", "keep_last", "keep_every", "keep_tagged",
+                  "peer_timeout_ms", "commit_timeout_ms", "gc_grace_seconds", "endpoint", "region", "access_key",
                   "secret_key", "session_token", "profile")
 
 
@@ -111,11 +111,11 @@ class Checkpointer:
     Arguments default to the environment: root GANTRY_CKPT_ROOT, local GANTRY_CKPT_LOCAL, job
     GANTRY_CKPT_JOB ("default"), peers GANTRY_CKPT_PEERS (comma-separated), rank RANK (0),
     world_size WORLD_SIZE (1). Other keyword options (ENGINE_OPTIONS) go to the engine:
-    chunk_size, host_buffer_bytes, io_threads, codec, keep_local, local_fsync, run_id (default:
-    GANTRY_RUN_ID, TORCHELASTIC_RUN_ID, or the Slurm job id and restart count), keep_last,
-    keep_every, keep_tagged, peer_timeout_ms, commit_timeout_ms, gc_grace_seconds, and for S3
-    endpoint, region, access_key, secret_key, session_token, profile (unset: the AWS variables
-    and files).
+    chunk_size, pack_below_bytes, host_buffer_bytes, io_threads, codec, keep_local, local_fsync,
+    run_id (default: GANTRY_RUN_ID, TORCHELASTIC_RUN_ID, or the Slurm job id and restart count),
+    keep_last, keep_every, keep_tagged, peer_timeout_ms, commit_timeout_ms, gc_grace_seconds,
+    and for S3 endpoint, region, access_key, secret_key, session_token, profile (unset: the AWS
+    variables and files).
     """
 
     def __init__(self, root=None, *, local=None, job=None, rank=None, world_size=None,

@@ -295,6 +295,10 @@ EngineOptions OptionsFromKwargs(const std::string& root, const py::kwargs& kwarg
       o.durable_codec = Unwrap(ParseCodec(value.cast<std::string>()));
       continue;
     }
+    if (key == "pack_below_bytes") {  // optional: unset means chunk_size / 16
+      o.pack_below_bytes = value.cast<uint64_t>();
+      continue;
+    }
     auto it = fields.find(key);
     if (it == fields.end()) throw py::type_error("Engine: unknown option '" + key + "'");
     std::visit([&value](auto* field) { *field = value.cast<std::decay_t<decltype(*field)>>(); },
@@ -443,7 +447,8 @@ void DefineModule(py::module_& m) {
   py::class_<PyEngine>(m, "Engine")
       .def(py::init(&OpenEngine), py::arg("root"),
            "Opens the engine: root (durable tier URL or path) and keyword options local, peers, "
-           "job, rank, world_size, chunk_size, host_buffer_bytes, io_threads, codec, "
+           "job, rank, world_size, chunk_size, pack_below_bytes, host_buffer_bytes, io_threads, "
+           "codec, "
            "keep_local, local_fsync, run_id, keep_last, keep_every, keep_tagged, peer_timeout_ms, "
            "commit_timeout_ms, gc_grace_seconds, endpoint, region, access_key, secret_key, "
            "session_token, profile")

@@ -242,6 +242,39 @@ class AsyncAndStepsTest(CheckpointTestCase):
         self.assertTrue(torch.equal(self.c.load(2)["t3"], before + 1))
         self.assertTrue(torch.equal(self.c.load(1)["t3"], before))
 
+    def test_many_small_tensors_pack_into_few_chunks(self):
+        gen = torch.Generator().manual_seed(6)
+        dtypes = [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool]
+        state = {f"p{i:05d}": random_tensor((i % 7,), dtypes[i % len(dtypes)], gen)
+                 for i in range(5000)}  # 0 to 6 elements each, every dtype, empties included
+        state["big"] = torch.randn(64, 1024, generator=gen)  # 256 KiB: chunks of its own
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        handle = self.c.save(state, 1)
+        handle.wait()
+        files = sum(len(f) for _, _, f in os.walk(os.path.join(self.root, "chunks")))
+        self.assertLessEqual(files, math.ceil(total / (64 << 10)) + 1)
+        self.assertEqual(handle.stats["chunks_total"], files)
+        assert_same(self, self.c.load(1), state)
+        # The same state again: the same packs, nothing written.
+        again = self.c.save(state, 2)
+        again.wait()
+        self.assertEqual(again.stats["chunks_written"], 0)
+        assert_same(self, self.c.load(2), state)
+        # Packing off: a chunk per non-empty tensor, read back the same by a packing reader.
+        unpacked = ckpt.Checkpointer(self.path("root2"), job="test", chunk_size=64 << 10,
+                                     pack_below_bytes=0)
+        try:
+            unpacked.save(state, 1).wait()
+            files = sum(len(f) for _, _, f in os.walk(os.path.join(self.path("root2"), "chunks")))
+            self.assertGreater(files, 1000)  # (identical tiny tensors share a chunk anyway)
+        finally:
+            unpacked.close()
+        reader = ckpt.Checkpointer(self.path("root2"), job="test")
+        try:
+            assert_same(self, reader.load(1), state)
+        finally:
+            reader.close()
+
     def test_latest_and_explicit_steps(self):
         self.assertIsNone(self.c.latest_step())
         for step in (1, 2, 3):

@@ -19,7 +19,10 @@ bool SameSlices(const SliceRecord& a, const SliceRecord& b) {
     return false;
   }
   for (size_t i = 0; i < a.chunks.size(); ++i) {
-    if (a.chunks[i].id != b.chunks[i].id || a.chunks[i].size != b.chunks[i].size) return false;
+    if (a.chunks[i].id != b.chunks[i].id || a.chunks[i].size != b.chunks[i].size ||
+        a.chunks[i].offset != b.chunks[i].offset) {
+      return false;
+    }
   }
   return true;
 }
@@ -92,6 +95,14 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   const int64_t step = job->part.step;
   // Part: this rank's chunks are all durable (waited for by the caller).
   job->part.created_unix = clock->Now();
+  // Packs in id order, each once, as FindPack expects: pieces were hashed in any order, and
+  // packs of equal bytes share one id.
+  std::vector<PackRecord>& packs = job->part.packs;
+  std::sort(packs.begin(), packs.end(),
+            [](const PackRecord& a, const PackRecord& b) { return a.id < b.id; });
+  packs.erase(std::unique(packs.begin(), packs.end(),
+                          [](const PackRecord& a, const PackRecord& b) { return a.id == b.id; }),
+              packs.end());
   if (!roots_declared) {
     // Before the first part: a GC in a program that cannot read checkpoints must refuse.
     GANTRY_RETURN_IF_ERROR(chunks->DeclareRootKind("ckpt"));

@@ -61,7 +61,16 @@ struct ChunkWrite {
   }
 };
 
-// One chunk of one tensor, snapshotted into a host buffer.
+// A small slice's bytes inside a pack.
+struct PackMember {
+  size_t tensor = 0;  // index in the part's tensors; its one slice has one ref
+  const char* src = nullptr;
+  uint64_t offset = 0;  // in the pack
+  uint64_t size = 0;
+};
+
+// One chunk, snapshotted into a host buffer: a chunk of one tensor, or a pack of small slices
+// of several tensors (`members` not empty; `tensor`, `chunk` and `src` unused).
 struct Piece {
   size_t tensor = 0;
   size_t chunk = 0;
@@ -69,6 +78,8 @@ struct Piece {
   HostBufferPool::Buffer* buffer = nullptr;
   char* data = nullptr;
   uint64_t size = 0;
+  std::vector<PackMember> members;
+  size_t pack = 0;  // index in the part's packs
 };
 
 struct SaveJob {

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace gantry::ckpt {
@@ -34,6 +35,8 @@ constexpr std::array<DTypeInfo, 12> kDTypes = {{
 }};
 
 constexpr std::string_view kFormat = "gantry-checkpoint";
+// Manifests of more tensors than this are written compact (ToJson).
+constexpr size_t kIndentedTensors = 1000;
 
 // Field access that turns nlohmann's exceptions into messages naming the document and field.
 class Reader {
@@ -66,7 +69,11 @@ class Reader {
 
 json SliceToJson(const SliceRecord& s) {
   json chunks = json::array();
-  for (const ChunkRef& c : s.chunks) chunks.push_back({{"id", c.id.ToHex()}, {"size", c.size}});
+  for (const ChunkRef& c : s.chunks) {
+    json ref = {{"id", c.id.ToHex()}, {"size", c.size}};
+    if (c.offset != 0) ref["offset"] = c.offset;  // omitted when 0, as version 1 wrote refs
+    chunks.push_back(std::move(ref));
+  }
   return {{"rank", s.rank},
           {"row_offset", s.row_offset},
           {"rows", s.rows},
@@ -74,10 +81,13 @@ json SliceToJson(const SliceRecord& s) {
           {"chunks", std::move(chunks)}};
 }
 
-// Checks that a tensor's slices are sorted, inside its rows, sized right, chunked right, and (in
-// a checkpoint) tile the rows exactly.
+// Checks that a tensor's slices are sorted, inside its rows, sized right, chunked right, inside
+// their chunks (a pack's ref within the pack), and (in a checkpoint) tile the rows exactly.
 Status CheckSlices(const Reader& r, const TensorRecord& t, const std::string& path,
-                   CheckpointManifest::Kind kind, int world_size, uint64_t chunk_size) {
+                   const CheckpointManifest& m) {
+  const CheckpointManifest::Kind kind = m.kind;
+  const int world_size = m.world_size;
+  const uint64_t chunk_size = m.chunk_size;
   const int64_t global_rows = GlobalRows(t.global_shape);
   const uint64_t row_bytes = RowBytes(t.dtype, t.global_shape);
   int64_t next_row = 0;
@@ -96,10 +106,21 @@ Status CheckSlices(const Reader& r, const TensorRecord& t, const std::string& pa
     }
     uint64_t sum = 0;
     for (size_t c = 0; c < s.chunks.size(); ++c) {
-      const uint64_t size = s.chunks[c].size;
+      const ChunkRef& ref = s.chunks[c];
+      const uint64_t size = ref.size;
+      const std::string cp = sp + "chunks[" + std::to_string(c) + "].";
       if (size == 0 || size > chunk_size || (c + 1 < s.chunks.size() && size != chunk_size)) {
-        return r.Error(sp + "chunks[" + std::to_string(c) + "].size",
-                       "bad chunk size " + std::to_string(size));
+        return r.Error(cp + "size", "bad chunk size " + std::to_string(size));
+      }
+      // A chunk that is not a pack holds exactly this ref's bytes.
+      const PackRecord* pack = m.FindPack(ref.id);
+      const uint64_t stored = pack != nullptr ? pack->size : size;
+      if (ref.offset > stored || size > stored - ref.offset) {
+        return r.Error(cp + "offset",
+                       "bytes " + std::to_string(ref.offset) + "+" + std::to_string(size) +
+                           " reach outside chunk " + ref.id.ToHex() + " of " +
+                           std::to_string(stored) + " bytes" +
+                           (pack != nullptr ? " (a pack)" : " (not a pack: offset must be 0)"));
       }
       sum += size;
     }
@@ -177,6 +198,28 @@ uint64_t CheckpointManifest::TotalBytes() const {
   return n;
 }
 
+const PackRecord* CheckpointManifest::FindPack(const ChunkId& id) const {
+  auto it = std::lower_bound(packs.begin(), packs.end(), id,
+                             [](const PackRecord& p, const ChunkId& i) { return p.id < i; });
+  return it != packs.end() && it->id == id ? &*it : nullptr;
+}
+
+std::vector<PackRecord> CheckpointManifest::StoredChunks() const {
+  std::vector<PackRecord> out;
+  for (const ChunkId& id : ChunkIds()) out.push_back({id, 0});
+  std::unordered_map<ChunkId, uint64_t, ChunkIdHash> sizes;
+  for (const TensorRecord& t : tensors) {
+    for (const SliceRecord& s : t.slices) {
+      for (const ChunkRef& c : s.chunks) sizes.try_emplace(c.id, c.size);
+    }
+  }
+  for (PackRecord& c : out) {
+    const PackRecord* pack = FindPack(c.id);
+    c.size = pack != nullptr ? pack->size : sizes[c.id];
+  }
+  return out;
+}
+
 const TensorRecord* CheckpointManifest::FindTensor(std::string_view name) const {
   auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
                              [](const TensorRecord& t, std::string_view n) { return t.name < n; });
@@ -217,8 +260,9 @@ std::string CheckpointManifest::ToJson() const {
                           {"chunks_written", r.chunks_written}});
   }
   json metadata = json::parse(metadata_json, nullptr, /*allow_exceptions=*/false);
+  // Version 1 when nothing is packed: builds that read only version 1 still read it.
   json doc = {{"format", kFormat},
-              {"version", kManifestVersion},
+              {"version", packs.empty() ? 1 : kManifestVersion},
               {"kind", kind == Kind::kPart ? "part" : "checkpoint"},
               {"job", job},
               {"step", step},
@@ -230,10 +274,25 @@ std::string CheckpointManifest::ToJson() const {
               {"run", run_id},
               {"ranks", std::move(ranks_json)},
               {"tensors", std::move(tensors_json)}};
+  if (!packs.empty()) {
+    std::vector<PackRecord> sorted = packs;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const PackRecord& a, const PackRecord& b) { return a.id < b.id; });
+    // Two packs of equal bytes (a save of repeated small tensors) are one chunk.
+    sorted.erase(std::unique(sorted.begin(), sorted.end(),
+                             [](const PackRecord& a, const PackRecord& b) { return a.id == b.id; }),
+                 sorted.end());
+    json packs_json = json::array();
+    for (const PackRecord& p : sorted)
+      packs_json.push_back({{"id", p.id.ToHex()}, {"size", p.size}});
+    doc["packs"] = std::move(packs_json);
+  }
   // The checksum covers the document as dumped without it (keys sorted, so the reader can
   // reproduce the bytes from the parsed document).
   doc["checksum"] = HashChunk(doc.dump()).ToHex();
-  return doc.dump(1) + "\n";
+  // Indented for people to read; a large state compact, where indentation alone doubled the
+  // size of a 100k-tensor manifest (readers parse either; the checksum is over the compact form).
+  return (tensors.size() > kIndentedTensors ? doc.dump() : doc.dump(1)) + "\n";
 }
 
 Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
@@ -246,8 +305,9 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
   if (format != kFormat)
     return r.Error("format", "is '" + format + "', expected " + "'gantry-checkpoint'");
   GANTRY_ASSIGN_OR_RETURN(int version, r.Get<int>(doc, "version", ""));
-  if (version != kManifestVersion) {
-    return r.Error("version", "is " + std::to_string(version) + "; this build reads version " +
+  if (version < 1 || version > kManifestVersion) {
+    return r.Error("version", "is " + std::to_string(version) +
+                                  "; this build reads versions 1 to " +
                                   std::to_string(kManifestVersion));
   }
   GANTRY_ASSIGN_OR_RETURN(std::string checksum, r.Get<std::string>(doc, "checksum", ""));
@@ -305,6 +365,31 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
                                 std::to_string(expected_ranks));
   }
 
+  if (auto packs = doc.find("packs"); packs != doc.end()) {
+    if (version < 2) return r.Error("packs", "not part of version " + std::to_string(version));
+    if (!packs->is_array()) return r.Error("packs", "not an array");
+    for (size_t i = 0; i < packs->size(); ++i) {
+      const json& pj = (*packs)[i];
+      const std::string path = "packs[" + std::to_string(i) + "].";
+      if (!pj.is_object()) return r.Error(path, "not an object");
+      GANTRY_ASSIGN_OR_RETURN(std::string hex, r.Get<std::string>(pj, "id", path));
+      Result<ChunkId> id = ChunkId::FromHex(hex);
+      if (!id.ok()) return r.Error(path + "id", id.status().message());
+      GANTRY_ASSIGN_OR_RETURN(uint64_t size, r.Get<uint64_t>(pj, "size", path));
+      if (size == 0 || size > m.chunk_size) {
+        return r.Error(path + "size", "bad pack size " + std::to_string(size));
+      }
+      m.packs.push_back({*id, size});
+    }
+    std::sort(m.packs.begin(), m.packs.end(),
+              [](const PackRecord& a, const PackRecord& b) { return a.id < b.id; });
+    for (size_t i = 1; i < m.packs.size(); ++i) {
+      if (m.packs[i].id == m.packs[i - 1].id) {
+        return r.Error("packs", "chunk " + m.packs[i].id.ToHex() + " listed twice");
+      }
+    }
+  }
+
   GANTRY_ASSIGN_OR_RETURN(const json* tensors, r.Array(doc, "tensors", ""));
   for (size_t i = 0; i < tensors->size(); ++i) {
     const json& tj = (*tensors)[i];
@@ -339,11 +424,15 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(std::string_view text,
         Result<ChunkId> id = ChunkId::FromHex(hex);
         if (!id.ok()) return r.Error(cp + "id", id.status().message());
         GANTRY_ASSIGN_OR_RETURN(uint64_t size, r.Get<uint64_t>(cj, "size", cp));
-        s.chunks.push_back({*id, size});
+        uint64_t offset = 0;
+        if (cj.contains("offset")) {
+          GANTRY_ASSIGN_OR_RETURN(offset, r.Get<uint64_t>(cj, "offset", cp));
+        }
+        s.chunks.push_back({*id, size, offset});
       }
       t.slices.push_back(std::move(s));
     }
-    GANTRY_RETURN_IF_ERROR(CheckSlices(r, t, path, m.kind, m.world_size, m.chunk_size));
+    GANTRY_RETURN_IF_ERROR(CheckSlices(r, t, path, m));
     if (!m.tensors.empty() && !(m.tensors.back().name < t.name)) {
       return r.Error(path + "name", "tensors not sorted by name or repeated");
     }
@@ -375,6 +464,7 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
                            std::to_string(m.world_size));
   }
   std::map<std::string, TensorRecord> tensors;
+  std::map<ChunkId, uint64_t> packs;  // each rank packs its own small slices
   for (size_t i = 0; i < parts.size(); ++i) {
     CheckpointManifest& p = parts[i];
     if (p.kind != CheckpointManifest::Kind::kPart || p.ranks.size() != 1 ||
@@ -392,6 +482,14 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
     }
     m.created_unix = std::max(m.created_unix, p.created_unix);
     m.ranks.push_back(std::move(p.ranks.front()));
+    for (const PackRecord& pack : p.packs) {
+      // One id is one content, so one size; a disagreement is a damaged part.
+      auto [it, fresh] = packs.try_emplace(pack.id, pack.size);
+      if (!fresh && it->second != pack.size) {
+        return InvalidArgument(where + "rank " + std::to_string(i) + " lists pack " +
+                               pack.id.ToHex() + " with a different size than an earlier rank");
+      }
+    }
     for (TensorRecord& t : p.tensors) {
       auto [it, fresh] = tensors.try_emplace(t.name);
       TensorRecord& merged = it->second;
@@ -443,6 +541,13 @@ Result<CheckpointManifest> MergeParts(std::vector<CheckpointManifest> parts) {
     }
     t.slices = std::move(kept);
     m.tensors.push_back(std::move(t));
+  }
+  // Packs no kept slice refers to (a rank's replicated small rows lost to a lower rank's copy)
+  // are left out: GC marks from refs, and an unreferenced pack would only mislead a reader.
+  std::unordered_set<ChunkId, ChunkIdHash> referenced;
+  for (const ChunkId& id : m.ChunkIds()) referenced.insert(id);
+  for (const auto& [id, size] : packs) {
+    if (referenced.contains(id)) m.packs.push_back({id, size});
   }
   return m;
 }

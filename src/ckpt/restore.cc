@@ -1,6 +1,7 @@
 // Restore: plans which byte ranges of which chunks land in which target (resharding row
 // slices), then fetches the chunks in parallel through the chunk store's source chain (local
-// tier, peers' agents, durable tier), whole chunks straight into the tensors.
+// tier, peers' agents, durable tier), whole chunks straight into the tensors. A pack (small
+// slices of many tensors in one chunk) is one fetch, copied out to every tensor it feeds.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -14,8 +15,10 @@ namespace {
 
 struct Fetch {
   ChunkId id;
-  uint64_t size = 0;
-  std::string what;  // "tensor 'x' rows a-b" for errors
+  uint64_t size = 0;        // the chunk's raw bytes (a pack's whole size)
+  std::string what;         // "restore: tensor 'x'" for errors: the first target it feeds
+  size_t more_targets = 0;  // other targets it feeds (a pack)
+  const void* last_target = nullptr;
   std::vector<ChunkCopy> copies;
 };
 
@@ -65,10 +68,25 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
         const uint64_t lo = std::max(chunk_begin, want_begin);
         const uint64_t hi = std::min(chunk_begin + c.size, want_end);
         if (lo < hi) {
+          // FromJson refuses such refs; a manifest built in memory is checked here, before
+          // any copy could read past the chunk.
+          const PackRecord* pack = m.FindPack(c.id);
+          const uint64_t stored = pack != nullptr ? pack->size : c.size;
+          if (c.offset > stored || c.size > stored - c.offset) {
+            return InvalidArgument(what + ": bytes " + std::to_string(c.offset) + "+" +
+                                   std::to_string(c.size) + " reach outside chunk " + c.id.ToHex() +
+                                   " of " + std::to_string(stored) + " bytes");
+          }
           auto [it, fresh] = index.try_emplace(c.id, fetches.size());
-          if (fresh) fetches.push_back({c.id, c.size, what, {}});
-          fetches[it->second].copies.push_back(
-              {lo - chunk_begin, hi - lo, static_cast<char*>(t.data) + (lo - want_begin)});
+          if (fresh) fetches.push_back({c.id, stored, what, 0, &t, {}});
+          Fetch& f = fetches[it->second];
+          if (f.last_target != &t) {
+            ++f.more_targets;
+            f.last_target = &t;
+          }
+          // The ref's bytes start at c.offset in the chunk (0 unless the chunk is a pack).
+          f.copies.push_back({c.offset + (lo - chunk_begin), hi - lo,
+                              static_cast<char*>(t.data) + (lo - want_begin)});
         }
         chunk_begin += c.size;
       }
@@ -87,7 +105,12 @@ Status CheckpointEngine::Restore(const CheckpointManifest& m,
     uint64_t bad = 0;
     Result<ChunkSource> from = reader.ReadInto(f.id, f.size, f.copies, &bad);
     corrupt.fetch_add(bad);
-    if (!from.ok()) return Status(from.status().code(), f.what + ": " + from.status().message());
+    if (!from.ok()) {
+      const std::string others = f.more_targets > 0 ? " (and " + std::to_string(f.more_targets) +
+                                                          " more tensors packed in that chunk)"
+                                                    : "";
+      return Status(from.status().code(), f.what + others + ": " + from.status().message());
+    }
     (*from == ChunkSource::kCache  ? from_local
      : *from == ChunkSource::kPeer ? from_peers
                                    : from_durable)

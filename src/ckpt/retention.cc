@@ -238,15 +238,11 @@ Result<CkptGcReport> CheckpointEngine::CollectGarbage(std::optional<Retention> r
 
 Result<VerifyCkptReport> CheckpointEngine::Verify(int64_t step, const ProgressFn& progress) {
   GANTRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(step));
-  std::unordered_map<ChunkId, uint64_t, ChunkIdHash> sizes;
+  // Each chunk once, with its whole size: a pack's refs reach inside it (FromJson checked that
+  // every ref fits its pack), and the stored chunk must be exactly that size.
+  const std::vector<PackRecord> sizes = m.StoredChunks();
   uint64_t total = 0;
-  for (const TensorRecord& t : m.tensors) {
-    for (const SliceRecord& s : t.slices) {
-      for (const ChunkRef& c : s.chunks) {
-        if (sizes.emplace(c.id, c.size).second) total += c.size;
-      }
-    }
-  }
+  for (const PackRecord& c : sizes) total += c.size;
   VerifyCkptReport report;
   Mutex mu;
   ThreadPool pool(std::max(2, options_.io_threads));

@@ -41,7 +41,14 @@ void CheckpointEngine::Impl::PieceDurable(const std::shared_ptr<SaveJob>& job) {
 void CheckpointEngine::Impl::ProcessPiece(const std::shared_ptr<SaveJob>& job, size_t index) {
   Piece& p = job->pieces[index];
   const ChunkId id = HashChunk(std::string_view(p.data, p.size));
-  job->part.tensors[p.tensor].slices[0].chunks[p.chunk] = {id, p.size};
+  if (p.members.empty()) {
+    job->part.tensors[p.tensor].slices[0].chunks[p.chunk] = {id, p.size};
+  } else {
+    job->part.packs[p.pack] = {id, p.size};
+    for (const PackMember& m : p.members) {
+      job->part.tensors[m.tensor].slices[0].chunks[0] = {id, m.size, m.offset};
+    }
+  }
   std::shared_ptr<ChunkWrite> write;
   // Pinned before anything can see it, until the save is finished: a GC in this process keeps
   // it whether or not a part references it yet.
@@ -164,7 +171,13 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
   rr.rank = o.rank;
   rr.structure_json = so.structure_json;
 
-  // Validate and lay out, sorted by name (the manifest's order).
+  // Validate and lay out, sorted by name (the manifest's order). Slices smaller than the pack
+  // threshold go, in that order, into packs of up to chunk_size: a checkpoint of 100k tiny
+  // tensors is then a few chunks, not 100k, and an unchanged state packs into the same chunks
+  // again (deduplicated by the next save).
+  const uint64_t pack_below =
+      std::min(o.pack_below_bytes.value_or(o.chunk_size / 16), o.chunk_size);
+  size_t open_pack = SIZE_MAX;  // index in job->pieces of the pack being filled
   std::vector<const SaveTensor*> sorted;
   for (const SaveTensor& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
@@ -197,7 +210,21 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     if (s.nbytes > 0 && t.data == nullptr) return InvalidArgument(what + "no data");
     const uint64_t n_chunks = (s.nbytes + o.chunk_size - 1) / o.chunk_size;
     s.chunks.resize(n_chunks);
-    for (uint64_t c = 0; c < n_chunks; ++c) {
+    const bool packed = s.nbytes > 0 && s.nbytes < pack_below;  // then one chunk ref
+    if (packed) {
+      if (open_pack == SIZE_MAX || job->pieces[open_pack].size + s.nbytes > o.chunk_size) {
+        open_pack = job->pieces.size();
+        Piece p;
+        p.pack = part.packs.size();
+        part.packs.emplace_back();
+        job->pieces.push_back(std::move(p));
+      }
+      Piece& pack = job->pieces[open_pack];
+      pack.members.push_back(
+          {part.tensors.size(), static_cast<const char*>(t.data), pack.size, s.nbytes});
+      pack.size += s.nbytes;
+    }
+    for (uint64_t c = 0; c < n_chunks && !packed; ++c) {
       Piece p;
       p.tensor = part.tensors.size();
       p.chunk = c;
@@ -206,7 +233,6 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
       job->pieces.push_back(p);
     }
     rr.bytes_total += s.nbytes;
-    rr.chunks_total += n_chunks;
     TensorRecord tr;
     tr.name = t.name;
     tr.dtype = t.dtype;
@@ -214,6 +240,7 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     tr.slices.push_back(std::move(s));
     part.tensors.push_back(std::move(tr));
   }
+  rr.chunks_total = job->pieces.size();
   part.ranks.push_back(rr);
   {
     MutexLock lock(job->mu);  // the job is not shared yet; held so that the analysis can check
@@ -259,7 +286,11 @@ Result<std::shared_ptr<SaveHandle>> CheckpointEngine::Save(std::span<const SaveT
     copies.push_back(impl.copy_pool->Submit([&impl, job, defer, b = std::move(batch)] {
       for (size_t i : b) {
         Piece& p = job->pieces[i];
-        std::memcpy(p.data, p.src, p.size);
+        if (p.members.empty()) {
+          std::memcpy(p.data, p.src, p.size);
+        } else {
+          for (const PackMember& m : p.members) std::memcpy(p.data + m.offset, m.src, m.size);
+        }
         if (!defer) impl.io_pool->Submit([&impl, job, i] { impl.ProcessPiece(job, i); });
       }
     }));

@@ -5,7 +5,8 @@
 // whose one GC marks checkpoints through the "ckpt" root provider the engine registers.
 //
 // Save is split at the point where the caller may touch its tensors again: Save() copies them
-// into a bounded pool of reused host buffers (one chunk per buffer) and returns; background
+// into a bounded pool of reused host buffers (small chunks share a buffer; slices smaller than
+// pack_below_bytes are packed into shared chunks) and returns; background
 // threads hash each chunk, skip those the previous checkpoint already stored (incremental), and
 // write the rest to the local tier and the durable tier in parallel. A rank whose chunks are all
 // durable writes its part manifest; rank 0 commits the checkpoint when every rank's part is
@@ -69,6 +70,11 @@ struct EngineOptions {
   // simply rewritten).
   std::string run_id;
   uint64_t chunk_size = kDefaultChunkSize;
+  // Slices with fewer bytes than this are packed, in tensor-name order, into shared chunks of up
+  // to chunk_size (a pack is rewritten whole when any of its slices changes, so the threshold is
+  // kept small against chunk_size). Default: chunk_size / 16 (256 KiB for 4 MiB chunks); 0 never
+  // packs (manifests are then version 1, as older builds wrote them).
+  std::optional<uint64_t> pack_below_bytes;
   // Host buffer pool for asynchronous save: bytes of snapshots in flight. Save blocks (pipelined
   // with the background writes) when a state is larger. Default 1 GiB.
   uint64_t host_buffer_bytes = 1ull << 30;

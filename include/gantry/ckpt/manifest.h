@@ -47,15 +47,28 @@ std::string ShapeString(const std::vector<int64_t>& shape);
 uint64_t RowBytes(DType dtype, const std::vector<int64_t>& global_shape);
 int64_t GlobalRows(const std::vector<int64_t>& global_shape);
 
-inline constexpr int kManifestVersion = 1;
+// The newest manifest version this build reads and writes. Version 1 has no packs; a manifest
+// is written as version 1 when it holds none (so builds that read only version 1 still read it),
+// as version 2 otherwise. Both are read.
+inline constexpr int kManifestVersion = 2;
 
+// `size` bytes of a slice stored at `offset` in the chunk `id`. A chunk holds the bytes of one
+// slice (offset 0, size the chunk's size) or, if `id` is one of the manifest's packs, small
+// slices of several tensors back to back.
 struct ChunkRef {
   ChunkId id;
-  uint64_t size = 0;  // raw bytes
+  uint64_t size = 0;    // raw bytes of the slice in this chunk
+  uint64_t offset = 0;  // where they start in the chunk's raw bytes (non-zero only in a pack)
+};
+
+// A pack: one chunk holding the bytes of several small slices (docs/formats/checkpoint.md).
+struct PackRecord {
+  ChunkId id;
+  uint64_t size = 0;  // the chunk's raw bytes
 };
 
 // Rows [row_offset, row_offset + rows) of dim 0, saved by `rank`, as consecutive chunks of the
-// slice's row-major bytes (every chunk chunk_size bytes but the last).
+// slice's row-major bytes (every chunk chunk_size bytes but the last), or as one ref into a pack.
 struct SliceRecord {
   int rank = 0;
   int64_t row_offset = 0;
@@ -96,18 +109,25 @@ struct CheckpointManifest {
   std::string run_id;
   std::vector<RankRecord> ranks;      // sorted by rank; in a part, exactly one
   std::vector<TensorRecord> tensors;  // sorted by name
+  // The chunks that hold small slices of several tensors (version 2), sorted by id.
+  std::vector<PackRecord> packs;
 
   // JSON with a "checksum" field: XXH3-128 over the rest of the document, so a tampered or
   // truncated manifest is detected, not misread.
   std::string ToJson() const;
   // InvalidArgument naming `what` (the object) and the field, for malformed JSON, a bad
-  // checksum, an unknown version or dtype, or slices that do not tile their tensor.
+  // checksum, an unknown version or dtype, slices that do not tile their tensor, or a ref that
+  // reaches outside its pack.
   static Result<CheckpointManifest> FromJson(std::string_view json, std::string_view what);
 
   uint64_t TotalBytes() const;
   const TensorRecord* FindTensor(std::string_view name) const;
   // Distinct chunk ids referenced.
   std::vector<ChunkId> ChunkIds() const;
+  // Distinct chunks referenced, each with its whole raw size (a pack's, not a ref's).
+  std::vector<PackRecord> StoredChunks() const;
+  // The pack with this id, or nullptr if the chunk is not a pack.
+  const PackRecord* FindPack(const ChunkId& id) const;
 };
 
 // Merges the parts of all world_size ranks into the commit record; InvalidArgument if a rank is
