@@ -131,7 +131,8 @@ Status CheckpointEngine::Remove(int64_t step) {
   Result<std::string> pointer = durable_->Get(LatestKey(options_.job));
   if (pointer.ok() && std::strtoll(pointer->c_str(), nullptr, 10) == step) {
     GANTRY_RETURN_IF_ERROR(durable_->Delete(LatestKey(options_.job)));
-    Result<int64_t> newest = LatestStep();
+    std::vector<std::string> quiet;  // a damaged step is not pointed at; rm reports the rest
+    Result<int64_t> newest = LatestStep(&quiet);
     if (newest.ok()) {
       GANTRY_RETURN_IF_ERROR(
           durable_->Put(LatestKey(options_.job), std::to_string(*newest) + "\n"));
