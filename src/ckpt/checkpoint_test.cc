@@ -665,7 +665,8 @@ TEST(CheckpointTest, LeftoversOfEarlierProcessesAreSweptFromTheLocalTier) {
 
 TEST(CheckpointTest, WorksWithoutLocalTierAndOnMemoryStore) {
   EngineOptions o;
-  o.durable_url = "mem://ckpt-test-no-local";
+  static int runs = 0;  // a store of its own per run (--gtest_repeat): named ones outlive tests
+  o.durable_url = "mem://ckpt-test-no-local-" + std::to_string(++runs);
   o.chunk_size = 4096;
   o.host_buffer_bytes = 8192;
   o.durable_codec = Codec::kZstd;
