@@ -1056,7 +1056,8 @@ Result<GcReport> ChunkStore::CollectGarbage() {
   for (const std::string& kind : kinds) {
     std::shared_ptr<RootProvider> provider = FindRootProvider(kind);
     if (provider == nullptr) continue;  // unregistered meanwhile
-    Status s = provider->MarkLive(ms, [&](const ChunkId& id) { live.insert(id); });
+    Status s = provider->MarkLiveAndWarn(
+        ms, [&](const ChunkId& id) { live.insert(id); }, &report.warnings);
     if (!s.ok()) return s.WithContext("gc: roots of kind '" + kind + "' (nothing deleted)");
     report.kinds.push_back(kind);
   }

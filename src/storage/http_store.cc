@@ -222,6 +222,9 @@ class HttpStore final : public ObjectStore {
     return ReadOnly("list", prefix);
   }
   Status PutFile(std::string_view key, const std::string&) override { return ReadOnly("put", key); }
+  Status PutFileIfAbsent(std::string_view key, const std::string&) override {
+    return ReadOnly("put", key);
+  }
 
   Result<std::string> Get(std::string_view key) override {
     GANTRY_RETURN_IF_ERROR(ValidateKey(key));

@@ -169,6 +169,9 @@ struct GcReport {
   uint64_t deleted_bytes = 0;
   uint64_t kept_young = 0;   // unreferenced but inside the grace period
   uint64_t kept_pinned = 0;  // unreferenced but pinned or awaiting drain in this process
+  // One line per damaged root a RootProvider skipped (the GC went on without it): the chunks
+  // only it names are not kept.
+  std::vector<std::string> warnings;
 };
 
 struct VerifyReport {
