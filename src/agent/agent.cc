@@ -431,6 +431,7 @@ struct AgentServer::Impl {
   Counter* refused_per_client = nullptr;
   Counter* head_timeouts = nullptr;
   Counter* slow_readers = nullptr;
+  Counter* idle_closed = nullptr;
   Counter* accepted = nullptr;
   Gauge* open_connections = nullptr;
   Server server{[this](int fd) { Admit(fd); }};
@@ -477,6 +478,22 @@ struct AgentServer::Impl {
       if (stopping) {
         ::close(fd);
         return;
+      }
+      if (per_client[client] >= options.max_connections_per_client) {
+        // At the cap, an idle kept-alive connection of this client makes room (the oldest
+        // one): keep-alive must not turn a client's own idle connections into refusals (many
+        // ranks of one node restoring at once), while the cap still bounds what it holds.
+        auto oldest = waiting.end();
+        for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+          if (it->second.idle && it->second.client == client &&
+              (oldest == waiting.end() || it->second.deadline < oldest->second.deadline)) {
+            oldest = it;
+          }
+        }
+        if (oldest != waiting.end()) {
+          idle_closed->Increment();
+          Drop(TakeWaiting(oldest->first));
+        }
       }
       int& open = per_client[client];
       if (open < options.max_connections_per_client) {
@@ -916,6 +933,10 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
                                       {{"reason", "header_timeout"}});
   impl->slow_readers = &m.GetCounter("gantry_agent_connections_closed_total", kClosedHelp,
                                      {{"reason", "slow_reader"}});
+  impl->idle_closed =
+      &m.GetCounter("gantry_agent_idle_connections_closed_total",
+                    "Idle kept-alive connections closed to make room for a new one from the same "
+                    "client (at max_connections_per_client).");
   impl->accepted =
       &m.GetCounter("gantry_agent_connections_accepted_total",
                     "Client connections accepted (kept-alive ones serve many requests).");

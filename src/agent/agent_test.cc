@@ -833,6 +833,41 @@ TEST_F(AgentTest, APeerReaderReusesOneConnectionByDefault) {
             5u);
 }
 
+// With keep-alive on, a client's idle connections count against its cap; a new connection at
+// the cap closes the oldest idle one instead of being refused, so many readers on one node
+// (whose pools keep connections open) are never answered 503 for connections they are not using.
+TEST_F(AgentTest, AtTheCapANewConnectionClosesAnIdleOneInsteadOfBeingRefused) {
+  Restart([](AgentOptions& o) { o.max_connections_per_client = 2; });
+  ASSERT_TRUE(tier_->Put("k", "v").ok());
+  const int port = agent_->port();
+  const std::string request =
+      "GET /v1/objects/k HTTP/1.1\r\nHost: t\r\n" + std::string(kAuth) + "\r\n";
+  std::vector<int> idle;
+  for (int i = 0; i < 2; ++i) {
+    idle.push_back(ConnectLoopback(port));
+    ASSERT_TRUE(SendAll(idle.back(), request));
+    char buf[4096];
+    ASSERT_GT(::recv(idle.back(), buf, sizeof(buf), 0), 0);      // answered, kept open
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct idle deadlines
+  }
+  // A third is served, not refused; the first (oldest idle) one is closed for it.
+  EXPECT_EQ(BodyOf(Get(port, "/v1/objects/k")), "v");
+  char buf[16];
+  EXPECT_EQ(::recv(idle[0], buf, sizeof(buf), 0), 0);
+  EXPECT_EQ(
+      agent_->metrics().GetCounter("gantry_agent_idle_connections_closed_total", "", {}).value(),
+      1u);
+  // Connections that are busy still count: at the cap with none idle, a new one is refused.
+  ::close(idle[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the close reaches the agent
+  std::vector<int> busy;
+  for (int i = 0; i < 2; ++i) busy.push_back(ConnectLoopback(port));  // heads never sent
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_THAT(Get(port, "/healthz", "", /*auth=*/false), StartsWith("HTTP/1.1 503"));
+  ::close(idle[0]);
+  for (int fd : busy) ::close(fd);
+}
+
 // Regression: a request announcing a body made httplib read it before routing (a POST to
 // /healthz, say), for up to body_timeout_ms; clients trickling such bodies held the one worker
 // of /healthz for 10 s each, one after the other. Bodies are now refused unread (413).

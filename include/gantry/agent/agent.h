@@ -6,6 +6,7 @@
 //   GET|HEAD /v1/objects/KEY   the file ROOT/KEY; one byte range (`Range: bytes=A-B`, `A-`,
 //                              `-N`) answers 206 with Content-Range, an unsatisfiable one 416;
 //                              a key that ValidateKey rejects 400; a missing object 404
+//   any request with a body    413, unread (no route takes one), connection closed
 //   GET /healthz               "ok"
 //   GET /metrics               Prometheus text: requests by route and status, bytes served,
 //                              errors
