@@ -243,7 +243,14 @@ class ConnStream final : public httplib::Stream {
   bool is_readable() const override {
     return pos_ < head_.size() || PollFd(fd_, POLLIN, MsUntil(deadline_));
   }
-  bool is_writable() const override { return PollFd(fd_, POLLOUT, SendWaitMs()); }
+  // httplib asks before each piece of a body; a wait that runs out is the slow reader's too.
+  bool is_writable() const override {
+    const int ms = SendWaitMs();
+    if (ms > 0 && PollFd(fd_, POLLOUT, ms)) return true;
+    timed_out_ = true;
+    send_timed_out_ = true;
+    return false;
+  }
   ssize_t read(char* ptr, size_t size) override {
     if (pos_ < head_.size()) {
       const size_t n = std::min(size, head_.size() - pos_);
@@ -348,8 +355,8 @@ class ConnStream final : public httplib::Stream {
   uint64_t sent_ = 0;
   std::string head_;
   size_t pos_ = 0;
-  bool timed_out_ = false;
-  bool send_timed_out_ = false;
+  mutable bool timed_out_ = false;  // mutable: httplib's is_writable is const
+  mutable bool send_timed_out_ = false;
   int file_fd_ = -1;
   off_t file_offset_ = 0;
   bool sendfile_unsupported_ = false;
