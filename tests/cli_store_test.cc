@@ -290,4 +290,39 @@ TEST_F(CliStore, PutFromAPipeAndGetToStdoutStreamInBoundedMemory) {
   EXPECT_EQ(r.out, "");
 }
 
+// Regression: `store put --if-absent` read its whole input into memory (a 256 MiB pipe took
+// 256 MiB of RSS and more); it now streams like a plain put, and stays create-only.
+TEST_F(CliStore, PutIfAbsentFromAPipeStreamsInBoundedMemoryAndStaysCreateOnly) {
+  fs::create_directories(dir_.sub("root"));
+  constexpr uint64_t kBytes = 256ull << 20;
+  constexpr long kBoundKib = GANTRY_RSS_IS_MEANINGFUL ? 128 << 10 : LONG_MAX;
+  const std::string store = "file://" + dir_.sub("root");
+  Piped put = RunPiped({"store", "--store", store, "put", "--if-absent", "big", "-"},
+                       /*feed=*/true, kBytes);
+  ASSERT_EQ(put.code, 0);
+  EXPECT_EQ(put.bytes, kBytes);
+  EXPECT_EQ(fs::file_size(dir_.sub("root/big")), kBytes);
+  EXPECT_LT(put.max_rss_kib, kBoundKib)
+      << "put --if-absent - peaked at " << put.max_rss_kib << " KiB";
+  Piped get = RunPiped({"store", "--store", store, "get", "big", "-"}, /*feed=*/false, 0);
+  ASSERT_EQ(get.code, 0);
+  EXPECT_EQ(get.checksum, put.checksum);
+  // A second create-only put of the key is refused (exit 3) and changes nothing; from a file
+  // too.
+  {
+    std::ofstream f(dir_.sub("small"), std::ios::binary);
+    f << "other bytes";
+  }
+  CliRun r = Gantry("store " + Store() + " put --if-absent big " + dir_.sub("small"));
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("gantry store put: "), std::string::npos) << r.err;
+  EXPECT_EQ(fs::file_size(dir_.sub("root/big")), kBytes);
+  r = Gantry("store " + Store() + " put --if-absent small " + dir_.sub("small"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(dir_.sub("root/small")), "other bytes");
+  r = Gantry("store " + Store() + " put --if-absent none " + dir_.sub("no-such-file"));
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.sub("root/none")));
+}
+
 }  // namespace

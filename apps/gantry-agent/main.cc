@@ -144,6 +144,11 @@ int main(int argc, char** argv) {
                  "A client must send its whole request head within this time, or is closed")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600 * 1000));
+  app.add_option("--keep-alive-s", options.keep_alive_timeout_s,
+                 "Seconds an idle connection stays open for the peer's next request (held by "
+                 "no worker); 0: one request per connection")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
   app.add_option("--max-connections-per-client", options.max_connections_per_client,
                  "Connections one client address may hold open; more are refused (503)")
       ->capture_default_str()

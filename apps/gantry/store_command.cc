@@ -8,9 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -114,29 +112,17 @@ int Put(StoreArgs& a) {
   auto store = Open(a, /*writes=*/true);
   if (!store.ok()) return Fail("put", store.status());
   const bool from_stdin = a.file.empty() || a.file == "-";
-  if (!a.create_if_absent) {
-    // The backend's file path: multipart and parallel for S3, copy_file_range for posix.
-    std::string path = a.file;
-    SpoolFile spool;
-    if (from_stdin) {
-      if (Status s = SpoolStdin(spool); !s.ok()) return Fail("put", s);
-      path = spool.path();
-    }
-    Status s = (*store)->PutFile(a.key, path);
-    return s.ok() ? kExitOk : Fail("put", s);
-  }
-  // A create-only put is one atomic conditional write of the whole object.
-  std::string data;
+  // The backend's file path: multipart and parallel for S3, copy_file_range for posix; a
+  // create-only put streams the same way into a temp file that is linked into place (posix),
+  // or is one conditional PUT (S3).
+  std::string path = a.file;
+  SpoolFile spool;
   if (from_stdin) {
-    data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) return Fail("put", NotFound("cannot read '" + a.file + "'"));
-    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (Status s = SpoolStdin(spool); !s.ok()) return Fail("put", s);
+    path = spool.path();
   }
-  PutOptions po;
-  po.create_if_absent = a.create_if_absent;
-  Status s = (*store)->Put(a.key, data, po);
+  Status s =
+      a.create_if_absent ? (*store)->PutFileIfAbsent(a.key, path) : (*store)->PutFile(a.key, path);
   return s.ok() ? kExitOk : Fail("put", s);
 }
 
@@ -297,7 +283,8 @@ void RegisterStoreCommands(CLI::App& app) {
   put->add_option("key", a->key, "Object key")->required();
   put->add_option("file", a->file, "Local file ('-' or absent: stdin)");
   put->add_flag("--if-absent", a->create_if_absent,
-                "Fail if KEY exists (atomic where supported; reads the whole input into memory)");
+                "Fail if KEY exists, atomically (streamed like a plain put on file:// stores; one "
+                "conditional PUT, the object in memory, on S3)");
   put->footer(
       "stdin is staged in $TMPDIR a megabyte at a time and uploaded like a file (multipart on\n"
       "S3), so memory stays small whatever the size.\n"

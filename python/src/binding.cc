@@ -482,7 +482,15 @@ void DefineModule(py::module_& m) {
       .def("latest_step",
            [](PyEngine& e) {
              CheckpointEngine& engine = e.engine();
-             return WithoutGil([&] { return engine.LatestStep(); });
+             std::vector<std::string> warnings;
+             const int64_t step = WithoutGil([&] { return engine.LatestStep(&warnings); });
+             // A damaged latest checkpoint was passed over: say so the Python way.
+             for (const std::string& w : warnings) {
+               if (PyErr_WarnEx(PyExc_RuntimeWarning, w.c_str(), 1) < 0) {
+                 throw py::error_already_set();  // warnings turned into errors
+               }
+             }
+             return step;
            })
       .def(
           "read_manifest",

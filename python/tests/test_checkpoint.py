@@ -388,6 +388,23 @@ class HousekeepingTest(CheckpointTestCase):
         finally:
             c.close()
 
+    def test_a_damaged_latest_is_passed_over_with_a_warning(self):
+        """Regression: latest_step() and load() trusted the latest pointer, so a damaged newest
+        manifest made every load of the latest fail while older steps were fine."""
+        c = ckpt.Checkpointer(self.path("dmglatest"), job="j", chunk_size=16 << 10)
+        try:
+            for step in (1, 2):
+                c.save({"step": step, "w": torch.full((8,), float(step))}, step).wait()
+            manifest = os.path.join(self.path("dmglatest"), "ckpt", "j", "%012d" % 2,
+                                    "manifest.json")
+            os.truncate(manifest, 100)
+            with self.assertWarnsRegex(RuntimeWarning, "step 2.*damaged"):
+                self.assertEqual(c.latest_step(), 1)
+            with self.assertWarns(RuntimeWarning):
+                self.assertEqual(c.load()["step"], 1)
+        finally:
+            c.close()
+
     def test_remove_the_newest_then_save_that_step_again(self):
         """Regression: remove(step) then save(step) on the same Checkpointer raised "not above
         the previous checkpoint's step"."""

@@ -1,5 +1,5 @@
-// The gantry-agent HTTP server on cpp-httplib: object reads with byte ranges, streamed with
-// pread from one descriptor per request; health and metrics; bearer-token checks. See
+// The gantry-agent HTTP server on cpp-httplib: object reads with byte ranges, sent with
+// sendfile(2) from one descriptor per request; health and metrics; bearer-token checks. See
 // include/gantry/agent/agent.h.
 //
 // Connections do not follow httplib's own model. Debian's cpp-httplib 0.11 gives each accepted
@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,15 +56,19 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr std::string_view kObjectsPrefix = "/v1/objects/";
-// Each pread/write step of a streamed body: large enough to amortise the syscalls, small enough
-// that many concurrent streams stay cheap.
+// Each pread/send step of a body where the file system cannot sendfile: large enough to amortise
+// the syscalls, small enough that many concurrent streams stay cheap.
 constexpr size_t kStreamPiece = 1 << 20;
 constexpr char kReservedTopLevel[] = ".gantry-tmp";  // PosixStore's temp files: never objects
 // The longest request head the poll thread waits for. httplib refuses lines over 8 KiB, so a
 // head this long without its end goes to a worker at once, to be answered 400 or 414 there.
 constexpr size_t kMaxHead = 16 << 10;
-// Requests served on one kept-alive connection before it is closed (as httplib's default does).
-constexpr int kMaxRequestsPerConnection = 100;
+// Requests served on one kept-alive connection before it is closed, so no one connection holds
+// its place forever; a restoring peer reconnects once per this many chunks.
+constexpr int kMaxRequestsPerConnection = 1000;
+// The most one sendfile step of a response body asks for (httplib's DataSink wants a pointer
+// and a length; see ConnStream::SendFrom).
+constexpr size_t kSendfileStep = 4 << 20;
 
 // An open file shared by the response and its content provider, closed when both are done.
 struct OpenFile {
@@ -192,12 +197,24 @@ bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
 
 // The httplib::Stream of one request. The head, already received in full, is read out of the
 // socket at once; everything else comes straight from the socket. Every wait is bounded:
-// reads by the request's deadline (the body timeout), each send by the I/O timeout. Sockets
-// are used with MSG_DONTWAIT, so a blocking send can never outlast the poll before it.
+// reads by the request's deadline (the body timeout); each send must make progress within the
+// I/O timeout, and the response as a whole must keep up a minimum rate (io_timeout_ms of grace,
+// then min_send_bytes_per_s on average), so a client reading a byte every few seconds cannot
+// hold a worker for hours. Sockets are used with MSG_DONTWAIT (and are O_NONBLOCK for
+// sendfile), so a send can never outlast the poll before it.
+//
+// A response body can come straight from a file: SendFrom() makes the next write() move bytes
+// from that file to the socket with sendfile(2), in the kernel, instead of from `ptr` (which
+// is then a placeholder). That halves the agent's copying of every chunk it serves.
 class ConnStream final : public httplib::Stream {
  public:
-  ConnStream(int fd, SteadyClock::time_point read_deadline, int io_timeout_ms)
-      : fd_(fd), deadline_(read_deadline), io_timeout_ms_(io_timeout_ms) {}
+  ConnStream(int fd, SteadyClock::time_point read_deadline, int io_timeout_ms,
+             int64_t min_send_bytes_per_s)
+      : fd_(fd),
+        deadline_(read_deadline),
+        io_timeout_ms_(io_timeout_ms),
+        min_send_rate_(min_send_bytes_per_s),
+        send_start_(SteadyClock::now()) {}
 
   // Reads the first n bytes (the head the poll thread saw arrive) into the buffer.
   bool Prefetch(size_t n) {
@@ -211,11 +228,29 @@ class ConnStream final : public httplib::Stream {
     return true;
   }
   bool timed_out() const { return timed_out_; }
+  // The client read the response too slowly (io_timeout_ms, or the minimum rate).
+  bool send_timed_out() const { return send_timed_out_; }
+  // True once a file source failed (a read error, or the file shrank): the agent's fault, not
+  // the client's.
+  bool file_failed() const { return file_failed_; }
+
+  // Until SendFrom(-1, 0), write() sends from `file` at `offset` on; each write advances it.
+  void SendFrom(int file, uint64_t offset) {
+    file_fd_ = file;
+    file_offset_ = static_cast<off_t>(offset);
+  }
 
   bool is_readable() const override {
     return pos_ < head_.size() || PollFd(fd_, POLLIN, MsUntil(deadline_));
   }
-  bool is_writable() const override { return PollFd(fd_, POLLOUT, io_timeout_ms_); }
+  // httplib asks before each piece of a body; a wait that runs out is the slow reader's too.
+  bool is_writable() const override {
+    const int ms = SendWaitMs();
+    if (ms > 0 && PollFd(fd_, POLLOUT, ms)) return true;
+    timed_out_ = true;
+    send_timed_out_ = true;
+    return false;
+  }
   ssize_t read(char* ptr, size_t size) override {
     if (pos_ < head_.size()) {
       const size_t n = std::min(size, head_.size() - pos_);
@@ -227,11 +262,20 @@ class ConnStream final : public httplib::Stream {
   }
   ssize_t write(const char* ptr, size_t size) override {
     while (true) {
-      const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n >= 0) return n;
+      const ssize_t n = file_fd_ >= 0 ? SendFileStep(size) : ::send(fd_, ptr, size, kSendFlags);
+      if (n > 0) {
+        sent_ += static_cast<uint64_t>(n);
+        return n;
+      }
+      if (n == 0) return file_fd_ >= 0 ? -1 : 0;  // the file ended early: cut the response
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-      if (!PollFd(fd_, POLLOUT, io_timeout_ms_)) return -1;
+      const int ms = SendWaitMs();
+      if (ms == 0 || !PollFd(fd_, POLLOUT, ms)) {
+        timed_out_ = true;
+        send_timed_out_ = true;
+        return -1;
+      }
     }
   }
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -243,6 +287,52 @@ class ConnStream final : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
  private:
+  static constexpr int kSendFlags = MSG_NOSIGNAL | MSG_DONTWAIT;
+
+  // How long a send may wait now: the I/O timeout, cut to what the minimum rate still allows
+  // (the bytes sent so far buy time at min_send_rate_, after io_timeout_ms of grace). 0: the
+  // response is too slow and is abandoned.
+  int SendWaitMs() const {
+    if (min_send_rate_ <= 0) return io_timeout_ms_;
+    const auto allowed = std::chrono::milliseconds(
+        io_timeout_ms_ +
+        static_cast<int64_t>(sent_ * 1000 / static_cast<uint64_t>(min_send_rate_)));
+    return std::min(io_timeout_ms_, MsUntil(send_start_ + allowed));
+  }
+
+  // One sendfile step from the file source; falls back to pread + send where the file system
+  // cannot sendfile. Returns like send: > 0 bytes sent, 0 at the file's end, -1 with errno.
+  ssize_t SendFileStep(size_t size) {
+    const size_t want = std::min(size, kSendfileStep);
+    if (!sendfile_unsupported_) {
+      const off_t before = file_offset_;
+      const ssize_t n = ::sendfile(fd_, file_fd_, &file_offset_, want);
+      if (n >= 0 || (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)) {
+        if (n == 0) file_failed_ = true;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != EPIPE &&
+            errno != ECONNRESET) {
+          file_failed_ = true;  // EIO and the like: the file's fault
+        }
+        if (n < 0) file_offset_ = before;
+        return n;
+      }
+      sendfile_unsupported_ = true;
+    }
+    if (bounce_.empty()) bounce_.resize(kStreamPiece);
+    ssize_t r;
+    do {
+      r = ::pread(file_fd_, bounce_.data(), std::min(want, bounce_.size()), file_offset_);
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0) {
+      file_failed_ = true;
+      if (r == 0) return 0;
+      return -1;
+    }
+    const ssize_t n = ::send(fd_, bounce_.data(), static_cast<size_t>(r), kSendFlags);
+    if (n > 0) file_offset_ += n;
+    return n;
+  }
+
   ssize_t ReadSocket(char* ptr, size_t size) {
     while (true) {
       const ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
@@ -260,10 +350,33 @@ class ConnStream final : public httplib::Stream {
   const int fd_;
   const SteadyClock::time_point deadline_;
   const int io_timeout_ms_;
+  const int64_t min_send_rate_;
+  const SteadyClock::time_point send_start_;
+  uint64_t sent_ = 0;
   std::string head_;
   size_t pos_ = 0;
-  bool timed_out_ = false;
+  mutable bool timed_out_ = false;  // mutable: httplib's is_writable is const
+  mutable bool send_timed_out_ = false;
+  int file_fd_ = -1;
+  off_t file_offset_ = 0;
+  bool sendfile_unsupported_ = false;
+  bool file_failed_ = false;
+  std::vector<char> bounce_;
 };
+
+// What the route handlers need to know of the connection whose request they answer: set by
+// Serve on the worker thread for the duration of one request (httplib calls the handlers
+// synchronously from process_request, on that thread).
+struct CurrentRequest {
+  ConnStream* stream = nullptr;
+  bool has_body = false;  // the request announced a body (Content-Length > 0 or chunked)
+};
+thread_local CurrentRequest tl_request;
+
+// The placeholder a file-sourced body write passes to httplib (ConnStream::SendFrom): never
+// read, sized so that pointer arithmetic on it stays in bounds. Zero-initialised static storage
+// is never touched, so it costs no memory.
+alignas(64) char kFilePlaceholder[kSendfileStep];
 
 // httplib's accept loop hands each accepted socket to a TaskQueue. Running it inline on the
 // listener thread is right here: our process_and_close_socket only registers the socket.
@@ -324,6 +437,9 @@ struct AgentServer::Impl {
   Counter* aborted = nullptr;
   Counter* refused_per_client = nullptr;
   Counter* head_timeouts = nullptr;
+  Counter* slow_readers = nullptr;
+  Counter* idle_closed = nullptr;
+  Counter* accepted = nullptr;
   Gauge* open_connections = nullptr;
   Server server{[this](int fd) { Admit(fd); }};
   int epoll_fd = -1;
@@ -354,6 +470,10 @@ struct AgentServer::Impl {
 
   // On the listener thread, for each accepted socket.
   void Admit(int fd) EXCLUDES(mu) {
+    // Every read and send here is bounded by a poll; sendfile has no MSG_DONTWAIT, so the
+    // socket itself must not block.
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    accepted->Increment();
     std::string client;
     int client_port = 0;
     if (!SocketAddress(fd, /*peer=*/true, &client, &client_port)) {
@@ -365,6 +485,22 @@ struct AgentServer::Impl {
       if (stopping) {
         ::close(fd);
         return;
+      }
+      if (per_client[client] >= options.max_connections_per_client) {
+        // At the cap, an idle kept-alive connection of this client makes room (the oldest
+        // one): keep-alive must not turn a client's own idle connections into refusals (many
+        // ranks of one node restoring at once), while the cap still bounds what it holds.
+        auto oldest = waiting.end();
+        for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+          if (it->second.idle && it->second.client == client &&
+              (oldest == waiting.end() || it->second.deadline < oldest->second.deadline)) {
+            oldest = it;
+          }
+        }
+        if (oldest != waiting.end()) {
+          idle_closed->Increment();
+          Drop(TakeWaiting(oldest->first));
+        }
       }
       int& open = per_client[client];
       if (open < options.max_connections_per_client) {
@@ -519,25 +655,36 @@ struct AgentServer::Impl {
   // Answers the request whose head has arrived on c, then parks or closes the connection.
   void Serve(Conn c) EXCLUDES(mu) {
     ConnStream strm(c.fd, SteadyClock::now() + std::chrono::milliseconds(options.body_timeout_ms),
-                    options.io_timeout_ms);
+                    options.io_timeout_ms, options.min_send_bytes_per_s);
     bool reuse = strm.Prefetch(c.head_len);
     if (reuse) {
       ++c.served;
       const bool close_connection =
           options.keep_alive_timeout_s <= 0 || c.served >= kMaxRequestsPerConnection;
       bool connection_closed = false;
-      bool has_body = false;
-      const bool ok = server.ServeOne(
-          strm, close_connection, &connection_closed, [&has_body](httplib::Request& req) {
-            // The routes read no body, so what follows the head on this connection may be
-            // the rest of one: never parse it as a next request; say so in the answer.
+      tl_request = CurrentRequest{&strm, false};
+      const bool ok =
+          server.ServeOne(strm, close_connection, &connection_closed, [](httplib::Request& req) {
+            // No route takes a body. One announced is refused unread (413, by the pre-routing
+            // handler), so a client trickling it holds no worker; what follows the head on
+            // this connection may be the rest of it, so the connection is closed after the
+            // answer, never read for a next request.
             if (req.has_header("Transfer-Encoding") ||
                 std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > 0) {
-              has_body = true;
+              tl_request.has_body = true;
               req.headers.erase("Connection");
               req.set_header("Connection", "close");
             }
           });
+      const bool has_body = tl_request.has_body;
+      tl_request = CurrentRequest{};
+      if (strm.send_timed_out()) {
+        // Reset rather than close: a close would leave the kernel delivering the megabytes
+        // already in the send buffer, at the slow reader's pace.
+        slow_readers->Increment();
+        const linger abort{1, 0};
+        ::setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+      }
       reuse = ok && !close_connection && !connection_closed && !has_body && !strm.timed_out();
     }
     MutexLock lock(mu);
@@ -696,25 +843,22 @@ struct AgentServer::Impl {
     }
     res.set_content_provider(
         static_cast<size_t>(count), "application/octet-stream",
-        [this, file, first, count, buf = std::vector<char>()](
-            size_t offset, size_t length, httplib::DataSink& sink) mutable -> bool {
-          if (buf.empty()) buf.resize(std::min<size_t>(kStreamPiece, count));
-          const size_t want = std::min(length, buf.size());
-          ssize_t n;
-          do {
-            n = ::pread(file->fd, buf.data(), want, static_cast<off_t>(first + offset));
-          } while (n < 0 && errno == EINTR);
-          if (n <= 0) {
-            // An I/O error, or the file shrank under us (written in place by something other
-            // than a PosixStore): end the connection short, so the client sees an error.
-            read_errors->Increment();
+        [this, file, first](size_t offset, size_t length, httplib::DataSink& sink) -> bool {
+          ConnStream* strm = tl_request.stream;
+          if (strm == nullptr) return false;  // not on a worker: cannot happen
+          // The bytes go from the file to the socket in the kernel (sendfile); httplib's sink
+          // only counts them, so it gets the placeholder in place of a buffer.
+          const size_t n = std::min(length, kSendfileStep);
+          strm->SendFrom(file->fd, first + offset);
+          const bool sent = sink.write(kFilePlaceholder, n);
+          strm->SendFrom(-1, 0);
+          if (!sent) {
+            // A read error, or the file shrank under us (written in place by something other
+            // than a PosixStore): the connection ends short, so the client sees an error.
+            (strm->file_failed() ? read_errors : aborted)->Increment();
             return false;
           }
-          if (!sink.write(buf.data(), static_cast<size_t>(n))) {
-            aborted->Increment();
-            return false;
-          }
-          bytes_served->Increment(static_cast<uint64_t>(n));
+          bytes_served->Increment(n);
           return true;
         });
   }
@@ -739,6 +883,10 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
       {"body_timeout_ms", options.body_timeout_ms},
       {"io_timeout_ms", options.io_timeout_ms},
       {"max_connections_per_client", options.max_connections_per_client}};
+  if (options.keep_alive_timeout_s < 0 || options.min_send_bytes_per_s < 0) {
+    return InvalidArgument(
+        "gantry-agent: keep_alive_timeout_s and min_send_bytes_per_s must not be negative");
+  }
   for (const auto& [name, value] : positive) {
     if (value < 1) {
       return InvalidArgument("gantry-agent: " + std::string(name) + " must be at least 1 (got " +
@@ -784,11 +932,21 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   impl->aborted = &m.GetCounter("gantry_agent_errors_total",
                                 "Requests that failed or were cut short.", {{"kind", "client"}});
   constexpr std::string_view kClosedHelp =
-      "Connections the agent closed unserved: over the per-client cap, or no request head in time.";
+      "Connections the agent closed unserved or cut short: over the per-client cap, no request "
+      "head in time, or a response read too slowly.";
   impl->refused_per_client = &m.GetCounter("gantry_agent_connections_closed_total", kClosedHelp,
                                            {{"reason", "per_client_limit"}});
   impl->head_timeouts = &m.GetCounter("gantry_agent_connections_closed_total", kClosedHelp,
                                       {{"reason", "header_timeout"}});
+  impl->slow_readers = &m.GetCounter("gantry_agent_connections_closed_total", kClosedHelp,
+                                     {{"reason", "slow_reader"}});
+  impl->idle_closed =
+      &m.GetCounter("gantry_agent_idle_connections_closed_total",
+                    "Idle kept-alive connections closed to make room for a new one from the same "
+                    "client (at max_connections_per_client).");
+  impl->accepted =
+      &m.GetCounter("gantry_agent_connections_accepted_total",
+                    "Client connections accepted (kept-alive ones serve many requests).");
   impl->open_connections =
       &m.GetGauge("gantry_agent_open_connections", "Client connections open now.");
 
@@ -802,12 +960,20 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   s.set_pre_routing_handler([p](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
+    // No route takes a body. httplib reads one (a POST's, say) after this handler and before
+    // its routes, so every request that announces one is answered here, unread.
+    const auto refuse_body = [p, &res] {
+      p->Text(res, 413, "the agent's routes take no request body");
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (req.path == "/healthz") {
+      return tl_request.has_body ? refuse_body() : httplib::Server::HandlerResponse::Unhandled;
+    }
     if (!p->Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (!std::string_view(req.path).starts_with(kObjectsPrefix)) {
-      return httplib::Server::HandlerResponse::Unhandled;
+      return tl_request.has_body ? refuse_body() : httplib::Server::HandlerResponse::Unhandled;
     }
-    p->ServeObject(req, res);
+    p->ServeObject(req, res);  // reads no body (another method is 405)
     return httplib::Server::HandlerResponse::Handled;
   });
   s.Get("/healthz",

@@ -812,6 +812,177 @@ TEST_F(AgentTest, IdleKeptAliveConnectionsHoldNoWorker) {
   ::close(idle);
 }
 
+// Regression: keep-alive was off by default, so a peer restore opened one connection per chunk
+// (an accept, a poll-thread hand-off and a TCP handshake each). With the defaults, one reader
+// thread's requests now share one connection.
+TEST_F(AgentTest, APeerReaderReusesOneConnectionByDefault) {
+  ASSERT_TRUE(tier_->Put("chunks/x", "payload").ok());
+  for (int i = 0; i < 20; ++i) {
+    auto got = peer_->Get("chunks/x");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    auto part = peer_->GetRange("chunks/x", 1, 3);
+    ASSERT_TRUE(part.ok()) << part.status().ToString();
+    EXPECT_EQ(*part, "ayl");
+  }
+  EXPECT_EQ(agent_->metrics().GetCounter("gantry_agent_connections_accepted_total", "", {}).value(),
+            1u);
+  // Off, it is one connection per request again.
+  Restart([](AgentOptions& o) { o.keep_alive_timeout_s = 0; });
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(peer_->Get("chunks/x").ok());
+  EXPECT_EQ(agent_->metrics().GetCounter("gantry_agent_connections_accepted_total", "", {}).value(),
+            5u);
+}
+
+// With keep-alive on, a client's idle connections count against its cap; a new connection at
+// the cap closes the oldest idle one instead of being refused, so many readers on one node
+// (whose pools keep connections open) are never answered 503 for connections they are not using.
+TEST_F(AgentTest, AtTheCapANewConnectionClosesAnIdleOneInsteadOfBeingRefused) {
+  Restart([](AgentOptions& o) { o.max_connections_per_client = 2; });
+  ASSERT_TRUE(tier_->Put("k", "v").ok());
+  const int port = agent_->port();
+  const std::string request =
+      "GET /v1/objects/k HTTP/1.1\r\nHost: t\r\n" + std::string(kAuth) + "\r\n";
+  std::vector<int> idle;
+  for (int i = 0; i < 2; ++i) {
+    idle.push_back(ConnectLoopback(port));
+    ASSERT_TRUE(SendAll(idle.back(), request));
+    std::string answer;  // read whole (head and body may come in two pieces), kept open
+    char buf[4096];
+    while (answer.find("\r\n\r\nv") == std::string::npos) {
+      const ssize_t n = ::recv(idle.back(), buf, sizeof(buf), 0);
+      ASSERT_GT(n, 0) << answer;
+      answer.append(buf, static_cast<size_t>(n));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct idle deadlines
+  }
+  // A third is served, not refused; the first (oldest idle) one is closed for it.
+  EXPECT_EQ(BodyOf(Get(port, "/v1/objects/k")), "v");
+  char buf[16];
+  EXPECT_EQ(::recv(idle[0], buf, sizeof(buf), 0), 0);
+  EXPECT_EQ(
+      agent_->metrics().GetCounter("gantry_agent_idle_connections_closed_total", "", {}).value(),
+      1u);
+  // Connections that are busy still count: at the cap with none idle, a new one is refused.
+  ::close(idle[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the close reaches the agent
+  std::vector<int> busy;
+  for (int i = 0; i < 2; ++i) busy.push_back(ConnectLoopback(port));  // heads never sent
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_THAT(Get(port, "/healthz", "", /*auth=*/false), StartsWith("HTTP/1.1 503"));
+  ::close(idle[0]);
+  for (int fd : busy) ::close(fd);
+}
+
+// Regression: a request announcing a body made httplib read it before routing (a POST to
+// /healthz, say), for up to body_timeout_ms; clients trickling such bodies held the one worker
+// of /healthz for 10 s each, one after the other. Bodies are now refused unread (413).
+TEST_F(AgentTest, TrickledRequestBodiesAreRefusedUnreadAndHoldNoWorker) {
+  Restart([](AgentOptions& o) { o.threads = 1; });
+  ASSERT_TRUE(tier_->Put("chunks/x", "payload").ok());
+  const int port = agent_->port();
+  const std::vector<std::string> heads = {
+      "POST /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n",
+      "POST /metrics HTTP/1.1\r\nHost: t\r\n" + std::string(kAuth) +
+          "Content-Length: 100000\r\n\r\n",
+      "POST /healthz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
+      "GET /v1/objects/chunks/x HTTP/1.1\r\nHost: t\r\n" + std::string(kAuth) +
+          "Content-Length: 100000\r\n\r\n",
+  };
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, heads[static_cast<size_t>(i) % heads.size()] + "x"));
+    fds.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (int fd : fds) ::send(fd, "x", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  // Every one is answered at once, without its body, and closed.
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const auto start = Clock::now();
+    const std::string answer = ReadToClose(fds[i]);
+    if (i % heads.size() == 3) {
+      EXPECT_THAT(answer, StartsWith("HTTP/1.1 200")) << i;  // served; the body is never read
+      EXPECT_EQ(BodyOf(answer), "payload");
+    } else {
+      EXPECT_THAT(answer, StartsWith("HTTP/1.1 413")) << i << ": " << answer;
+    }
+    EXPECT_THAT(answer, HasSubstr("Connection: close")) << i;
+    EXPECT_LT(MsSince(start), 1000) << i;
+  }
+  for (int round = 0; round < 3; ++round) {
+    auto start = Clock::now();
+    EXPECT_EQ(BodyOf(Get(port, "/healthz", "", /*auth=*/false)), "ok\n");
+    EXPECT_LT(MsSince(start), 1000) << "healthz, round " << round;
+    start = Clock::now();
+    auto got = peer_->Get("chunks/x");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_LT(MsSince(start), 1000) << "object, round " << round;
+  }
+  stop = true;
+  trickle.join();
+  for (int fd : fds) ::close(fd);
+}
+
+// Regression: a client reading a large object a little at a time kept each send making
+// progress within io_timeout_ms, so it held a worker for as long as it liked (64 MiB at
+// 20 KB/s: about an hour). The response must keep up min_send_bytes_per_s.
+TEST_F(AgentTest, ASlowReaderIsCutOffByTheMinimumSendRate) {
+  Restart([](AgentOptions& o) {
+    o.threads = 1;
+    o.io_timeout_ms = 300;
+    o.min_send_bytes_per_s = 32 << 20;
+  });
+  const std::string big = RandomBytes(64 << 20, 5);
+  ASSERT_TRUE(tier_->Put("chunks/big", big).ok());
+  const int port = agent_->port();
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ASSERT_TRUE(SendAll(
+      fd, "GET /v1/objects/chunks/big HTTP/1.1\r\nHost: t\r\n" + std::string(kAuth) + "\r\n"));
+  // Read 2 KiB every 20 ms (100 KB/s): each send progresses, the response as a whole crawls.
+  const auto start = Clock::now();
+  uint64_t got = 0;
+  bool cut = false;
+  char buf[2048];
+  while (MsSince(start) < 10000) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      cut = true;
+      break;
+    }
+    got += static_cast<uint64_t>(n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int64_t ms = MsSince(start);
+  ::close(fd);
+  EXPECT_TRUE(cut) << "still reading after " << ms << " ms, " << got << " bytes";
+  EXPECT_LT(got, big.size());
+  EXPECT_LT(ms, 8000);
+  EXPECT_EQ(
+      agent_->metrics()
+          .GetCounter("gantry_agent_connections_closed_total", "", {{"reason", "slow_reader"}})
+          .value(),
+      1u);
+  // The one worker is free again.
+  auto again = peer_->GetRange("chunks/big", 0, 16);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, big.substr(0, 16));
+}
+
 // --- Peers that misbehave -------------------------------------------------------------------
 
 TEST(HttpStorePeerTest, HangingPeerTimesOutAsDeadlineExceeded) {

@@ -179,8 +179,19 @@ Status ChunkStore::Init() {
     }
     if (!lock_path.empty()) {
       t->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (t->lock_fd < 0) {
-        return IoError(where + "open lock file " + lock_path + ": " + std::strerror(errno));
+      if (t->lock_fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+        // A directory this process may only read (mounted read-only, another user's): readers
+        // need no lock. An existing lock file still serves (flock works on a read-only
+        // descriptor); without one, what needs the lock (eviction, GC, dropping copies) fails
+        // with PermissionDenied naming the file instead of running unlocked.
+        const int err = errno;
+        t->lock_fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (t->lock_fd < 0) {
+          t->lock_unavailable = where + "cannot create lock file " + lock_path + " (" +
+                                std::strerror(err) + "): the tier is read-only to this process";
+        }
+      } else if (t->lock_fd < 0) {
+        return StatusFromErrno(errno, where + "open lock file " + lock_path);
       }
     }
     MetricLabels l = {{"tier", opt.name}};
@@ -363,6 +374,7 @@ Status ChunkStore::MakeRoom(int tier, uint64_t incoming) {
     MutexLock lock(mu_);
     if (t.used + incoming <= high) return Status::Ok();
   }
+  if (!t.lock_unavailable.empty()) return PermissionDenied(t.lock_unavailable);
   MutexLock evict(t.evict_mu);
   FileLock file_lock(t.lock_fd);
   if (t.lock_fd >= 0) GANTRY_RETURN_IF_ERROR(ResyncFromListing(tier));
@@ -719,6 +731,7 @@ Status ChunkStore::HasDurableCopy(const ChunkId& id) {
 
 Status ChunkStore::DropCopy(int tier, const ChunkId& id) {
   Tier& t = *tiers_[tier];
+  if (!t.lock_unavailable.empty()) return PermissionDenied(t.lock_unavailable);
   MutexLock evict(t.evict_mu);
   FileLock file_lock(t.lock_fd);
   // The proof: a durable tier below this one holds a copy (never this tier's own copy: tiers
@@ -1018,6 +1031,11 @@ Status ChunkStore::DeclareRootKind(std::string_view kind) {
 Result<GcReport> ChunkStore::CollectGarbage() {
   MutexLock gc(gc_mu_);
   GcReport report;
+  for (const auto& t : tiers_) {
+    if (!t->lock_unavailable.empty()) {
+      return PermissionDenied("gc: " + t->lock_unavailable + " (nothing deleted)");
+    }
+  }
   // Mark. Any unreadable root stops the GC: sweeping with an incomplete mark set would delete
   // live chunks.
   std::unordered_set<ChunkId, ChunkIdHash> live;
@@ -1038,7 +1056,8 @@ Result<GcReport> ChunkStore::CollectGarbage() {
   for (const std::string& kind : kinds) {
     std::shared_ptr<RootProvider> provider = FindRootProvider(kind);
     if (provider == nullptr) continue;  // unregistered meanwhile
-    Status s = provider->MarkLive(ms, [&](const ChunkId& id) { live.insert(id); });
+    Status s = provider->MarkLiveAndWarn(
+        ms, [&](const ChunkId& id) { live.insert(id); }, &report.warnings);
     if (!s.ok()) return s.WithContext("gc: roots of kind '" + kind + "' (nothing deleted)");
     report.kinds.push_back(kind);
   }

@@ -53,7 +53,12 @@ TEST(CheckpointKeyTest, StepNumbers) {
 class CatalogTest : public testing::Test {
  protected:
   void SetUp() override {
-    name_ = std::string("catalog-") + testing::UnitTest::GetInstance()->current_test_info()->name();
+    // A name of its own per run: named memory stores live as long as the process, so under
+    // --gtest_repeat a fixed name would find the previous run's checkpoints.
+    static int runs = 0;
+    name_ = std::string("catalog-") +
+            testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+            std::to_string(++runs);
     store_ = OpenMemoryStore(name_);
   }
 

@@ -4,6 +4,7 @@
 #include "gantry/ckpt/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "ckpt/engine.h"
@@ -183,7 +184,8 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
   impl.commit_pool = std::make_unique<ThreadPool>(1);
 
   // Incremental across restarts: the chunks this rank stored in the newest checkpoint.
-  Result<int64_t> latest = e->LatestStep();
+  std::vector<std::string> quiet;  // a damaged latest is reported where a restore resolves it
+  Result<int64_t> latest = e->LatestStep(&quiet);
   if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) {
     return latest.status().WithContext("checkpoint engine: reading the newest checkpoint");
   }
@@ -248,24 +250,48 @@ Result<std::vector<CheckpointInfo>> CheckpointEngine::List() {
   return out;
 }
 
-Result<int64_t> CheckpointEngine::LatestStep() {
+Result<int64_t> CheckpointEngine::LatestStep(std::vector<std::string>* warnings) {
+  std::string warning;
   Result<std::string> pointer = durable_->Get(LatestKey(options_.job));
   if (pointer.ok()) {
     char* end = nullptr;
     long long step = std::strtoll(pointer->c_str(), &end, 10);
-    if (end != pointer->c_str() && step >= 0 &&
-        durable_->Head(ManifestKey(options_.job, step)).ok()) {
-      return static_cast<int64_t>(step);
+    if (end != pointer->c_str() && step >= 0) {
+      // The pointer is trusted only as far as its manifest reads back whole: a restore of a
+      // damaged one would fail, while an older checkpoint may be fine.
+      Result<CheckpointManifest> m = ReadManifest(step);
+      if (m.ok()) return static_cast<int64_t>(step);
+      const StatusCode code = m.status().code();
+      if (code == StatusCode::kDataLoss || code == StatusCode::kInvalidArgument) {
+        warning = "the latest pointer of job '" + options_.job + "' names step " +
+                  std::to_string(step) + ", which is damaged (" + m.status().message() +
+                  "); using the newest undamaged committed step instead; remove the damaged one "
+                  "with `gantry ckpt rm --force " +
+                  std::to_string(step) + "`";
+      } else if (code != StatusCode::kNotFound) {
+        return m.status();
+      }
     }
   } else if (pointer.status().code() != StatusCode::kNotFound) {
     return pointer.status();
   }
-  // No usable pointer (never written, or removed): the newest manifest.
+  if (!warning.empty()) {
+    if (warnings != nullptr) {
+      warnings->push_back(warning);
+    } else {
+      // The library has no log of its own; stderr reaches the job's log (as retention's
+      // warnings do).
+      std::fprintf(stderr, "gantry checkpoint: warning: %s\n", warning.c_str());
+    }
+  }
+  // No usable pointer (never written, removed, or naming a damaged step): the newest committed
+  // step whose manifest reads back (List marks the others damaged).
   GANTRY_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (it->committed) return it->step;
   }
-  return NotFound("no committed checkpoint of job '" + options_.job + "' in " + durable_->url());
+  return NotFound("no committed checkpoint of job '" + options_.job + "' in " + durable_->url() +
+                  (warning.empty() ? "" : " (the latest one is damaged)"));
 }
 
 Result<CheckpointManifest> CheckpointEngine::ReadManifest(int64_t step) {

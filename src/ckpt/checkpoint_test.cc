@@ -1,7 +1,9 @@
 #include "gantry/ckpt/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -662,7 +665,8 @@ TEST(CheckpointTest, LeftoversOfEarlierProcessesAreSweptFromTheLocalTier) {
 
 TEST(CheckpointTest, WorksWithoutLocalTierAndOnMemoryStore) {
   EngineOptions o;
-  o.durable_url = "mem://ckpt-test-no-local";
+  static int runs = 0;  // a store of its own per run (--gtest_repeat): named ones outlive tests
+  o.durable_url = "mem://ckpt-test-no-local-" + std::to_string(++runs);
   o.chunk_size = 4096;
   o.host_buffer_bytes = 8192;
   o.durable_codec = Codec::kZstd;
@@ -957,6 +961,141 @@ TEST(CheckpointTest, ADamagedManifestIsListedSkippedByRetentionAndGcAndRemovable
   EXPECT_EQ(v->missing + v->corrupt, 0u);
   ASSERT_TRUE(e->Remove(1).ok());
   EXPECT_EQ(listed_steps(), (std::vector<int64_t>{4}));
+}
+
+// Runs fn in a child process that sees `dir` read-only: a read-only bind mount in a mount
+// namespace of its own (writes fail with EROFS, even as root), or, where mounting is not
+// allowed, `chmod -R a-w` as a user who is not root (EACCES). Returns the child's exit code
+// (fn's verdict: 0 passed) and appends fn's message to *msg; 77: neither is possible here.
+int WithDirReadOnly(const std::string& dir, const std::function<std::string(int*)>& fn,
+                    std::string* msg) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    const bool mounted =
+        ::unshare(CLONE_NEWNS) == 0 &&
+        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+        ::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND | MS_REC, nullptr) == 0 &&
+        ::mount("none", dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0;
+    const bool chmodded =
+        !mounted && ::geteuid() != 0 && std::system(("chmod -R a-w '" + dir + "'").c_str()) == 0;
+    if (!mounted && !chmodded) ::_exit(77);
+    int code = 0;
+    const std::string m = fn(&code);
+    if (chmodded) (void)!std::system(("chmod -R u+w '" + dir + "'").c_str());
+    (void)!::write(pipefd[1], m.data(), m.size());
+    ::_exit(code);
+  }
+  ::close(pipefd[1]);
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) msg->append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int wstatus = 0;
+  if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
+  return WEXITSTATUS(wstatus);
+}
+
+// Regression: opening an engine on a root the process may only read failed ("open lock file
+// .../.gantry-lock: Read-only file system"): the chunk store created its lock file on open.
+// Readers now open without it; what needs it (GC) and writes fail with PermissionDenied.
+TEST(CheckpointTest, AReadOnlyRootCanBeListedRestoredAndVerified) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  EngineOptions o = Options(dir);
+  o.local_url.clear();
+  const std::vector<float> a = Values(20000, 3.0f);
+  {
+    auto e = MustOpen(o);
+    ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})}, At(1)))->Wait().ok());
+  }
+  const fs::path root = dir.sub("durable");
+  fs::remove(root / ".gantry-lock");  // as on a root another user wrote, or one never GC'd
+  std::string msg;
+  const int code = WithDirReadOnly(
+      root.string(),
+      [&](int* failed) -> std::string {
+        std::string why;
+        auto check = [&](bool ok, const std::string& what) {
+          if (!ok) {
+            why += what + "; ";
+            *failed = 1;
+          }
+        };
+        auto e = CheckpointEngine::Open(o);
+        if (!e.ok()) {
+          *failed = 1;
+          return "open: " + e.status().ToString();
+        }
+        auto list = (*e)->List();
+        check(list.ok() && list->size() == 1 && (*list)[0].committed, "list");
+        auto latest = (*e)->LatestStep();
+        check(latest.ok() && *latest == 1, "latest");
+        auto m = (*e)->ReadManifest(1);
+        check(m.ok(), "read manifest");
+        if (m.ok()) {
+          std::vector<float> back(20000);
+          Status r = (*e)->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {20000})});
+          check(r.ok() && back == a, "restore: " + r.ToString());
+          auto v = (*e)->Verify(1);
+          check(v.ok() && v->missing + v->corrupt == 0, "verify");
+        }
+        // Writers fail, with the code that says why.
+        auto gc = (*e)->CollectGarbage();
+        check(gc.status().code() == StatusCode::kPermissionDenied, "gc: " + gc.status().ToString());
+        auto h = (*e)->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})}, At(2));
+        const Status saved = h.ok() ? (*h)->Wait() : h.status();
+        check(saved.code() == StatusCode::kPermissionDenied, "save: " + saved.ToString());
+        return why;
+      },
+      &msg);
+  if (code == 77) GTEST_SKIP() << "cannot make a directory read-only here (root without mounts)";
+  EXPECT_EQ(code, 0) << msg;
+  EXPECT_FALSE(fs::exists(root / ".gantry-lock"));
+}
+
+// Regression: LatestStep trusted `latest` as long as the manifest it names existed, so a
+// damaged newest checkpoint made every "restore the latest" fail while older steps were fine.
+// It now falls back to the newest undamaged step and says which one it passed over.
+TEST(CheckpointTest, LatestStepPassesOverADamagedLatestWithAWarning) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  EngineOptions o = Options(dir);
+  const std::vector<float> a = Values(20000, 1.0f), b = Values(20000, 2.0f);
+  {
+    auto e = MustOpen(o);
+    ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", a, {20000})}, At(1)))->Wait().ok());
+    ASSERT_TRUE((*e->Save(std::vector<SaveTensor>{Tensor("a", b, {20000})}, At(2)))->Wait().ok());
+  }
+  const fs::path durable = dir.sub("durable");
+  fs::resize_file(durable / ManifestKey("test", 2), 100);  // `latest` still says 2
+  auto e = MustOpen(o);
+  ASSERT_NE(e, nullptr);
+  std::vector<std::string> warnings;
+  auto latest = e->LatestStep(&warnings);
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(*latest, 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("step 2"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("damaged"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find(ManifestKey("test", 2)), std::string::npos) << warnings[0];
+  // The step it returns restores.
+  auto m = e->ReadManifest(*latest);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<float> back(20000);
+  ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{Target("a", back, {20000})}).ok());
+  EXPECT_EQ(back, a);
+  // Without a sink the warning goes to stderr.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(*e->LatestStep(), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("warning: the latest pointer"),
+            std::string::npos);
+  // Every step damaged: NotFound, saying so.
+  fs::resize_file(durable / ManifestKey("test", 1), 100);
+  warnings.clear();
+  auto none = e->LatestStep(&warnings);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("damaged"), std::string::npos);
 }
 
 // Regression: after Remove(newest) the engine still refused that step ("not above the previous

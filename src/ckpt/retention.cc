@@ -28,6 +28,13 @@ namespace {
 class CheckpointRoots final : public RootProvider {
  public:
   Status MarkLive(ObjectStore& store, const std::function<void(const ChunkId&)>& mark) override {
+    return MarkLiveAndWarn(store, mark, nullptr);
+  }
+
+  // Each damaged manifest or part skipped is one warning, so `gantry cache gc` can say what it
+  // went around instead of skipping it silently.
+  Status MarkLiveAndWarn(ObjectStore& store, const std::function<void(const ChunkId&)>& mark,
+                         std::vector<std::string>* warnings) override {
     GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store.ListAll(kCheckpointKeyPrefix));
     for (const ObjectInfo& obj : objects) {
       std::optional<CheckpointKey> key = ParseCheckpointKey(obj.key);
@@ -43,8 +50,19 @@ class CheckpointRoots final : public RootProvider {
       Result<CheckpointManifest> m = CheckpointManifest::FromJson(*text, obj.key);
       if (!m.ok()) {
         const StatusCode code = m.status().code();
-        if (code == StatusCode::kDataLoss || code == StatusCode::kInvalidArgument) continue;
-        return m.status();
+        if (code != StatusCode::kDataLoss && code != StatusCode::kInvalidArgument) {
+          return m.status();
+        }
+        if (warnings != nullptr) {
+          warnings->push_back(
+              "damaged checkpoint " +
+              std::string(key->kind == CheckpointKey::Kind::kManifest ? "manifest" : "part") + " " +
+              store.url() + "/" + obj.key + " (job '" + key->job + "', step " +
+              std::to_string(key->step) + ") was skipped: chunks only it names are not kept (" +
+              m.status().message() + "); remove the step with `gantry ckpt rm --force " +
+              std::to_string(key->step) + "`");
+        }
+        continue;
       }
       for (const ChunkId& id : m->ChunkIds()) mark(id);
     }
@@ -140,7 +158,8 @@ Status CheckpointEngine::Impl::RemoveStep(int64_t step) {
   Result<std::string> pointer = durable_store.Get(LatestKey(job));
   if (pointer.ok() && std::strtoll(pointer->c_str(), nullptr, 10) == step) {
     GANTRY_RETURN_IF_ERROR(durable_store.Delete(LatestKey(job)));
-    Result<int64_t> newest = engine->LatestStep();
+    std::vector<std::string> quiet;  // a damaged step is not pointed at; rm reports the rest
+    Result<int64_t> newest = engine->LatestStep(&quiet);
     if (newest.ok()) {
       GANTRY_RETURN_IF_ERROR(durable_store.Put(LatestKey(job), std::to_string(*newest) + "\n"));
     }

@@ -206,6 +206,7 @@ class HttpStore final : public ObjectStore {
   HttpStore(std::string base_url, const HttpStoreOptions& options)
       : base_url_(std::move(base_url)),
         options_(options),
+        auth_header_(options.token.empty() ? "" : "Authorization: Bearer " + options.token),
         pool_(static_cast<size_t>(std::max(0, options.max_idle_connections))) {}
 
   std::string_view backend() const override { return "http"; }
@@ -221,6 +222,9 @@ class HttpStore final : public ObjectStore {
     return ReadOnly("list", prefix);
   }
   Status PutFile(std::string_view key, const std::string&) override { return ReadOnly("put", key); }
+  Status PutFileIfAbsent(std::string_view key, const std::string&) override {
+    return ReadOnly("put", key);
+  }
 
   Result<std::string> Get(std::string_view key) override {
     GANTRY_RETURN_IF_ERROR(ValidateKey(key));
@@ -411,9 +415,7 @@ class HttpStore final : public ObjectStore {
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_slist* headers = nullptr;
     if (!range.empty()) headers = curl_slist_append(headers, ("Range: " + range).c_str());
-    if (!options_.token.empty()) {
-      headers = curl_slist_append(headers, ("Authorization: Bearer " + options_.token).c_str());
-    }
+    if (!auth_header_.empty()) headers = curl_slist_append(headers, auth_header_.c_str());
     curl_easy_setopt(h, CURLOPT_URL, target.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
@@ -428,8 +430,9 @@ class HttpStore final : public ObjectStore {
       curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes_per_s);
       curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.low_speed_time_s));
     }
-    // The agent closes connections idle for a few seconds; reusing one it may just have closed
-    // would cost a failed send.
+    // Connections are kept alive (libcurl's cache in each pooled handle), so a restore's
+    // requests share a few connections. The agent closes one idle for keep_alive_timeout_s
+    // (default 5 s); reusing only connections idle under a second never races that close.
     curl_easy_setopt(h, CURLOPT_MAXAGE_CONN, 1L);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
@@ -501,6 +504,7 @@ class HttpStore final : public ObjectStore {
 
   const std::string base_url_;
   const HttpStoreOptions options_;
+  const std::string auth_header_;  // "Authorization: Bearer TOKEN", built once; empty: none
   storage_internal::CurlHandlePool pool_;
 };
 

@@ -81,10 +81,14 @@ Status ValidateKey(std::string_view key) {
   return Status::Ok();
 }
 
-Status ObjectStore::PutFile(std::string_view key, const std::string& path) {
+namespace {
+
+// The default PutFile and PutFileIfAbsent: the whole file in memory, then one Put.
+Status PutWholeFile(ObjectStore& store, std::string_view key, const std::string& path,
+                    const PutOptions& options) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return StatusFromErrno(errno, url() + ": put '" + std::string(key) + "': open " + path);
+    return StatusFromErrno(errno, store.url() + ": put '" + std::string(key) + "': open " + path);
   }
   std::string data;
   struct stat st;
@@ -96,13 +100,25 @@ Status ObjectStore::PutFile(std::string_view key, const std::string& path) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      return StatusFromErrno(err, url() + ": put '" + std::string(key) + "': read " + path);
+      return StatusFromErrno(err, store.url() + ": put '" + std::string(key) + "': read " + path);
     }
     if (n == 0) break;
     data.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
-  return Put(key, data);
+  return store.Put(key, data, options);
+}
+
+}  // namespace
+
+Status ObjectStore::PutFile(std::string_view key, const std::string& path) {
+  return PutWholeFile(*this, key, path, PutOptions{});
+}
+
+Status ObjectStore::PutFileIfAbsent(std::string_view key, const std::string& path) {
+  PutOptions o;
+  o.create_if_absent = true;
+  return PutWholeFile(*this, key, path, o);
 }
 
 Status ObjectStore::GetToFile(std::string_view key, const std::string& path) {

@@ -626,6 +626,17 @@ Status PosixStore::PutParts(std::string_view key, std::span<const std::string_vi
 }
 
 Status PosixStore::PutFile(std::string_view key, const std::string& path) {
+  return CopyFileIn(key, path, /*create_if_absent=*/false);
+}
+
+Status PosixStore::PutFileIfAbsent(std::string_view key, const std::string& path) {
+  return CopyFileIn(key, path, /*create_if_absent=*/true);
+}
+
+// The file is copied into a temp file beside the tree (copy_file_range, in parallel for large
+// ones), then renamed into place, or linked for a create-only put (EEXIST: AlreadyExists).
+Status PosixStore::CopyFileIn(std::string_view key, const std::string& path,
+                              bool create_if_absent) {
   GANTRY_RETURN_IF_ERROR(CheckPosixKey(*this, "put", key));
   Fd src(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (src.get() < 0) {
@@ -654,7 +665,7 @@ Status PosixStore::PutFile(std::string_view key, const std::string& path) {
     return txn.Fail("copy " + path + " to temp file " + txn.tmp(), temp_dir(), err);
   }
   GANTRY_RETURN_IF_ERROR(txn.Finish(size));
-  return txn.Commit(false);
+  return txn.Commit(create_if_absent);
 }
 
 namespace {

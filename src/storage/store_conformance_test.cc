@@ -273,6 +273,27 @@ TEST_P(StoreTest, PutFileAndGetToFileRoundTrip) {
   EXPECT_NE(::access((dir + "/x").c_str(), F_OK), 0);
 }
 
+TEST_P(StoreTest, PutFileIfAbsentCreatesOnceAndKeepsTheOldValue) {
+  const std::string dir = MakeTempDir();
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() { std::filesystem::remove_all(d); }
+  } cleanup{dir};
+  const std::string data = RandomBytes((2 << 20) + 7, 9);
+  {
+    std::ofstream f(dir + "/a", std::ios::binary);
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    std::ofstream g(dir + "/b", std::ios::binary);
+    g << "second";
+  }
+  ASSERT_TRUE(store_->PutFileIfAbsent("files/once", dir + "/a").ok());
+  Status s = store_->PutFileIfAbsent("files/once", dir + "/b");
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+  EXPECT_TRUE(*store_->Get("files/once") == data);
+  EXPECT_EQ(store_->PutFileIfAbsent("files/none", dir + "/missing").code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Head("files/none").status().code(), StatusCode::kNotFound);
+}
+
 TEST_P(StoreTest, AsyncFormsKeepManyOperationsInFlight) {
   ThreadPool pool(4);
   std::vector<std::future<Status>> puts;

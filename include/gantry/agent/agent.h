@@ -6,6 +6,7 @@
 //   GET|HEAD /v1/objects/KEY   the file ROOT/KEY; one byte range (`Range: bytes=A-B`, `A-`,
 //                              `-N`) answers 206 with Content-Range, an unsatisfiable one 416;
 //                              a key that ValidateKey rejects 400; a missing object 404
+//   any request with a body    413, unread (no route takes one), connection closed
 //   GET /healthz               "ok"
 //   GET /metrics               Prometheus text: requests by route and status, bytes served,
 //                              errors
@@ -21,8 +22,10 @@
 // Slow or hostile clients cannot starve it: a connection is read by one poll thread until its
 // whole request head has arrived (bounded by header_timeout_ms, then it is answered 408 and
 // closed), and only then handed to a worker, so clients trickling headers hold no worker;
-// idle keep-alive connections hold none either. Request bodies are bounded by
-// body_timeout_ms, every send by io_timeout_ms. One client address may hold at most
+// idle keep-alive connections hold none either. A request announcing a body is answered 413
+// without reading it; every send must progress within io_timeout_ms and a whole response keep
+// up min_send_bytes_per_s. Bodies go from the file to the socket with sendfile(2). Keep-alive
+// is on (keep_alive_timeout_s). One client address may hold at most
 // max_connections_per_client connections; more are answered 503 and closed. /healthz and
 // /metrics are served by a thread of their own, so transfers to slow readers never delay them.
 //
@@ -35,6 +38,7 @@
 //   std::cout << agent->url();  // "http://127.0.0.1:40121"
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -56,8 +60,11 @@ struct AgentOptions {
   // queue. /healthz and /metrics have a thread of their own besides. Default: 8.
   int threads = 8;
   // Seconds an idle connection is kept open for a next request; 0: one request per connection.
-  // Idle connections wait on the poll thread, not on a worker. Default: 0.
-  int keep_alive_timeout_s = 0;
+  // Idle connections wait on the poll thread, not on a worker, and count against
+  // max_connections_per_client. Peer readers (HttpStore) reuse a connection only while it has
+  // been idle for less than a second, so any value above 1 avoids a race with this close.
+  // Default: 5.
+  int keep_alive_timeout_s = 5;
   // The bearer token peers must send (printable ASCII, no spaces). Required unless
   // allow_unauthenticated; gantry-agent reads it from --token-file or $GANTRY_AGENT_TOKEN.
   std::string token;
@@ -67,12 +74,16 @@ struct AgentOptions {
   // on a kept-alive connection, from the request's first byte); then it is answered 408 and
   // closed. Default: 10000 ms.
   int header_timeout_ms = 10000;
-  // Time a client has to send a request body once its head is in (the agent's routes take
-  // none, but a client may send one). Default: 10000 ms.
+  // Bound on every read after a request's head (the routes take no body: a request that
+  // announces one is answered 413 unread and its connection closed). Default: 10000 ms.
   int body_timeout_ms = 10000;
   // Each send to a client must make progress within this time, or the response is abandoned.
   // Default: 5000 ms.
   int io_timeout_ms = 5000;
+  // A response must also keep up this average rate after io_timeout_ms of grace (a 4 MiB chunk
+  // gets 5 s + 16 s), or it is abandoned: a client that reads a few bytes every few seconds
+  // cannot hold a worker for hours. 0: no minimum. Default: 256 KiB/s.
+  int64_t min_send_bytes_per_s = 256 << 10;
   // Connections one client address may hold open at once (waiting, idle or being served);
   // more are answered 503 and closed. A restoring peer reads with a few dozen threads at most.
   // Default: 64.

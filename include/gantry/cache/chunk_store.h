@@ -80,7 +80,9 @@ struct TierOptions {
   Codec codec = Codec::kNone;
   int zstd_level = 3;
   // Lock file shared with other processes using the same tier. Default: "<dir>/.gantry-lock"
-  // for file:// tiers (shared between processes), none otherwise.
+  // for file:// tiers (shared between processes), none otherwise. A tier directory this process
+  // may only read opens without creating it: reads work; eviction and GC, which need the lock,
+  // fail with PermissionDenied.
   std::optional<std::string> lock_path;
 };
 
@@ -167,6 +169,9 @@ struct GcReport {
   uint64_t deleted_bytes = 0;
   uint64_t kept_young = 0;   // unreferenced but inside the grace period
   uint64_t kept_pinned = 0;  // unreferenced but pinned or awaiting drain in this process
+  // One line per damaged root a RootProvider skipped (the GC went on without it): the chunks
+  // only it names are not kept.
+  std::vector<std::string> warnings;
 };
 
 struct VerifyReport {
@@ -351,6 +356,9 @@ class ChunkStore {
     std::shared_ptr<ObjectStore> store;
     bool verify = true;
     int lock_fd = -1;
+    // Set when the lock file could not be opened because the directory is read-only to this
+    // process: reads work, eviction, GC and dropping copies fail with PermissionDenied (this).
+    std::string lock_unavailable;
     Mutex evict_mu;  // one eviction pass at a time in this process (flock across them)
     // Guarded by ChunkStore::mu_. Not GUARDED_BY: an attribute in a nested struct cannot name
     // the enclosing object's mutex, so these two are checked by review, not by clang.

@@ -30,8 +30,17 @@ class RootProvider {
   virtual ~RootProvider() = default;
   // Passes every chunk id this kind's roots in `store` (the namespace's manifest tier)
   // reference to `mark`. Any error stops the GC with nothing deleted, so a root that cannot be
-  // read must be an error here, never skipped.
+  // read must be an error here, never skipped silently.
   virtual Status MarkLive(ObjectStore& store, const std::function<void(const ChunkId&)>& mark) = 0;
+  // What GC calls: MarkLive, where a kind that deliberately skips damaged roots (checkpoints do,
+  // so that one bad manifest does not stop every GC) adds one line per skipped root to
+  // `warnings`, naming it. The default marks through MarkLive and warns of nothing.
+  virtual Status MarkLiveAndWarn(ObjectStore& store,
+                                 const std::function<void(const ChunkId&)>& mark,
+                                 std::vector<std::string>* warnings) {
+    (void)warnings;
+    return MarkLive(store, mark);
+  }
 };
 
 // Registers `provider` for `kind` (one key segment: letters, digits, '-', '_'); registering

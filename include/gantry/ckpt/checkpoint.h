@@ -251,9 +251,11 @@ class CheckpointEngine {
   // Every step with a manifest or parts, ascending (CheckpointInfo); a damaged manifest is a
   // damaged entry, not an error. Errors only for a failing store.
   Result<std::vector<CheckpointInfo>> List();
-  // The newest committed step (the latest pointer, checked; the newest manifest if the pointer
-  // is missing). NotFound if there is none.
-  Result<int64_t> LatestStep();
+  // The newest committed step: the step the latest pointer names if its manifest reads back
+  // whole; otherwise (no pointer, or it names a missing or damaged step) the newest step whose
+  // manifest does. A damaged pointed-at step adds one warning naming it to `warnings`, or, when
+  // that is null, prints it on stderr. NotFound if there is none.
+  Result<int64_t> LatestStep(std::vector<std::string>* warnings = nullptr);
   // The commit record of `step`, checked: NotFound when there is none, DataLoss (or the
   // parser's InvalidArgument) naming the object when it is damaged.
   Result<CheckpointManifest> ReadManifest(int64_t step);

@@ -2,15 +2,15 @@
 //
 // Keys are relative, '/'-separated names ("ckpt/step-100/chunk-ab12"); ValidateKey rejects
 // empty keys, absolute paths, "." and ".." segments, backslashes, control characters and the
-// reserved top-level .gantry-tmp and .gantry-lock, so no key can escape a directory tier. Every error is a Status whose message names the backend,
-// the object and what happened, e.g. "s3://bkt/pre: put 'a/b': HTTP 403 AccessDenied: ...",
-// and a code every backend uses alike, so callers decide on codes alone: NotFound (no such
-// object), AlreadyExists (a create-only put found the key), ResourceExhausted (out of space or
-// quota), PermissionDenied (EACCES, HTTP 401/403), DataLoss (bytes damaged on the way or at
-// rest), DeadlineExceeded (a timeout), Unavailable (transient: retry), Unimplemented (a
-// read-only store asked to write), Aborted (lost a race with a concurrent writer), InvalidArgument
-// (a bad or reserved key). The errno and HTTP mappings are in one place each (StatusFromErrno,
-// and storage's CodeForHttpError); docs/storage.md lists them.
+// reserved top-level .gantry-tmp and .gantry-lock, so no key can escape a directory tier. Every
+// error is a Status whose message names the backend, the object and what happened, e.g.
+// "s3://bkt/pre: put 'a/b': HTTP 403 AccessDenied: ...", and a code every backend uses alike, so
+// callers decide on codes alone: NotFound (no such object), AlreadyExists (a create-only put found
+// the key), ResourceExhausted (out of space or quota), PermissionDenied (EACCES, HTTP 401/403),
+// DataLoss (bytes damaged on the way or at rest), DeadlineExceeded (a timeout), Unavailable
+// (transient: retry), Unimplemented (a read-only store asked to write), Aborted (lost a race with a
+// concurrent writer), InvalidArgument (a bad or reserved key). The errno and HTTP mappings are in
+// one place each (StatusFromErrno, and storage's CodeForHttpError); docs/storage.md lists them.
 //
 // A put is atomic: readers see the old object or the whole new one, never a partial object
 // under its final name. Implementations are thread-safe: many operations may be in flight at
@@ -95,6 +95,10 @@ class ObjectStore {
   // memory; posix and S3 override them (copy_file_range / parallel multipart and ranged GETs).
   virtual Status PutFile(std::string_view key, const std::string& path);
   virtual Status GetToFile(std::string_view key, const std::string& path);
+  // PutFile as a create-only put (PutOptions::create_if_absent): AlreadyExists if the key
+  // exists, atomically. Posix streams the file into a temp file and link(2)s it into place; the
+  // default (memory, S3: one conditional PUT) reads the file whole.
+  virtual Status PutFileIfAbsent(std::string_view key, const std::string& path);
 
   // Asynchronous forms, run on `pool` (keep many operations in flight). The store and the
   // data must outlive the futures.

@@ -75,6 +75,7 @@ class PosixStore : public ObjectStore {
                         int max_keys) override;
   Status Delete(std::string_view key) override;
   Status PutFile(std::string_view key, const std::string& path) override;
+  Status PutFileIfAbsent(std::string_view key, const std::string& path) override;
   Status GetToFile(std::string_view key, const std::string& path) override;
 
   // Reads bytes [offset, offset + buf_len) of the object into buf (clipped at the end of the
@@ -95,6 +96,7 @@ class PosixStore : public ObjectStore {
                                                             const PosixStoreOptions&);
   PosixStore(std::string root, PosixStoreOptions options)
       : root_(std::move(root)), options_(options) {}
+  Status CopyFileIn(std::string_view key, const std::string& path, bool create_if_absent);
 
   const std::string root_;  // absolute, no trailing '/'
   const PosixStoreOptions options_;
