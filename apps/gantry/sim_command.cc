@@ -37,6 +37,7 @@ struct SimArgs {
   std::string events;
   std::string failures;
   std::string checkpoint_model;
+  int max_requeues = 5;
 };
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -141,6 +142,7 @@ int RunSim(const SimArgs& a) {
     so.events = events;
     so.failures = failures;
     so.checkpoints = checkpoints;
+    so.max_requeues = a.max_requeues;
     auto r = Simulate(*cluster, *teams, *workload, p, so);
     if (!r.ok()) return Fail(r.status().WithContext("profile '" + p.name + "'"));
     results.push_back(std::move(r).value());
@@ -239,6 +241,10 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--checkpoint-model", args->checkpoint_model,
                   "What an interrupted job keeps, when the trace does not say: "
                   "interval=1h,restart=5m (the default) or none");
+  sim->add_option("--max-requeues", args->max_requeues,
+                  "Requeues after node failures before a job is held (Slurm's MaxBatchRequeue)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
   sim->add_flag(
       "--skip-bad", args->skip_bad,

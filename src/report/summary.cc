@@ -66,6 +66,10 @@ void Summarize(SimResult& result) {
       ++s.jobs_cancelled;
       continue;
     }
+    if (o.held) {
+      ++s.jobs_held;
+      continue;
+    }
     if (o.start < 0) {
       ++s.jobs_never_started;
       continue;
@@ -201,6 +205,7 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["jobs_killed_at_limit"] = s.jobs_killed_at_limit;
   j["jobs_backfilled"] = s.jobs_backfilled;
   j["jobs_cancelled"] = s.jobs_cancelled;
+  j["jobs_held"] = s.jobs_held;
   j["cluster_events"] = s.cluster_events;
   j["node_failures"] = s.node_failures;
   j["health_events"] = s.health_events;

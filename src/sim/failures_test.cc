@@ -166,6 +166,7 @@ TEST(SimulatorFailures, GpuTimeIsWorkPlusLostPlusRestartAndRunsAreReproducible) 
   ASSERT_TRUE(model.ok());
   o.failures = *model;
   o.checkpoints = CheckpointModel{.interval = 1800, .restart_cost = 240};
+  o.max_requeues = 1000;  // every job runs to its end, so its work is exactly gpus x run time
   auto r = Simulate(c, {{"t", kNoQuota, 1.0}}, w, Fifo(), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const SimSummary& s = r->summary;
@@ -213,6 +214,28 @@ TEST(SimulatorFailures, SparesAreHeldOutUntilANodeFails) {
   o.failures.spares = 4;
   EXPECT_EQ(Simulate(c, {{"t", kNoQuota, 1.0}}, w, Fifo(), o).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Failures faster than jobs can finish: each job is requeued at most max_requeues times, then
+// held, so the run ends (before the limit existed it never did).
+TEST(SimulatorFailures, FailuresFasterThanJobsEndHoldJobsAfterMaxRequeues) {
+  const Cluster c = Nodes(2, 8);
+  Workload w = SubmittedAtZero(2, 8);
+  for (Job& j : w.jobs) j.run_time = j.time_limit = 100 * 86400;
+  SimOptions o;
+  o.check_invariants = true;
+  o.failures = *ParseFailureModel("mtbf=1h,repair=1m");
+  o.max_requeues = 3;
+  auto r = Simulate(c, {{"t", kNoQuota, 1.0}}, w, Fifo(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const JobOutcome& out : r->outcomes) {
+    EXPECT_TRUE(out.held);
+    EXPECT_EQ(out.requeues, 3);
+  }
+  EXPECT_EQ(r->summary.jobs_held, 2);
+  EXPECT_EQ(r->summary.requeues, 6);
+  EXPECT_EQ(r->summary.jobs_unfinished, 2);
+  EXPECT_EQ(r->summary.jobs_never_started, 0);
 }
 
 // A job too big for the cluster without its spare never starts; the run still ends (the model

@@ -191,11 +191,17 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       const double gpus = static_cast<double>(job.gpus);
       result.lost_gpu_seconds += gpus * static_cast<double>(useful - saved);
       result.restart_gpu_seconds -= gpus * static_cast<double>(booked - overhead);
-      ++o.requeues;
-      ++result.requeues;
       o.start = o.end = -1;
       o.killed_at_limit = o.backfilled = false;
       end_running(job);
+      if (o.requeues >= options.max_requeues) {
+        // Slurm's MaxBatchRequeue: interrupted once too often, the job is held, not requeued.
+        // It also bounds a run whose failures come faster than its jobs can finish.
+        o.held = true;
+        continue;
+      }
+      ++o.requeues;
+      ++result.requeues;
       GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
       pending_by_gpus.Add(job.gpus, 1);
       ++pending;

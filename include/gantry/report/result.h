@@ -28,6 +28,7 @@ struct JobOutcome {
   bool killed_at_limit = false;  // ran into its time limit (run_time > time_limit)
   bool cancelled = false;        // ended by a cancel event (start -1 if it never started)
   int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
+  bool held = false;             // interrupted once more after max_requeues: held, not requeued
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -61,6 +62,7 @@ struct SimSummary {
   std::vector<std::pair<std::string, int64_t>> skipped_by_reason;
   int64_t jobs_killed_at_limit = 0;
   int64_t jobs_backfilled = 0;
+  int64_t jobs_held = 0;         // interrupted more often than max_requeues; among the unfinished
   int64_t jobs_cancelled = 0;    // by cancel events; neither completed nor unfinished
   int64_t cluster_events = 0;    // node and job events replayed
   int64_t node_failures = 0;     // hard failures of the failure model

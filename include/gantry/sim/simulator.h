@@ -43,6 +43,9 @@ struct SimOptions {
   FailureModel failures;
   // What of an interrupted job's work survives (by events or failures), and its restart cost.
   CheckpointModel checkpoints;
+  // Times a job may be requeued after a node failure before it is held instead (Slurm's
+  // MaxBatchRequeue, whose default is 5).
+  int max_requeues = 5;
   // Called now and then with the fraction of events done (for progress bars).
   std::function<void(double)> progress;
 };
