@@ -969,33 +969,23 @@ TEST(CheckpointTest, ADamagedManifestIsListedSkippedByRetentionAndGcAndRemovable
 // (fn's verdict: 0 passed) and appends fn's message to *msg; 77: neither is possible here.
 int WithDirReadOnly(const std::string& dir, const std::function<std::string(int*)>& fn,
                     std::string* msg) {
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(pipefd[0]);
+  bool chmodded = false;
+  const auto prepare = [&] {
     const bool mounted =
         ::unshare(CLONE_NEWNS) == 0 &&
         ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
         ::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND | MS_REC, nullptr) == 0 &&
         ::mount("none", dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0;
-    const bool chmodded =
+    chmodded =
         !mounted && ::geteuid() != 0 && std::system(("chmod -R a-w '" + dir + "'").c_str()) == 0;
-    if (!mounted && !chmodded) ::_exit(77);
-    int code = 0;
-    const std::string m = fn(&code);
+    return mounted || chmodded;
+  };
+  const auto run = [&](int* code) {
+    const std::string m = fn(code);
     if (chmodded) (void)!std::system(("chmod -R u+w '" + dir + "'").c_str());
-    (void)!::write(pipefd[1], m.data(), m.size());
-    ::_exit(code);
-  }
-  ::close(pipefd[1]);
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) msg->append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int wstatus = 0;
-  if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
-  return WEXITSTATUS(wstatus);
+    return m;
+  };
+  return test_support::InChild(prepare, run, msg);
 }
 
 // Regression: opening an engine on a root the process may only read failed ("open lock file

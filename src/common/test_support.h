@@ -42,22 +42,18 @@ class TempDir {
   std::string path_;
 };
 
-// Runs fn(&exit_code) in the child with a tmpfs of `size` ("1m") mounted at `dir`; returns the
-// child's exit code and appends the string fn returned to *msg. 77 means the sandbox is not
-// allowed here (not root, no CAP_SYS_ADMIN): callers skip. -1: the child died otherwise.
-inline int InSmallTmpfs(const std::string& dir, const std::function<std::string(int*)>& fn,
-                        std::string* msg, const char* size = "1m") {
+// Runs fn(&exit_code) in a forked child after prepare() (the child's sandbox: mounts and the
+// like) returned true; returns the child's exit code and appends the string fn returned to
+// *msg. 77: prepare() failed, the sandbox is not allowed here, callers skip. -1: the child died
+// otherwise.
+inline int InChild(const std::function<bool()>& prepare, const std::function<std::string(int*)>& fn,
+                   std::string* msg) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) return -1;
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(pipefd[0]);
-    const std::string opts = std::string("size=") + size;
-    if (::unshare(CLONE_NEWNS) != 0 ||
-        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
-      ::_exit(77);
-    }
+    if (!prepare()) ::_exit(77);
     int code = 0;
     const std::string m = fn(&code);
     (void)!::write(pipefd[1], m.data(), m.size());
@@ -71,6 +67,18 @@ inline int InSmallTmpfs(const std::string& dir, const std::function<std::string(
   int wstatus = 0;
   if (::waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
   return WEXITSTATUS(wstatus);
+}
+
+// InChild with a tmpfs of `size` ("1m") mounted at `dir` (not root, no CAP_SYS_ADMIN: 77).
+inline int InSmallTmpfs(const std::string& dir, const std::function<std::string(int*)>& fn,
+                        std::string* msg, const char* size = "1m") {
+  const auto prepare = [&] {
+    const std::string opts = std::string("size=") + size;
+    return ::unshare(CLONE_NEWNS) == 0 &&
+           ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+           ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+  };
+  return InChild(prepare, fn, msg);
 }
 
 // Fills `out` with bytes [offset, offset + out.size()) of the endless pseudo-random stream that
