@@ -29,6 +29,7 @@
 #include "common/test_support.h"
 #include "gantry/common/status.h"
 #include "gantry/storage/object_store.h"
+#include "storage/rgw_test_env.h"
 
 namespace gantry {
 namespace {
@@ -38,11 +39,6 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMiB = 1ull << 20;
 
 using test_support::RandomBytes;
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
 
 void WriteFile(const fs::path& p, std::string_view data) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
@@ -79,19 +75,13 @@ struct CommandResult {
 class S3CompatTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    endpoint_ = Env("GANTRY_S3_ENDPOINT");
-    if (endpoint_.empty()) {
-      if (!Env("CI").empty()) {
-        FAIL() << "GANTRY_S3_ENDPOINT is not set under CI: scripts/rgw start did not run or failed";
-      }
-      GTEST_SKIP() << "GANTRY_S3_ENDPOINT not set (source \"$(scripts/rgw start)\" to run these)";
-    }
-    access_key_ = Env("GANTRY_S3_ACCESS_KEY");
-    secret_key_ = Env("GANTRY_S3_SECRET_KEY");
-    bucket_ = Env("GANTRY_S3_BUCKET");
-    ASSERT_FALSE(access_key_.empty() || secret_key_.empty() || bucket_.empty())
-        << "GANTRY_S3_ENDPOINT is set but GANTRY_S3_ACCESS_KEY/SECRET_KEY/BUCKET are not";
-    aws_ = Env("GANTRY_AWS").empty() ? "/usr/bin/aws" : Env("GANTRY_AWS");
+    GANTRY_REQUIRE_RGW(rgw);
+    endpoint_ = rgw->endpoint;
+    access_key_ = rgw->access_key;
+    secret_key_ = rgw->secret_key;
+    bucket_ = rgw->bucket;
+    aws_ = test_support::EnvOrEmpty("GANTRY_AWS").empty() ? "/usr/bin/aws"
+                                                          : test_support::EnvOrEmpty("GANTRY_AWS");
     ASSERT_EQ(access(aws_.c_str(), X_OK), 0) << aws_ << " not found: install awscli";
 
     std::string t = (fs::path(::testing::TempDir()) / "gantry-s3compat-XXXXXX").string();

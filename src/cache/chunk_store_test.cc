@@ -13,6 +13,7 @@
 #include "common/test_support.h"
 #include "gantry/cache/roots.h"
 #include "gantry/storage/faulty_store.h"
+#include "storage/rgw_test_env.h"
 
 namespace gantry {
 namespace {
@@ -794,21 +795,10 @@ TEST_F(ChunkStoreTest, OptionsAreValidated) {
 
 // Against a real S3 endpoint (Ceph RGW from scripts/test): the durable tier is S3.
 TEST_F(ChunkStoreTest, S3DurableTier) {
-  const char* endpoint = std::getenv("GANTRY_S3_ENDPOINT");
-  if (endpoint == nullptr || *endpoint == '\0') {
-    if (std::getenv("CI") != nullptr) FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not";
-    GTEST_SKIP() << "GANTRY_S3_ENDPOINT not set";
-  }
-  auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return std::string(v == nullptr ? "" : v);
-  };
+  GANTRY_REQUIRE_RGW(rgw);
   ChunkStoreOptions o = ThreeTiers();
-  o.store_options.endpoint = endpoint;
-  o.store_options.access_key = env("GANTRY_S3_ACCESS_KEY");
-  o.store_options.secret_key = env("GANTRY_S3_SECRET_KEY");
-  o.tiers[2].url = "s3://" + env("GANTRY_S3_BUCKET") + "/chunk-store-test-" +
-                   std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
+  o.store_options = rgw->Options();
+  o.tiers[2].url = rgw->UniqueUrl("chunk-store-test");
   o.gc_grace_seconds = 0;
   auto cs = Open(std::move(o));
   ASSERT_NE(cs, nullptr);

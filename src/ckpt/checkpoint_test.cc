@@ -25,6 +25,7 @@
 #include "gantry/cache/chunk_store.h"
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
+#include "storage/rgw_test_env.h"
 
 namespace gantry::ckpt {
 namespace {
@@ -1289,18 +1290,10 @@ TEST(CheckpointCrashTest, KillNineAtRandomPointsPosix) {
 }
 
 TEST(CheckpointCrashTest, KillNineAtRandomPointsS3) {
-  const char* endpoint = std::getenv("GANTRY_S3_ENDPOINT");
-  if (endpoint == nullptr || *endpoint == '\0') {
-    if (std::getenv("CI") != nullptr) FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not";
-    GTEST_SKIP() << "GANTRY_S3_ENDPOINT unset (start RGW with scripts/rgw start)";
-  }
+  GANTRY_REQUIRE_RGW(rgw);
   EngineOptions o;
-  o.store_options.endpoint = endpoint;
-  o.store_options.access_key = std::getenv("GANTRY_S3_ACCESS_KEY");
-  o.store_options.secret_key = std::getenv("GANTRY_S3_SECRET_KEY");
-  o.store_options.region = "us-east-1";
-  o.durable_url = std::string("s3://") + std::getenv("GANTRY_S3_BUCKET") + "/ckpt-kill-" +
-                  std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
+  o.store_options = rgw->Options();
+  o.durable_url = rgw->UniqueUrl("ckpt-kill");
   o.chunk_size = 256 << 10;
   o.host_buffer_bytes = 2 << 20;
   o.job = "kill";

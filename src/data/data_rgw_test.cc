@@ -2,39 +2,23 @@
 // GANTRY_S3_ENDPOINT, GANTRY_S3_ACCESS_KEY, GANTRY_S3_SECRET_KEY, GANTRY_S3_BUCKET. Skipped when
 // they are unset, except under CI (CI set), where a missing endpoint fails the test.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <random>
 
 #include "data/test_util.h"
 #include "gantry/data/dataset.h"
 #include "gantry/data/mds.h"
+#include "storage/rgw_test_env.h"
 
 namespace gantry::data {
 namespace {
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 class DataRgwTest : public testing::Test {
  protected:
   void SetUp() override {
-    if (Env("GANTRY_S3_ENDPOINT").empty()) {
-      if (!Env("CI").empty())
-        FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not: RGW did not start";
-      GTEST_SKIP() << "GANTRY_S3_ENDPOINT unset (start RGW with scripts/rgw start)";
-    }
-    options_.endpoint = Env("GANTRY_S3_ENDPOINT");
-    options_.access_key = Env("GANTRY_S3_ACCESS_KEY");
-    options_.secret_key = Env("GANTRY_S3_SECRET_KEY");
-    options_.region = "us-east-1";
-    std::random_device rd;
-    url_ = "s3://" + Env("GANTRY_S3_BUCKET") + "/datatest-" + std::to_string(::getpid()) + "-" +
-           std::to_string(rd() % 1000000);
+    GANTRY_REQUIRE_RGW(rgw);
+    options_ = rgw->Options();
+    url_ = rgw->UniqueUrl("datatest");
   }
 
   // Uploads a fixture folder under url_/name, returning its URL.

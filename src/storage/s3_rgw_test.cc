@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <random>
 
 #include "common/test_support.h"
 #include "gantry/storage/s3.h"
+#include "storage/rgw_test_env.h"
 #include "storage/s3_internal.h"
 
 namespace gantry::s3 {
@@ -21,29 +21,15 @@ namespace {
 
 using test_support::RandomBytes;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 class S3RgwTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (Env("GANTRY_S3_ENDPOINT").empty()) {
-      if (!Env("CI").empty())
-        FAIL() << "CI is set but GANTRY_S3_ENDPOINT is not: RGW did not start";
-      GTEST_SKIP() << "GANTRY_S3_ENDPOINT unset (start RGW with scripts/rgw start)";
-    }
-    options_.endpoint = Env("GANTRY_S3_ENDPOINT");
-    options_.access_key = Env("GANTRY_S3_ACCESS_KEY");
-    options_.secret_key = Env("GANTRY_S3_SECRET_KEY");
-    options_.region = "us-east-1";
+    GANTRY_REQUIRE_RGW(rgw);
+    options_ = rgw->Options();
     options_.base_backoff_ms = 5;
     options_.max_backoff_ms = 20;
-    bucket_ = Env("GANTRY_S3_BUCKET");
-    // A fresh prefix per test run keeps runs apart in a shared bucket.
-    std::random_device rd;
-    prefix_ = "s3test-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) + "/" +
+    bucket_ = rgw->bucket;
+    prefix_ = test_support::RgwEnv::UniquePrefix("s3test") + "/" +
               ::testing::UnitTest::GetInstance()->current_test_info()->name();
     auto s = S3Store::Open(bucket_, prefix_, options_, ProcessEnv());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
