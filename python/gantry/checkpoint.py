@@ -23,6 +23,7 @@ opened waits for its saves in flight.
 
 import atexit
 import json
+import logging
 import os
 import threading
 import time
@@ -62,12 +63,17 @@ ENGINE_OPTIONS = ("chunk_size", "pack_below_bytes", "host_buffer_bytes", "io_thr
 
 
 class SaveHandle:
-    """A save in flight: done(), wait(), and its statistics."""
+    """A save in flight. Behaves as a future (concurrent.futures.Future's reading side):
+    done(), result(timeout), exception(timeout), add_done_callback(fn); plus wait(),
+    wait_for(durability) and its statistics."""
 
     def __init__(self, native, checkpointer):
         self._native = native
         # The engine must outlive the save it runs.
         self._checkpointer = checkpointer
+        self._callbacks = []
+        self._callbacks_lock = threading.Lock()
+        self._waiter = None  # the thread that runs callbacks once the save is done
 
     @property
     def step(self):
@@ -76,6 +82,17 @@ class SaveHandle:
     def done(self):
         """True once the requested durability is reached (or the save failed)."""
         return self._native.done()
+
+    def running(self):
+        return not self._native.done()
+
+    def cancelled(self):
+        """Always False: a save that has snapshotted its tensors runs to the end."""
+        return False
+
+    def cancel(self):
+        """Always False (see cancelled)."""
+        return False
 
     def wait(self, timeout=None):
         """Blocks until the requested durability is reached; raises the save's error, or
@@ -91,6 +108,62 @@ class SaveHandle:
                 delay = min(delay * 2, 0.05)
         self._native.wait()
 
+    def result(self, timeout=None):
+        """Waits as wait() does and returns the save's statistics (the stats dict)."""
+        self.wait(timeout)
+        return self.stats
+
+    def exception(self, timeout=None):
+        """Waits (TimeoutError after `timeout` s) and returns the save's error, or None."""
+        try:
+            self.wait(timeout)
+        except TimeoutError:
+            if not self._native.done():
+                raise
+            return self._error()
+        except Exception as e:  # pylint: disable=broad-except
+            return e
+        return None
+
+    def _error(self):
+        try:
+            self._native.wait()
+        except Exception as e:  # pylint: disable=broad-except
+            return e
+        return None
+
+    def add_done_callback(self, fn):
+        """Calls fn(handle) once the save is done (at once, in this thread, if it already is;
+        otherwise from a background thread). An exception fn raises is logged and ignored, as
+        concurrent.futures does."""
+        with self._callbacks_lock:
+            if not self._native.done() or self._waiter is not None:
+                self._callbacks.append(fn)
+                if self._waiter is None:
+                    self._waiter = threading.Thread(target=self._run_callbacks, daemon=True,
+                                                    name=f"gantry-save-{self.step}-callbacks")
+                    self._waiter.start()
+                return
+        self._call(fn)
+
+    def _run_callbacks(self):
+        self._error()  # waits for the end, whatever it is
+        while True:
+            with self._callbacks_lock:
+                if not self._callbacks:
+                    # Later add_done_callback calls run at once in their own thread.
+                    self._waiter = None
+                    return
+                fn = self._callbacks.pop(0)
+            self._call(fn)
+
+    def _call(self, fn):
+        try:
+            fn(self)
+        except Exception:  # pylint: disable=broad-except
+            logging.getLogger("gantry.checkpoint").exception(
+                "checkpoint step %s: a done callback raised", self.step)
+
     def wait_for(self, durability):
         """Blocks until `durability` ("local", "durable", "committed") is reached."""
         self._native.wait_for(durability)
@@ -103,6 +176,98 @@ class SaveHandle:
 
     def __repr__(self):
         return f"<gantry SaveHandle step={self.step} done={self.done()}>"
+
+
+def _is_stateful(x):
+    """PyTorch DCP's Stateful protocol: an object (a module, an optimizer, a data loader...)
+    whose state is what its state_dict() returns and that load_state_dict() restores."""
+    return (not isinstance(x, (dict, list, tuple, str, bytes)) and
+            callable(getattr(x, "state_dict", None)) and
+            callable(getattr(x, "load_state_dict", None)))
+
+
+def _state_of(x, active=None):
+    """`x` with every Stateful object replaced by its state_dict() (recursively); containers
+    are copied only on the way to one, so plain state is passed through as is. A cycle is left
+    for encode() to report."""
+    if _is_stateful(x):
+        return _state_of(x.state_dict(), active)
+    if not isinstance(x, (dict, list, tuple)):
+        return x
+    active = set() if active is None else active
+    if id(x) in active:
+        return x
+    active.add(id(x))
+    try:
+        if isinstance(x, dict):
+            out = {k: _state_of(v, active) for k, v in x.items()}
+            if all(out[k] is v for k, v in x.items()):
+                return x
+            try:
+                copy = type(x)()
+                copy.update(out)
+                return copy
+            except TypeError:
+                return out
+        out = [_state_of(v, active) for v in x]
+        if all(a is b for a, b in zip(out, x)):
+            return x
+        return type(x)(out) if isinstance(x, list) or type(x) is tuple else out
+    finally:
+        active.discard(id(x))
+
+
+class _StatefulSwap:
+    """For load(into=...): puts each Stateful object's state_dict() in its place inside `into`
+    (dicts and lists are changed in place and restored afterwards), so the loader fills those
+    state dicts; apply() then hands each back through load_state_dict()."""
+
+    def __init__(self, into):
+        self.swapped = []  # (container, key, object)
+        self._active = set()  # containers on the current path: a cycle is Decoder's to report
+        self._walk(into, "into")
+
+    def _walk(self, container, path):
+        if not isinstance(container, (dict, list, tuple)) or id(container) in self._active:
+            return
+        self._active.add(id(container))
+        try:
+            self._walk_items(container, path)
+        finally:
+            self._active.discard(id(container))
+
+    def _walk_items(self, container, path):
+        if isinstance(container, dict):
+            items = list(container.items())
+        elif isinstance(container, list):
+            items = list(enumerate(container))
+        elif isinstance(container, tuple):
+            for i, v in enumerate(container):
+                if _is_stateful(v):
+                    raise TypeError(f"load(into=...): {path}[{i}] is a {type(v).__name__} "
+                                    "inside a tuple; put Stateful objects in a dict or list")
+                self._walk(v, f"{path}[{i}]")
+            return
+        else:
+            return
+        for k, v in items:
+            if _is_stateful(v):
+                sd = v.state_dict()
+                container[k] = sd
+                self.swapped.append((container, k, v))
+                self._walk(sd, f"{path}[{k!r}]")
+            else:
+                self._walk(v, f"{path}[{k!r}]")
+
+    def restore(self):
+        for container, k, obj in reversed(self.swapped):
+            container[k] = obj
+
+    def apply(self):
+        """Loads each object's filled state dict (what now stands in its place) into it,
+        innermost first."""
+        for container, k, obj in reversed(self.swapped):
+            obj.load_state_dict(container[k])
 
 
 class Checkpointer:
@@ -155,6 +320,8 @@ class Checkpointer:
         durability: what handle.wait() waits for -- "local" (this rank's chunks are in the local
         tier), "durable" (this rank's chunks and part are in the durable tier) or "committed"
         (every rank's part, the manifest and the latest pointer are written).
+        Objects with state_dict() and load_state_dict() (PyTorch DCP's Stateful protocol:
+        modules, optimizers, schedulers, data loaders) are saved as their state_dict().
         tags: strings; tagged checkpoints survive retention. metadata: a JSON-serialisable dict
         recorded in the manifest (rank 0's).
         """
@@ -173,7 +340,7 @@ class Checkpointer:
                 metadata_json = json.dumps(metadata, allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise TypeError(f"metadata is not JSON-serialisable: {e}") from None
-        structure_json, leaves = encode(state)
+        structure_json, leaves = encode(_state_of(state))
         # The leaves hold the (possibly copied) tensors alive until the snapshot is taken.
         native = self._engine.save([leaf.descriptor() for leaf in leaves], step=step,
                                    durability=durability, tags=[str(t) for t in tags],
@@ -226,6 +393,9 @@ class Checkpointer:
         With `into`, fills its tensors and arrays in place (RowShard entries get exactly their
         rows), sets its plain values and containers to the saved ones, adds what it lacks, and
         returns it. ValueError for a dtype or shape mismatch or a tensor the checkpoint lacks.
+        Objects in `into` (or `into` itself) with state_dict() and load_state_dict() -- modules,
+        optimizers, schedulers, data loaders: PyTorch DCP's Stateful protocol -- are loaded
+        through them: their state_dict() is filled in place and passed to load_state_dict().
         progress: callable(bytes_done, bytes_total), called from engine threads.
         """
         manifest = self.manifest(step)
@@ -244,13 +414,29 @@ class Checkpointer:
         decoder = Decoder(what, manifest.tensors)
         if into is None:
             state = decoder.build(root, "state")
+        elif _is_stateful(into):
+            # The whole state is one Stateful object: fill its state dict, then hand it back.
+            merged = decoder.merge(root, into.state_dict(), "into")
+            self._fill(manifest, decoder, merged, progress)
+            into.load_state_dict(merged)
+            return into
         else:
-            state = decoder.merge(root, into, "into")
+            swap = _StatefulSwap(into)
+            try:
+                state = decoder.merge(root, into, "into")
+                self._fill(manifest, decoder, state, progress)
+                swap.apply()
+            finally:
+                swap.restore()
+            return state
+        self._fill(manifest, decoder, state, progress)
+        return state
+
+    def _fill(self, manifest, decoder, state, progress):
         if decoder.targets:
             self.last_restore_stats = self._engine.restore(
                 manifest, [t.descriptor() for t in decoder.targets], progress=progress)
         decoder.finish()
-        return state
 
     # -- housekeeping ---------------------------------------------------------------------------
 
