@@ -1,0 +1,144 @@
+// The live control plane's durable state: every job gantryd accepted, where it stands, the
+// decision that placed it, and an append-only log of what happened, in one SQLite database
+// (WAL, synchronous=FULL).
+//
+// The rule it serves: nothing is acted on before it is durable. A job is recorded before the
+// engine sees it; a start decision is recorded (phase kStarting) before the resource manager is
+// told; so a gantryd killed at any instant finds, on restart, every job it ever accepted and,
+// for each decision, whether it may have reached the resource manager. Whoever restarts
+// reconciles kStarting and kRunning jobs with what the resource manager reports (a held job was
+// never started; a running one is adopted) -- see Reconcile in this header.
+//
+// One process owns a database at a time: Open takes an exclusive lock (flock on PATH.lock) and
+// a second Open fails with FailedPrecondition instead of two daemons deciding for one cluster.
+// Each method is one transaction; the store is safe to call from several threads.
+//
+//   GANTRY_ASSIGN_OR_RETURN(auto store, StateStore::Open("/var/lib/gantry/state.db"));
+//   store->AddJob(record, now);                 // durable: now the engine may see it
+//   store->Decide(id, placement, now);          // durable: now Slurm may be told
+//   store->Started(id, now);                    // Slurm reports it running
+//   store->Finish(id, now, "completed");
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gantry/common/status.h"
+#include "gantry/common/time.h"
+
+namespace gantry::control {
+
+enum class JobPhase : uint8_t {
+  kPending,   // accepted, waiting for the engine
+  kStarting,  // a start decision is durable; the resource manager may or may not have it yet
+  kRunning,   // the resource manager reports it running
+  kDone,      // ended (completed, failed, cancelled, timed out)
+};
+const char* JobPhaseName(JobPhase p);
+
+struct NodeGpus {
+  std::string node;  // node name, as the cluster spec and the resource manager spell it
+  int gpus = 0;
+  bool operator==(const NodeGpus&) const = default;
+};
+
+// A job as gantryd keeps it: the request by names (indices are per engine lifetime and are
+// rebuilt on every start), its phase and its placement.
+struct JobRecord {
+  std::string id;  // stable: the resource manager's job id
+  std::string user;
+  std::string team;
+  std::string queue;
+  std::vector<std::string> gpu_types;  // any of these; empty: any type
+  Time submit = 0;
+  int gpus = 0;
+  int gpus_per_node = 0;
+  int nodes = 0;
+  Duration time_limit = 0;
+  int qos = 0;
+  Duration checkpoint_interval = 0;
+  Duration restart_cost = 0;
+
+  JobPhase phase = JobPhase::kPending;
+  std::vector<NodeGpus> placement;  // kStarting and kRunning
+  Time decided = -1;                // when the current placement was decided
+  Time started = -1;                // when it was last reported running
+  Time ended = -1;
+  std::string end_reason;
+  int requeues = 0;
+};
+
+struct StoreEvent {
+  int64_t seq = 0;  // increasing, never reused
+  Time time = 0;
+  std::string job;   // empty for cluster events
+  std::string kind;  // "submit", "decide", "start", "requeue", "finish", or a driver's own
+  std::string detail;
+};
+
+class StateStore {
+ public:
+  // Opens or creates the database at `path` (its directory must exist). FailedPrecondition when
+  // another process holds it; DataLoss when the file is not a Gantry state database (or is
+  // damaged); PermissionDenied / IoError as the file system says.
+  static Result<std::unique_ptr<StateStore>> Open(const std::string& path);
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  // Records a new job in phase kPending (its phase and placement fields are ignored).
+  // AlreadyExists for a known id; InvalidArgument for an empty id or a non-positive GPU count.
+  Status AddJob(const JobRecord& job, Time now);
+  // kPending -> kStarting with `placement`. FailedPrecondition in any other phase.
+  Status Decide(const std::string& id, const std::vector<NodeGpus>& placement, Time now);
+  // kStarting -> kRunning (kRunning again: no-op). `placement`, when not empty, replaces the
+  // decided one (what the resource manager reports is the truth).
+  Status Started(const std::string& id, Time now, const std::vector<NodeGpus>& placement = {});
+  // kStarting or kRunning -> kPending (placement cleared, requeues + 1); `why` goes to the log.
+  Status Requeue(const std::string& id, Time now, const std::string& why);
+  // Any phase but kDone -> kDone with `reason`. FailedPrecondition when already done.
+  Status Finish(const std::string& id, Time now, const std::string& reason);
+  // Appends a cluster or driver event (node down, a refused start, ...) to the log.
+  Status LogEvent(Time now, const std::string& job, const std::string& kind,
+                  const std::string& detail);
+
+  // NotFound for an unknown id.
+  Result<JobRecord> Get(const std::string& id) const;
+  // Every job not yet done, by submit time then id.
+  Result<std::vector<JobRecord>> ActiveJobs() const;
+  // Events with seq > after_seq, oldest first, at most `limit`.
+  Result<std::vector<StoreEvent>> Events(int64_t after_seq, int limit) const;
+  // Jobs per phase (index: JobPhase).
+  Result<std::vector<int64_t>> CountByPhase() const;
+
+  const std::string& path() const;
+
+ private:
+  class Impl;
+  explicit StateStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// What the resource manager reports of a job on restart.
+enum class ObservedState : uint8_t {
+  kUnknown,   // it has no record of the job (purged, or never submitted there)
+  kHeld,      // held or pending: it has not started
+  kRunning,   // running (its node list in ObservedJob::nodes)
+  kFinished,  // ended: completed, failed, cancelled, timed out
+};
+
+// What a restarted gantryd does with a job it had not seen finish, given what it recorded and
+// what the resource manager reports. The rules (docs/control.md, "Restart"):
+//                      observed kHeld  kRunning  kFinished  kUnknown
+//   recorded kPending           resubmit  adopt     finish     lost
+//   recorded kStarting/kRunning requeue   adopt     finish     lost
+// (requeue: the release never happened, so it goes back to pending; adopt from kPending: an
+// administrator released it by hand; lost: finished, with the reason that it vanished)
+// so no job is lost, none starts twice, and none stays held forever.
+enum class RecoveryAction : uint8_t { kResubmit, kRequeue, kAdopt, kFinish, kLost };
+RecoveryAction Reconcile(JobPhase recorded, ObservedState observed);
+const char* RecoveryActionName(RecoveryAction a);
+
+}  // namespace gantry::control

@@ -1,0 +1,532 @@
+#include "gantry/control/state_store.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace gantry::control {
+
+namespace {
+
+// Bumped when the schema changes; a database of another version is refused, never guessed at.
+constexpr int kSchemaVersion = 1;
+// Written into SQLite's application_id header field: a database of some other program is not
+// mistaken for ours.
+constexpr int kApplicationId = 0x47414e54;  // "GANT"
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  phase INTEGER NOT NULL,
+  submit INTEGER NOT NULL,
+  request TEXT NOT NULL,
+  placement TEXT NOT NULL DEFAULT '[]',
+  decided INTEGER NOT NULL DEFAULT -1,
+  started INTEGER NOT NULL DEFAULT -1,
+  ended INTEGER NOT NULL DEFAULT -1,
+  end_reason TEXT NOT NULL DEFAULT '',
+  requeues INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs (phase, submit, id);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  time INTEGER NOT NULL,
+  job TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  detail TEXT NOT NULL
+);
+)sql";
+
+Status SqliteStatus(sqlite3* db, int rc, const std::string& what) {
+  const std::string msg = what + ": " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      return DataLoss(msg);
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_AUTH:
+      return PermissionDenied(msg);
+    case SQLITE_FULL:
+      return ResourceExhausted(msg);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Unavailable(msg);
+    case SQLITE_CANTOPEN:
+      return NotFound(msg);
+    case SQLITE_CONSTRAINT:
+      return AlreadyExists(msg);
+    default:
+      return IoError(msg);
+  }
+}
+
+nlohmann::json RequestJson(const JobRecord& j) {
+  return {{"user", j.user},
+          {"team", j.team},
+          {"queue", j.queue},
+          {"gpu_types", j.gpu_types},
+          {"gpus", j.gpus},
+          {"gpus_per_node", j.gpus_per_node},
+          {"nodes", j.nodes},
+          {"time_limit", j.time_limit},
+          {"qos", j.qos},
+          {"checkpoint_interval", j.checkpoint_interval},
+          {"restart_cost", j.restart_cost}};
+}
+
+std::string PlacementJson(const std::vector<NodeGpus>& p) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const NodeGpus& s : p) a.push_back({s.node, s.gpus});
+  return a.dump();
+}
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Status ok(const std::string& what) const {
+    return rc_ == SQLITE_OK ? Status() : SqliteStatus(db_, rc_, what);
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  std::string Text(int col) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, col);
+    return t == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(t),
+                                      static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+constexpr const char* kJobColumns =
+    "id, phase, submit, request, placement, decided, started, ended, end_reason, requeues";
+
+Result<JobRecord> RowToJob(const Stmt& s) {
+  JobRecord j;
+  j.id = s.Text(0);
+  const int64_t phase = s.Int(1);
+  if (phase < 0 || phase > static_cast<int64_t>(JobPhase::kDone)) {
+    return DataLoss("job '" + j.id + "': phase " + std::to_string(phase) + " is not one of ours");
+  }
+  j.phase = static_cast<JobPhase>(phase);
+  j.submit = s.Int(2);
+  try {
+    const nlohmann::json r = nlohmann::json::parse(s.Text(3));
+    j.user = r.at("user").get<std::string>();
+    j.team = r.at("team").get<std::string>();
+    j.queue = r.at("queue").get<std::string>();
+    j.gpu_types = r.at("gpu_types").get<std::vector<std::string>>();
+    j.gpus = r.at("gpus").get<int>();
+    j.gpus_per_node = r.at("gpus_per_node").get<int>();
+    j.nodes = r.at("nodes").get<int>();
+    j.time_limit = r.at("time_limit").get<Duration>();
+    j.qos = r.at("qos").get<int>();
+    j.checkpoint_interval = r.at("checkpoint_interval").get<Duration>();
+    j.restart_cost = r.at("restart_cost").get<Duration>();
+    for (const auto& slot : nlohmann::json::parse(s.Text(4))) {
+      j.placement.push_back({slot.at(0).get<std::string>(), slot.at(1).get<int>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss("job '" + j.id + "': damaged record: " + e.what());
+  }
+  j.decided = s.Int(5);
+  j.started = s.Int(6);
+  j.ended = s.Int(7);
+  j.end_reason = s.Text(8);
+  j.requeues = static_cast<int>(s.Int(9));
+  return j;
+}
+
+}  // namespace
+
+const char* JobPhaseName(JobPhase p) {
+  switch (p) {
+    case JobPhase::kPending:
+      return "pending";
+    case JobPhase::kStarting:
+      return "starting";
+    case JobPhase::kRunning:
+      return "running";
+    case JobPhase::kDone:
+      return "done";
+  }
+  return "?";
+}
+
+class StateStore::Impl {
+ public:
+  ~Impl() {
+    if (db_ != nullptr) sqlite3_close_v2(db_);
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  }
+
+  Status Open(const std::string& path) {
+    path_ = path;
+    // The lock is named after the real file, so a symlink or a path with ".." to the same
+    // database meets the same lock.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::weakly_canonical(path, ec);
+    const std::string lock_path = (ec ? path : real.string()) + ".lock";
+    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) return StatusFromErrno(errno, "state store: open " + lock_path);
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return FailedPrecondition("state store " + path +
+                                  ": another process (gantryd?) holds it; one daemon per "
+                                  "database");
+      }
+      return StatusFromErrno(errno, "state store: lock " + lock_path);
+    }
+    int rc = sqlite3_open_v2(path.c_str(), &db_,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                             nullptr);
+    if (rc != SQLITE_OK) return SqliteStatus(db_, rc, "state store: open " + path);
+    sqlite3_busy_timeout(db_, 5000);
+    sqlite3_extended_result_codes(db_, 0);
+    // The header says whether this is our database before anything is written to it.
+    int app_id = 0;
+    int version = 0;
+    GANTRY_RETURN_IF_ERROR(PragmaInt("application_id", &app_id));
+    GANTRY_RETURN_IF_ERROR(PragmaInt("user_version", &version));
+    int objects = 0;
+    {
+      Stmt count(db_, "SELECT COUNT(*) FROM sqlite_master");
+      GANTRY_RETURN_IF_ERROR(count.ok("state store " + path + ": read schema"));
+      const int rc3 = count.Step();
+      if (rc3 != SQLITE_ROW) return SqliteStatus(db_, rc3, "state store " + path + ": read schema");
+      objects = static_cast<int>(count.Int(0));
+    }
+    // Fresh: an empty file (or none). A database with tables but without our id is another
+    // program's, and is left alone.
+    const bool fresh = app_id == 0 && version == 0 && objects == 0;
+    if (!fresh && app_id != kApplicationId) {
+      return DataLoss("state store " + path + ": not a Gantry state database");
+    }
+    if (!fresh && version != kSchemaVersion) {
+      return FailedPrecondition("state store " + path + ": schema version " +
+                                std::to_string(version) + ", this gantryd reads version " +
+                                std::to_string(kSchemaVersion));
+    }
+    GANTRY_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL", "set WAL"));
+    // FULL: a transaction that returned is on disk, not only in the OS cache.
+    GANTRY_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", "set synchronous"));
+    if (fresh) {
+      GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
+      Status s = Exec(kSchema, "create schema");
+      if (s.ok()) {
+        s = Exec("PRAGMA application_id=" + std::to_string(kApplicationId), "set id");
+      }
+      if (s.ok()) s = Exec("PRAGMA user_version=" + std::to_string(kSchemaVersion), "set version");
+      if (s.ok()) s = Exec("COMMIT", "commit schema");
+      if (!s.ok()) {
+        (void)Exec("ROLLBACK", "rollback");
+        return s;
+      }
+    }
+    // A damaged page shows up here rather than in the middle of a decision.
+    Stmt check(db_, "PRAGMA quick_check");
+    GANTRY_RETURN_IF_ERROR(check.ok("state store " + path + ": check"));
+    const int rc2 = check.Step();
+    if (rc2 != SQLITE_ROW) return SqliteStatus(db_, rc2, "state store " + path + ": check");
+    if (check.Text(0) != "ok") {
+      return DataLoss("state store " + path + ": damaged: " + check.Text(0));
+    }
+    return Status();
+  }
+
+  Status Exec(const std::string& sql, const std::string& what) {
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
+    sqlite3_free(err);
+    return rc == SQLITE_OK ? Status() : SqliteStatus(db_, rc, "state store: " + what);
+  }
+
+  Status PragmaInt(const char* name, int* out) {
+    Stmt s(db_, (std::string("PRAGMA ") + name).c_str());
+    GANTRY_RETURN_IF_ERROR(s.ok(std::string("state store ") + path_ + ": read " + name));
+    const int rc = s.Step();
+    if (rc != SQLITE_ROW) return SqliteStatus(db_, rc, "state store " + path_ + ": read " + name);
+    *out = static_cast<int>(s.Int(0));
+    return Status();
+  }
+
+  // Runs fn inside one write transaction; commits when it returns OK, rolls back otherwise.
+  template <class Fn>
+  Status Transaction(const std::string& what, Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", what + ": begin"));
+    Status s = fn();
+    if (s.ok()) s = Exec("COMMIT", what + ": commit");
+    if (!s.ok()) (void)Exec("ROLLBACK", what + ": rollback");
+    return s;
+  }
+
+  Status InsertEvent(Time now, const std::string& job, const std::string& kind,
+                     const std::string& detail) {
+    Stmt s(db_, "INSERT INTO events (time, job, kind, detail) VALUES (?, ?, ?, ?)");
+    GANTRY_RETURN_IF_ERROR(s.ok("state store: log"));
+    s.Bind(1, now).Bind(2, job).Bind(3, kind).Bind(4, detail);
+    const int rc = s.Step();
+    return rc == SQLITE_DONE ? Status() : SqliteStatus(db_, rc, "state store: log " + kind);
+  }
+
+  Result<JobRecord> GetLocked(const std::string& id) const {
+    Stmt s(db_, (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?").c_str());
+    GANTRY_RETURN_IF_ERROR(s.ok("state store: read job"));
+    s.Bind(1, id);
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return NotFound("job '" + id + "' is not in the state store");
+    if (rc != SQLITE_ROW) return SqliteStatus(db_, rc, "state store: read job '" + id + "'");
+    return RowToJob(s);
+  }
+
+  Status Update(const std::string& sql, const std::string& what,
+                const std::function<void(Stmt&)>& bind) {
+    Stmt s(db_, sql.c_str());
+    GANTRY_RETURN_IF_ERROR(s.ok("state store: " + what));
+    bind(s);
+    const int rc = s.Step();
+    return rc == SQLITE_DONE ? Status() : SqliteStatus(db_, rc, "state store: " + what);
+  }
+
+  // Reads the job, checks its phase is one of `from`, then runs `write`.
+  Status Transition(const std::string& id, std::initializer_list<JobPhase> from,
+                    const std::string& what, const std::function<Status(const JobRecord&)>& write) {
+    return Transaction(what + " '" + id + "'", [&]() -> Status {
+      GANTRY_ASSIGN_OR_RETURN(JobRecord j, GetLocked(id));
+      bool allowed = false;
+      for (JobPhase p : from) allowed = allowed || j.phase == p;
+      if (!allowed) {
+        return FailedPrecondition("job '" + id + "': cannot " + what + " a job that is " +
+                                  JobPhaseName(j.phase));
+      }
+      return write(j);
+    });
+  }
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  int lock_fd_ = -1;
+  mutable std::mutex mu_;
+};
+
+StateStore::StateStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StateStore::~StateStore() = default;
+
+Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  GANTRY_RETURN_IF_ERROR(impl->Open(path));
+  return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
+}
+
+const std::string& StateStore::path() const { return impl_->path_; }
+
+Status StateStore::AddJob(const JobRecord& job, Time now) {
+  if (job.id.empty()) return InvalidArgument("a job needs an id");
+  if (job.gpus <= 0) {
+    return InvalidArgument("job '" + job.id + "': needs at least one GPU (asked " +
+                           std::to_string(job.gpus) + ")");
+  }
+  return impl_->Transaction("add job '" + job.id + "'", [&]() -> Status {
+    Stmt s(impl_->db_, "INSERT INTO jobs (id, phase, submit, request) VALUES (?, ?, ?, ?)");
+    GANTRY_RETURN_IF_ERROR(s.ok("state store: add job"));
+    s.Bind(1, job.id)
+        .Bind(2, static_cast<int64_t>(JobPhase::kPending))
+        .Bind(3, job.submit)
+        .Bind(4, RequestJson(job).dump());
+    const int rc = s.Step();
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+      return AlreadyExists("job '" + job.id + "' is already in the state store");
+    }
+    if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: add job");
+    return impl_->InsertEvent(now, job.id, "submit", std::to_string(job.gpus) + " GPUs");
+  });
+}
+
+Status StateStore::Decide(const std::string& id, const std::vector<NodeGpus>& placement, Time now) {
+  if (placement.empty()) return InvalidArgument("job '" + id + "': an empty placement");
+  return impl_->Transition(id, {JobPhase::kPending}, "decide", [&](const JobRecord&) -> Status {
+    const std::string p = PlacementJson(placement);
+    GANTRY_RETURN_IF_ERROR(impl_->Update(
+        "UPDATE jobs SET phase = ?, placement = ?, decided = ? WHERE id = ?", "decide",
+        [&](Stmt& s) {
+          s.Bind(1, static_cast<int64_t>(JobPhase::kStarting)).Bind(2, p).Bind(3, now).Bind(4, id);
+        }));
+    return impl_->InsertEvent(now, id, "decide", p);
+  });
+}
+
+Status StateStore::Started(const std::string& id, Time now,
+                           const std::vector<NodeGpus>& placement) {
+  return impl_->Transition(
+      id, {JobPhase::kStarting, JobPhase::kRunning}, "start", [&](const JobRecord& j) -> Status {
+        if (j.phase == JobPhase::kRunning && (placement.empty() || placement == j.placement)) {
+          return Status();
+        }
+        const std::string p = PlacementJson(placement.empty() ? j.placement : placement);
+        GANTRY_RETURN_IF_ERROR(
+            impl_->Update("UPDATE jobs SET phase = ?, placement = ?, started = ? WHERE id = ?",
+                          "start", [&](Stmt& s) {
+                            s.Bind(1, static_cast<int64_t>(JobPhase::kRunning))
+                                .Bind(2, p)
+                                .Bind(3, j.phase == JobPhase::kRunning ? j.started : now)
+                                .Bind(4, id);
+                          }));
+        return impl_->InsertEvent(now, id, "start", p);
+      });
+}
+
+Status StateStore::Requeue(const std::string& id, Time now, const std::string& why) {
+  return impl_->Transition(
+      id, {JobPhase::kStarting, JobPhase::kRunning}, "requeue", [&](const JobRecord&) -> Status {
+        GANTRY_RETURN_IF_ERROR(impl_->Update(
+            "UPDATE jobs SET phase = ?, placement = '[]', decided = -1, started = -1, "
+            "requeues = requeues + 1 WHERE id = ?",
+            "requeue",
+            [&](Stmt& s) { s.Bind(1, static_cast<int64_t>(JobPhase::kPending)).Bind(2, id); }));
+        return impl_->InsertEvent(now, id, "requeue", why);
+      });
+}
+
+Status StateStore::Finish(const std::string& id, Time now, const std::string& reason) {
+  return impl_->Transition(
+      id, {JobPhase::kPending, JobPhase::kStarting, JobPhase::kRunning}, "finish",
+      [&](const JobRecord&) -> Status {
+        GANTRY_RETURN_IF_ERROR(
+            impl_->Update("UPDATE jobs SET phase = ?, ended = ?, end_reason = ? WHERE id = ?",
+                          "finish", [&](Stmt& s) {
+                            s.Bind(1, static_cast<int64_t>(JobPhase::kDone))
+                                .Bind(2, now)
+                                .Bind(3, reason)
+                                .Bind(4, id);
+                          }));
+        return impl_->InsertEvent(now, id, "finish", reason);
+      });
+}
+
+Status StateStore::LogEvent(Time now, const std::string& job, const std::string& kind,
+                            const std::string& detail) {
+  if (kind.empty()) return InvalidArgument("an event needs a kind");
+  return impl_->Transaction("log " + kind,
+                            [&] { return impl_->InsertEvent(now, job, kind, detail); });
+}
+
+Result<JobRecord> StateStore::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->GetLocked(id);
+}
+
+Result<std::vector<JobRecord>> StateStore::ActiveJobs() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  Stmt s(impl_->db_,
+         (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE phase < ? ORDER BY submit, id")
+             .c_str());
+  GANTRY_RETURN_IF_ERROR(s.ok("state store: list jobs"));
+  s.Bind(1, static_cast<int64_t>(JobPhase::kDone));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    GANTRY_ASSIGN_OR_RETURN(JobRecord j, RowToJob(s));
+    out.push_back(std::move(j));
+  }
+  if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: list jobs");
+  return out;
+}
+
+Result<std::vector<StoreEvent>> StateStore::Events(int64_t after_seq, int limit) const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  Stmt s(impl_->db_,
+         "SELECT seq, time, job, kind, detail FROM events WHERE seq > ? ORDER BY seq LIMIT ?");
+  GANTRY_RETURN_IF_ERROR(s.ok("state store: read events"));
+  s.Bind(1, after_seq).Bind(2, limit);
+  std::vector<StoreEvent> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back({s.Int(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4)});
+  }
+  if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: read events");
+  return out;
+}
+
+Result<std::vector<int64_t>> StateStore::CountByPhase() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  Stmt s(impl_->db_, "SELECT phase, COUNT(*) FROM jobs GROUP BY phase");
+  GANTRY_RETURN_IF_ERROR(s.ok("state store: count jobs"));
+  std::vector<int64_t> out(static_cast<size_t>(JobPhase::kDone) + 1, 0);
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    const int64_t p = s.Int(0);
+    if (p >= 0 && p < static_cast<int64_t>(out.size())) out[static_cast<size_t>(p)] = s.Int(1);
+  }
+  if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: count jobs");
+  return out;
+}
+
+RecoveryAction Reconcile(JobPhase recorded, ObservedState observed) {
+  switch (observed) {
+    case ObservedState::kRunning:
+      return RecoveryAction::kAdopt;
+    case ObservedState::kFinished:
+      return RecoveryAction::kFinish;
+    case ObservedState::kUnknown:
+      return RecoveryAction::kLost;
+    case ObservedState::kHeld:
+      break;
+  }
+  switch (recorded) {
+    case JobPhase::kPending:
+      return RecoveryAction::kResubmit;
+    case JobPhase::kStarting:
+    case JobPhase::kRunning:
+      return RecoveryAction::kRequeue;
+    case JobPhase::kDone:
+      break;
+  }
+  return RecoveryAction::kFinish;
+}
+
+const char* RecoveryActionName(RecoveryAction a) {
+  switch (a) {
+    case RecoveryAction::kResubmit:
+      return "resubmit";
+    case RecoveryAction::kRequeue:
+      return "requeue";
+    case RecoveryAction::kAdopt:
+      return "adopt";
+    case RecoveryAction::kFinish:
+      return "finish";
+    case RecoveryAction::kLost:
+      return "lost";
+  }
+  return "?";
+}
+
+}  // namespace gantry::control
