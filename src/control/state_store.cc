@@ -492,6 +492,7 @@ Result<std::vector<int64_t>> StateStore::CountByPhase() const {
 
 RecoveryAction Reconcile(JobPhase recorded, ObservedState observed) {
   switch (observed) {
+    case ObservedState::kReleased:
     case ObservedState::kRunning:
       return RecoveryAction::kAdopt;
     case ObservedState::kFinished:

@@ -256,11 +256,13 @@ TEST(StateStore, ReconcileOnRestart) {
   using A = RecoveryAction;
   EXPECT_EQ(Reconcile(JobPhase::kPending, O::kHeld), A::kResubmit);
   EXPECT_EQ(Reconcile(JobPhase::kPending, O::kRunning), A::kAdopt);  // released by hand
+  EXPECT_EQ(Reconcile(JobPhase::kPending, O::kReleased), A::kAdopt);
   EXPECT_EQ(Reconcile(JobPhase::kPending, O::kFinished), A::kFinish);
   EXPECT_EQ(Reconcile(JobPhase::kPending, O::kUnknown), A::kLost);
   for (JobPhase p : {JobPhase::kStarting, JobPhase::kRunning}) {
     EXPECT_EQ(Reconcile(p, O::kHeld), A::kRequeue) << JobPhaseName(p);  // never released
     EXPECT_EQ(Reconcile(p, O::kRunning), A::kAdopt) << JobPhaseName(p);
+    EXPECT_EQ(Reconcile(p, O::kReleased), A::kAdopt) << JobPhaseName(p);
     EXPECT_EQ(Reconcile(p, O::kFinished), A::kFinish) << JobPhaseName(p);
     EXPECT_EQ(Reconcile(p, O::kUnknown), A::kLost) << JobPhaseName(p);
   }

@@ -124,18 +124,20 @@ class StateStore {
 // What the resource manager reports of a job on restart.
 enum class ObservedState : uint8_t {
   kUnknown,   // it has no record of the job (purged, or never submitted there)
-  kHeld,      // held or pending: it has not started
-  kRunning,   // running (its node list in ObservedJob::nodes)
+  kHeld,      // held: it has not started and will not until released
+  kReleased,  // released onto pinned nodes, not running yet (starts as soon as they are free)
+  kRunning,   // running
   kFinished,  // ended: completed, failed, cancelled, timed out
 };
 
 // What a restarted gantryd does with a job it had not seen finish, given what it recorded and
 // what the resource manager reports. The rules (docs/control.md, "Restart"):
-//                      observed kHeld  kRunning  kFinished  kUnknown
-//   recorded kPending           resubmit  adopt     finish     lost
-//   recorded kStarting/kRunning requeue   adopt     finish     lost
-// (requeue: the release never happened, so it goes back to pending; adopt from kPending: an
-// administrator released it by hand; lost: finished, with the reason that it vanished)
+//                      observed kHeld  kReleased/kRunning  kFinished  kUnknown
+//   recorded kPending           resubmit  adopt               finish     lost
+//   recorded kStarting/kRunning requeue   adopt               finish     lost
+// (requeue: the release never happened, or the resource manager put it back on hold, so it
+// goes back to pending; adopt from kPending: an administrator released it by hand; lost:
+// finished, with the reason that it vanished)
 // so no job is lost, none starts twice, and none stays held forever.
 enum class RecoveryAction : uint8_t { kResubmit, kRequeue, kAdopt, kFinish, kLost };
 RecoveryAction Reconcile(JobPhase recorded, ObservedState observed);

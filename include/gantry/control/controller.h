@@ -1,0 +1,85 @@
+// The control loop of gantryd: the scheduling engine driven with the real clock against a
+// resource manager (Slurm, through src/slurm, behind the ResourceManager interface below), with
+// every job and decision made durable in the StateStore before it is acted on.
+//
+// One Cycle: observe the resource manager (new held jobs are recorded, then submitted to the
+// engine; jobs it reports running confirm a decision; ended ones are finished), then run one
+// engine cycle and, for each start, record the decision and only then tell the resource
+// manager. A start the resource manager refuses goes back to the engine as pending (its age
+// kept), with the refusal in the event log. Open rebuilds the engine after a restart from the
+// store and what the resource manager reports (StateStore's Reconcile rules), so a gantryd
+// killed at any instant loses no job, starts none twice and leaves none held forever.
+//
+// Not thread-safe: one loop calls it.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/status.h"
+#include "gantry/common/time.h"
+#include "gantry/control/state_store.h"
+#include "gantry/sched/engine.h"
+#include "gantry/sched/profile.h"
+
+namespace gantry::control {
+
+// A job as the resource manager reports it.
+struct RmJob {
+  // id, user, team (the account), queue (the partition), GPU types, shape, time limit, submit:
+  // the request as submitted. Phase fields are ignored.
+  JobRecord request;
+  ObservedState state = ObservedState::kHeld;  // never kUnknown: an unknown job is not listed
+  std::vector<NodeGpus> placement;             // kReleased, kRunning: where it (will) run
+  Time start = -1;                             // kRunning: since when
+  std::string end_state;                       // kFinished: "completed", "failed", ...
+};
+
+// What gantryd needs of a resource manager.
+class ResourceManager {
+ public:
+  virtual ~ResourceManager() = default;
+  // Every job in the partitions Gantry manages that the resource manager still knows.
+  virtual Result<std::vector<RmJob>> Jobs() = 0;
+  // Starts a held job on exactly these nodes. FailedPrecondition or NotFound when refused (the
+  // job is no longer held, a node is unsuitable); other codes are transient failures.
+  virtual Status Start(const std::string& id, const std::vector<NodeGpus>& placement) = 0;
+};
+
+struct CycleReport {
+  int observed = 0;   // jobs the resource manager listed
+  int submitted = 0;  // new jobs recorded and given to the engine
+  int started = 0;    // start decisions made durable and sent
+  int refused = 0;    // starts the resource manager refused (back to pending)
+  int confirmed = 0;  // decisions the resource manager now reports running
+  int finished = 0;   // jobs seen ending
+};
+
+class Controller {
+ public:
+  // Builds the engine from `store` and `rm` (restart recovery) at `now`. `store` and `rm` are
+  // borrowed and must outlive the controller. Teams are the cluster spec's; a job whose team
+  // the spec does not name runs in a shared team with the spec's default quota.
+  static Result<std::unique_ptr<Controller>> Open(const Cluster& cluster, const Profile& profile,
+                                                  StateStore* store, ResourceManager* rm, Time now);
+  ~Controller();
+
+  Status Cycle(Time now, CycleReport* report = nullptr);
+
+  const Engine& engine() const;
+  // The engine's status of the job with this id; NotFound when the engine has no such job.
+  Result<JobStatus> JobStatusOf(const std::string& id) const;
+  // Engine::Explain for this id.
+  Result<std::string> Explain(const std::string& id) const;
+
+ private:
+  class Impl;
+  explicit Controller(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gantry::control

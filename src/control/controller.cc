@@ -1,0 +1,277 @@
+#include "gantry/control/controller.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+namespace gantry::control {
+
+class Controller::Impl {
+ public:
+  Impl(const Cluster& cluster, const Profile& profile, StateStore* store, ResourceManager* rm)
+      : cluster_(cluster), profile_(profile), store_(store), rm_(rm) {}
+
+  Status Open(Time now) {
+    teams_ = cluster_.teams();
+    for (size_t i = 0; i < teams_.size(); ++i) team_index_[teams_[i].name] = static_cast<int>(i);
+    // Jobs of accounts the spec does not name share one team under the default quota.
+    shared_team_ = static_cast<int>(teams_.size());
+    teams_.push_back(Team{"(other)", cluster_.default_quota_gpus(), 1.0});
+    for (size_t i = 0; i < cluster_.nodes().size(); ++i) {
+      node_index_[cluster_.nodes()[i].name] = static_cast<NodeIndex>(i);
+    }
+    GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_));
+    // Restart: every job the store has not seen end, reconciled with the resource manager.
+    GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
+    std::map<std::string, const RmJob*> by_id;
+    for (const RmJob& o : observed) by_id[o.request.id] = &o;
+    GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
+    for (const JobRecord& r : active) {
+      auto it = by_id.find(r.id);
+      GANTRY_RETURN_IF_ERROR(Apply(r, it == by_id.end() ? nullptr : it->second, now, nullptr));
+    }
+    return Status::Ok();
+  }
+
+  Status Cycle(Time now, CycleReport* report) {
+    *report = CycleReport();
+    GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
+    report->observed = static_cast<int>(observed.size());
+    std::set<std::string> seen;
+    for (const RmJob& o : observed) seen.insert(o.request.id);
+    // Endings first (ended, or gone from the resource manager), so that what they free is free
+    // before jobs started behind Gantry's back are adopted.
+    std::vector<std::string> vanished;
+    for (const auto& [id, j] : by_id_) {
+      if (seen.count(id) == 0) vanished.push_back(id);
+    }
+    for (const std::string& id : vanished) {
+      GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
+      GANTRY_RETURN_IF_ERROR(Apply(r, nullptr, now, report));
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const RmJob& o : observed) {
+        if ((o.state == ObservedState::kFinished) != (pass == 0)) continue;
+        Result<JobRecord> r = store_->Get(o.request.id);
+        if (r.status().code() == StatusCode::kNotFound) {
+          GANTRY_RETURN_IF_ERROR(Accept(o, now, report));
+          continue;
+        }
+        if (!r.ok()) return r.status();
+        if (r->phase == JobPhase::kDone) continue;
+        GANTRY_RETURN_IF_ERROR(Apply(*r, &o, now, report));
+      }
+    }
+
+    std::vector<StartDecision> starts;
+    engine_->Schedule(now, &starts);
+    for (const StartDecision& d : starts) {
+      const JobRequest& req = requests_[static_cast<size_t>(d.job)];
+      std::vector<NodeGpus> placement;
+      for (const Slot& slot : d.placement) {
+        placement.push_back({cluster_.nodes()[static_cast<size_t>(slot.node)].name, slot.gpus});
+      }
+      // Durable before acted on: after a crash here the restart finds it starting and asks.
+      GANTRY_RETURN_IF_ERROR(store_->Decide(req.id, placement, now));
+      Status s = rm_->Start(req.id, placement);
+      if (s.ok()) {
+        ++report->started;
+        continue;
+      }
+      if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) {
+        ++report->refused;
+        GANTRY_RETURN_IF_ERROR(store_->Requeue(req.id, now, "start refused: " + s.message()));
+        GANTRY_RETURN_IF_ERROR(Resubmit(req.id, now));
+        continue;
+      }
+      // Transient: the release may or may not have happened; the next observation tells
+      // (held: requeue; released or running: confirmed).
+      GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, req.id, "start-unconfirmed", s.ToString()));
+    }
+    return Status::Ok();
+  }
+
+  // A job the store has never seen.
+  Status Accept(const RmJob& o, Time now, CycleReport* report) {
+    if (o.state == ObservedState::kFinished) return Status::Ok();  // ended before we saw it
+    Status added = store_->AddJob(o.request, now);
+    if (!added.ok()) return added;
+    GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(o.request.id));
+    ++report->submitted;
+    return Apply(r, &o, now, report);
+  }
+
+  // Brings one recorded job in line with what the resource manager reports (null: it does not
+  // know the job). The same rules serve a restart and every cycle.
+  Status Apply(const JobRecord& r, const RmJob* o, Time now, CycleReport* report) {
+    const ObservedState obs = o == nullptr ? ObservedState::kUnknown : o->state;
+    const bool in_engine = by_id_.count(r.id) > 0;
+    switch (Reconcile(r.phase, obs)) {
+      case RecoveryAction::kResubmit:
+        return in_engine ? Status::Ok() : SubmitNew(r, now);
+      case RecoveryAction::kRequeue:
+        GANTRY_RETURN_IF_ERROR(
+            store_->Requeue(r.id, now,
+                            in_engine ? "held again by the resource manager"
+                                      : "restart: the release never reached the resource manager"));
+        return Resubmit(r.id, now);
+      case RecoveryAction::kAdopt:
+        return Adopt(r, *o, now, report);
+      case RecoveryAction::kFinish:
+      case RecoveryAction::kLost: {
+        const std::string why =
+            o == nullptr ? "lost: the resource manager no longer knows it" : o->end_state;
+        GANTRY_RETURN_IF_ERROR(store_->Finish(r.id, now, why.empty() ? "ended" : why));
+        if (report != nullptr) ++report->finished;
+        return EndInEngine(r.id, now);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Adopt(const JobRecord& r, const RmJob& o, Time now, CycleReport* report) {
+    auto it = by_id_.find(r.id);
+    const bool ours_running =
+        it != by_id_.end() && engine_->status(it->second).phase == JobStatus::Phase::kRunning;
+    const std::vector<NodeGpus>& placement = o.placement.empty() ? r.placement : o.placement;
+    if (r.phase == JobPhase::kPending) {
+      // Released by someone else: record it as decided there.
+      GANTRY_RETURN_IF_ERROR(store_->Decide(r.id, placement, now));
+      GANTRY_RETURN_IF_ERROR(
+          store_->LogEvent(now, r.id, "released-outside", "started without a Gantry decision"));
+    }
+    if (o.state == ObservedState::kRunning) {
+      Result<JobRecord> cur = store_->Get(r.id);
+      if (!cur.ok()) return cur.status();
+      if (cur->phase == JobPhase::kStarting) {
+        GANTRY_RETURN_IF_ERROR(store_->Started(r.id, now, o.placement));
+        if (report != nullptr) ++report->confirmed;
+      }
+    }
+    if (ours_running) return Status::Ok();  // the engine already books it there
+    if (it != by_id_.end()) GANTRY_RETURN_IF_ERROR(EndInEngine(r.id, now));
+    GANTRY_ASSIGN_OR_RETURN(JobRequest * req, NewRequest(r));
+    Placement p;
+    for (const NodeGpus& s : placement) {
+      auto n = node_index_.find(s.node);
+      if (n == node_index_.end()) {
+        return store_->LogEvent(now, r.id, "adopt-failed",
+                                "node " + s.node +
+                                    " is not in the "
+                                    "cluster spec");
+      }
+      p.push_back({n->second, s.gpus});
+    }
+    const Time start = o.start >= 0 ? std::min(o.start, now) : now;
+    Status s = engine_->Adopt(*req, p, std::max(start, req->submit), now);
+    if (!s.ok()) return store_->LogEvent(now, r.id, "adopt-failed", s.ToString());
+    by_id_[r.id] = req->index;
+    return Status::Ok();
+  }
+
+  // A pending job for the engine, under a fresh index.
+  Status SubmitNew(const JobRecord& r, Time now) {
+    GANTRY_ASSIGN_OR_RETURN(JobRequest * req, NewRequest(r));
+    if (req->gpu_type_mask == 0) {
+      return store_->Finish(r.id, now, "rejected: none of its GPU types is in the cluster");
+    }
+    Status s = engine_->Submit(*req, now);
+    if (!s.ok()) return store_->Finish(r.id, now, "rejected: " + s.message());
+    by_id_[r.id] = req->index;
+    return Status::Ok();
+  }
+
+  // Takes the job out of the engine (wherever it stands there) and submits it again, pending.
+  Status Resubmit(const std::string& id, Time now) {
+    GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
+    GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
+    return SubmitNew(r, now);
+  }
+
+  Status EndInEngine(const std::string& id, Time now) {
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return Status::Ok();
+    const JobIndex j = it->second;
+    by_id_.erase(it);
+    switch (engine_->status(j).phase) {
+      case JobStatus::Phase::kRunning:
+        return engine_->Finish(j, now);
+      case JobStatus::Phase::kPending:
+        return engine_->Cancel(j, now);
+      default:
+        return Status::Ok();
+    }
+  }
+
+  Result<JobRequest*> NewRequest(const JobRecord& r) {
+    JobRequest q;
+    q.index = static_cast<JobIndex>(requests_.size());
+    q.id = r.id;
+    auto t = team_index_.find(r.team);
+    q.team = t == team_index_.end() ? shared_team_ : t->second;
+    q.submit = r.submit;
+    q.gpus = r.gpus;
+    q.gpus_per_node = r.gpus_per_node;
+    q.nodes = r.nodes;
+    q.time_limit = r.time_limit;
+    q.qos = r.qos;
+    q.checkpoint_interval = r.checkpoint_interval;
+    q.restart_cost = r.restart_cost;
+    if (!r.gpu_types.empty()) {
+      uint32_t mask = 0;
+      for (const std::string& name : r.gpu_types) {
+        const GpuTypeIndex g = cluster_.FindGpuType(name);
+        if (g >= 0) mask |= 1u << g;
+      }
+      q.gpu_type_mask = mask;
+    }
+    requests_.push_back(std::move(q));
+    return &requests_.back();
+  }
+
+  const Cluster& cluster_;
+  Profile profile_;
+  StateStore* store_;
+  ResourceManager* rm_;
+  std::vector<Team> teams_;
+  std::map<std::string, int> team_index_;
+  int shared_team_ = 0;
+  std::map<std::string, NodeIndex> node_index_;
+  std::unique_ptr<Engine> engine_;
+  // Every request the engine was given, at stable addresses; a job submitted again (after a
+  // refused start or a requeue) gets a new entry and index.
+  std::deque<JobRequest> requests_;
+  std::map<std::string, JobIndex> by_id_;  // the engine's current index of each active job
+};
+
+Controller::Controller(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Controller::~Controller() = default;
+
+Result<std::unique_ptr<Controller>> Controller::Open(const Cluster& cluster, const Profile& profile,
+                                                     StateStore* store, ResourceManager* rm,
+                                                     Time now) {
+  auto impl = std::make_unique<Impl>(cluster, profile, store, rm);
+  GANTRY_RETURN_IF_ERROR(impl->Open(now));
+  return std::unique_ptr<Controller>(new Controller(std::move(impl)));
+}
+
+Status Controller::Cycle(Time now, CycleReport* report) {
+  CycleReport local;
+  return impl_->Cycle(now, report != nullptr ? report : &local);
+}
+
+const Engine& Controller::engine() const { return *impl_->engine_; }
+
+Result<JobStatus> Controller::JobStatusOf(const std::string& id) const {
+  auto it = impl_->by_id_.find(id);
+  if (it == impl_->by_id_.end()) return NotFound("the engine has no job '" + id + "'");
+  return impl_->engine_->status(it->second);
+}
+
+Result<std::string> Controller::Explain(const std::string& id) const {
+  auto it = impl_->by_id_.find(id);
+  if (it == impl_->by_id_.end()) return NotFound("the engine has no job '" + id + "'");
+  return impl_->engine_->Explain(it->second);
+}
+
+}  // namespace gantry::control

@@ -1,0 +1,342 @@
+#include "gantry/control/controller.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "common/test_support.h"
+#include "gantry/common/rng.h"
+
+namespace gantry::control {
+namespace {
+
+using test_support::TempDir;
+
+// Four nodes of eight GPUs in two NVLink domains; two teams.
+constexpr const char* kSpec = R"(
+name: ctl
+levels: [nvlink]
+gpu_types:
+  - {name: H100, memory_gb: 80, idle_watts: 70, busy_watts: 700}
+topology:
+  - name: "nv-{n}"
+    level: nvlink
+    repeat: 2
+    nodes:
+      - {count: 2, gpu_type: H100, gpus: 8}
+teams:
+  - {name: vision, quota_gpus: 24}
+  - {name: nlp}
+)";
+
+// Thrown out of the resource manager to stand for gantryd dying at that instant: the
+// controller is dropped without finishing the call, as SIGKILL would leave it.
+struct Crash {};
+
+// A resource manager that keeps its own state across gantryd restarts, as Slurm does: jobs
+// are submitted held, start only on release, run for their duration and end. It checks what a
+// real one would enforce: a job starts only when held, a node never runs more GPUs than it has.
+class FakeRm : public ResourceManager {
+ public:
+  struct Entry {
+    RmJob job;
+    Duration run_for = 0;
+    int starts = 0;
+  };
+
+  explicit FakeRm(const Cluster& cluster) {
+    for (const Node& n : cluster.nodes()) capacity_[n.name] = n.gpus;
+  }
+
+  void Submit(const std::string& id, const std::string& team, int gpus, int per_node,
+              Duration run_for, Time now) {
+    Entry e;
+    e.job.request.id = id;
+    e.job.request.user = "u";
+    e.job.request.team = team;
+    e.job.request.queue = "gpu";
+    e.job.request.submit = now;
+    e.job.request.gpus = gpus;
+    e.job.request.gpus_per_node = per_node;
+    e.job.request.nodes = per_node > 0 ? gpus / per_node : 0;
+    e.job.request.time_limit = run_for * 2;
+    e.job.state = ObservedState::kHeld;
+    e.run_for = run_for;
+    jobs_[id] = e;
+  }
+
+  // Ends jobs whose time has come.
+  void Advance(Time now) {
+    now_ = now;
+    for (auto& [id, e] : jobs_) {
+      if (e.job.state == ObservedState::kRunning && now >= e.job.start + e.run_for) {
+        e.job.state = ObservedState::kFinished;
+        e.job.end_state = "completed";
+        for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
+      }
+    }
+  }
+
+  Result<std::vector<RmJob>> Jobs() override {
+    std::vector<RmJob> out;
+    for (const auto& [id, e] : jobs_) out.push_back(e.job);
+    return out;
+  }
+
+  Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
+    if (crash_before_start_) {
+      crash_before_start_ = false;
+      throw Crash{};
+    }
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job " + id);
+    Entry& e = it->second;
+    if (refuse_.count(id) > 0) {
+      refuse_.erase(id);
+      return FailedPrecondition("refused " + id);
+    }
+    if (e.job.state != ObservedState::kHeld) {
+      ++violations_;  // started again while not held: a double start
+      return FailedPrecondition("job " + id + " is not held");
+    }
+    for (const NodeGpus& s : placement) {
+      if (used_[s.node] + s.gpus > capacity_[s.node]) {
+        ++violations_;  // the engine booked GPUs that are busy
+        return FailedPrecondition("node " + s.node + " is full");
+      }
+    }
+    for (const NodeGpus& s : placement) used_[s.node] += s.gpus;
+    e.job.state = ObservedState::kRunning;
+    e.job.placement = placement;
+    e.job.start = now_;
+    ++e.starts;
+    if (crash_after_start_) {
+      crash_after_start_ = false;
+      throw Crash{};
+    }
+    return Status::Ok();
+  }
+
+  std::map<std::string, Entry> jobs_;
+  std::map<std::string, int> capacity_;
+  std::map<std::string, int> used_;
+  std::set<std::string> refuse_;
+  bool crash_before_start_ = false;
+  bool crash_after_start_ = false;
+  int violations_ = 0;
+  Time now_ = 0;
+};
+
+class ControllerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    Result<Cluster> c = ParseClusterSpec(kSpec, "test");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(c).value();
+    Result<Profile> p = FindProfile("fifo-easy", {});
+    ASSERT_TRUE(p.ok());
+    profile_ = *p;
+    auto s = StateStore::Open(dir_.sub("state.db"));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    rm_ = std::make_unique<FakeRm>(cluster_);
+  }
+
+  std::unique_ptr<Controller> Open(Time now) {
+    auto c = Controller::Open(cluster_, profile_, store_.get(), rm_.get(), now);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  JobPhase PhaseOf(const std::string& id) {
+    Result<JobRecord> r = store_->Get(id);
+    EXPECT_TRUE(r.ok()) << id << ": " << r.status().ToString();
+    return r.ok() ? r->phase : JobPhase::kDone;
+  }
+
+  // The store's event log, one line per event, for failure messages.
+  std::string EventLog() {
+    Result<std::vector<StoreEvent>> events = store_->Events(0, 100000);
+    if (!events.ok()) return events.status().ToString();
+    std::string all;
+    for (const StoreEvent& e : *events) {
+      all += std::to_string(e.time) + " " + e.job + " " + e.kind + " " + e.detail + "\n";
+    }
+    return all;
+  }
+
+  TempDir dir_;
+  Cluster cluster_;
+  Profile profile_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<FakeRm> rm_;
+};
+
+TEST_F(ControllerTest, StartsHeldJobsWhereTheEngineSaysAndFollowsThemToTheEnd) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  rm_->Submit("1", "vision", 16, 8, 100, 0);
+  rm_->Submit("2", "nlp", 16, 8, 50, 0);
+  rm_->Submit("3", "nlp", 8, 8, 10, 0);
+  rm_->Advance(1);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  EXPECT_EQ(r.observed, 3);
+  EXPECT_EQ(r.submitted, 3);
+  EXPECT_EQ(r.started, 2);  // 1 and 2 fill the four nodes; 3 waits
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kStarting);
+  EXPECT_EQ(PhaseOf("3"), JobPhase::kPending);
+  Result<JobStatus> st = ctl->JobStatusOf("3");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase, JobStatus::Phase::kPending);
+  EXPECT_NE(st->reason, Reason::kNone);
+  // Job 1's two nodes form one NVLink domain, as the topology asks.
+  const auto& p1 = rm_->jobs_["1"].job.placement;
+  ASSERT_EQ(p1.size(), 2u);
+  EXPECT_EQ(p1[0].node.substr(0, 4), p1[1].node.substr(0, 4));
+
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.confirmed, 2);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);
+
+  rm_->Advance(60);  // job 2 ends; job 3 takes one of its nodes
+  ASSERT_TRUE(ctl->Cycle(60, &r).ok());
+  EXPECT_EQ(r.finished, 1);
+  EXPECT_EQ(r.started, 1) << EventLog();
+  EXPECT_EQ(PhaseOf("2"), JobPhase::kDone);
+  EXPECT_EQ(store_->Get("2")->end_reason, "completed");
+  EXPECT_EQ(rm_->jobs_["3"].starts, 1);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+TEST_F(ControllerTest, ARefusedStartGoesBackToPendingAndStartsLater) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  rm_->Submit("1", "vision", 8, 8, 100, 0);
+  rm_->refuse_.insert("1");
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  EXPECT_EQ(r.refused, 1);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kPending);
+  EXPECT_EQ(store_->Get("1")->requeues, 1);
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(rm_->jobs_["1"].starts, 1);
+  bool logged = false;
+  Result<std::vector<StoreEvent>> events = store_->Events(0, 100);
+  ASSERT_TRUE(events.ok());
+  for (const StoreEvent& e : *events) {
+    logged = logged || (e.kind == "requeue" && e.detail.find("refused 1") != std::string::npos);
+  }
+  EXPECT_TRUE(logged);
+}
+
+TEST_F(ControllerTest, RestartAdoptsRunningJobsAndKeepsTheQueue) {
+  {
+    auto ctl = Open(0);
+    rm_->Submit("1", "nlp", 32, 8, 1000, 0);
+    rm_->Submit("2", "nlp", 8, 8, 10, 5);
+    ASSERT_TRUE(ctl->Cycle(10, nullptr).ok());
+  }  // gantryd gone; Slurm runs on
+  EXPECT_EQ(rm_->jobs_["1"].job.state, ObservedState::kRunning);
+  rm_->Advance(20);
+  auto ctl = Open(20);
+  ASSERT_NE(ctl, nullptr);
+  Result<JobStatus> one = ctl->JobStatusOf("1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->phase, JobStatus::Phase::kRunning);
+  EXPECT_EQ(one->reason, Reason::kAdopted);
+  EXPECT_EQ(ctl->JobStatusOf("2")->phase, JobStatus::Phase::kPending);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);  // confirmed on restart
+  ASSERT_TRUE(ctl->Cycle(21, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["2"].starts, 0);  // the cluster is full until job 1 ends
+  rm_->Advance(1001);
+  ASSERT_TRUE(ctl->Cycle(1001, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["2"].starts, 1);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+TEST_F(ControllerTest, JobsReleasedOrCancelledBehindItsBackAreAccountedFor) {
+  auto ctl = Open(0);
+  rm_->Submit("1", "nlp", 32, 8, 1000, 0);
+  rm_->Submit("2", "nlp", 8, 8, 100, 0);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());  // 1 takes the cluster, 2 waits
+  EXPECT_EQ(PhaseOf("2"), JobPhase::kPending);
+  // An administrator cancels 1 (Slurm forgets it) and releases 2 by hand onto a node.
+  rm_->used_.clear();
+  rm_->jobs_.erase("1");
+  auto& two = rm_->jobs_["2"];
+  two.job.state = ObservedState::kRunning;
+  two.job.placement = {{"nv-1-n1", 8}};
+  two.job.start = 2;
+  rm_->used_["nv-1-n1"] = 8;
+  rm_->Advance(3);
+  ASSERT_TRUE(ctl->Cycle(3, nullptr).ok());
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kDone);
+  EXPECT_NE(store_->Get("1")->end_reason.find("lost"), std::string::npos);
+  EXPECT_EQ(PhaseOf("2"), JobPhase::kRunning);
+  Result<JobStatus> st = ctl->JobStatusOf("2");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase, JobStatus::Phase::kRunning);
+  EXPECT_EQ(ctl->engine().team_running_gpus(1), 8);  // nlp: 2 is booked where it runs
+}
+
+// gantryd dies at random instants (before or after Slurm applies a release, or between
+// cycles) and restarts: every job runs exactly once, none is lost, none stays held, and no
+// node ever runs more GPUs than it has.
+TEST_F(ControllerTest, CrashesAtRandomInstantsLoseNothingAndStartNothingTwice) {
+  Rng rng(77);
+  const int kJobs = 60;
+  Time now = 0;
+  int submitted = 0;
+  int crashes = 0;
+  auto ctl = Open(now);
+  auto all_finished = [&] {
+    for (const auto& [id, e] : rm_->jobs_) {
+      if (e.job.state != ObservedState::kFinished) return false;
+    }
+    return submitted == kJobs;
+  };
+  for (int step = 0; step < 400 && !all_finished(); ++step) {
+    now += 5;
+    while (submitted < kJobs && rng.Next() % 3 != 0) {
+      const int per_node = 1 << (rng.Next() % 4);  // 1, 2, 4, 8
+      const int nodes = per_node == 8 ? 1 + static_cast<int>(rng.Next() % 2) : 1;
+      rm_->Submit("j" + std::to_string(submitted), submitted % 2 ? "nlp" : "vision",
+                  per_node * nodes, per_node, 10 + static_cast<Duration>(rng.Next() % 60), now);
+      ++submitted;
+    }
+    rm_->Advance(now);
+    const uint64_t dice = rng.Next() % 10;
+    if (dice == 0) rm_->crash_before_start_ = true;
+    if (dice == 1) rm_->crash_after_start_ = true;
+    try {
+      if (ctl == nullptr || dice == 2) {
+        ctl.reset();  // died between cycles
+        ++crashes;
+        ctl = Open(now);
+        ASSERT_NE(ctl, nullptr);
+      }
+      ASSERT_TRUE(ctl->Cycle(now, nullptr).ok());
+    } catch (const Crash&) {
+      ctl.reset();
+      ++crashes;
+    }
+    rm_->crash_before_start_ = rm_->crash_after_start_ = false;
+  }
+  EXPECT_GT(crashes, 10);
+  EXPECT_EQ(rm_->violations_, 0);
+  ASSERT_EQ(static_cast<int>(rm_->jobs_.size()), kJobs);
+  for (const auto& [id, e] : rm_->jobs_) {
+    EXPECT_EQ(e.job.state, ObservedState::kFinished) << id << " never ended";
+    EXPECT_EQ(e.starts, 1) << id;
+  }
+  Result<std::vector<JobRecord>> active = store_->ActiveJobs();
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << active->size() << " jobs still active, first " << (*active)[0].id;
+}
+
+}  // namespace
+}  // namespace gantry::control
