@@ -1,6 +1,8 @@
 #include "gantry/control/controller.h"
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -30,10 +32,92 @@ class Controller::Impl {
       auto it = by_id.find(r.id);
       GANTRY_RETURN_IF_ERROR(Apply(r, it == by_id.end() ? nullptr : it->second, now, nullptr));
     }
-    return Status::Ok();
+    return Publish(now);
   }
 
   Status Cycle(Time now, CycleReport* report) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = CycleInner(now, report);
+    ++cycles_;
+    if (s.ok()) s = Publish(now);
+    if (metrics_ != nullptr) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      metrics_
+          ->GetHistogram("gantry_cycle_seconds", "Wall time of one control cycle.", {},
+                         Histogram::LatencyBuckets())
+          .Observe(seconds);
+      metrics_
+          ->GetCounter("gantry_decisions_total", "Start decisions sent to the resource manager.")
+          .Increment(static_cast<uint64_t>(report->started));
+      metrics_
+          ->GetCounter("gantry_starts_refused_total",
+                       "Starts the resource manager refused (the job went back to pending).")
+          .Increment(static_cast<uint64_t>(report->refused));
+      metrics_->GetCounter("gantry_cycle_errors_total", "Cycles that ended in an error.")
+          .Increment(s.ok() ? 0 : 1);
+    }
+    return s;
+  }
+
+  // Builds and publishes the snapshot the API reads, and the gauges derived from it.
+  Status Publish(Time now) {
+    auto snap = std::make_shared<ControlSnapshot>();
+    snap->time = now;
+    snap->cycles = cycles_;
+    snap->total_gpus = cluster_.total_gpus();
+    snap->busy_gpus = snap->total_gpus - engine_->free_index().total_free();
+    GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
+    std::map<std::pair<std::string, std::string>, int> depth;  // (team, reason) -> jobs
+    for (JobRecord& r : active) {
+      JobView v;
+      auto it = by_id_.find(r.id);
+      if (it != by_id_.end()) {
+        const JobStatus& st = engine_->status(it->second);
+        v.reason = ReasonName(st.reason);
+        v.explain = engine_->Explain(it->second);
+        if (st.phase == JobStatus::Phase::kPending && st.reserved_start < kInfiniteTime) {
+          v.estimated_start = st.reserved_start;
+        }
+        if (st.phase == JobStatus::Phase::kPending) ++depth[{r.team, v.reason}];
+      }
+      v.record = std::move(r);
+      snap->jobs.push_back(std::move(v));
+    }
+    if (metrics_ != nullptr) {
+      // Series seen before and empty now go to zero rather than keep a stale depth.
+      for (const auto& key : queue_series_) depth.emplace(key, 0);
+      for (const auto& [key, n] : depth) {
+        metrics_
+            ->GetGauge("gantry_queue_jobs", "Pending jobs per team and reason.",
+                       {{"team", key.first}, {"reason", key.second}})
+            .Set(n);
+        queue_series_.insert(key);
+      }
+      // Busy GPUs per innermost topology domain (the whole cluster when flat).
+      std::map<std::string, int> busy;
+      const FreeIndex& free = engine_->free_index();
+      for (size_t i = 0; i < cluster_.nodes().size(); ++i) {
+        const Node& n = cluster_.nodes()[i];
+        const std::string domain =
+            n.domain >= 0 ? cluster_.domains()[static_cast<size_t>(n.domain)].name : "cluster";
+        busy[domain] += n.gpus - free.free(static_cast<NodeIndex>(i));
+      }
+      for (const auto& [domain, gpus] : busy) {
+        metrics_
+            ->GetGauge("gantry_gpus_busy",
+                       "GPUs not free for new jobs (booked, or on drained or down nodes) per "
+                       "innermost topology domain.",
+                       {{"domain", domain}})
+            .Set(gpus);
+      }
+    }
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    snapshot_ = std::move(snap);
+    return Status::Ok();
+  }
+
+  Status CycleInner(Time now, CycleReport* report) {
     *report = CycleReport();
     GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
     report->observed = static_cast<int>(observed.size());
@@ -242,6 +326,11 @@ class Controller::Impl {
   // refused start or a requeue) gets a new entry and index.
   std::deque<JobRequest> requests_;
   std::map<std::string, JobIndex> by_id_;  // the engine's current index of each active job
+  int64_t cycles_ = 0;
+  MetricsRegistry* metrics_ = nullptr;
+  std::set<std::pair<std::string, std::string>> queue_series_;
+  mutable std::mutex snapshot_mu_;
+  std::shared_ptr<const ControlSnapshot> snapshot_ = std::make_shared<ControlSnapshot>();
 };
 
 Controller::Controller(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -261,6 +350,13 @@ Status Controller::Cycle(Time now, CycleReport* report) {
 }
 
 const Engine& Controller::engine() const { return *impl_->engine_; }
+
+std::shared_ptr<const ControlSnapshot> Controller::Snapshot() const {
+  std::lock_guard<std::mutex> lock(impl_->snapshot_mu_);
+  return impl_->snapshot_;
+}
+
+void Controller::set_metrics(MetricsRegistry* metrics) { impl_->metrics_ = metrics; }
 
 Result<JobStatus> Controller::JobStatusOf(const std::string& id) const {
   auto it = impl_->by_id_.find(id);

@@ -211,6 +211,45 @@ TEST_F(ControllerTest, StartsHeldJobsWhereTheEngineSaysAndFollowsThemToTheEnd) {
   EXPECT_EQ(rm_->violations_, 0);
 }
 
+TEST_F(ControllerTest, PublishesASnapshotAndMetricsEachCycle) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  MetricsRegistry metrics;
+  ctl->set_metrics(&metrics);
+  EXPECT_EQ(ctl->Snapshot()->time, 0);  // published by Open
+  EXPECT_TRUE(ctl->Snapshot()->jobs.empty());
+  rm_->Submit("1", "nlp", 32, 8, 100, 0);
+  rm_->Submit("2", "nlp", 8, 8, 10, 0);
+  rm_->Submit("3", "vision", 8, 8, 10, 0);
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  std::shared_ptr<const ControlSnapshot> snap = ctl->Snapshot();
+  EXPECT_EQ(snap->time, 1);
+  EXPECT_EQ(snap->cycles, 1);
+  EXPECT_EQ(snap->busy_gpus, 32);
+  ASSERT_EQ(snap->jobs.size(), 3u);
+  EXPECT_EQ(snap->jobs[0].record.id, "1");
+  EXPECT_EQ(snap->jobs[0].record.phase, JobPhase::kStarting);
+  EXPECT_EQ(snap->jobs[1].record.phase, JobPhase::kPending);
+  EXPECT_FALSE(snap->jobs[1].reason.empty());
+  EXPECT_FALSE(snap->jobs[1].explain.empty());
+  std::string text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_decisions_total 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_gpus_busy{domain=\"nv-0\"} 16"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_queue_jobs{reason="), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_cycle_seconds_count 1"), std::string::npos) << text;
+  // Everything ends: the queue gauges go to zero instead of keeping their last depth.
+  rm_->Advance(101);
+  ASSERT_TRUE(ctl->Cycle(101, nullptr).ok());
+  rm_->Advance(200);
+  ASSERT_TRUE(ctl->Cycle(200, nullptr).ok());
+  text = metrics.PrometheusText();
+  EXPECT_EQ(text.find("gantry_queue_jobs{reason=\"Priority\",team=\"nlp\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("team=\"nlp\"} 0"), std::string::npos) << text;
+  EXPECT_EQ(ctl->Snapshot()->jobs.size(), 0u);
+}
+
 TEST_F(ControllerTest, ARefusedStartGoesBackToPendingAndStartsLater) {
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);

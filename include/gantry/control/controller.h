@@ -10,7 +10,7 @@
 // store and what the resource manager reports (StateStore's Reconcile rules), so a gantryd
 // killed at any instant loses no job, starts none twice and leaves none held forever.
 //
-// Not thread-safe: one loop calls it.
+// Not thread-safe: one loop calls it; other threads read only Snapshot().
 #pragma once
 
 #include <deque>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
+#include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
 #include "gantry/control/state_store.h"
@@ -50,6 +51,24 @@ class ResourceManager {
   virtual Status Start(const std::string& id, const std::vector<NodeGpus>& placement) = 0;
 };
 
+// A job as the API shows it: the record plus the engine's view (why it waits, when it may start).
+struct JobView {
+  JobRecord record;
+  std::string reason;         // the engine's reason code, e.g. "Resources", "Quota", "StartedHead"
+  std::string explain;        // a sentence for a human
+  Time estimated_start = -1;  // pending: the start the reservation plan promises; -1: none yet
+};
+
+// What the control loop publishes after each cycle, for readers on other threads (the API):
+// immutable once published.
+struct ControlSnapshot {
+  Time time = -1;  // the cycle's time; -1 before the first
+  int64_t cycles = 0;
+  std::vector<JobView> jobs;  // every active job, by submit time then id
+  int total_gpus = 0;
+  int busy_gpus = 0;
+};
+
 struct CycleReport {
   int observed = 0;   // jobs the resource manager listed
   int submitted = 0;  // new jobs recorded and given to the engine
@@ -69,6 +88,12 @@ class Controller {
   ~Controller();
 
   Status Cycle(Time now, CycleReport* report = nullptr);
+
+  // The latest published snapshot; safe to call from any thread.
+  std::shared_ptr<const ControlSnapshot> Snapshot() const;
+  // Where the loop records its metrics (queue depth per team and reason, decisions, refusals,
+  // cycle latency, busy GPUs per topology domain); null: none. Borrowed; set before cycling.
+  void set_metrics(MetricsRegistry* metrics);
 
   const Engine& engine() const;
   // The engine's status of the job with this id; NotFound when the engine has no such job.

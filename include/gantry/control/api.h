@@ -1,0 +1,61 @@
+// gantryd's REST API: jobs with their reasons and start estimates, the queue, health, and
+// Prometheus metrics, over HTTP (cpp-httplib), scoped by bearer tokens.
+//
+// Every /v1 endpoint but /v1/health needs `Authorization: Bearer <token>`. A team's token sees
+// only that team's jobs: another team's job is 404, exactly like a job that does not exist, so
+// a token cannot learn what other teams run. The operator token sees every job. /metrics is
+// open (Prometheus scrapes without credentials on a cluster's management network) unless
+// ApiOptions::metrics_need_token. The document is docs/openapi.yaml.
+//
+// The server reads only ControlSnapshot objects the control loop publishes, so requests never
+// touch the engine and never wait for a cycle.
+//
+//   ApiOptions o;  o.team_tokens = {{"t0k3n", "vision"}};  o.operator_token = "...";
+//   auto api = ApiServer::Start(o, [&] { return controller->Snapshot(); }, &metrics);
+//   ... (*api)->port() ...
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "gantry/common/metrics.h"
+#include "gantry/common/status.h"
+#include "gantry/control/controller.h"
+
+namespace gantry::control {
+
+struct ApiOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;                                    // 0: any free port (see ApiServer::port)
+  std::map<std::string, std::string> team_tokens;  // token -> team name
+  std::string operator_token;                      // sees and may do everything; empty: none
+  bool metrics_need_token = false;
+  int threads = 4;
+  int read_timeout_s = 5;  // a client that sends nothing for this long is dropped
+};
+
+class ApiServer {
+ public:
+  using SnapshotSource = std::function<std::shared_ptr<const ControlSnapshot>()>;
+
+  // Listens at once and serves on its own threads until Stop or destruction. InvalidArgument
+  // for a token that is empty or given twice; Unavailable when the port cannot be bound.
+  static Result<std::unique_ptr<ApiServer>> Start(const ApiOptions& options,
+                                                  SnapshotSource snapshot,
+                                                  MetricsRegistry* metrics);
+  ~ApiServer();
+  int port() const;
+  void Stop();
+
+ private:
+  class Impl;
+  explicit ApiServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The JSON of one job as the API shows it (also what `gantry queue --json` will print).
+std::string JobViewJson(const JobView& job);
+
+}  // namespace gantry::control

@@ -1,0 +1,251 @@
+#include "gantry/control/api.h"
+
+#include <httplib.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace gantry::control {
+
+namespace {
+
+using Digest = std::array<unsigned char, SHA256_DIGEST_LENGTH>;
+
+Digest Sha256(std::string_view s) {
+  Digest d;
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d.data());
+  return d;
+}
+
+nlohmann::json JobJson(const JobView& v) {
+  const JobRecord& r = v.record;
+  nlohmann::json placement = nlohmann::json::array();
+  for (const NodeGpus& s : r.placement) placement.push_back({{"node", s.node}, {"gpus", s.gpus}});
+  nlohmann::json j = {{"id", r.id},
+                      {"user", r.user},
+                      {"team", r.team},
+                      {"queue", r.queue},
+                      {"phase", JobPhaseName(r.phase)},
+                      {"gpus", r.gpus},
+                      {"gpus_per_node", r.gpus_per_node},
+                      {"nodes", r.nodes},
+                      {"gpu_types", r.gpu_types},
+                      {"submit", r.submit},
+                      {"time_limit", r.time_limit},
+                      {"qos", r.qos},
+                      {"requeues", r.requeues},
+                      {"placement", placement},
+                      {"reason", v.reason},
+                      {"explain", v.explain}};
+  j["estimated_start"] = v.estimated_start >= 0 ? nlohmann::json(v.estimated_start) : nullptr;
+  j["started"] = r.started >= 0 ? nlohmann::json(r.started) : nullptr;
+  return j;
+}
+
+// Who a request speaks for.
+struct Caller {
+  bool authenticated = false;
+  bool is_operator = false;
+  std::string team;
+  bool Sees(const JobRecord& r) const { return is_operator || r.team == team; }
+};
+
+}  // namespace
+
+std::string JobViewJson(const JobView& job) { return JobJson(job).dump(); }
+
+class ApiServer::Impl {
+ public:
+  Impl(ApiOptions options, SnapshotSource snapshot, MetricsRegistry* metrics)
+      : options_(std::move(options)), snapshot_(std::move(snapshot)), metrics_(metrics) {}
+
+  ~Impl() { Stop(); }
+
+  Status Start() {
+    for (const auto& [token, team] : options_.team_tokens) {
+      if (token.empty() || team.empty()) {
+        return InvalidArgument("api: a team token and its team must not be empty");
+      }
+      tokens_.push_back({Sha256(token), team, false});
+    }
+    if (!options_.operator_token.empty()) {
+      if (options_.team_tokens.count(options_.operator_token) > 0) {
+        return InvalidArgument("api: the operator token is also a team's token");
+      }
+      tokens_.push_back({Sha256(options_.operator_token), "", true});
+    }
+    server_.new_task_queue = [n = options_.threads] {
+      return new httplib::ThreadPool(static_cast<size_t>(n > 0 ? n : 1));
+    };
+    server_.set_read_timeout(options_.read_timeout_s, 0);
+    server_.set_write_timeout(options_.read_timeout_s, 0);
+    server_.set_payload_max_length(64 << 10);
+
+    server_.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) {
+      auto snap = snapshot_();
+      Json(res, 200,
+           {{"status", snap->time >= 0 ? "ok" : "starting"},
+            {"time", snap->time},
+            {"cycles", snap->cycles},
+            {"active_jobs", snap->jobs.size()},
+            {"gpus", {{"total", snap->total_gpus}, {"busy", snap->busy_gpus}}}});
+    });
+    server_.Get("/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      const std::string phase = req.get_param_value("phase");
+      const std::string team = req.get_param_value("team");
+      auto snap = snapshot_();
+      nlohmann::json jobs = nlohmann::json::array();
+      for (const JobView& v : snap->jobs) {
+        if (!c.Sees(v.record)) continue;
+        if (!phase.empty() && phase != JobPhaseName(v.record.phase)) continue;
+        if (!team.empty() && team != v.record.team) continue;
+        jobs.push_back(JobJson(v));
+      }
+      Json(res, 200, {{"time", snap->time}, {"jobs", std::move(jobs)}});
+    });
+    server_.Get(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      const std::string id = req.matches[1];
+      auto snap = snapshot_();
+      for (const JobView& v : snap->jobs) {
+        if (v.record.id == id && c.Sees(v.record)) return Json(res, 200, JobJson(v));
+      }
+      // Another team's job answers as a missing one: a token learns nothing of other teams.
+      Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
+    });
+    // The pending jobs in the order the plan expects them to start (no estimate last).
+    server_.Get("/v1/queue", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      auto snap = snapshot_();
+      std::vector<const JobView*> pending;
+      for (const JobView& v : snap->jobs) {
+        if (v.record.phase == JobPhase::kPending && c.Sees(v.record)) pending.push_back(&v);
+      }
+      std::stable_sort(pending.begin(), pending.end(), [](const JobView* a, const JobView* b) {
+        const Time ea = a->estimated_start < 0 ? kInfiniteTime : a->estimated_start;
+        const Time eb = b->estimated_start < 0 ? kInfiniteTime : b->estimated_start;
+        return ea < eb;
+      });
+      nlohmann::json jobs = nlohmann::json::array();
+      for (const JobView* v : pending) jobs.push_back(JobJson(*v));
+      Json(res, 200, {{"time", snap->time}, {"jobs", std::move(jobs)}});
+    });
+    server_.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (options_.metrics_need_token && !Authenticate(req, res).authenticated) return;
+      res.status = 200;
+      res.set_content(metrics_ != nullptr ? metrics_->PrometheusText() : std::string(),
+                      "text/plain; version=0.0.4; charset=utf-8");
+    });
+    server_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+      if (res.body.empty()) {
+        Error(res, res.status, res.status == 404 ? "not_found" : "error",
+              res.status == 404 ? "no such endpoint (see docs/openapi.yaml)" : "request failed");
+      }
+    });
+
+    if (options_.port == 0) {
+      port_ = server_.bind_to_any_port(options_.host);
+    } else if (options_.port > 0 && options_.port < 65536 &&
+               server_.bind_to_port(options_.host, options_.port)) {
+      port_ = options_.port;
+    }
+    if (port_ <= 0) {
+      return Unavailable("gantryd api: cannot listen on " + options_.host + ":" +
+                         std::to_string(options_.port) +
+                         " (address in use, not an address of this host, or not permitted)");
+    }
+    listener_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() is a no-op until the accept loop runs: wait for it, so Stop() cannot miss it.
+    for (int i = 0; i < 5000 && !server_.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::Ok();
+  }
+
+  void Stop() {
+    server_.stop();
+    if (listener_.joinable()) listener_.join();
+  }
+
+  Caller Authenticate(const httplib::Request& req, httplib::Response& res) {
+    Caller c;
+    const std::string value = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    const bool presented = value.size() > kBearer.size() &&
+                           strncasecmp(value.c_str(), kBearer.data(), kBearer.size()) == 0;
+    if (presented) {
+      const Digest d = Sha256(std::string_view(value).substr(kBearer.size()));
+      // Every configured token is compared, in constant time each, so the time taken says
+      // nothing about which (if any) matched.
+      for (const Token& t : tokens_) {
+        if (CRYPTO_memcmp(d.data(), t.digest.data(), d.size()) == 0) {
+          c.authenticated = true;
+          c.is_operator = t.is_operator;
+          c.team = t.team;
+        }
+      }
+    }
+    if (!c.authenticated) {
+      res.set_header("WWW-Authenticate", presented
+                                             ? "Bearer realm=\"gantryd\", error=\"invalid_token\""
+                                             : "Bearer realm=\"gantryd\"");
+      Error(res, 401, "unauthenticated",
+            presented ? "the token is not known" : "send 'Authorization: Bearer TOKEN'");
+    }
+    return c;
+  }
+
+  static void Json(httplib::Response& res, int status, const nlohmann::json& body) {
+    res.status = status;
+    res.set_content(body.dump() + "\n", "application/json");
+  }
+  static void Error(httplib::Response& res, int status, const std::string& code,
+                    const std::string& message) {
+    Json(res, status, {{"error", {{"code", code}, {"message", message}}}});
+  }
+
+  struct Token {
+    Digest digest;
+    std::string team;
+    bool is_operator;
+  };
+
+  ApiOptions options_;
+  SnapshotSource snapshot_;
+  MetricsRegistry* metrics_;
+  std::vector<Token> tokens_;
+  httplib::Server server_;
+  std::thread listener_;
+  int port_ = -1;
+};
+
+ApiServer::ApiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ApiServer::~ApiServer() = default;
+
+Result<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiOptions& options,
+                                                    SnapshotSource snapshot,
+                                                    MetricsRegistry* metrics) {
+  if (!snapshot) return InvalidArgument("api: no snapshot source");
+  auto impl = std::make_unique<Impl>(options, std::move(snapshot), metrics);
+  GANTRY_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<ApiServer>(new ApiServer(std::move(impl)));
+}
+
+int ApiServer::port() const { return impl_->port_; }
+
+void ApiServer::Stop() { impl_->Stop(); }
+
+}  // namespace gantry::control

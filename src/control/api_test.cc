@@ -1,0 +1,196 @@
+#include "gantry/control/api.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace gantry::control {
+namespace {
+
+JobView View(const std::string& id, const std::string& team, JobPhase phase, Time estimate) {
+  JobView v;
+  v.record.id = id;
+  v.record.team = team;
+  v.record.user = "u-" + team;
+  v.record.gpus = 8;
+  v.record.phase = phase;
+  if (phase == JobPhase::kRunning) v.record.placement = {{"n1", 8}};
+  v.reason = phase == JobPhase::kPending ? "Resources" : "StartedHead";
+  v.explain = "why " + id;
+  v.estimated_start = estimate;
+  return v;
+}
+
+class ApiTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    auto snap = std::make_shared<ControlSnapshot>();
+    snap->time = 500;
+    snap->cycles = 7;
+    snap->total_gpus = 32;
+    snap->busy_gpus = 16;
+    snap->jobs = {
+        View("1", "vision", JobPhase::kRunning, -1), View("2", "vision", JobPhase::kPending, 900),
+        View("3", "nlp", JobPhase::kPending, 700), View("4", "vision", JobPhase::kPending, -1),
+        View("5", "vision", JobPhase::kPending, 600)};
+    snap_ = snap;
+    metrics_.GetCounter("gantry_decisions_total", "Decisions.").Increment(3);
+    options_.team_tokens = {{"vision-token", "vision"}, {"nlp-token", "nlp"}};
+    options_.operator_token = "op-token";
+    Restart();
+  }
+
+  void Restart() {
+    api_.reset();
+    auto a = ApiServer::Start(
+        options_, [this] { return snap_; }, &metrics_);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    api_ = std::move(a).value();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", api_->port());
+  }
+
+  httplib::Result Get(const std::string& path, const std::string& token) {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    return client_->Get(path, h);
+  }
+
+  std::vector<std::string> Ids(const httplib::Result& r) {
+    std::vector<std::string> ids;
+    if (!r) return {"(no response)"};
+    if (r->status != 200) return {"(status " + std::to_string(r->status) + ": " + r->body + ")"};
+    const nlohmann::json body = nlohmann::json::parse(r->body);
+    for (const auto& j : body.at("jobs")) ids.push_back(j.at("id").get<std::string>());
+    return ids;
+  }
+
+  ApiOptions options_;
+  std::shared_ptr<const ControlSnapshot> snap_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<ApiServer> api_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(ApiTest, HealthNeedsNoToken) {
+  auto r = Get("/v1/health", "");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  const auto j = nlohmann::json::parse(r->body);
+  EXPECT_EQ(j.at("status"), "ok");
+  EXPECT_EQ(j.at("cycles"), 7);
+  EXPECT_EQ(j.at("active_jobs"), 5);
+  EXPECT_EQ(j.at("gpus").at("busy"), 16);
+  snap_ = std::make_shared<ControlSnapshot>();  // before the first cycle
+  EXPECT_EQ(nlohmann::json::parse(Get("/v1/health", "")->body).at("status"), "starting");
+}
+
+TEST_F(ApiTest, TokensAreRequiredAndChecked) {
+  auto none = Get("/v1/jobs", "");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(none->get_header_value("WWW-Authenticate"), "Bearer realm=\"gantryd\"");
+  EXPECT_EQ(nlohmann::json::parse(none->body).at("error").at("code"), "unauthenticated");
+  auto wrong = Get("/v1/jobs", "vision-token-x");
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_NE(wrong->get_header_value("WWW-Authenticate").find("invalid_token"), std::string::npos);
+  // A prefix of a real token is no token either.
+  EXPECT_EQ(Get("/v1/jobs", "vision-tok")->status, 401);
+  EXPECT_EQ(Get("/v1/queue", "")->status, 401);
+  EXPECT_EQ(Get("/v1/jobs/1", "")->status, 401);
+}
+
+TEST_F(ApiTest, ATeamSeesOnlyItsOwnJobsAndTheOperatorSeesAll) {
+  EXPECT_EQ(Ids(Get("/v1/jobs", "vision-token")), (std::vector<std::string>{"1", "2", "4", "5"}));
+  EXPECT_EQ(Ids(Get("/v1/jobs", "nlp-token")), (std::vector<std::string>{"3"}));
+  EXPECT_EQ(Ids(Get("/v1/jobs", "op-token")), (std::vector<std::string>{"1", "2", "3", "4", "5"}));
+  EXPECT_EQ(Ids(Get("/v1/jobs?team=nlp", "op-token")), (std::vector<std::string>{"3"}));
+  // Asking for another team's jobs by filter shows nothing, not them.
+  EXPECT_TRUE(Ids(Get("/v1/jobs?team=nlp", "vision-token")).empty());
+  EXPECT_EQ(Ids(Get("/v1/jobs?phase=running", "vision-token")), (std::vector<std::string>{"1"}));
+
+  auto mine = Get("/v1/jobs/3", "nlp-token");
+  ASSERT_EQ(mine->status, 200);
+  const auto j = nlohmann::json::parse(mine->body);
+  EXPECT_EQ(j.at("reason"), "Resources");
+  EXPECT_EQ(j.at("estimated_start"), 700);
+  EXPECT_EQ(j.at("explain"), "why 3");
+  // Another team's job and a missing job answer the same way.
+  auto theirs = Get("/v1/jobs/3", "vision-token");
+  auto missing = Get("/v1/jobs/99", "vision-token");
+  EXPECT_EQ(theirs->status, 404);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(theirs->body).at("error").at("code"),
+            nlohmann::json::parse(missing->body).at("error").at("code"));
+  EXPECT_EQ(Get("/v1/jobs/3", "op-token")->status, 200);
+}
+
+TEST_F(ApiTest, TheQueueIsInEstimatedStartOrder) {
+  // Pending only; those without an estimate last, in submit order.
+  EXPECT_EQ(Ids(Get("/v1/queue", "op-token")), (std::vector<std::string>{"5", "3", "2", "4"}));
+  EXPECT_EQ(Ids(Get("/v1/queue", "vision-token")), (std::vector<std::string>{"5", "2", "4"}));
+  const auto j = nlohmann::json::parse(Get("/v1/queue", "vision-token")->body);
+  EXPECT_TRUE(j.at("jobs")[2].at("estimated_start").is_null());
+}
+
+TEST_F(ApiTest, MetricsAreOpenUnlessConfiguredOtherwise) {
+  auto r = Get("/metrics", "");
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("gantry_decisions_total 3"), std::string::npos);
+  options_.metrics_need_token = true;
+  Restart();
+  EXPECT_EQ(Get("/metrics", "")->status, 401);
+  EXPECT_EQ(Get("/metrics", "nlp-token")->status, 200);
+}
+
+TEST_F(ApiTest, UnknownPathsAndBadConfigurations) {
+  auto r = Get("/v1/nope", "op-token");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(r->body).at("error").at("code"), "not_found");
+  const auto start_code = [this](const ApiOptions& o) {
+    return ApiServer::Start(
+               o, [this] { return snap_; }, nullptr)
+        .status()
+        .code();
+  };
+  ApiOptions bad = options_;
+  bad.operator_token = "nlp-token";
+  EXPECT_EQ(start_code(bad), StatusCode::kInvalidArgument);
+  bad = options_;
+  bad.team_tokens[""] = "x";
+  EXPECT_EQ(start_code(bad), StatusCode::kInvalidArgument);
+  bad = options_;
+  bad.host = "192.0.2.1";  // TEST-NET-1: not an address of this host
+  EXPECT_EQ(start_code(bad), StatusCode::kUnavailable);
+}
+
+TEST_F(ApiTest, ASilentClientDoesNotBlockOthers) {
+  // Clients that connect and send nothing hold a worker each until the read timeout; with
+  // more of them than workers, others are still answered once those time out, and the server
+  // keeps serving.
+  options_.threads = 2;
+  options_.read_timeout_s = 1;
+  Restart();
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    silent.push_back(fd);
+  }
+  client_->set_read_timeout(10, 0);
+  auto r = Get("/v1/health", "");
+  ASSERT_TRUE(r) << "no answer while silent clients were connected";
+  EXPECT_EQ(r->status, 200);
+  for (int fd : silent) ::close(fd);
+}
+
+}  // namespace
+}  // namespace gantry::control
