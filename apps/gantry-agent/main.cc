@@ -23,6 +23,7 @@
 #include <string>
 
 #include "gantry/agent/agent.h"
+#include "gantry/common/daemon.h"
 #include "gantry/storage/object_store.h"
 
 namespace {
@@ -30,78 +31,6 @@ namespace {
 constexpr int kExitUsage = 2;
 constexpr int kExitBadRoot = 3;
 constexpr int kExitCannotListen = 4;
-
-// "HOST:PORT" or "[V6]:PORT" into host and port; false with *why set on anything else.
-bool ParseListen(const std::string& s, std::string* host, int* port, std::string* why) {
-  const size_t colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) {
-    *why = "expected HOST:PORT, like 127.0.0.1:7070 or 0.0.0.0:0";
-    return false;
-  }
-  std::string h = s.substr(0, colon);
-  if (h.front() == '[') {
-    if (h.size() < 3 || h.back() != ']') {
-      *why = "an IPv6 host must be bracketed, like [::1]:7070";
-      return false;
-    }
-    h = h.substr(1, h.size() - 2);
-  } else if (h.find(':') != std::string::npos) {
-    *why = "an IPv6 host must be bracketed, like [::1]:7070";
-    return false;
-  }
-  const std::string p = s.substr(colon + 1);
-  if (p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(p) > 65535) {
-    *why = "port '" + p + "' is not a number from 0 to 65535";
-    return false;
-  }
-  *host = h;
-  *port = std::stoi(p);
-  return true;
-}
-
-// Writes the port beside `path` and renames it into place, so a script polling for the file
-// never reads a partial number.
-bool WritePortFile(const std::string& path, int port, std::string* why) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *why = "create " + tmp + ": " + std::strerror(errno);
-    return false;
-  }
-  const std::string text = std::to_string(port) + "\n";
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int write_err = errno;
-  if (::close(fd) != 0 || !written) {
-    *why = "write " + tmp + ": " + std::strerror(written ? errno : write_err);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    *why = "rename " + tmp + " to " + path + ": " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
-// The token in `path`: the whole file, less trailing whitespace (the newline an editor or
-// `echo` adds). False with *why set if it cannot be read or is empty.
-bool ReadTokenFile(const std::string& path, std::string* token, std::string* why) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    *why = "cannot read " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  if (text.empty()) {
-    *why = path + " is empty";
-    return false;
-  }
-  *token = std::move(text);
-  return true;
-}
 
 }  // namespace
 
@@ -165,9 +94,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
 
-  std::string why;
-  if (!ParseListen(listen, &options.host, &options.port, &why)) {
-    std::cerr << "gantry-agent: --listen '" << listen << "': " << why << "\n";
+  if (gantry::Status s = gantry::ParseHostPort(listen, &options.host, &options.port); !s.ok()) {
+    std::cerr << "gantry-agent: --listen " << s.message() << "\n";
     return kExitUsage;
   }
   std::error_code ec;
@@ -175,10 +103,12 @@ int main(int argc, char** argv) {
   options.root = ec ? root : abs.lexically_normal().string();
   options.threads = threads;
   if (!token_file.empty()) {
-    if (!ReadTokenFile(token_file, &options.token, &why)) {
-      std::cerr << "gantry-agent: --token-file: " << why << "\n";
+    gantry::Result<std::string> token = gantry::ReadSecretFile(token_file);
+    if (!token.ok()) {
+      std::cerr << "gantry-agent: --token-file: " << token.status().message() << "\n";
       return kExitUsage;
     }
+    options.token = std::move(token).value();
   } else {
     options.token = gantry::DefaultAgentToken();
   }
@@ -211,8 +141,10 @@ int main(int argc, char** argv) {
     return agent.status().code() == gantry::StatusCode::kUnavailable ? kExitCannotListen
                                                                      : kExitBadRoot;
   }
-  if (!port_file.empty() && !WritePortFile(port_file, (*agent)->port(), &why)) {
-    std::cerr << "gantry-agent: --port-file: " << why << "\n";
+  gantry::Status written =
+      port_file.empty() ? gantry::Status::Ok() : gantry::WritePortFile(port_file, (*agent)->port());
+  if (!written.ok()) {
+    std::cerr << "gantry-agent: --port-file: " << written.message() << "\n";
     (*agent)->Stop();
     return kExitUsage;
   }
