@@ -10,6 +10,10 @@ uint32_t SlurmJobPriority(const SlurmWeights& w, const SlurmFactors& f) {
   const double sum = static_cast<double>(f.site) + f.age * w.age + f.assoc * w.assoc +
                      f.fairshare * w.fairshare + f.job_size * w.job_size +
                      f.partition * w.partition + f.qos * w.qos - static_cast<double>(f.nice);
+  return TruncateSlurmPriority(sum);
+}
+
+uint32_t TruncateSlurmPriority(double sum) {
   if (!(sum >= 1.0)) return 1;  // also catches NaN
   if (sum >= 4294967295.0) return 4294967295u;
   return static_cast<uint32_t>(sum);  // truncation, as slurmctld does

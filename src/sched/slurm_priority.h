@@ -43,6 +43,9 @@ struct SlurmFactors {
 
 // The job's integer priority.
 uint32_t SlurmJobPriority(const SlurmWeights& w, const SlurmFactors& f);
+// The floating sum of a job's weighted factors as slurmctld stores it: truncated to an unsigned
+// 32-bit integer, at least 1.
+uint32_t TruncateSlurmPriority(double sum);
 
 // One weighted sprio column: factor * weight, rounded as printf("%.0f") rounds.
 int64_t SprioColumn(double factor, uint32_t weight);
