@@ -59,15 +59,17 @@ class FairTreeFactor final : public PriorityFactor {
   }
 
   void OnJobStarted(const JobRequest& job, Time now) override {
-    Advance(now);
-    assocs_[AssociationOf(job)].running += job.gpus * UsageFactor(job);
+    Assoc& a = assocs_[AssociationOf(job)];
+    Advance(a, now);
+    a.running += job.gpus * UsageFactor(job);
   }
   void OnJobEnded(const JobRequest& job, Time now) override {
-    Advance(now);
-    assocs_[AssociationOf(job)].running -= job.gpus * UsageFactor(job);
+    Assoc& a = assocs_[AssociationOf(job)];
+    Advance(a, now);
+    a.running -= job.gpus * UsageFactor(job);
   }
   void Refresh(Time now, const TeamUsageView&) override {
-    Advance(now);
+    for (Assoc& a : assocs_) Advance(a, now);
     Recompute();
   }
 
@@ -85,7 +87,8 @@ class FairTreeFactor final : public PriorityFactor {
   struct Assoc {
     int node;            // the user's node in tree_
     double running = 0;  // GPUs running now, times their QOS usage factor
-    double usage = 0;    // decayed GPU-seconds as of updated_
+    double usage = 0;    // decayed GPU-seconds as of `updated`
+    Time updated = 0;
   };
 
   // The tree node of account `name`, created with its ancestors on first use.
@@ -136,28 +139,27 @@ class FairTreeFactor final : public PriorityFactor {
     return q != nullptr ? q->usage_factor : 1.0;
   }
 
-  // Brings every association's usage to `now`: decay by 2^(-dt/h) and add what ran meanwhile,
+  // Brings one association's usage to `now`: decay by 2^(-dt/h) and add what ran meanwhile,
   // U(t) = U(t0) d + R h/ln2 (1 - d) (the continuous form of Slurm's per-period decay); with no
-  // decay (half_life 0) U grows by R dt. Usage is cleared at each multiple of reset_period.
-  void Advance(Time now) {
-    while (reset_period_ > 0 && next_reset_ <= now) {
-      if (next_reset_ > updated_) Accrue(next_reset_);
-      for (Assoc& a : assocs_) a.usage = 0;
-      next_reset_ = (now / reset_period_ + 1) * reset_period_;
+  // decay (half_life 0) U grows by R dt. Usage is cleared at each multiple of reset_period: what
+  // accrued before the last boundary is gone, accrual restarts there. O(1), lazily per event.
+  void Advance(Assoc& a, Time now) const {
+    if (reset_period_ > 0) {
+      const Time boundary = now - ((now % reset_period_) + reset_period_) % reset_period_;
+      if (a.updated < boundary) {
+        a.usage = 0;
+        a.updated = boundary;
+      }
     }
-    Accrue(now);
-  }
-  void Accrue(Time now) {
-    const double dt = static_cast<double>(now - updated_);
+    const double dt = static_cast<double>(now - a.updated);
     if (dt <= 0) return;
     if (half_life_ > 0) {
       const double decay = std::exp2(-dt / half_life_);
-      const double gain = (half_life_ / std::log(2.0)) * (1.0 - decay);
-      for (Assoc& a : assocs_) a.usage = a.usage * decay + a.running * gain;
+      a.usage = a.usage * decay + a.running * (half_life_ / std::log(2.0)) * (1.0 - decay);
     } else {
-      for (Assoc& a : assocs_) a.usage += a.running * dt;
+      a.usage += a.running * dt;
     }
-    updated_ = now;
+    a.updated = now;
   }
 
   void Recompute() const {
@@ -178,8 +180,6 @@ class FairTreeFactor final : public PriorityFactor {
   const std::vector<std::string>* users_;
   double half_life_;
   Duration reset_period_;
-  Time updated_ = 0;
-  Time next_reset_ = 0;
   std::vector<int> team_node_;
   std::unordered_map<std::string, int> account_node_;
   // Associations appear when a job of a new (team, user) is first seen, from const JobValue.
