@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -12,8 +13,10 @@
 #include "commands.h"
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/progress.h"
+#include "gantry/common/units.h"
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
+#include "gantry/sched/sprio.h"
 #include "gantry/sim/simulator.h"
 #include "gantry/workload/trace.h"
 
@@ -38,6 +41,8 @@ struct SimArgs {
   std::string failures;
   std::string checkpoint_model;
   int max_requeues = 5;
+  std::string sprio_at;  // an instant, in seconds (or 90m, 36h, 2d) since the trace's t = 0
+  std::string sprio;     // file name inside each profile's output directory
 };
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -143,6 +148,13 @@ int RunSim(const SimArgs& a) {
     so.failures = failures;
     so.checkpoints = checkpoints;
     so.max_requeues = a.max_requeues;
+    std::vector<SprioRow> sprio_rows;
+    if (!a.sprio_at.empty()) {
+      auto at = ParseDurationSeconds(a.sprio_at);
+      if (!at.ok()) return Fail(at.status().WithContext("--sprio-at"));
+      so.sprio_at = *at;
+      so.sprio = &sprio_rows;
+    }
     auto r = Simulate(*cluster, *teams, *workload, p, so);
     if (!r.ok()) return Fail(r.status().WithContext("profile '" + p.name + "'"));
     results.push_back(std::move(r).value());
@@ -150,6 +162,20 @@ int RunSim(const SimArgs& a) {
     std::filesystem::create_directories(dir, ec);
     if (ec) return Fail(IoError("cannot create '" + dir + "': " + ec.message()));
     Status s = WriteJobsCsv(results.back(), dir + "/jobs.csv");
+    if (s.ok() && so.sprio != nullptr) {
+      // Written beside the target and renamed into place, like the other outputs.
+      const std::string path = dir + "/" + (a.sprio.empty() ? "sprio.txt" : a.sprio);
+      const std::string tmp = path + ".tmp";
+      std::ofstream f(tmp);
+      WriteSprio(f, sprio_rows);
+      f.close();
+      if (!f) {
+        s = IoError("cannot write '" + tmp + "'");
+      } else {
+        std::filesystem::rename(tmp, path, ec);
+        if (ec) s = IoError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+      }
+    }
     if (s.ok()) s = WriteSummaryJson(results.back(), dir + "/summary.json");
     if (!s.ok()) return Fail(s);
   }
@@ -195,8 +221,10 @@ int RunSim(const SimArgs& a) {
                   r.perf.wall_seconds, static_cast<long long>(r.perf.events),
                   r.perf.events_per_second);
     }
-    std::printf("wrote %s/<profile>/{jobs.csv,summary.json}%s\n", a.out.c_str(),
-                a.no_report ? "" : (" and " + report).c_str());
+    const std::string sprio_name =
+        a.sprio_at.empty() ? "" : "," + (a.sprio.empty() ? std::string("sprio.txt") : a.sprio);
+    std::printf("wrote %s/<profile>/{jobs.csv,summary.json%s}%s\n", a.out.c_str(),
+                sprio_name.c_str(), a.no_report ? "" : (" and " + report).c_str());
   }
   return kExitOk;
 }
@@ -245,6 +273,12 @@ void RegisterSimCommand(CLI::App& app) {
                   "Requeues after node failures before a job is held (Slurm's MaxBatchRequeue)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  sim->add_option("--sprio-at", args->sprio_at,
+                  "Write every job pending at this instant (seconds since the trace's start, or "
+                  "90m/36h/2d) with its priority factors, as Slurm's sprio -l prints them");
+  sim->add_option("--sprio", args->sprio,
+                  "File name for --sprio-at, inside each profile's output directory")
+      ->default_str("sprio.txt");
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
   sim->add_flag(
       "--skip-bad", args->skip_bad,

@@ -130,6 +130,45 @@ Status ClusterBuilder::AddTeam(Team team) {
   return Status::Ok();
 }
 
+Status ClusterBuilder::AddAccount(Account account) {
+  if (cluster_.FindTeam(account.team) < 0) {
+    return InvalidArgument("account '" + account.team + "' is not a team");
+  }
+  if (cluster_.FindAccount(account.team) != nullptr) {
+    return InvalidArgument("account '" + account.team + "' is defined twice");
+  }
+  cluster_.accounts_.push_back(std::move(account));
+  return Status::Ok();
+}
+
+const Account* Cluster::FindAccount(const std::string& team) const {
+  for (const Account& a : accounts_) {
+    if (a.team == team) return &a;
+  }
+  return nullptr;
+}
+
+Status ClusterBuilder::AddQos(Qos qos) {
+  for (const Qos& q : cluster_.qos_) {
+    if (q.name == qos.name) return InvalidArgument("qos '" + qos.name + "' is defined twice");
+    if (q.level == qos.level) {
+      return InvalidArgument("qos '" + qos.name + "' has the level of qos '" + q.name + "' (" +
+                             std::to_string(q.level) + ")");
+    }
+  }
+  if (qos.usage_factor < 0) return InvalidArgument("qos '" + qos.name + "': negative usage_factor");
+  if (qos.priority < 0) return InvalidArgument("qos '" + qos.name + "': negative priority");
+  cluster_.qos_.push_back(std::move(qos));
+  return Status::Ok();
+}
+
+const Qos* Cluster::FindQos(int level) const {
+  for (const Qos& q : qos_) {
+    if (q.level == level) return &q;
+  }
+  return nullptr;
+}
+
 Result<Cluster> ClusterBuilder::Build() && {
   if (!open_.empty()) {
     return InvalidArgument("domain '" + cluster_.domains_[open_.back()].name + "' is never closed");
@@ -141,6 +180,30 @@ Result<Cluster> ClusterBuilder::Build() && {
   for (const Node& n : cluster_.nodes_) {
     if (!names.insert(n.name).second)
       return InvalidArgument("node name '" + n.name + "' is used twice");
+  }
+  // The account tree: every parent is a team, and following parents always reaches the root.
+  for (const Account& a : cluster_.accounts_) {
+    const Account* at = &a;
+    for (size_t steps = 0; at != nullptr && !at->parent.empty(); ++steps) {
+      if (cluster_.FindTeam(at->parent) < 0) {
+        return InvalidArgument("team '" + at->team + "': parent '" + at->parent +
+                               "' is not a team");
+      }
+      if (steps >= cluster_.accounts_.size()) {
+        return InvalidArgument("team '" + a.team + "': its parents form a cycle");
+      }
+      at = cluster_.FindAccount(at->parent);
+    }
+  }
+  for (const Qos& q : cluster_.qos_) {
+    for (const std::string& victim : q.preempt) {
+      const bool known = std::any_of(cluster_.qos_.begin(), cluster_.qos_.end(),
+                                     [&](const Qos& o) { return o.name == victim; });
+      if (!known) {
+        return InvalidArgument("qos '" + q.name + "': preempt names '" + victim +
+                               "', which is not a qos");
+      }
+    }
   }
   return std::move(cluster_);
 }

@@ -246,6 +246,7 @@ class SpecReader {
   Status ReadDomain(const YAML::Node& d, int parent_level, const std::string& parent_name);
   Status ReadNodes(const YAML::Node& list, const std::string& field, const std::string* domain);
   Status ReadTeams(const YAML::Node& root);
+  Status ReadQos(const YAML::Node& root);
 
   std::string source_;
   YAML::Mark context_mark_ = YAML::Mark::null_mark();
@@ -473,7 +474,7 @@ Status SpecReader::ReadTeams(const YAML::Node& root) {
   const std::string what = "a teams entry";
   std::set<std::string> names;
   for (const YAML::Node& t : list) {
-    GANTRY_RETURN_IF_ERROR(CheckMap(t, what, {"name", "quota_gpus", "shares"}));
+    GANTRY_RETURN_IF_ERROR(CheckMap(t, what, {"name", "quota_gpus", "shares", "parent", "users"}));
     Team team;
     GANTRY_ASSIGN_OR_RETURN(team.name, ReqString(t, "name", what));
     if (!names.insert(team.name).second) {
@@ -485,8 +486,65 @@ Status SpecReader::ReadTeams(const YAML::Node& root) {
     team.quota_gpus = quota ? static_cast<int>(*quota) : kNoQuota;
     // Fair share follows the quota unless the spec says otherwise (see cluster.h).
     team.shares = shares ? *shares : (quota && *quota > 0 ? static_cast<double>(*quota) : 1.0);
+    Account account;
+    account.team = team.name;
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> parent, OptString(t, "parent"));
+    if (parent) account.parent = *parent;
+    const YAML::Node users = Get(t, "users");
+    if (users.IsDefined()) {
+      if (!users.IsMap()) {
+        return Error(users, "users",
+                     "expected a mapping of user name to shares, got " + Describe(users));
+      }
+      for (auto it = users.begin(); it != users.end(); ++it) {
+        if (!it->first.IsScalar() || it->first.Scalar().empty()) {
+          return Error(it->first, "users", "user names must be plain names");
+        }
+        const std::string user = it->first.Scalar();
+        for (const UserShares& u : account.users) {
+          if (u.user == user) return Error(it->first, "users", "user '" + user + "' given twice");
+        }
+        YAML::Node holder;
+        holder["shares"] = it->second;
+        GANTRY_ASSIGN_OR_RETURN(std::optional<double> us, OptNumber(holder, "shares", 0));
+        if (!us) return Error(it->second, "users", "user '" + user + "': expected a number");
+        account.users.push_back({user, *us});
+      }
+    }
     Status added = builder_->AddTeam(std::move(team));
     if (!added.ok()) return Error(t, "", added.message());
+    if (!account.parent.empty() || !account.users.empty()) {
+      added = builder_->AddAccount(std::move(account));
+      if (!added.ok()) return Error(t, "", added.message());
+    }
+  }
+  return Status::Ok();
+}
+
+Status SpecReader::ReadQos(const YAML::Node& root) {
+  GANTRY_ASSIGN_OR_RETURN(YAML::Node list, OptList(root, "qos"));
+  const std::string what = "a qos entry";
+  for (const YAML::Node& q : list) {
+    GANTRY_RETURN_IF_ERROR(
+        CheckMap(q, what, {"name", "level", "priority", "usage_factor", "preempt"}));
+    Qos qos;
+    GANTRY_ASSIGN_OR_RETURN(qos.name, ReqString(q, "name", what));
+    GANTRY_ASSIGN_OR_RETURN(int64_t level, ReqInt(q, "level", what, -(1 << 30), 1 << 30));
+    qos.level = static_cast<int>(level);
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> priority,
+                            OptInt(q, "priority", 0, 4294967295LL));
+    qos.priority = priority.value_or(0);
+    GANTRY_ASSIGN_OR_RETURN(std::optional<double> factor, OptNumber(q, "usage_factor", 0));
+    qos.usage_factor = factor.value_or(1.0);
+    GANTRY_ASSIGN_OR_RETURN(YAML::Node preempt, OptList(q, "preempt"));
+    for (const YAML::Node& v : preempt) {
+      if (!v.IsScalar() || v.Scalar().empty()) {
+        return Error(v, "preempt", "expected a qos name, got " + Describe(v));
+      }
+      qos.preempt.push_back(v.Scalar());
+    }
+    Status added = builder_->AddQos(std::move(qos));
+    if (!added.ok()) return Error(q, "", added.message());
   }
   return Status::Ok();
 }
@@ -495,7 +553,7 @@ Result<Cluster> SpecReader::Read(const YAML::Node& root) {
   if (!root.IsDefined() || root.IsNull()) return Error(root, "", "the cluster spec is empty");
   GANTRY_RETURN_IF_ERROR(CheckMap(root, "the cluster spec",
                                   {"name", "description", "levels", "gpu_types", "topology",
-                                   "nodes", "teams", "default_quota_gpus"}));
+                                   "nodes", "teams", "default_quota_gpus", "qos"}));
   const YAML::Mark root_mark = root.Mark();
   GANTRY_ASSIGN_OR_RETURN(std::string name, ReqString(root, "name", "the cluster spec"));
   GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> description, OptString(root, "description"));
@@ -524,6 +582,7 @@ Result<Cluster> SpecReader::Read(const YAML::Node& root) {
   }
 
   GANTRY_RETURN_IF_ERROR(ReadTeams(root));
+  GANTRY_RETURN_IF_ERROR(ReadQos(root));
   GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> default_quota,
                           OptInt(root, "default_quota_gpus", 0, 1 << 30));
   if (default_quota) builder_->SetDefaultQuota(static_cast<int>(*default_quota));

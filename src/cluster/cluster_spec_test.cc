@@ -457,3 +457,60 @@ TEST(ClusterSpecFileTest, FileErrorsNameTheFile) {
 
 }  // namespace
 }  // namespace gantry
+
+namespace gantry {
+namespace {
+
+// The account tree (`parent`), per-user shares (`users`) and QOS (`qos`) of Slurm's priority.
+TEST(ClusterSpecTest, AccountTreeUsersAndQos) {
+  Result<Cluster> c = ParseClusterSpec(std::string(kHeader) + R"(topology:
+  - {name: r, level: rack, nodes: [{gpu_type: A100, gpus: 8}]}
+teams:
+  - {name: physics, shares: 40}
+  - {name: theory, parent: physics, shares: 10, users: {alice: 3, bob: 1}}
+  - {name: ml}
+qos:
+  - {name: normal, level: 0, priority: 10}
+  - {name: high, level: 2, priority: 100, usage_factor: 2, preempt: [normal]}
+)",
+                                       "spec.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Account* theory = c->FindAccount("theory");
+  ASSERT_NE(theory, nullptr);
+  EXPECT_EQ(theory->parent, "physics");
+  ASSERT_EQ(theory->users.size(), 2u);
+  EXPECT_EQ(theory->users[0].user, "alice");
+  EXPECT_EQ(theory->users[0].shares, 3.0);
+  EXPECT_EQ(theory->users[1].user, "bob");
+  EXPECT_EQ(c->FindAccount("ml"), nullptr);  // at the root, no users listed
+  ASSERT_EQ(c->qos().size(), 2u);
+  const Qos* high = c->FindQos(2);
+  ASSERT_NE(high, nullptr);
+  EXPECT_EQ(high->name, "high");
+  EXPECT_EQ(high->priority, 100);
+  EXPECT_EQ(high->usage_factor, 2.0);
+  EXPECT_THAT(high->preempt, ElementsAre("normal"));
+  EXPECT_EQ(c->FindQos(0)->usage_factor, 1.0);  // default
+  EXPECT_EQ(c->FindQos(1), nullptr);
+}
+
+TEST(ClusterSpecErrorTest, AccountTreeAndQosErrors) {
+  const std::string head = std::string(kHeader) + R"(topology:
+  - {name: r, level: rack, nodes: [{gpu_type: A100, gpus: 8}]}
+)";
+  EXPECT_THAT(ErrorOf(head + "teams:\n  - {name: a, parent: nope}\n"),
+              HasSubstr("team 'a': parent 'nope' is not a team"));
+  EXPECT_THAT(ErrorOf(head + "teams:\n  - {name: a, parent: b}\n  - {name: b, parent: a}\n"),
+              HasSubstr("parents form a cycle"));
+  EXPECT_THAT(ErrorOf(head + "teams:\n  - {name: a, users: [x]}\n"),
+              HasSubstr("field 'users': expected a mapping"));
+  EXPECT_THAT(ErrorOf(head + "teams:\n  - {name: a, users: {x: -1}}\n"),
+              HasSubstr("must be at least 0"));
+  EXPECT_THAT(ErrorOf(head + "qos:\n  - {name: q, level: 1, preempt: [z]}\n"),
+              HasSubstr("qos 'q': preempt names 'z', which is not a qos"));
+  EXPECT_THAT(ErrorOf(head + "qos:\n  - {name: q, level: 1}\n  - {name: r, level: 1}\n"),
+              HasSubstr("has the level of qos 'q'"));
+}
+
+}  // namespace
+}  // namespace gantry

@@ -19,6 +19,9 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddPriority("qos", NewQos));
   add(r.AddPriority("oracle-runtime", NewOracleRuntime));
   add(r.AddPriority("oracle-service", NewOracleService));
+  add(r.AddPriority("fairtree", NewFairTree));
+  add(r.AddPriority("slurm-job-size", NewSlurmJobSize));
+  add(r.AddPriority("partition", NewPartition));
   add(r.AddAdmission("quota", NewQuota));
   add(r.AddPlacement("first-fit", NewFirstFit));
   add(r.AddPlacement("best-fit", NewBestFit));

@@ -17,6 +17,13 @@ Result<std::unique_ptr<PriorityFactor>> NewOracleRuntime(const PluginArgs& args,
                                                          const PluginContext& ctx);
 Result<std::unique_ptr<PriorityFactor>> NewOracleService(const PluginArgs& args,
                                                          const PluginContext& ctx);
+// slurm_factors.cc
+Result<std::unique_ptr<PriorityFactor>> NewFairTree(const PluginArgs& args,
+                                                    const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewSlurmJobSize(const PluginArgs& args,
+                                                        const PluginContext& ctx);
+Result<std::unique_ptr<PriorityFactor>> NewPartition(const PluginArgs& args,
+                                                     const PluginContext& ctx);
 // admission.cc
 Result<std::unique_ptr<AdmissionPlugin>> NewQuota(const PluginArgs& args, const PluginContext& ctx);
 Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args,

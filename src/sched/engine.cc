@@ -149,7 +149,8 @@ class Engine::Impl {
   Status Init() {
     const PluginRegistry& registry =
         options_.registry ? *options_.registry : PluginRegistry::Builtin();
-    const PluginContext ctx{&cluster_, &teams_, options_.oracle, &registry};
+    const PluginContext ctx{&cluster_, &teams_,        options_.oracle,
+                            &registry, options_.users, options_.queues};
     for (const PluginSpec& spec : profile_.priority) {
       auto f = registry.CreatePriority(spec.name, spec.args, ctx);
       if (!f.ok()) return f.status().WithContext("profile '" + profile_.name + "'");
@@ -162,6 +163,7 @@ class Engine::Impl {
         age_rate_ = spec.weight / static_cast<double>(max_age_ >= kInfiniteTime ? 86400 : max_age_);
         age_weight_ = spec.weight;
       }
+      rekey_on_refresh_ = rekey_on_refresh_ || (*f)->job_value_changes();
       factors_.push_back(std::move(f).value());
       weights_.push_back(spec.weight);
     }
@@ -439,6 +441,7 @@ class Engine::Impl {
       next_refresh_ = now + profile_.priority_recalc_interval;
       refreshed_ = true;
       ComputeTeamScores();
+      if (rekey_on_refresh_) RekeyPending();
     }
     if (!dirty_) return;
     dirty_ = false;
@@ -492,6 +495,52 @@ class Engine::Impl {
     }
   }
 
+  // Per-job values moved (per-user fair share): recompute every pending job's time-invariant
+  // part and re-sort each team's queues. O(pending log pending), once per recalculation period.
+  void RekeyPending() {
+    for (size_t t = 0; t < queues_.size(); ++t) {
+      for (bool old : {false, true}) {
+        Queue& q = Queues(static_cast<int>(t), old);
+        if (q.empty()) continue;
+        Queue rekeyed;
+        for (const QueueKey& k : q) {
+          JobState& s = state_[k.job];
+          double static_score = 0;
+          for (size_t i = 0; i < factors_.size(); ++i)
+            static_score += weights_[i] * factors_[i]->JobValue(*s.job);
+          s.key += static_score - s.static_score;
+          s.static_score = static_score;
+          rekeyed.insert({s.key, k.submit, k.job});
+        }
+        q.swap(rekeyed);
+      }
+    }
+    // Like a change of team scores, a new order alone does not start a cycle: the next event
+    // (a submit, an end) does, and sees the new order.
+  }
+
+ public:
+  std::vector<PriorityTerm> PriorityTerms(JobIndex j, Time now) const {
+    std::vector<PriorityTerm> terms;
+    if (j < 0 || static_cast<size_t>(j) >= state_.size() || state_[j].job == nullptr) return terms;
+    const JobRequest& job = *state_[j].job;
+    for (size_t i = 0; i < factors_.size(); ++i) {
+      PriorityTerm term{std::string(factors_[i]->name()), weights_[i], 0};
+      const Duration max_age = factors_[i]->max_age();
+      if (max_age > 0) {
+        const double waited = static_cast<double>(std::max<Duration>(0, now - job.submit));
+        term.value = max_age >= kInfiniteTime ? waited / 86400.0
+                                              : std::min(waited, static_cast<double>(max_age)) /
+                                                    static_cast<double>(max_age);
+      } else {
+        term.value = factors_[i]->JobValue(job) + factors_[i]->TeamValue(job.team);
+      }
+      terms.push_back(std::move(term));
+    }
+    return terms;
+  }
+
+ private:
   void AgeJobs(Time now) {
     while (!aging_.empty() && aging_.top().first <= now) {
       const JobIndex j = aging_.top().second;
@@ -783,6 +832,7 @@ class Engine::Impl {
   std::vector<std::unique_ptr<AdmissionPlugin>> admission_;
   std::unique_ptr<PlacementPlugin> placement_;
   std::unique_ptr<PreemptionPlugin> preemption_;
+  bool rekey_on_refresh_ = false;  // a factor's JobValue moves at Refresh
   double age_rate_ = 0;
   double age_weight_ = 0;
   Duration max_age_ = kInfiniteTime;
@@ -911,6 +961,9 @@ void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
 const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
 const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
 std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }
+std::vector<PriorityTerm> Engine::PriorityTerms(JobIndex job, Time now) const {
+  return impl_->PriorityTerms(job, now);
+}
 const FreeIndex& Engine::free_index() const { return impl_->free_index(); }
 const std::vector<Team>& Engine::teams() const { return impl_->teams(); }
 int Engine::team_running_gpus(int team) const { return impl_->team_running_gpus(team); }

@@ -3,7 +3,8 @@
 //   fairshare  2^(-U/S): U = the team's share of decayed GPU usage (half-life), S = its share of
 //              all teams' shares (quota by default). 1 for an idle team, 0.5 at exactly its share
 //   job-size   gpus / cluster GPUs (or 1 minus that with favor_small)
-//   qos        min(qos, max_qos) / max_qos
+//   qos        min(qos, max_qos) / max_qos; when the cluster spec defines QOS, Slurm's factor
+//              instead: the job's QOS priority / the highest QOS priority (0 for an unknown level)
 //   oracle-runtime  -run_time / 1 day: shortest job first. An ORACLE: reads the true run time,
 //                   which no real scheduler knows, from the RuntimeOracle (registry.h) only
 //                   the simulator provides; for upper-bound comparisons only
@@ -116,14 +117,25 @@ class JobSizeFactor final : public PriorityFactor {
 
 class QosFactor final : public PriorityFactor {
  public:
-  explicit QosFactor(int max_qos) : max_qos_(max_qos > 0 ? max_qos : 1) {}
+  QosFactor(int max_qos, const Cluster& cluster)
+      : max_qos_(max_qos > 0 ? max_qos : 1), cluster_(cluster) {
+    for (const Qos& q : cluster.qos()) max_priority_ = std::max(max_priority_, q.priority);
+  }
   std::string_view name() const override { return "qos"; }
   double JobValue(const JobRequest& job) const override {
+    // With QOS in the cluster spec, Slurm's factor: the QOS priority over the highest of them.
+    if (!cluster_.qos().empty()) {
+      const Qos* q = cluster_.FindQos(job.qos);
+      if (q == nullptr || max_priority_ <= 0) return 0;
+      return static_cast<double>(q->priority) / static_cast<double>(max_priority_);
+    }
     return std::clamp(static_cast<double>(job.qos) / max_qos_, 0.0, 1.0);
   }
 
  private:
   int max_qos_;
+  const Cluster& cluster_;
+  int64_t max_priority_ = 0;
 };
 
 class OracleFactor final : public PriorityFactor {
@@ -171,10 +183,10 @@ Result<std::unique_ptr<PriorityFactor>> NewJobSize(const PluginArgs& args,
   return std::unique_ptr<PriorityFactor>(new JobSizeFactor(favor_small, ctx.cluster->total_gpus()));
 }
 
-Result<std::unique_ptr<PriorityFactor>> NewQos(const PluginArgs& args, const PluginContext&) {
+Result<std::unique_ptr<PriorityFactor>> NewQos(const PluginArgs& args, const PluginContext& ctx) {
   GANTRY_RETURN_IF_ERROR(args.CheckKnown({"max_qos"}));
   GANTRY_ASSIGN_OR_RETURN(int64_t max_qos, args.Integer("max_qos", 3));
-  return std::unique_ptr<PriorityFactor>(new QosFactor(static_cast<int>(max_qos)));
+  return std::unique_ptr<PriorityFactor>(new QosFactor(static_cast<int>(max_qos), *ctx.cluster));
 }
 
 namespace {

@@ -75,6 +75,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   const TraceRuntimeOracle oracle(workload.jobs);
   EngineOptions engine_options;
   engine_options.oracle = &oracle;
+  engine_options.users = &workload.users;
+  engine_options.queues = &workload.queues;
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(cluster, teams, profile, engine_options));
   const auto& jobs = workload.jobs;
@@ -315,6 +317,20 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
            model_events_since_start < 100 * static_cast<int64_t>(node_count) + 1000;
   };
 
+  bool sprio_done = options.sprio == nullptr;
+  const auto take_sprio = [&] {
+    const auto name_of = [](const std::vector<std::string>& table, int32_t i) {
+      return i >= 0 && static_cast<size_t>(i) < table.size() ? table[i] : std::to_string(i);
+    };
+    for (const Job& job : jobs) {
+      if (engine->status(job.index).phase != JobStatus::Phase::kPending) continue;
+      options.sprio->push_back(MakeSprioRow(engine->PriorityTerms(job.index, options.sprio_at),
+                                            job.id, name_of(workload.queues, job.queue),
+                                            name_of(workload.users, job.user)));
+    }
+    sprio_done = true;
+  };
+
   while (next_submit < order.size() || !finishes.empty() || next_event < events.size() ||
          model_matters()) {
     now = kInfiniteTime;
@@ -322,6 +338,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     if (!finishes.empty()) now = std::min(now, finishes.top().first);
     if (next_event < events.size()) now = std::min(now, events[next_event].at);
     if (model_matters()) now = std::min(now, model_events.top().at);
+    // Everything at or before the sprio instant has happened: its state is the instant's.
+    if (!sprio_done && now > options.sprio_at) take_sprio();
 
     // Account the interval [prev, now) during which the state was constant.
     if (now > prev) {
@@ -445,6 +463,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   }
   result.samples.push_back({prev, static_cast<int32_t>(busy), static_cast<int32_t>(pending),
                             static_cast<int32_t>(running), team_busy});
+  if (!sprio_done) take_sprio();
   if (options.progress) options.progress(1.0);
 
   const double wall =

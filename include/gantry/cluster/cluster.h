@@ -55,11 +55,40 @@ struct Domain {
   int gpus = 0;  // total GPUs below this domain
 };
 
+// A user's fair-share weight inside one team (Slurm: the user association's RawShares).
+struct UserShares {
+  std::string user;
+  double shares = 1.0;
+};
+
 // A team (Slurm account, Kueue ClusterQueue, Philly virtual cluster) and its GPU quota.
 struct Team {
   std::string name;
   int quota_gpus = kNoQuota;  // hard cap on GPUs in use at once; kNoQuota = shared pool
   double shares = 1.0;        // fair-share weight; defaults to the quota when one is set
+};
+
+// Where a team sits in Slurm's account tree, and its users' shares. Teams form the tree
+// through `parent` (empty: a child of the root); a flat list of teams is the one-level tree.
+// Fair Tree (src/sched/fair_tree.h) uses each team's `shares` at its level and `users` for the
+// users inside it (a user not listed has 1 share). Kept beside Team, not in it, so the many
+// `Team{name, quota, shares}` initializers stay as they are.
+struct Account {
+  std::string team;
+  std::string parent;
+  std::vector<UserShares> users;
+};
+
+// A quality of service (Slurm's QOS): jobs name it by its level (JobRequest::qos). Its priority
+// is normalized by the highest priority of all QOS into the QoS priority factor; usage_factor
+// multiplies the fair-share usage its jobs are charged; preempt lists the QOS (by name) its jobs
+// may preempt (recorded for preemption policies; the engine's own preemption does not read it).
+struct Qos {
+  std::string name;
+  int level = 0;
+  int64_t priority = 0;
+  double usage_factor = 1.0;
+  std::vector<std::string> preempt;
 };
 
 class Cluster {
@@ -72,6 +101,14 @@ class Cluster {
   const std::vector<Domain>& domains() const { return domains_; }
   // Teams named in the spec with their quotas (may be empty: one shared pool).
   const std::vector<Team>& teams() const { return teams_; }
+  // Account-tree entries of the teams that have a parent or users (FindAccount: by team name,
+  // or null for a team at the root with no users listed).
+  const std::vector<Account>& accounts() const { return accounts_; }
+  const Account* FindAccount(const std::string& team) const;
+  // QOS the spec defines (may be empty: a job's QoS level is then its own priority).
+  const std::vector<Qos>& qos() const { return qos_; }
+  // The QOS whose level is `level`, or null.
+  const Qos* FindQos(int level) const;
   // Quota applied to a team the spec does not name: kNoQuota unless the spec says otherwise.
   int default_quota_gpus() const { return default_quota_gpus_; }
 
@@ -94,6 +131,8 @@ class Cluster {
   std::vector<Node> nodes_;
   std::vector<Domain> domains_;
   std::vector<Team> teams_;
+  std::vector<Account> accounts_;
+  std::vector<Qos> qos_;
   int default_quota_gpus_ = kNoQuota;
   int total_gpus_ = 0;
   int max_gpus_per_node_ = 0;
@@ -112,6 +151,10 @@ class ClusterBuilder {
   // Adds a node to the innermost open domain (or to the flat cluster when none is open).
   Status AddNode(Node node);
   Status AddTeam(Team team);
+  // The account-tree entry of a team added with AddTeam; parents are checked at Build.
+  Status AddAccount(Account account);
+  // A QOS; names and levels must be unique, usage_factor >= 0, preempt names checked at Build.
+  Status AddQos(Qos qos);
   void SetDefaultQuota(int gpus) { cluster_.default_quota_gpus_ = gpus; }
 
   // Checks the whole (every domain closed, names unique, at least one node) and returns it.

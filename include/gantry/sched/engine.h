@@ -85,6 +85,18 @@ struct EngineOptions {
   const RuntimeOracle* oracle = nullptr;
   // Where profile plugin names are resolved; null means PluginRegistry::Builtin().
   const PluginRegistry* registry = nullptr;
+  // The names behind JobRequest::user and ::queue, passed to plugins (PluginContext). Borrowed.
+  const std::vector<std::string>* users = nullptr;
+  const std::vector<std::string>* queues = nullptr;
+};
+
+// One weighted term of a pending job's priority (sprio's breakdown): the factor's name, its
+// weight in the profile and its value in [0, 1] as of the last priority recalculation (the age
+// factor's as of `now`).
+struct PriorityTerm {
+  std::string factor;
+  double weight = 0;
+  double value = 0;
 };
 
 struct EngineStats {
@@ -138,6 +150,9 @@ class Engine {
   const Placement& placement(JobIndex job) const;
   // A sentence for a human: why this job waits (or why it started where it did).
   std::string Explain(JobIndex job) const;
+  // The terms of a submitted job's priority at `now`, one per factor of the profile, in profile
+  // order. Empty for an unknown job.
+  std::vector<PriorityTerm> PriorityTerms(JobIndex job, Time now) const;
 
   const FreeIndex& free_index() const;
   const std::vector<Team>& teams() const;

@@ -127,8 +127,11 @@ class PriorityFactor {
  public:
   virtual ~PriorityFactor() = default;
   virtual std::string_view name() const = 0;
-  // Time-invariant part for a job; typically in [0, 1].
+  // Time-invariant part for a job; typically in [0, 1]. Factors whose per-job value moves with
+  // usage (per-user fair share) say so with job_value_changes(); the engine then re-keys its
+  // pending jobs after each Refresh.
   virtual double JobValue(const JobRequest& job) const { return 0; }
+  virtual bool job_value_changes() const { return false; }
   // Team part as of the last Refresh; typically in [0, 1].
   virtual double TeamValue(int team) const { return 0; }
   // Called at most every Profile::priority_recalc_interval and before the first cycle.

@@ -44,6 +44,11 @@ struct PluginContext {
   const RuntimeOracle* oracle = nullptr;  // null outside the simulator
   // Where plugins that compose others (the "scored" placement and its scores) resolve names.
   const PluginRegistry* registry = nullptr;
+  // Names behind JobRequest::user and JobRequest::queue (the driver's tables), for plugins that
+  // match configuration by name (Fair Tree's users' shares, partition priorities); null when the
+  // driver has none.
+  const std::vector<std::string>* users = nullptr;
+  const std::vector<std::string>* queues = nullptr;
 };
 
 template <class Plugin>

@@ -20,6 +20,7 @@
 #include "gantry/common/status.h"
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
+#include "gantry/sched/sprio.h"
 #include "gantry/sim/events.h"
 #include "gantry/sim/failures.h"
 #include "gantry/workload/job.h"
@@ -48,6 +49,11 @@ struct SimOptions {
   int max_requeues = 5;
   // Called now and then with the fraction of events done (for progress bars).
   std::function<void(double)> progress;
+  // When `sprio` is set: the priority breakdown of every job pending at instant `sprio_at`
+  // (after everything at or before it happened), in job order, as `sprio -l` shows it
+  // (gantry/sched/sprio.h). Factor values are those of the last priority recalculation.
+  Time sprio_at = 0;
+  std::vector<SprioRow>* sprio = nullptr;
 };
 
 // Runs `workload` (resolved against `cluster`; `teams` from ResolveWorkload) under `profile`.
