@@ -11,9 +11,10 @@ namespace {
 
 class MdsLoaded final : public LoadedShard {
  public:
-  MdsLoaded(MdsShard shard, const MdsShardInfo& info) : shard_(std::move(shard)), info_(info) {
-    for (size_t c = 0; c < info_.columns.size(); ++c) {
-      if (info_.columns[c].name == "__key__") key_column_ = c;
+  MdsLoaded(MdsShard shard, const MdsShardInfo& info)
+      : shard_(std::move(shard)), columns_(info.columns) {
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      if (columns_[c].name == "__key__") key_column_ = c;
     }
   }
   uint64_t size() const override { return shard_.num_samples(); }
@@ -22,7 +23,7 @@ class MdsLoaded final : public LoadedShard {
                             shard_.Sample(static_cast<uint32_t>(i)));
     fields.clear();
     for (size_t c = 0; c < cols.size(); ++c) {
-      fields.push_back({info_.columns[c].name, info_.columns[c].encoding, cols[c]});
+      fields.push_back({columns_[c].name, columns_[c].encoding, cols[c]});
     }
     key = key_column_ < cols.size() ? std::string(cols[key_column_]) : std::string();
     return Status::Ok();
@@ -30,7 +31,9 @@ class MdsLoaded final : public LoadedShard {
 
  private:
   MdsShard shard_;
-  const MdsShardInfo& info_;  // owned by the source, which outlives its iterators' samples
+  // A copy: the fields' names and encodings point into it, and a Sample keeps this shard (not
+  // the source) alive.
+  std::vector<MdsColumn> columns_;
   size_t key_column_ = SIZE_MAX;
 };
 

@@ -288,6 +288,27 @@ TEST(Loader, MissingShardIsNotFoundAndNextCanRetry) {
   EXPECT_EQ(s.key, KeyOf(0, 0));  // nothing was skipped
 }
 
+// A Sample keeps its shard alive, names and encodings included, after the iterator and the
+// source are gone (the MDS column names once pointed into the source's index).
+TEST(Loader, SampleOutlivesItsSource) {
+  auto reads = std::make_shared<std::map<std::string, int>>();
+  Sample s;
+  {
+    auto source = OpenShardSource(MakeMds(Uniq("mds"), reads), {});
+    ASSERT_TRUE(source.ok());
+    auto order = EpochOrder::Create((*source)->shard_samples(), {.shuffle = false}, 0);
+    auto it = SampleIterator::Create(**source, *order, {}, 0);
+    ASSERT_TRUE(it.ok());
+    auto more = it->Next(s);
+    ASSERT_TRUE(more.ok() && *more);
+  }
+  ASSERT_EQ(s.fields.size(), 2u);
+  EXPECT_EQ(std::string(s.fields[0].name), "__key__");
+  EXPECT_EQ(std::string(s.fields[1].name), "v");
+  EXPECT_EQ(std::string(s.fields[1].encoding), "int");
+  EXPECT_EQ(std::string(s.fields[0].bytes), KeyOf(0, 0));
+}
+
 TEST(Loader, OrderForAnotherDatasetIsRefused) {
   auto reads = std::make_shared<std::map<std::string, int>>();
   auto source = OpenShardSource(MakeWds(Uniq("wds"), reads), {});
