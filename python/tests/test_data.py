@@ -227,6 +227,21 @@ class OrderTest(TempDirTestCase):
         self.assertNotEqual(e0, other_seed)
         self.assertEqual(e0, self.uninterrupted(0))
 
+    def test_state_goes_into_a_checkpoint_with_the_model(self):
+        import gantry.checkpoint as ckpt
+        want = self.uninterrupted(epoch=0)
+        ds = self.dataset(batch_size=4)
+        it = iter(self.loader(ds, 0, 4))
+        seen = keys_of([next(it) for _ in range(5)])
+        model = {"w": torch.arange(6, dtype=torch.float32)}
+        ckpt.save({"model": model, "data": ds.state_dict()}, step=5, root=self.path("ckpt"),
+                  job="data").wait()
+        restored = ckpt.load(step=5, root=self.path("ckpt"), job="data")
+        self.assertTrue(torch.equal(restored["model"]["w"], model["w"]))
+        again = self.dataset(batch_size=4)
+        again.load_state_dict(restored["data"])
+        self.assertEqual(seen + [s["__key__"] for s in again], want)
+
     def test_state_of_another_dataset_is_refused(self):
         ds = self.dataset()
         list(ds)
