@@ -289,7 +289,8 @@ TEST(Loader, MissingShardIsNotFoundAndNextCanRetry) {
 }
 
 // A Sample keeps its shard alive, names and encodings included, after the iterator and the
-// source are gone (the MDS column names once pointed into the source's index).
+// source are gone (the MDS column names once pointed into the source's index: under ASan the
+// old code read freed memory here).
 TEST(Loader, SampleOutlivesItsSource) {
   auto reads = std::make_shared<std::map<std::string, int>>();
   Sample s;
