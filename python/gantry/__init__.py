@@ -5,6 +5,9 @@ asynchronous, multi-rank checkpoint engine:
     handle = gantry.checkpoint.save(state, step=100, root="/shared/ckpt")
     state = gantry.checkpoint.load(step="latest", root="/shared/ckpt")
 
+`gantry.data.StreamingDataset` reads MDS and WebDataset datasets into PyTorch in one global
+order that resumes mid-epoch on any world size (docs/data.md).
+
 `python3 -m gantry export|import` converts checkpoints to and from plain torch.save files.
 """
 
@@ -14,9 +17,9 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # `import gantry` stays cheap (and works without the compiled module) until checkpoint
     # functionality is used.
-    if name == "checkpoint":
+    if name in ("checkpoint", "data"):
         import importlib
-        return importlib.import_module("gantry.checkpoint")
+        return importlib.import_module("gantry." + name)
     if name in ("CheckpointError", "RowShard") or name.endswith("Error"):
         from gantry import checkpoint
         return getattr(checkpoint, name)

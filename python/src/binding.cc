@@ -35,6 +35,7 @@
 #include "gantry/ckpt/env_options.h"
 #include "gantry/ckpt/manifest.h"
 #include "gantry/common/status.h"
+#include "module.h"
 
 namespace py = pybind11;
 
@@ -545,6 +546,13 @@ void DefineModule(py::module_& m) {
 }
 
 }  // namespace
+
+// For the other files of the module (data_binding.cc): the same exception classes.
+void ThrowStatus(const Status& status) { Throw(status); }
+
 }  // namespace gantry::ckpt
 
-PYBIND11_MODULE(_gantry, m) { gantry::ckpt::DefineModule(m); }
+PYBIND11_MODULE(_gantry, m) {
+  gantry::ckpt::DefineModule(m);
+  gantry::python::DefineDataModule(m);
+}

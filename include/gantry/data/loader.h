@@ -1,0 +1,124 @@
+// Reading a dataset in its global order (order.h): a ShardSource opens one shard at a time
+// through the MDS and WebDataset readers, and a SampleIterator yields one reader's (rank's or
+// DataLoader worker's) samples, shard by shard, from any position of the epoch.
+//
+//   GANTRY_ASSIGN_OR_RETURN(DatasetLocation d, LocateDataset("s3://bkt/train", {}));
+//   GANTRY_ASSIGN_OR_RETURN(auto source, OpenShardSource(std::move(d), {}));
+//   GANTRY_ASSIGN_OR_RETURN(EpochOrder order, ResumeOrder(source->shard_samples(), state));
+//   GANTRY_ASSIGN_OR_RETURN(SampleIterator it,
+//                           SampleIterator::Create(*source, order, slot, state.consumed));
+//   Sample s;
+//   while (true) {
+//     GANTRY_ASSIGN_OR_RETURN(bool more, it.Next(s));
+//     if (!more) break;
+//     Train(s.Find("jpg"));
+//   }
+//
+// A resume reads no sample before its start: the iterator's first read is the shard holding
+// its first position, and it holds at most the shards overlapping one shuffle window (those
+// its next positions can come from), dropping each once the window has passed its end.
+//
+// A ShardSource is thread-compatible (one iterator per thread, or a lock around Read); a
+// SampleIterator is a movable value for one thread. Samples hold their shard's bytes alive.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gantry/common/status.h"
+#include "gantry/data/dataset.h"
+#include "gantry/data/order.h"
+
+namespace gantry::data {
+
+struct SampleField {
+  std::string_view name;      // MDS column, or WebDataset field ("jpg", "seg.png")
+  std::string_view encoding;  // MDS column encoding ("int", "str", ...); empty for WebDataset
+  std::string_view bytes;     // the stored bytes (a view into the shard)
+};
+
+// One shard, read whole. Owns the bytes its samples' fields point into.
+class LoadedShard {
+ public:
+  virtual ~LoadedShard() = default;
+  virtual uint64_t size() const = 0;
+  // Sample i (< size()): its key ("" when it has none; MDS: the "__key__" column when there is
+  // one) and its fields in stored order. InvalidArgument for a sample whose layout is damaged.
+  virtual Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const = 0;
+};
+
+// A dataset's shards, as its index (MDS) or listing (WebDataset) names them.
+class ShardSource {
+ public:
+  virtual ~ShardSource() = default;
+  virtual DatasetFormat format() const = 0;
+  // Samples per shard, in the dataset's order: what EpochOrder is built from.
+  virtual const std::vector<uint64_t>& shard_samples() const = 0;
+  virtual std::string ShardName(uint32_t shard) const = 0;
+  // Fetches and parses one shard. NotFound or DataLoss name it; a WebDataset shard holding
+  // another number of samples than shard_samples() says is DataLoss (the order depends on it,
+  // so no sample is skipped or invented).
+  virtual Result<std::shared_ptr<const LoadedShard>> Read(uint32_t shard) = 0;
+};
+
+struct ShardSourceOptions {
+  ReadLimits limits;
+  bool verify_hashes = false;  // MDS: check the digests the index records, on every read
+  // WebDataset: samples per shard, when known (an earlier run's shard_samples(), or
+  // `gantry data inspect --json --shards`). Empty: every shard is read once at open to count
+  // them, because a tar holds no index. Must have one entry per shard.
+  std::vector<uint64_t> wds_shard_samples;
+};
+
+// Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.
+Result<std::unique_ptr<ShardSource>> OpenShardSource(DatasetLocation dataset,
+                                                     const ShardSourceOptions& options);
+
+struct Sample {
+  uint64_t position = 0;  // its global position in the epoch
+  SampleRef ref;          // its shard and index in the dataset
+  std::string key;
+  std::vector<SampleField> fields;
+  std::shared_ptr<const LoadedShard> shard;  // keeps the fields' bytes alive
+
+  // The field's bytes, or nullptr when the sample has none by that name.
+  const SampleField* Find(std::string_view name) const;
+};
+
+// One reader's samples of one epoch: the positions SlotPositions gives `slot` from `start`,
+// each read from the shard EpochOrder names.
+class SampleIterator {
+ public:
+  // `source` must outlive the iterator. InvalidArgument for a bad slot, start past the epoch's
+  // end, or an order built for another number of shards than the source has.
+  static Result<SampleIterator> Create(ShardSource& source, const EpochOrder& order,
+                                       const Slot& slot, uint64_t start);
+
+  // Fills `out` with the next sample and returns true, or returns false at the end of this
+  // reader's share. An error (a missing or damaged shard) leaves the iterator where it was, so
+  // Next may be called again (the shard is fetched again).
+  Result<bool> Next(Sample& out);
+
+  uint64_t remaining() const { return positions_.size() - next_; }
+  uint64_t shards_read() const { return shards_read_; }  // fetches, over the iterator's life
+  size_t shards_held() const { return held_.size(); }
+  size_t max_shards_held() const { return max_held_; }
+
+ private:
+  SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions)
+      : source_(&source), order_(std::move(order)), positions_(positions) {}
+
+  ShardSource* source_;
+  EpochOrder order_;
+  SlotPositions positions_;
+  uint64_t next_ = 0;
+  std::map<uint32_t, std::shared_ptr<const LoadedShard>> held_;  // by dataset shard
+  uint64_t shards_read_ = 0;
+  size_t max_held_ = 0;
+};
+
+}  // namespace gantry::data

@@ -1,0 +1,256 @@
+"""Streaming datasets for PyTorch: MosaicML Streaming MDS and WebDataset shards from any store
+URL, read in one seeded global order that is the same on any number of ranks and DataLoader
+workers and resumes mid-epoch in constant time (docs/data.md).
+
+    from gantry.data import StreamingDataset
+    ds = StreamingDataset("s3://bkt/train", batch_size=32, seed=7)
+    loader = torch.utils.data.DataLoader(ds, batch_size=32, num_workers=4)
+    for epoch in range(start_epoch, epochs):
+        ds.set_epoch(epoch)
+        for step, batch in enumerate(loader):
+            ...
+            state = ds.state_dict(num_samples=(step + 1) * 32)   # with the model's state
+    # after a restart, on any world size:
+    ds.load_state_dict(state)   # the same epoch, from the next unread sample
+
+A sample is a dict: "__key__" and one entry per field (WebDataset) or column (MDS), decoded by
+its extension or MDS encoding (see decode_field) unless decode=False; then `transform`, if
+given, is applied to it.
+"""
+
+import io
+import json
+import os
+
+from gantry import _native
+
+_gantry = _native.load()
+
+try:
+    import torch
+    import torch.utils.data
+    _Base = torch.utils.data.IterableDataset
+except ImportError:  # usable without torch, as a plain iterable
+    torch = None
+    _Base = object
+
+DataLossError = _gantry.DataLossError
+NotFoundError = _gantry.NotFoundError
+InvalidArgumentError = _gantry.InvalidArgumentError
+
+__all__ = ["StreamingDataset", "decode_field", "DataLossError", "NotFoundError",
+           "InvalidArgumentError"]
+
+_TEXT = {"txt", "text", "transcript"}
+_JSON = {"json", "jsn"}
+_INT = {"cls", "cls2", "index", "inx", "id"}
+_IMAGE = {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"}
+_NUMPY_SCALARS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                  "float16", "float32", "float64"}
+
+
+def _pil_image(data):
+    try:
+        from PIL import Image
+    except ImportError:
+        return data  # Pillow is optional: images stay encoded bytes
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def _numpy():
+    import numpy
+    return numpy
+
+
+def decode_field(name, encoding, data):
+    """Decodes one field's stored bytes.
+
+    MDS columns go by their encoding: str, int (8 bytes little-endian), int8..uint64 and
+    float16..float64 (a numpy scalar), ndarray:DTYPE:SHAPE (a numpy array), json, str_int,
+    str_float, jpeg/png (a PIL image when Pillow is installed); bytes, pkl (never unpickled),
+    pil and the variable ndarray encodings stay bytes. WebDataset fields go by their last
+    extension: txt/text (str), json, cls/index/id (int), npy (numpy.load, no pickles), image
+    extensions (PIL when installed); anything else stays bytes.
+    """
+    if encoding:
+        if encoding == "str":
+            return data.decode("utf-8")
+        if encoding == "int":
+            return int.from_bytes(data, "little", signed=True)
+        if encoding in _NUMPY_SCALARS:
+            return _numpy().frombuffer(data, dtype=encoding)[0]
+        if encoding.startswith("ndarray:") and encoding.count(":") == 2:
+            _, dtype, shape = encoding.split(":")
+            dims = tuple(int(d) for d in shape.split(","))
+            return _numpy().frombuffer(data, dtype=dtype).reshape(dims).copy()
+        if encoding == "json":
+            return json.loads(data)
+        if encoding == "str_int":
+            return int(data.decode("utf-8"))
+        if encoding == "str_float":
+            return float(data.decode("utf-8"))
+        if encoding in ("jpeg", "png"):
+            return _pil_image(data)
+        return data
+    ext = name.rsplit(".", 1)[-1]
+    if ext in _TEXT:
+        return data.decode("utf-8")
+    if ext in _JSON:
+        return json.loads(data)
+    if ext in _INT:
+        return int(data.decode("utf-8").strip())
+    if ext == "npy":
+        return _numpy().load(io.BytesIO(data), allow_pickle=False)
+    if ext in _IMAGE:
+        return _pil_image(data)
+    return data
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}={value!r} is not an integer") from None
+
+
+def _rank_and_world():
+    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+
+
+class StreamingDataset(_Base):
+    """An IterableDataset over an MDS or WebDataset dataset at `url`.
+
+    Every sample is read exactly once per epoch across all ranks and DataLoader workers, in one
+    global order fixed by (the dataset, seed, epoch, window). `batch_size` should be the
+    DataLoader's: with it, what the job has consumed after each step is a prefix of the global
+    order, which is what state_dict() records (exactly-once holds with any value). The end of an
+    epoch is uneven, not padded: samples_this_rank() says how many this rank gets.
+
+    rank and world_size default to torch.distributed's (when initialised), else the RANK and
+    WORLD_SIZE environment variables, else 0 and 1. `window` is samples per shuffle window (the
+    shards covering one window are held in memory); shuffle=False reads the dataset's own order.
+    `shard_samples` (WebDataset) skips counting every shard's samples at open.
+    """
+
+    def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
+                 rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
+                 shard_samples=None):
+        super().__init__()
+        if batch_size < 1:
+            raise InvalidArgumentError("batch_size must be at least 1")
+        env_rank, env_world = _rank_and_world()
+        self.url = url
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.window = int(window)
+        self.rank = env_rank if rank is None else int(rank)
+        self.world_size = env_world if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise InvalidArgumentError(f"rank {self.rank} is not in [0, {self.world_size})")
+        self.decode = decode
+        self.transform = transform
+        self.verify_hashes = verify_hashes
+        source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
+                                    verify_hashes=verify_hashes)
+        self.format = source.format
+        # Known from here on, so workers (and restarts) never count WebDataset shards again.
+        self.shard_samples = list(source.shard_samples)
+        self.num_samples = sum(self.shard_samples)
+        self._epoch = int(epoch)
+        self._start = 0          # the global position this epoch's iteration starts at
+        self._yielded_here = None  # samples __iter__ gave out in this process (no workers)
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """Starts epoch `epoch` from its beginning (unless it is the epoch a loaded state is in)."""
+        if int(epoch) != self._epoch:
+            self._epoch = int(epoch)
+            self._start = 0
+        self._yielded_here = None
+
+    def samples_this_rank(self):
+        """Samples this rank reads in the current epoch from where it starts (all its workers)."""
+        return _gantry.slot_samples(self.world_size, self.rank, 0, 0, self.batch_size,
+                                    self._start, self.num_samples)
+
+    def __len__(self):
+        return self.samples_this_rank()
+
+    def __iter__(self):
+        workers, worker = 0, 0
+        info = torch.utils.data.get_worker_info() if torch is not None else None
+        if info is not None:
+            workers, worker = info.num_workers, info.id
+        else:
+            self._yielded_here = 0
+        source = _gantry.DataSource(self.url, wds_shard_samples=self._wds_counts(),
+                                    verify_hashes=self.verify_hashes)
+        if list(source.shard_samples) != self.shard_samples:
+            raise DataLossError(f"{self.url}: the dataset changed since it was opened "
+                                f"({sum(source.shard_samples)} samples, not {self.num_samples})")
+        reader = _gantry.DataReader(
+            source, seed=self.seed, shuffle=self.shuffle, window=self.window, epoch=self._epoch,
+            world=self.world_size, rank=self.rank, workers=workers, worker=worker,
+            batch=self.batch_size, start=self._start)
+        for position, key, fields in reader:
+            sample = {"__key__": key}
+            for name, encoding, data in fields:
+                sample[name] = decode_field(name, encoding, data) if self.decode else data
+            if self.transform is not None:
+                sample = self.transform(sample)
+            if info is None:
+                self._yielded_here += 1
+            yield sample
+
+    def _wds_counts(self):
+        return self.shard_samples if self.format == "webdataset" else None
+
+    def state_dict(self, num_samples=None):
+        """The loader's state, a small JSON-able dict to save with the model's.
+
+        num_samples: samples this rank's training loop has taken from the loader since this
+        epoch's iteration began (the sum of its batch sizes). Needed with DataLoader workers,
+        whose iteration this process does not see; without workers it defaults to what this
+        process handed out.
+        """
+        if num_samples is None:
+            if self._yielded_here is None:
+                raise InvalidArgumentError(
+                    "state_dict: pass num_samples (the samples this rank has consumed this "
+                    "epoch); DataLoader workers iterate in other processes")
+            num_samples = self._yielded_here
+        steps = -(-int(num_samples) // self.batch_size)  # a short last batch is a step
+        consumed = min(self._start + steps * self.world_size * self.batch_size, self.num_samples)
+        return {"seed": self.seed, "shuffle": self.shuffle, "window": self.window,
+                "epoch": self._epoch, "consumed": consumed, "samples": self.num_samples}
+
+    def load_state_dict(self, state):
+        """Continues from a saved state: its epoch, from the next sample the job had not consumed.
+
+        The saved seed, shuffle and window replace this dataset's (the order must stay the one
+        the epoch started in). InvalidArgumentError for a state of a dataset of another size.
+        """
+        if int(state["samples"]) != self.num_samples:
+            raise InvalidArgumentError(
+                f"the state was saved for {state['samples']} samples; {self.url} has "
+                f"{self.num_samples}")
+        consumed = int(state["consumed"])
+        if not 0 <= consumed <= self.num_samples:
+            raise InvalidArgumentError(f"consumed {consumed} is not in [0, {self.num_samples}]")
+        self.seed = int(state["seed"])
+        self.shuffle = bool(state["shuffle"])
+        self.window = int(state["window"])
+        self._epoch = int(state["epoch"])
+        self._start = consumed
+        self._yielded_here = None
