@@ -131,6 +131,18 @@ SlurmClient::SlurmClient(SlurmOptions options) : options_(std::move(options)) {
   if (options_.bin_dir.empty()) options_.bin_dir = "/usr/bin";
 }
 
+namespace {
+
+// The failure of a finished command as a status: its stderr (or stdout, or exit status) mapped.
+Status FailureOf(const Output& o, const std::string& what) {
+  std::string text = o.err.empty() ? o.out : o.err;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.empty()) text = "exit status " + std::to_string(o.exit_code);
+  return StatusFromSlurmError(text, what);
+}
+
+}  // namespace
+
 Result<std::string> SlurmClient::Run(std::vector<std::string> argv) const {
   const std::string what = Join(argv, " ");
   argv[0] = options_.bin_dir + "/" + argv[0];
@@ -141,14 +153,9 @@ Result<std::string> SlurmClient::Run(std::vector<std::string> argv) const {
     return DeadlineExceeded(what + ": no answer within " + std::to_string(options_.timeout_ms) +
                             " ms");
   }
-  // scancel reports an unknown job on stderr yet exits 0, so stderr counts as well as the code;
-  // the tools print nothing to stderr when they succeed.
-  if (o.exit_code != 0 || !o.err.empty()) {
-    std::string text = o.err.empty() ? o.out : o.err;
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (text.empty()) text = "exit status " + std::to_string(o.exit_code);
-    return StatusFromSlurmError(text, what);
-  }
+  // The tools print nothing to stderr when they succeed, so anything there is an error even
+  // with exit status 0.
+  if (o.exit_code != 0 || !o.err.empty()) return FailureOf(o, what);
   return std::move(o.out);
 }
 
@@ -188,7 +195,24 @@ Status SlurmClient::Hold(int64_t id) const {
 }
 
 Status SlurmClient::Cancel(int64_t id) const {
-  return Run({"scancel", std::to_string(id)}).status();
+  // scancel exits 0 and prints nothing when Slurm refuses, unless asked to be verbose; then it
+  // also reports success on stderr ("scancel: Terminating job 7"), and a refusal as
+  // "scancel: error: Kill job error on job id 7: <Slurm's error>".
+  const std::string what = "scancel " + std::to_string(id);
+  std::vector<std::string> env;
+  if (!options_.slurm_conf.empty()) env.push_back("SLURM_CONF=" + options_.slurm_conf);
+  GANTRY_ASSIGN_OR_RETURN(Output o, RunWithDeadline({options_.bin_dir + "/scancel", "-v",
+                                                      std::to_string(id)},
+                                                     env, options_.timeout_ms));
+  if (o.timed_out) return DeadlineExceeded(what + ": no answer");
+  const size_t error = o.err.find("error:");
+  if (error != std::string::npos) {
+    Output failed = o;
+    failed.err = o.err.substr(error);
+    return FailureOf(failed, what);
+  }
+  if (o.exit_code != 0) return FailureOf(o, what);
+  return Status::Ok();
 }
 
 Status SlurmClient::RequeueHeld(int64_t id) const {

@@ -3,8 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include "common/test_support.h"
 
 #include "gantry/cluster/cluster.h"
 #include "gantry/slurm/import.h"
@@ -185,6 +190,31 @@ TEST(SlurmClientRun, MissingCommandIsNotFoundAndHangIsDeadlineExceeded) {
   auto with_conf = conf.Run({"sh", "-c", "echo \"$SLURM_CONF\""});
   ASSERT_TRUE(with_conf.ok());
   EXPECT_EQ(*with_conf, "/x/slurm.conf\n");
+}
+
+// Regression: scancel exits 0 without a word when Slurm refuses, so Cancel of an unknown or
+// finished job once returned OK. A stand-in scancel behaves like 22.05's with -v.
+TEST(SlurmClientRun, CancelReadsScancelsVerboseErrors) {
+  test_support::TempDir bin("gantry-slurm-bin");
+  const std::string script = bin.sub("scancel");
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\n"
+         "[ \"$1\" = -v ] || exit 0  # without -v: silent, exit 0, whatever happened\n"
+         "echo \"scancel: Terminating job $2\" >&2\n"
+         "case $2 in\n"
+         "  1) ;;\n"
+         "  2) echo 'scancel: error: Kill job error on job id 2: Invalid job id specified' >&2 ;;\n"
+         "  3) echo 'scancel: error: Kill job error on job id 3: Job/step already completing or "
+         "completed' >&2 ;;\n"
+         "esac\n"
+         "exit 0\n";
+  }
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  SlurmClient client(Opts("", bin.path()));
+  EXPECT_TRUE(client.Cancel(1).ok());
+  EXPECT_EQ(client.Cancel(2).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client.Cancel(3).code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(SlurmTopology, ParsesConfAndScontrolOutput) {
