@@ -24,6 +24,9 @@
 
 #include "cli_test_support.h"
 #include "common/test_support.h"
+#include "gantry/cluster/cluster.h"
+#include "gantry/slurm/import.h"
+#include "gantry/slurm/mapping.h"
 #include "gantry/slurm/slurm.h"
 
 namespace gantry::slurm {
@@ -165,9 +168,21 @@ TEST_F(SlurmLiveTest, HeldJobStartsOnTheChosenNode) {
   EXPECT_EQ(j.state, JobState::kPending);
   EXPECT_TRUE(j.held);
 
-  // n4, not the first a100 node that Slurm's own scheduler would pick.
+  // What the engine would see: the request in the imported cluster's terms.
+  auto snapshot = ReadSnapshot(*client_, {});
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  auto cluster = ParseClusterSpec(*WriteClusterSpec(*snapshot, {}), "import");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto request = ToJobRequest(j, *cluster, 0);
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_EQ(request->team, cluster->FindTeam("biology"));
+  EXPECT_EQ(request->gpus, 1);
+  EXPECT_EQ(request->gpu_type_mask, 1u << cluster->FindGpuType("a100"));
+  // The choice: n4 (index 3), not the first a100 node that Slurm's own scheduler would pick.
+  const std::vector<std::string> chosen = NodeNames(*cluster, {3});
+  ASSERT_THAT(chosen, ElementsAre("n4"));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(client_->StartOnNodes(id, {"n4"}).ok());
+  ASSERT_TRUE(client_->StartOnNodes(id, chosen).ok());
   j = WaitJob(id, [](const SlurmJob& x) { return x.state != JobState::kPending; });
   const double start_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -201,9 +201,9 @@ Status SlurmClient::Cancel(int64_t id) const {
   const std::string what = "scancel " + std::to_string(id);
   std::vector<std::string> env;
   if (!options_.slurm_conf.empty()) env.push_back("SLURM_CONF=" + options_.slurm_conf);
-  GANTRY_ASSIGN_OR_RETURN(Output o, RunWithDeadline({options_.bin_dir + "/scancel", "-v",
-                                                      std::to_string(id)},
-                                                     env, options_.timeout_ms));
+  GANTRY_ASSIGN_OR_RETURN(
+      Output o, RunWithDeadline({options_.bin_dir + "/scancel", "-v", std::to_string(id)}, env,
+                                options_.timeout_ms));
   if (o.timed_out) return DeadlineExceeded(what + ": no answer");
   const size_t error = o.err.find("error:");
   if (error != std::string::npos) {

@@ -2,7 +2,6 @@
 // to the fields Gantry reads). The live cluster tests are in tests/slurm_live_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <fstream>
@@ -10,9 +9,9 @@
 #include <vector>
 
 #include "common/test_support.h"
-
 #include "gantry/cluster/cluster.h"
 #include "gantry/slurm/import.h"
+#include "gantry/slurm/mapping.h"
 #include "gantry/slurm/slurm.h"
 
 namespace gantry::slurm {
@@ -122,7 +121,7 @@ constexpr const char* kSqueue = R"js({
      "tres_req_str": "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2",
      "tres_alloc_str": "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2",
      "nodes": "n3", "required_nodes": "n3", "submit_time": 1796073892,
-     "start_time": 1796073893, "end_time": 1827609893, "restart_cnt": 1},
+     "start_time": 1796073893, "end_time": 1827609893, "restart_cnt": 1, "time_limit": 525600},
     {"job_id": 3, "job_state": "PENDING", "state_reason": "Resources", "priority": 100,
      "nodes": "", "node_count": 1}
   ]})js";
@@ -316,6 +315,69 @@ TEST(SlurmImport, RejectsWhatTheSpecCannotSay) {
   EXPECT_EQ(WriteClusterSpec(cycle, {}).status().code(), StatusCode::kInvalidArgument);
   SlurmSnapshot empty;
   EXPECT_EQ(WriteClusterSpec(empty, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gantry::slurm
+
+namespace gantry::slurm {
+namespace {
+
+Cluster ImportedTestCluster() {
+  SlurmSnapshot s;
+  s.cluster_name = "lab";
+  s.nodes = *ParseSinfoJson(kSinfo);
+  s.accounts = *ParseAssociations("biology||gres/gpu=8|1\nphysics||gres/gpu=16|1\n");
+  return *ParseClusterSpec(*WriteClusterSpec(s, {}), "import");
+}
+
+TEST(SlurmMapping, JobsBecomeEngineRequests) {
+  const Cluster c = ImportedTestCluster();
+  auto jobs = *ParseSqueueJson(kSqueue);
+  auto held = ToJobRequest(jobs[0], c, 1796073800);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->id, "2");
+  EXPECT_EQ(held->team, c.FindTeam("physics"));
+  EXPECT_EQ(held->submit, 97);
+  EXPECT_EQ(held->nodes, 2);
+  EXPECT_EQ(held->gpus_per_node, 8);
+  EXPECT_EQ(held->gpus, 16);
+  EXPECT_EQ(held->gpu_type_mask, 1u << c.FindGpuType("h100"));
+  EXPECT_EQ(held->time_limit, 0);  // null: unlimited
+  auto any_type = ToJobRequest(jobs[1], c, 0);
+  ASSERT_TRUE(any_type.ok());
+  EXPECT_EQ(any_type->gpu_type_mask, kAnyGpuType);
+  EXPECT_EQ(any_type->gpus, 2);
+  EXPECT_EQ(any_type->time_limit, 525600 * 60);
+
+  SlurmJob anywhere = jobs[0];
+  anywhere.gpus_per_node = 0;
+  anywhere.gpus = 5;  // --gpus=5
+  auto spread = ToJobRequest(anywhere, c, 0);
+  ASSERT_TRUE(spread.ok());
+  EXPECT_EQ(spread->gpus, 5);
+  EXPECT_EQ(spread->nodes, 0);
+  EXPECT_EQ(spread->gpus_per_node, 0);
+
+  SlurmJob stranger = jobs[0];
+  stranger.account = "chemistry";
+  EXPECT_EQ(ToJobRequest(stranger, c, 0).status().code(), StatusCode::kNotFound);
+  SlurmJob odd_type = jobs[0];
+  odd_type.gpu_type = "v100";
+  EXPECT_EQ(ToJobRequest(odd_type, c, 0).status().code(), StatusCode::kNotFound);
+  SlurmJob cpu_only = jobs[0];
+  cpu_only.gpus_per_node = 0;
+  cpu_only.gpus = 0;
+  EXPECT_EQ(ToJobRequest(cpu_only, c, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SlurmMapping, NodeNamesAndIndicesRoundTrip) {
+  const Cluster c = ImportedTestCluster();
+  auto idx = NodeIndices(c, {"n3", "n1"});
+  ASSERT_TRUE(idx.ok());
+  EXPECT_THAT(*idx, ElementsAre(2, 0));
+  EXPECT_THAT(NodeNames(c, *idx), ElementsAre("n3", "n1"));
+  EXPECT_EQ(NodeIndices(c, {"n9"}).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ struct SlurmJob {
   int64_t submit_time = 0;                  // Unix seconds; 0 when not yet
   int64_t start_time = 0;
   int64_t end_time = 0;
+  int64_t time_limit_minutes = 0;  // 0: unlimited
   int restart_count = 0;
 };
 
