@@ -21,8 +21,17 @@ local function is_managed(parts)
    return false
 end
 
+-- The partition a job without -p lands in: the default one among those the user may use.
+local function default_partition(part_list)
+   for _, part in pairs(part_list) do
+      if part.flag_default == 1 then return part.name end
+   end
+   return nil
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
-   if is_managed(job_desc.partition) then
+   local parts = job_desc.partition or default_partition(part_list)
+   if is_managed(parts) then
       -- Priority 0 is a hold (Slurm 22.05 shows it as JobHeldUser; see slurm_job_modify).
       job_desc.priority = 0
       slurm.log_info("gantry: holding new job %s of uid %u for Gantry",
