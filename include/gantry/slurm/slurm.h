@@ -6,10 +6,10 @@
 // actions run `scontrol` and `scancel`. Why the command-line tools and not libslurm or
 // slurmrestd: they need no extra daemon and no authentication set-up (slurmrestd needs both, and
 // in 22.05 cannot even set a job's node list), and they keep Gantry free of libslurm's ABI, which
-// changes with every Slurm release; one observation costs about 15 ms (sinfo) + 15-40 ms
-// (squeue) on the test cluster, measured in docs/slurm.md, well inside a 1 s scheduling cycle.
+// changes with every Slurm release. One observation (sinfo + squeue) costs about 55 ms on an idle
+// machine and 100-200 ms on two loaded cores with 100 jobs (docs/slurm.md), inside a 1 s cycle.
 //
-//   SlurmClient slurm({});                       // SLURM_CONF and PATH from the environment
+//   SlurmClient slurm({});  // SLURM_CONF from the environment, the tools from /usr/bin
 //   GANTRY_ASSIGN_OR_RETURN(auto jobs, slurm.Jobs());
 //   for (const SlurmJob& j : jobs)
 //     if (j.held) GANTRY_RETURN_IF_ERROR(slurm.StartOnNodes(j.id, {"n3"}));
