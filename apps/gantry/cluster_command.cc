@@ -1,6 +1,7 @@
 // `gantry cluster show SPEC [--json] [--nodes]`: what a cluster spec or shorthand expands to.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "commands.h"
 #include "gantry/cluster/cluster.h"
+#include "gantry/slurm/import.h"
 
 namespace gantry::cli {
 namespace {
@@ -242,6 +244,60 @@ int RunShow(const ShowOptions& options) {
   return std::cout ? kExitOk : kExitFailure;
 }
 
+struct ImportOptions {
+  bool from_slurm = false;
+  std::string slurm_conf;
+  std::string output;
+  std::string name;
+  bool no_teams = false;
+};
+
+int RunImport(const ImportOptions& options) {
+  if (!options.from_slurm) {
+    std::cerr << "gantry cluster import: name a source (--from-slurm)\n";
+    return kExitUsage;
+  }
+  slurm::SlurmOptions slurm_options;
+  slurm_options.slurm_conf = options.slurm_conf;
+  slurm::SlurmClient client(slurm_options);
+  slurm::ImportOptions import;
+  import.name = options.name;
+  import.teams = !options.no_teams;
+  Result<slurm::SlurmSnapshot> snapshot = slurm::ReadSnapshot(client, import);
+  if (!snapshot.ok()) {
+    std::cerr << "gantry cluster import: " << snapshot.status().message() << "\n";
+    return kExitFailure;
+  }
+  Result<std::string> yaml = slurm::WriteClusterSpec(*snapshot, import);
+  if (!yaml.ok()) {
+    std::cerr << "gantry cluster import: " << yaml.status().message() << "\n";
+    return kExitBadInput;
+  }
+  // What is written must load: check it with the spec parser before anyone relies on it.
+  Result<Cluster> check =
+      ParseClusterSpec(*yaml, options.output.empty() ? "import" : options.output);
+  if (!check.ok()) {
+    std::cerr << "gantry cluster import: the written spec does not load: "
+              << check.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (options.output.empty() || options.output == "-") {
+    std::cout << *yaml;
+    std::cout.flush();
+    return std::cout ? kExitOk : kExitFailure;
+  }
+  std::ofstream out(options.output, std::ios::binary | std::ios::trunc);
+  out << *yaml;
+  out.close();
+  if (!out) {
+    std::cerr << "gantry cluster import: cannot write " << options.output << "\n";
+    return kExitFailure;
+  }
+  std::cerr << "wrote " << options.output << ": " << check->nodes().size() << " nodes, "
+            << check->total_gpus() << " GPUs, " << check->teams().size() << " teams\n";
+  return kExitOk;
+}
+
 std::string ShorthandFooter() {
   std::string text = "SPEC is a cluster spec file (docs/formats/cluster.md) or a shorthand:\n";
   for (const std::string& line : ClusterShorthandHelp()) text += "  " + line + "\n";
@@ -251,7 +307,8 @@ std::string ShorthandFooter() {
 }  // namespace
 
 void RegisterClusterCommands(CLI::App& app) {
-  CLI::App* cluster = app.add_subcommand("cluster", "Inspect cluster specs and shorthands");
+  CLI::App* cluster =
+      app.add_subcommand("cluster", "Inspect cluster specs and shorthands; import them from Slurm");
   cluster->require_subcommand(1);
   auto options = std::make_shared<ShowOptions>();
   CLI::App* show = cluster->add_subcommand(
@@ -267,6 +324,26 @@ void RegisterClusterCommands(CLI::App& app) {
     // CLI11's way to leave main() with a code; it prints nothing itself.
     if (rc != kExitOk) throw CLI::RuntimeError(rc);
   });
-}
+
+  auto import_options = std::make_shared<ImportOptions>();
+  CLI::App* import = cluster->add_subcommand(
+      "import", "Write a cluster spec (nodes, GPUs, topology, teams) from a live cluster");
+  import->add_flag("--from-slurm", import_options->from_slurm,
+                   "read it from Slurm: sinfo (nodes, GPU GRES), scontrol show topology "
+                   "(topology.conf), sacctmgr (accounts, GrpTRES gres/gpu)");
+  import->add_option("--slurm-conf", import_options->slurm_conf,
+                     "the cluster's slurm.conf (default: $SLURM_CONF)");
+  import->add_option("-o,--output", import_options->output, "write here (default: stdout)");
+  import->add_option("--name", import_options->name, "cluster name (default: Slurm's ClusterName)");
+  import->add_flag("--no-teams", import_options->no_teams,
+                   "skip the accounts (for a Slurm without slurmdbd)");
+  import->footer(
+      "\nExample:\n  gantry cluster import --from-slurm -o site.yaml && "
+      "gantry cluster show site.yaml");
+  import->callback([import_options] {
+    const int rc = RunImport(*import_options);
+  if (rc != kExitOk) throw CLI::RuntimeError(rc);
+});
+}  // namespace gantry::cli
 
 }  // namespace gantry::cli

@@ -350,4 +350,6 @@ std::vector<std::string> ClusterShorthandHelp() {
   return lines;
 }
 
+const std::vector<GpuType>& KnownGpuTypes() { return GpuCatalog(); }
+
 }  // namespace gantry

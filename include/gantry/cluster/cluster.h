@@ -174,5 +174,8 @@ Result<Cluster> ParseClusterSpec(const std::string& yaml_text, const std::string
 Result<Cluster> GenerateCluster(const std::string& shorthand);
 // One line per shorthand generator with its parameters and defaults, for --help.
 std::vector<std::string> ClusterShorthandHelp();
+// The GPU types the shorthands know (H100, H200, A100, ...) with memory and power, for tools
+// that meet a type by name only (gantry cluster import reads "h100" from Slurm's GRES).
+const std::vector<GpuType>& KnownGpuTypes();
 
 }  // namespace gantry
