@@ -63,6 +63,41 @@ struct Caller {
 
 std::string JobViewJson(const JobView& job) { return JobJson(job).dump(); }
 
+Result<std::map<std::string, std::string>> ParseTeamTokens(const std::string& text,
+                                                           const std::string& source) {
+  std::map<std::string, std::string> out;
+  size_t start = 0;
+  for (int line_no = 1; start <= text.size(); ++line_no) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::vector<std::string> words;
+    std::string word;
+    for (char c : line + " ") {
+      if (c == ' ' || c == '\t') {
+        if (!word.empty()) words.push_back(std::move(word));
+        word.clear();
+      } else {
+        word += c;
+      }
+    }
+    if (words.empty() || words[0][0] == '#') continue;
+    const std::string where = source + ":" + std::to_string(line_no) + ": ";
+    if (words.size() != 2) return InvalidArgument(where + "expected 'TEAM TOKEN'");
+    for (char c : words[1]) {
+      if (c < 0x21 || c > 0x7e) {
+        return InvalidArgument(where + "a token may hold only printable ASCII without spaces");
+      }
+    }
+    if (!out.emplace(words[1], words[0]).second) {
+      return InvalidArgument(where + "this token is given twice (each team needs its own)");
+    }
+  }
+  return out;
+}
+
 class ApiServer::Impl {
  public:
   Impl(ApiOptions options, SnapshotSource snapshot, MetricsRegistry* metrics)

@@ -168,6 +168,20 @@ TEST_F(ApiTest, UnknownPathsAndBadConfigurations) {
   EXPECT_EQ(start_code(bad), StatusCode::kUnavailable);
 }
 
+TEST(TeamTokens, ParsesLinesAndRefusesNonsense) {
+  Result<std::map<std::string, std::string>> t =
+      ParseTeamTokens("# team token\nvision  abc123\n\n\tnlp xyz\r\n", "tokens");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*t, (std::map<std::string, std::string>{{"abc123", "vision"}, {"xyz", "nlp"}}));
+  Result<std::map<std::string, std::string>> bad = ParseTeamTokens("vision\n", "f");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("f:1:"), std::string::npos);
+  EXPECT_EQ(ParseTeamTokens("a t\nb t\n", "f").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ParseTeamTokens("a t\nb t\n", "f").status().message().find("f:2:"), std::string::npos);
+  EXPECT_EQ(ParseTeamTokens("a t\x01k\n", "f").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ParseTeamTokens("", "f")->empty());
+}
+
 TEST_F(ApiTest, ASilentClientDoesNotBlockOthers) {
   // Clients that connect and send nothing hold a worker each until the read timeout; with
   // more of them than workers, others are still answered once those time out, and the server

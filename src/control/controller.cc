@@ -177,7 +177,9 @@ class Controller::Impl {
 
   // A job the store has never seen.
   Status Accept(const RmJob& o, Time now, CycleReport* report) {
-    if (o.state == ObservedState::kFinished) return Status::Ok();  // ended before we saw it
+    // Only a held job is Gantry's to place. One first seen released, running or ended was
+    // started by someone else before gantryd ever saw it, and stays theirs.
+    if (o.state != ObservedState::kHeld) return Status::Ok();
     Status added = store_->AddJob(o.request, now);
     if (!added.ok()) return added;
     GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(o.request.id));
@@ -218,6 +220,10 @@ class Controller::Impl {
     const bool ours_running =
         it != by_id_.end() && engine_->status(it->second).phase == JobStatus::Phase::kRunning;
     const std::vector<NodeGpus>& placement = o.placement.empty() ? r.placement : o.placement;
+    if (placement.empty()) {
+      // Released with no node list pinned (by hand): nowhere to book it until it runs.
+      return Status::Ok();
+    }
     if (r.phase == JobPhase::kPending) {
       // Released by someone else: record it as decided there.
       GANTRY_RETURN_IF_ERROR(store_->Decide(r.id, placement, now));

@@ -55,6 +55,12 @@ class ApiServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Team tokens from a file's text: one "TEAM TOKEN" per line; blank lines and lines starting
+// with '#' are skipped. InvalidArgument naming source:line for a line that is not two words, a
+// token given twice, or a token with characters outside printable ASCII.
+Result<std::map<std::string, std::string>> ParseTeamTokens(const std::string& text,
+                                                           const std::string& source);
+
 // The JSON of one job as the API shows it (also what `gantry queue --json` will print).
 std::string JobViewJson(const JobView& job);
 

@@ -1,0 +1,206 @@
+// gantryd: Gantry's live control plane. Runs the scheduling engine with the real clock against
+// a Slurm cluster: jobs submitted with plain sbatch to Gantry-managed partitions are held by
+// Gantry's job_submit.lua; gantryd decides where and when each runs, pins its nodes and
+// releases it, and serves the queue with reasons and estimates over a REST API.
+//
+//   gantryd --cluster cluster.yaml --state /var/lib/gantry/state.db --partition gantry
+//           --tokens /etc/gantry/tokens --operator-token-file /etc/gantry/operator-token
+//
+// Exit status: 0 after SIGINT/SIGTERM (or --cycles), 2 usage error, 3 the state or the cluster
+// cannot be opened (another gantryd holds the state), 4 the API address cannot be bound.
+#include <signal.h>
+#include <time.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gantry/cluster/cluster.h"
+#include "gantry/common/daemon.h"
+#include "gantry/common/metrics.h"
+#include "gantry/control/api.h"
+#include "gantry/control/controller.h"
+#include "gantry/control/slurm_rm.h"
+#include "gantry/control/state_store.h"
+#include "gantry/sched/profile.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitCannotOpen = 3;
+constexpr int kExitCannotListen = 4;
+
+int Usage(const std::string& what) {
+  std::cerr << "gantryd: " << what << "\n";
+  return kExitUsage;
+}
+
+std::string Now() {
+  char buf[32];
+  const time_t t = time(nullptr);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gantryd: Gantry's live control plane. Decides where and when the jobs of Gantry-managed\n"
+      "Slurm partitions run (they are held at submission by Gantry's job_submit.lua), starts\n"
+      "them on the chosen nodes, and serves the queue with reasons and start estimates over\n"
+      "HTTP (docs/control.md, docs/openapi.yaml). Every accepted job and decision is written to\n"
+      "the state database before it is acted on; a restarted gantryd picks up where it was."};
+  std::string cluster_spec, state_path, profile_name = "slurm-like", profiles_file;
+  std::vector<std::string> partitions;
+  std::string slurm_conf, slurm_bin, listen = "127.0.0.1:8642", port_file, tokens_file,
+                                     operator_token_file;
+  double interval = 1.0;
+  int64_t cycles = 0;
+  bool metrics_need_token = false;
+  app.add_option("--cluster", cluster_spec,
+                 "Cluster spec (YAML; `gantry cluster import --from-slurm` writes one)")
+      ->required();
+  app.add_option("--state", state_path, "State database (SQLite; created if missing)")->required();
+  app.add_option("--profile", profile_name, "Scheduling profile")->capture_default_str();
+  app.add_option("--profiles", profiles_file, "Extra profiles (YAML)");
+  app.add_option("--partition", partitions,
+                 "A Gantry-managed partition, as job_submit.lua's GANTRY_MANAGED_PARTITIONS "
+                 "(repeat; default: gantry)");
+  app.add_option("--slurm-conf", slurm_conf, "slurm.conf (default: $SLURM_CONF)");
+  app.add_option("--slurm-bin", slurm_bin, "Directory of squeue, scontrol, ... (default /usr/bin)");
+  app.add_option("--listen", listen, "API address HOST:PORT (port 0: any)")->capture_default_str();
+  app.add_option("--port-file", port_file, "Write the API's port here once listening");
+  app.add_option("--tokens", tokens_file, "Team tokens: one 'TEAM TOKEN' per line");
+  app.add_option("--operator-token-file", operator_token_file,
+                 "The operator's token (sees every job)");
+  app.add_flag("--metrics-need-token", metrics_need_token, "Require a token for /metrics");
+  app.add_option("--interval", interval, "Seconds between cycles")->capture_default_str();
+  app.add_option("--cycles", cycles, "Stop after this many cycles (0: run until a signal)");
+  app.footer(
+      "Exit status: 0 after SIGINT/SIGTERM or --cycles, 2 usage error, 3 the state database or "
+      "the cluster cannot be opened, 4 the API address cannot be bound.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  if (interval <= 0) return Usage("--interval must be positive");
+  if (partitions.empty()) partitions = {"gantry"};
+
+  gantry::control::ApiOptions api_options;
+  if (gantry::Status s = gantry::ParseHostPort(listen, &api_options.host, &api_options.port);
+      !s.ok()) {
+    return Usage("--listen " + s.message());
+  }
+  if (!tokens_file.empty()) {
+    std::ifstream f(tokens_file);
+    if (!f) return Usage("--tokens: cannot read " + tokens_file);
+    std::stringstream text;
+    text << f.rdbuf();
+    auto tokens = gantry::control::ParseTeamTokens(text.str(), tokens_file);
+    if (!tokens.ok()) return Usage("--tokens: " + tokens.status().message());
+    api_options.team_tokens = std::move(tokens).value();
+  }
+  if (!operator_token_file.empty()) {
+    auto token = gantry::ReadSecretFile(operator_token_file);
+    if (!token.ok()) return Usage("--operator-token-file: " + token.status().message());
+    api_options.operator_token = std::move(token).value();
+  }
+  if (api_options.team_tokens.empty() && api_options.operator_token.empty()) {
+    std::cerr << "gantryd: no --tokens and no --operator-token-file: only /v1/health and "
+                 "/metrics will answer\n";
+  }
+  api_options.metrics_need_token = metrics_need_token;
+
+  gantry::Result<gantry::Cluster> cluster = gantry::LoadCluster(cluster_spec);
+  if (!cluster.ok()) return Usage("--cluster: " + cluster.status().message());
+  std::vector<gantry::Profile> extra;
+  if (!profiles_file.empty()) {
+    auto loaded = gantry::LoadProfilesFile(profiles_file);
+    if (!loaded.ok()) return Usage("--profiles: " + loaded.status().message());
+    extra = std::move(loaded).value();
+  }
+  gantry::Result<gantry::Profile> profile = gantry::FindProfile(profile_name, extra);
+  if (!profile.ok()) return Usage("--profile: " + profile.status().message());
+
+  // The stop signals go to the main loop alone, through sigtimedwait, which is also its sleep.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto store = gantry::control::StateStore::Open(state_path);
+  if (!store.ok()) {
+    std::cerr << "gantryd: " << store.status().message() << "\n";
+    return kExitCannotOpen;
+  }
+  gantry::control::SlurmRmOptions rm_options;
+  rm_options.slurm.slurm_conf = slurm_conf;
+  rm_options.slurm.bin_dir = slurm_bin;
+  rm_options.partitions = partitions;
+  gantry::control::SlurmResourceManager rm(rm_options);
+  gantry::MetricsRegistry metrics;
+  auto controller =
+      gantry::control::Controller::Open(*cluster, *profile, store->get(), &rm, time(nullptr));
+  if (!controller.ok()) {
+    std::cerr << "gantryd: recovering from " << state_path << ": " << controller.status().message()
+              << "\n";
+    return kExitCannotOpen;
+  }
+  (*controller)->set_metrics(&metrics);
+  gantry::control::Controller* ctl = controller->get();
+  auto api = gantry::control::ApiServer::Start(
+      api_options, [ctl] { return ctl->Snapshot(); }, &metrics);
+  if (!api.ok()) {
+    std::cerr << "gantryd: " << api.status().message() << "\n";
+    return kExitCannotListen;
+  }
+  if (!port_file.empty()) {
+    if (gantry::Status s = gantry::WritePortFile(port_file, (*api)->port()); !s.ok()) {
+      return Usage("--port-file: " + s.message());
+    }
+  }
+  std::cerr << Now() << " gantryd: " << cluster->nodes().size() << " nodes, profile "
+            << profile->name << ", API on " << api_options.host << ":" << (*api)->port()
+            << ", state " << state_path << std::endl;
+
+  const auto period = std::chrono::duration<double>(interval);
+  int exit_code = 0;
+  for (int64_t n = 0; cycles == 0 || n < cycles; ++n) {
+    const auto started = std::chrono::steady_clock::now();
+    gantry::control::CycleReport r;
+    gantry::Status s = ctl->Cycle(time(nullptr), &r);
+    if (!s.ok()) {
+      // Slurm unreachable or slow: try again next cycle; nothing was acted on unrecorded.
+      std::cerr << Now() << " gantryd: cycle failed: " << s.ToString() << std::endl;
+    } else if (r.submitted + r.started + r.refused + r.confirmed + r.finished > 0) {
+      std::cerr << Now() << " gantryd: " << r.observed << " jobs seen, " << r.submitted << " new, "
+                << r.started << " started, " << r.refused << " refused, " << r.confirmed
+                << " running, " << r.finished << " ended" << std::endl;
+    }
+    if (cycles != 0 && n + 1 >= cycles) break;
+    const auto left = period - (std::chrono::steady_clock::now() - started);
+    const double wait = std::max(left.count(), 0.0);
+    struct timespec ts;
+    ts.tv_sec = static_cast<time_t>(wait);
+    ts.tv_nsec = static_cast<long>((wait - static_cast<double>(ts.tv_sec)) * 1e9);
+    const int sig = sigtimedwait(&stop_signals, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::cerr << Now() << " gantryd: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping"
+                << std::endl;
+      break;
+    }
+  }
+  (*api)->Stop();
+  return exit_code;
+}
