@@ -30,6 +30,7 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddScore("least-free", NewLeastFreeScore));
   add(r.AddScore("most-free", NewMostFreeScore));
   add(r.AddScore("fgd", NewFgdScore));
+  add(r.AddScore("scarcity", NewScarcityScore));
   add(r.AddPreemption("none", NewNoPreemption));
   if (!s.ok()) {
     std::fprintf(stderr, "gantry: built-in plugins clash: %s\n", s.ToString().c_str());

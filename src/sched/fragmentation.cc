@@ -81,4 +81,18 @@ double WholeGpuFragmentation(int free, GpuTypeIndex type, const TaskMix& mix) {
   return f;
 }
 
+double TypeContention(const TaskMix& mix, GpuTypeIndex type, uint32_t mask,
+                      uint32_t cluster_types) {
+  mask &= cluster_types;
+  double narrower = 0, all = 0;
+  for (const TaskClass& m : mix.classes()) {
+    const double demand = m.share * (m.milli > 0 ? m.milli / double{kMilliPerGpu} : m.gpus);
+    all += demand;
+    const uint32_t types = m.types & cluster_types;
+    const bool strict_subset = (types & mask) == types && types != mask;
+    if (((types >> type) & 1u) && strict_subset) narrower += demand;
+  }
+  return all > 0 ? narrower / all : 0;
+}
+
 }  // namespace gantry

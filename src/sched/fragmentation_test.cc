@@ -129,6 +129,33 @@ TEST(FgdScoreTest, LeavesTheScarceTypeToJobsThatNeedIt) {
   EXPECT_EQ(Place("best-fit", "fgd:10", one, free, ctx), (Placement{{1, 1}}));
 }
 
+TEST(ScarcityScoreTest, KeepsJobsThatCanGoElsewhereOffTheTypesOthersNeed) {
+  const Cluster c = TwoTypes();
+  FreeIndex free(c);
+  // GPU demand of the mix: A-only 8-GPU gang 0.5 * 8 = 4, any-type 1 GPU 0.5 * 1; of 4.5 in
+  // all. The any-type job on n0 (A) competes with the A-only 4: score 1 - 4/4.5; on n1: 1.
+  TaskMix mix;
+  mix.Add(Gang(0, 8, 0b01));
+  mix.Add(Gang(1, 1));
+  EXPECT_DOUBLE_EQ(TypeContention(mix, 0, kAnyGpuType, 0b11), 4 / 4.5);
+  EXPECT_DOUBLE_EQ(TypeContention(mix, 0, 0b11, 0b11), 4 / 4.5);  // "any" = every type listed
+  EXPECT_DOUBLE_EQ(TypeContention(mix, 1, kAnyGpuType, 0b11), 0);
+  EXPECT_DOUBLE_EQ(TypeContention(mix, 0, 0b01, 0b11), 0);  // nothing narrower than A-only
+  PluginContext ctx{.cluster = &c};
+  ctx.task_mix = &mix;
+  auto scarcity =
+      PluginRegistry::Builtin().CreateScore("scarcity", PluginArgs("scarcity", {}), ctx);
+  ASSERT_TRUE(scarcity.ok());
+  const JobRequest one = Gang(1, 1);
+  EXPECT_DOUBLE_EQ((*scarcity)->Score(one, 0, 8, free), 1 - 4 / 4.5);
+  EXPECT_DOUBLE_EQ((*scarcity)->Score(one, 1, 8, free), 1);
+  // n0 has 4 free, n1 8: best-fit alone takes n0; scarcity:10 on top moves the job to n1.
+  free.Allocate(0, 4);
+  EXPECT_EQ(Place("best-fit", nullptr, one, free, ctx), (Placement{{0, 1}}));
+  EXPECT_EQ(Place("best-fit", "scarcity:10", one, free, ctx), (Placement{{1, 1}}));
+  EXPECT_EQ(Place("topology", "scarcity:10", one, free, ctx), (Placement{{1, 1}}));
+}
+
 TEST(FgdScoreTest, PacksWhereFragmentationFalls) {
   // Both nodes type B; n1 has 3 free. Mix: 8-GPU gang and 1-GPU job, half each.
   // n0: 8 -> 7 free strands 7 for the gang kind: growth 3.5. n1: 3 -> 2, already stranded for

@@ -65,4 +65,12 @@ double NodeFragmentation(std::span<const int> device_free, int capacity, GpuType
 // GPUs. A fractional kind is treated as needing one whole GPU, as the engine rounds it.
 double WholeGpuFragmentation(int free, GpuTypeIndex type, const TaskMix& mix);
 
+// Type contention, for the "scarcity" score: the share of the mix's GPU demand (share x GPUs
+// per node) whose kinds may use `type` and are strictly narrower than `mask` (a subset of its
+// types), i.e. the demand a job allowed `mask` competes with when it takes a GPU of `type`
+// though it could go elsewhere. Masks are compared within `cluster_types` (the cluster's types),
+// so "any" and a list of every type the cluster has are the same. 0 for a job of one allowed
+// type; in [0, 1].
+double TypeContention(const TaskMix& mix, GpuTypeIndex type, uint32_t mask, uint32_t cluster_types);
+
 }  // namespace gantry
