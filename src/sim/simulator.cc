@@ -33,6 +33,53 @@ class Fenwick {
   std::vector<int64_t> tree_;
 };
 
+// Pending jobs grouped by the GPU types they may use, for the fragmentation wait: a job waits
+// "for fragmentation" while at least as many GPUs of the types it may use are idle as it asks
+// for (GPUs it could not use do not count). One group, and the plain idle total, on a cluster
+// of one type or when every job takes any type.
+class PendingByTypes {
+ public:
+  explicit PendingByTypes(const Cluster& c)
+      : c_(c),
+        all_(c.gpu_types().size() >= 32 ? ~0u : (1u << c.gpu_types().size()) - 1),
+        gpus_of_type_(c.gpu_types().size(), 0),
+        busy_of_type_(c.gpu_types().size(), 0) {
+    for (const Node& n : c.nodes()) gpus_of_type_[n.gpu_type] += n.gpus;
+  }
+  void Pending(const Job& job, int delta) {
+    const uint32_t mask = job.gpu_type_mask & all_;
+    auto it = std::find_if(groups_.begin(), groups_.end(),
+                           [&](const auto& g) { return g.first == mask; });
+    if (it == groups_.end()) {
+      groups_.emplace_back(mask, Fenwick(c_.total_gpus() + 1));
+      it = groups_.end() - 1;
+    }
+    it->second.Add(job.gpus, delta);
+  }
+  void Busy(const Placement& p, int sign) {
+    for (const Slot& s : p) busy_of_type_[c_.nodes()[s.node].gpu_type] += sign * s.gpus;
+  }
+  // Pending jobs asking for no more than the idle GPUs of their types.
+  int64_t FragWaiting() const {
+    int64_t n = 0;
+    for (const auto& [mask, fenwick] : groups_) {
+      int64_t idle = 0;
+      for (size_t t = 0; t < gpus_of_type_.size(); ++t) {
+        if ((mask >> t) & 1u) idle += gpus_of_type_[t] - busy_of_type_[t];
+      }
+      n += fenwick.PrefixSum(static_cast<int>(idle));
+    }
+    return n;
+  }
+
+ private:
+  const Cluster& c_;
+  uint32_t all_;
+  std::vector<int64_t> gpus_of_type_;
+  std::vector<int64_t> busy_of_type_;
+  std::vector<std::pair<uint32_t, Fenwick>> groups_;
+};
+
 // Innermost topology level whose one domain holds every node of the placement; -1 for a single
 // node, levels().size() when no domain holds them all.
 int SpanLevel(const Cluster& c, const Placement& p) {
@@ -112,7 +159,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   using FinishEvent = std::pair<Time, JobIndex>;
   std::priority_queue<FinishEvent, std::vector<FinishEvent>, std::greater<>> finishes;
   InvariantChecker checker(cluster, teams);
-  Fenwick pending_by_gpus(cluster.total_gpus() + 1);
+  PendingByTypes pending_by_types(cluster);
+  std::vector<Placement> started_on(jobs.size());  // the current run's placement, per job
   std::vector<StartDecision> starts;
 
   const Time first = jobs.empty() ? 0 : jobs[order.front()].submit;
@@ -134,6 +182,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     --running;
     busy -= job.gpus;
     team_busy[job.team] -= job.gpus;
+    pending_by_types.Busy(started_on[job.index], -1);
   };
   // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
   // restart cost the current run pays first.
@@ -203,7 +252,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       ++o.requeues;
       ++result.requeues;
       GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
-      pending_by_gpus.Add(job.gpus, 1);
+      pending_by_types.Pending(job, 1);
       ++pending;
     }
     return Status::Ok();
@@ -213,7 +262,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     JobOutcome& o = result.outcomes[j];
     const JobStatus::Phase phase = engine->status(j).phase;
     if (phase == JobStatus::Phase::kPending) {
-      pending_by_gpus.Add(job.gpus, -1);
+      pending_by_types.Pending(job, -1);
       --pending;
     } else if (phase == JobStatus::Phase::kRunning) {
       if (options.check_invariants) {
@@ -328,9 +377,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       const double dt = static_cast<double>(now - prev);
       result.busy_gpu_seconds += dt * static_cast<double>(busy);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
-      const int free_total = cluster.total_gpus() - static_cast<int>(busy);
-      result.frag_wait_job_seconds +=
-          dt * static_cast<double>(pending_by_gpus.PrefixSum(free_total));
+      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting());
       while (next_sample < now) {
         result.samples.push_back({next_sample, static_cast<int32_t>(busy),
                                   static_cast<int32_t>(pending), static_cast<int32_t>(running),
@@ -366,7 +413,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     while (next_submit < order.size() && jobs[order[next_submit]].submit == now) {
       const Job& job = jobs[order[next_submit++]];
       GANTRY_RETURN_IF_ERROR(engine->Submit(job, now));
-      pending_by_gpus.Add(job.gpus, 1);
+      pending_by_types.Pending(job, 1);
       ++pending;
       ++processed;
     }
@@ -427,11 +474,13 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       o.span_level = SpanLevel(cluster, d.placement);
       o.backfilled = d.reason == Reason::kStartedBackfill;
       finishes.push({o.end, d.job});
-      pending_by_gpus.Add(job.gpus, -1);
+      pending_by_types.Pending(job, -1);
       --pending;
       ++running;
       busy += job.gpus;
       team_busy[job.team] += job.gpus;
+      started_on[d.job] = d.placement;
+      pending_by_types.Busy(d.placement, 1);
     }
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {

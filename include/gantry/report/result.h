@@ -79,8 +79,8 @@ struct SimSummary {
   double bounded_slowdown_mean = 0, bounded_slowdown_p95 = 0;  // threshold 10 s
   double gpu_utilization = 0;  // busy GPU-seconds / (GPUs * makespan)
   double jain_fairness = 0;    // Jain's index over per-team mean bounded slowdown
-  // Fragmentation: job-hours spent waiting while the cluster had at least as many free GPUs in
-  // total as the job asked for, and that as a fraction of all job-hours waited.
+  // Fragmentation: job-hours spent waiting while the cluster had at least as many idle GPUs of
+  // the job's allowed types as it asked for, and that as a fraction of all job-hours waited.
   double frag_wait_job_hours = 0;
   double total_wait_job_hours = 0;
   double frag_wait_fraction = 0;
