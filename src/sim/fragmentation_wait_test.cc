@@ -1,6 +1,9 @@
-// The summary's fragmentation wait counts only idle GPUs a waiting job could use: of its
-// allowed GPU types. Hand-worked on a cluster of two one-GPU nodes of different types.
+// The summary's fragmentation measures count only GPUs a job could use: the fragmentation wait
+// only idle GPUs of a waiting job's allowed types, the fragmented GPU share (FGD's measure) only
+// idle GPUs a kind of job cannot use where they are. Hand-worked on one- and two-node clusters.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "gantry/sched/profile.h"
 #include "gantry/sim/simulator.h"
@@ -55,6 +58,40 @@ TEST(FragmentationWaitTest, CountsOnlyGpusOfTheJobsTypes) {
     EXPECT_DOUBLE_EQ(r.total_wait_job_seconds, 100) << j2;
     EXPECT_DOUBLE_EQ(r.frag_wait_job_seconds, 0) << j2;
   }
+}
+
+// One node of 2 GPUs (fifo): J0 (1 GPU, 100 s) starts at 0; J1 (2 GPUs, 100 s) waits until 100.
+// Kinds: 1 GPU and 2 GPUs, half each. During [0, 100) the node has 1 idle GPU, which the 2-GPU
+// kind cannot use: 0.5 expected fragmented GPUs for 100 s = 50 GPU-seconds; none after. Makespan
+// 200 s on 2 GPUs: share 50 / 400. J1's wait is not fragmentation wait (1 idle < 2 asked).
+TEST(FragmentationWaitTest, ExpectedFragmentedShareInTheSummary) {
+  ClusterBuilder b("one", {});
+  ASSERT_TRUE(b.AddGpuType({"A", 80, 70, 700}).ok());
+  ASSERT_TRUE(b.AddNode({.name = "n0", .gpu_type = 0, .gpus = 2}).ok());
+  const Cluster c = std::move(b).Build().value();
+  Workload w;
+  w.teams = {"t"};
+  w.users = {"u"};
+  w.queues = {"q"};
+  for (int i = 0; i < 2; ++i) {
+    Job j;
+    j.index = i;
+    j.id = "J" + std::to_string(i);
+    j.gpus = i + 1;
+    j.nodes = 1;
+    j.gpus_per_node = i + 1;
+    j.run_time = j.time_limit = 100;
+    w.jobs.push_back(j);
+  }
+  SimOptions o;
+  o.check_invariants = true;
+  auto r = Simulate(c, {Team{"t", kNoQuota, 1.0}}, w, FindProfile("fifo", {}).value(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcomes[1].start, 100);
+  EXPECT_DOUBLE_EQ(r->fragmented_gpu_seconds, 50);
+  EXPECT_DOUBLE_EQ(r->summary.fragmented_gpu_share, 50.0 / 400);
+  EXPECT_DOUBLE_EQ(r->frag_wait_job_seconds, 0);
+  EXPECT_EQ(SummaryToJson(*r)["fragmented_gpu_share"].get<double>(), 0.125);
 }
 
 }  // namespace

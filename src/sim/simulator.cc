@@ -8,6 +8,7 @@
 #include <set>
 
 #include "gantry/sched/engine.h"
+#include "gantry/sched/fragmentation.h"
 #include "gantry/sim/failures.h"
 #include "invariant_checker.h"
 
@@ -78,6 +79,38 @@ class PendingByTypes {
   std::vector<int64_t> gpus_of_type_;
   std::vector<int64_t> busy_of_type_;
   std::vector<std::pair<uint32_t, Fenwick>> groups_;
+};
+
+// FGD's expected fragmentation (sched/fragmentation.h) of the running cluster, over the
+// workload's kinds of job: a running sum of per-node values, updated on the nodes a start or
+// an end touches (O(kinds) per node).
+class FragmentationSum {
+ public:
+  FragmentationSum(const Cluster& c, const std::vector<Job>& jobs)
+      : c_(c), busy_(c.nodes().size(), 0), frag_(c.nodes().size(), 0) {
+    for (const Job& j : jobs) mix_.Add(j);
+    for (size_t n = 0; n < frag_.size(); ++n) Update(static_cast<NodeIndex>(n));
+  }
+  void Busy(const Placement& p, int sign) {
+    for (const Slot& s : p) {
+      busy_[s.node] += sign * s.gpus;
+      Update(s.node);
+    }
+  }
+  double total() const { return total_; }
+
+ private:
+  void Update(NodeIndex n) {
+    total_ -= frag_[n];
+    const Node& node = c_.nodes()[n];
+    frag_[n] = WholeGpuFragmentation(node.gpus - busy_[n], node.gpu_type, mix_);
+    total_ += frag_[n];
+  }
+  const Cluster& c_;
+  TaskMix mix_;
+  std::vector<int> busy_;
+  std::vector<double> frag_;
+  double total_ = 0;
 };
 
 // Innermost topology level whose one domain holds every node of the placement; -1 for a single
@@ -160,6 +193,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   std::priority_queue<FinishEvent, std::vector<FinishEvent>, std::greater<>> finishes;
   InvariantChecker checker(cluster, teams);
   PendingByTypes pending_by_types(cluster);
+  FragmentationSum fragmentation(cluster, jobs);
   std::vector<Placement> started_on(jobs.size());  // the current run's placement, per job
   std::vector<StartDecision> starts;
 
@@ -183,6 +217,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     busy -= job.gpus;
     team_busy[job.team] -= job.gpus;
     pending_by_types.Busy(started_on[job.index], -1);
+    fragmentation.Busy(started_on[job.index], -1);
   };
   // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
   // restart cost the current run pays first.
@@ -378,6 +413,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       result.busy_gpu_seconds += dt * static_cast<double>(busy);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
       result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting());
+      result.fragmented_gpu_seconds += dt * fragmentation.total();
       while (next_sample < now) {
         result.samples.push_back({next_sample, static_cast<int32_t>(busy),
                                   static_cast<int32_t>(pending), static_cast<int32_t>(running),
@@ -481,6 +517,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       team_busy[job.team] += job.gpus;
       started_on[d.job] = d.placement;
       pending_by_types.Busy(d.placement, 1);
+      fragmentation.Busy(d.placement, 1);
     }
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {
