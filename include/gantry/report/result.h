@@ -80,7 +80,7 @@ struct SimSummary {
   double gpu_utilization = 0;  // busy GPU-seconds / (GPUs * makespan)
   // Expected fragmented GPU-seconds / (GPUs * makespan), FGD's measure (fragmentation.h).
   double fragmented_gpu_share = 0;
-  double jain_fairness = 0;    // Jain's index over per-team mean bounded slowdown
+  double jain_fairness = 0;  // Jain's index over per-team mean bounded slowdown
   // Fragmentation: job-hours spent waiting while the cluster had at least as many idle GPUs of
   // the job's allowed types as it asked for, and that as a fraction of all job-hours waited.
   double frag_wait_job_hours = 0;
