@@ -72,10 +72,13 @@ int RunPackingExperiment(const SimArgs& a, const Cluster& cluster, const Workloa
   Status s = WritePackingCsv(*r, a.out + "/packing.csv");
   if (s.ok() && !a.no_report) s = WritePackingSvg(*r, a.out + "/packing.svg");
   if (!s.ok()) return Fail(s);
+  const std::string units =
+      r->sliced_by_type     ? "shares in slices where a GPU type has mig_slices, else milli-GPUs"
+      : r->capacity == 1000 ? "shares in milli-GPUs"
+                            : std::to_string(r->capacity) + " slices per GPU";
   std::printf("%s: %zu tasks on %s (%lld GPUs, %s)\n", workload.source.c_str(),
               workload.jobs.size(), cluster.name().c_str(), static_cast<long long>(r->cluster_gpus),
-              r->capacity == 1000 ? "shares in milli-GPUs"
-                                  : (std::to_string(r->capacity) + " slices per GPU").c_str());
+              units.c_str());
   if (r->rounded > 0) {
     std::printf("%lld tasks asking for a share of a GPU were given a whole one\n",
                 static_cast<long long>(r->rounded));
@@ -312,7 +315,8 @@ void RegisterSimCommand(CLI::App& app) {
                 "Packing: give a task asking for a share of a GPU (openb gpu_milli) a whole one");
   sim->add_option("--mig-slices", args->mig_slices,
                   "Packing: cut every GPU into this many fixed slices (MIG-like); a share rounds "
-                  "up to whole slices. 0: shares in milli-GPUs")
+                  "up to whole slices. 0: each GPU type's mig_slices from the cluster spec, "
+                  "milli-GPUs where it has none")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   sim->callback([args]() {

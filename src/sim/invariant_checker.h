@@ -169,8 +169,9 @@ class InvariantChecker {
 // placer's own view of what is free must agree with it.
 class DeviceCapacityChecker {
  public:
-  DeviceCapacityChecker(const Cluster& c, int capacity)
-      : capacity_(capacity), used_(c.nodes().size()) {
+  // `capacity`: units per device, per node.
+  DeviceCapacityChecker(const Cluster& c, std::vector<int> capacity)
+      : capacity_(std::move(capacity)), used_(c.nodes().size()) {
     for (size_t n = 0; n < used_.size(); ++n) used_[n].assign(c.nodes()[n].gpus, 0);
   }
 
@@ -181,10 +182,10 @@ class DeviceCapacityChecker {
       return Internal("job " + job + ": no device " + std::to_string(d) + " on node " +
                       std::to_string(n));
     }
-    if (units <= 0 || used_[n][d] + units > capacity_) {
+    if (units <= 0 || used_[n][d] + units > capacity_[n]) {
       return Internal("job " + job + ": device " + std::to_string(d) + " of node " +
                       std::to_string(n) + " would hold " + std::to_string(used_[n][d] + units) +
-                      " of " + std::to_string(capacity_) + " units");
+                      " of " + std::to_string(capacity_[n]) + " units");
     }
     used_[n][d] += units;
     return Status::Ok();
@@ -195,17 +196,17 @@ class DeviceCapacityChecker {
   // The placer's free units per device of node `n` must be capacity less what was taken.
   Status Agrees(NodeIndex n, const std::vector<int>& free) const {
     for (size_t d = 0; d < used_[n].size(); ++d) {
-      if (d >= free.size() || free[d] != capacity_ - used_[n][d]) {
+      if (d >= free.size() || free[d] != capacity_[n] - used_[n][d]) {
         return Internal("node " + std::to_string(n) + " device " + std::to_string(d) +
                         ": the placer has " + (d < free.size() ? std::to_string(free[d]) : "none") +
-                        " units free, the checker " + std::to_string(capacity_ - used_[n][d]));
+                        " units free, the checker " + std::to_string(capacity_[n] - used_[n][d]));
       }
     }
     return Status::Ok();
   }
 
  private:
-  int capacity_;
+  std::vector<int> capacity_;  // per node
   std::vector<std::vector<int>> used_;
 };
 

@@ -42,9 +42,10 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 
 class Packer {
  public:
-  Packer(const Cluster& c, const TaskMix& mix, int capacity, Policy policy,
+  // `capacity`: units per device, per node.
+  Packer(const Cluster& c, const TaskMix& mix, std::vector<int> capacity, Policy policy,
          DeviceCapacityChecker* checker)
-      : c_(c), mix_(mix), cap_(capacity), policy_(policy), checker_(checker) {
+      : c_(c), mix_(mix), cap_(std::move(capacity)), policy_(policy), checker_(checker) {
     const size_t nodes = c.nodes().size();
     dev_.resize(nodes);
     frag_.resize(nodes);
@@ -52,35 +53,35 @@ class Packer {
     version_.assign(nodes, 1);
     cache_.assign(nodes * std::max<size_t>(1, mix.classes().size()), Cached{});
     for (size_t n = 0; n < nodes; ++n) {
-      dev_[n].assign(c.nodes()[n].gpus, cap_);
-      free_[n] = static_cast<int64_t>(cap_) * c.nodes()[n].gpus;
-      frag_[n] = NodeFragmentation(dev_[n], cap_, c.nodes()[n].gpu_type, mix_);
+      dev_[n].assign(c.nodes()[n].gpus, cap_[n]);
+      free_[n] = static_cast<int64_t>(cap_[n]) * c.nodes()[n].gpus;
+      frag_[n] = NodeFragmentation(dev_[n], cap_[n], c.nodes()[n].gpu_type, mix_) / cap_[n];
       total_frag_ += frag_[n];
     }
   }
 
-  double allocated_units() const { return allocated_; }
-  double fragmented_units() const { return total_frag_; }
+  // In GPUs (a device's units over its capacity).
+  double allocated_gpus() const { return allocated_; }
+  double fragmented_gpus() const { return total_frag_; }
 
   // Places `t` (all parts, or none). Errors only from the invariant checker.
   Result<bool> Place(const Task& t) {
     if (t.milli > 0) {
-      const int need = DeviceNeed(TaskClass{.gpus = 1, .milli = t.milli}, cap_);
-      Choice best = Best(t, need, 1, {});
+      Choice best = Best(t, 1, {});
       if (best.node < 0) return false;
-      GANTRY_RETURN_IF_ERROR(Take(t, best.node, {best.device}, need));
+      GANTRY_RETURN_IF_ERROR(Take(t, best.node, {best.device}, Need(t, best.node)));
       return true;
     }
     std::vector<std::pair<NodeIndex, std::vector<int>>> taken;
     std::vector<NodeIndex> used;
     for (int g : t.parts) {
-      Choice best = Best(t, cap_, g, used);
+      Choice best = Best(t, g, used);
       if (best.node < 0) {
-        for (auto& [n, devices] : taken) Give(n, devices, cap_);
+        for (auto& [n, devices] : taken) Give(n, devices, cap_[n]);
         return false;
       }
       std::vector<int> devices = WholeDevices(best.node, g);
-      GANTRY_RETURN_IF_ERROR(Take(t, best.node, devices, cap_));
+      GANTRY_RETURN_IF_ERROR(Take(t, best.node, devices, cap_[best.node]));
       taken.emplace_back(best.node, std::move(devices));
       used.push_back(best.node);
     }
@@ -103,20 +104,26 @@ class Packer {
   std::vector<int> WholeDevices(NodeIndex n, int g) const {
     std::vector<int> out;
     for (int d = 0; d < static_cast<int>(dev_[n].size()) && static_cast<int>(out.size()) < g; ++d) {
-      if (dev_[n][d] == cap_) out.push_back(d);
+      if (dev_[n][d] == cap_[n]) out.push_back(d);
     }
     return out;
   }
 
-  // The node (and device, for a share) the policy picks for `g` devices of `need` units each,
+  // Units of one device of node n the task needs: a whole device, or its share in the node's
+  // units (rounded up to whole slices).
+  int Need(const Task& t, NodeIndex n) const {
+    return t.milli > 0 ? DeviceNeed(TaskClass{.gpus = 1, .milli = t.milli}, cap_[n]) : cap_[n];
+  }
+
+  // The node (and device, for a share) the policy picks for `g` whole devices or one share,
   // among nodes not in `exclude`; node -1 when none fits. Ties go to the lower node index.
-  Choice Best(const Task& t, int need, int g, const std::vector<NodeIndex>& exclude) {
+  Choice Best(const Task& t, int g, const std::vector<NodeIndex>& exclude) {
     Choice best;
     const auto nodes = static_cast<NodeIndex>(c_.nodes().size());
     for (NodeIndex n = 0; n < nodes; ++n) {
       if (!((t.request.gpu_type_mask >> c_.nodes()[n].gpu_type) & 1u)) continue;
       if (std::find(exclude.begin(), exclude.end(), n) != exclude.end()) continue;
-      Choice here = Evaluate(t, n, need, g);
+      Choice here = Evaluate(t, n, Need(t, n), g);
       if (here.key == kNever) continue;
       if (here.key < best.key) {
         best = here;
@@ -142,18 +149,21 @@ class Packer {
         if (policy_ == Policy::kFirstFit) break;
       }
       if (ch.device < 0) return ch;
-      ch.key = policy_ == Policy::kFirstFit ? n : static_cast<double>(free_[n] - need);
+      ch.key = policy_ == Policy::kFirstFit
+                   ? n
+                   : static_cast<double>(free_[n] - need) / static_cast<double>(cap_[n]);
       return ch;
     }
     int whole = 0;
-    for (int f : dev) whole += f == cap_ ? 1 : 0;
+    for (int f : dev) whole += f == cap_[n] ? 1 : 0;
     if (whole < g) return ch;
     switch (policy_) {
       case Policy::kFirstFit:
         ch.key = n;
         break;
       case Policy::kBestFit:
-        ch.key = static_cast<double>(free_[n] - static_cast<int64_t>(g) * cap_);
+        ch.key = static_cast<double>(free_[n] - static_cast<int64_t>(g) * cap_[n]) /
+                 static_cast<double>(cap_[n]);
         break;
       case Policy::kFgd: {
         // Cached per kind only when the part is the kind's whole need (an "any" job's part is
@@ -169,7 +179,7 @@ class Packer {
         scratch_ = dev;
         int left = g;
         for (int& f : scratch_) {
-          if (left > 0 && f == cap_) {
+          if (left > 0 && f == cap_[n]) {
             f = 0;
             --left;
           }
@@ -206,9 +216,9 @@ class Packer {
     return ch;
   }
 
-  // Growth of node n's expected fragmentation if its devices became scratch_.
+  // Growth of node n's expected fragmentation, in GPUs, if its devices became scratch_.
   double Growth(NodeIndex n) const {
-    return NodeFragmentation(scratch_, cap_, c_.nodes()[n].gpu_type, mix_) - frag_[n];
+    return NodeFragmentation(scratch_, cap_[n], c_.nodes()[n].gpu_type, mix_) / cap_[n] - frag_[n];
   }
 
   Status Take(const Task& t, NodeIndex n, const std::vector<int>& devices, int units) {
@@ -232,21 +242,21 @@ class Packer {
 
   void Changed(NodeIndex n, int64_t delta_free) {
     free_[n] += delta_free;
-    allocated_ -= static_cast<double>(delta_free);
+    allocated_ -= static_cast<double>(delta_free) / cap_[n];
     total_frag_ -= frag_[n];
-    frag_[n] = NodeFragmentation(dev_[n], cap_, c_.nodes()[n].gpu_type, mix_);
+    frag_[n] = NodeFragmentation(dev_[n], cap_[n], c_.nodes()[n].gpu_type, mix_) / cap_[n];
     total_frag_ += frag_[n];
     ++version_[n];
   }
 
   const Cluster& c_;
   const TaskMix& mix_;
-  const int cap_;
+  const std::vector<int> cap_;  // units per device, per node
   const Policy policy_;
   DeviceCapacityChecker* checker_;
   std::vector<std::vector<int>> dev_;  // free units per device
-  std::vector<double> frag_;           // per node, units
-  std::vector<int64_t> free_;          // per node, units
+  std::vector<double> frag_;           // per node, GPUs
+  std::vector<int64_t> free_;          // per node, units of its devices
   std::vector<uint32_t> version_;      // bumped on every change of the node
   std::vector<Cached> cache_;          // [node][kind], FGD only
   std::vector<int> scratch_;
@@ -273,6 +283,15 @@ Result<PackingResult> RunPacking(const Cluster& cluster, const Workload& workloa
   }
   PackingResult result;
   result.capacity = options.mig_slices > 0 ? options.mig_slices : kMilliPerGpu;
+  // Units per device, per node: the --mig-slices override, else the GPU type's slices, else milli.
+  std::vector<int> capacity(cluster.nodes().size(), result.capacity);
+  for (size_t n = 0; n < capacity.size(); ++n) {
+    const int slices = cluster.gpu_types()[cluster.nodes()[n].gpu_type].mig_slices;
+    if (options.mig_slices == 0 && slices > 0) {
+      capacity[n] = slices;
+      result.sliced_by_type = true;
+    }
+  }
   result.cluster_gpus = cluster.total_gpus();
   if (result.cluster_gpus <= 0) return InvalidArgument("packing: the cluster has no GPUs");
   const int max_per_node = cluster.max_gpus_per_node();
@@ -309,19 +328,18 @@ Result<PackingResult> RunPacking(const Cluster& cluster, const Workload& workloa
   }
   for (Task& t : tasks) t.kind = mix.Find(t.request);
 
-  const double units_per_gpu = result.capacity;
   const double gpus = static_cast<double>(result.cluster_gpus);
   for (size_t p = 0; p < policies.size(); ++p) {
     std::unique_ptr<DeviceCapacityChecker> checker;
     if (options.check_invariants) {
-      checker = std::make_unique<DeviceCapacityChecker>(cluster, result.capacity);
+      checker = std::make_unique<DeviceCapacityChecker>(cluster, capacity);
     }
-    Packer packer(cluster, mix, result.capacity, policies[p], checker.get());
+    Packer packer(cluster, mix, capacity, policies[p], checker.get());
     PackingCurve curve{.policy = options.policies[p], .points = {}};
     const auto point = [&](const PackingPoint& base) {
       PackingPoint pt = base;
-      pt.allocated = packer.allocated_units() / units_per_gpu / gpus;
-      pt.fragmented = packer.fragmented_units() / units_per_gpu / gpus;
+      pt.allocated = packer.allocated_gpus() / gpus;
+      pt.fragmented = packer.fragmented_gpus() / gpus;
       curve.points.push_back(pt);
     };
     PackingPoint at;

@@ -132,6 +132,53 @@ TEST(PackingTest, MigLikeSlices) {
   ExpectPoint(r->curves[0].points.back(), 5, 2, 2.7 / 2, 7.0 / 8, 0.125);
 }
 
+// A two-node gang on a one-node cluster: its first part fits, its second cannot (a node once),
+// so the first is given back; the 1-GPU task after it then finds both GPUs free.
+TEST(PackingTest, GangPartsAreAllOrNothing) {
+  const Cluster c = MakeCluster(false);
+  Workload w;
+  for (int i = 0; i < 2; ++i) {
+    Job j;
+    j.index = i;
+    j.id = "J" + std::to_string(i);
+    j.gpus = i == 0 ? 2 : 1;
+    j.nodes = i == 0 ? 2 : 1;
+    j.gpus_per_node = 1;
+    w.jobs.push_back(j);
+  }
+  for (const char* policy : {"first-fit", "best-fit", "fgd"}) {
+    PackingOptions o;
+    o.policies = {policy};
+    o.max_load = 2;  // the gang alone is the cluster's 2 GPUs
+    o.check_invariants = true;
+    auto r = RunPacking(c, w, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ExpectPoint(r->curves[0].points.back(), 2, 1, 1.5, 0.5, 0);
+  }
+}
+
+// The same pods with the slices set by the cluster (GpuType::mig_slices = 4) instead of the
+// flag: the same numbers as MigLikeSlices.
+TEST(PackingTest, MigSlicesFromTheClusterSpec) {
+  ClusterBuilder b("mig", {});
+  ASSERT_TRUE(b.AddGpuType({.name = "A", .memory_gb = 80, .mig_slices = 4}).ok());
+  ASSERT_TRUE(b.AddNode({.name = "n0", .gpu_type = 0, .gpus = 2}).ok());
+  const Cluster c = std::move(b).Build().value();
+  const Workload w = Pods(kShares, c);
+  PackingOptions o;
+  o.policies = {"best-fit"};
+  o.check_invariants = true;
+  auto r = RunPacking(c, w, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->sliced_by_type);
+  ExpectPoint(r->curves[0].points.back(), 5, 2, 2.7 / 2, 7.0 / 8, 0.125);
+  o.mig_slices = 1000;  // the flag overrides the type: 1000 slices are milli-GPUs
+  r = RunPacking(c, w, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->sliced_by_type);
+  ExpectPoint(r->curves[0].points.back(), 5, 2, 2.7 / 2, 0.6, 0.24);
+}
+
 TEST(PackingTest, RejectsUnknownPolicy) {
   const Cluster c = MakeCluster(false);
   const Workload w = Pods(kShares, c);
@@ -144,7 +191,7 @@ TEST(PackingTest, RejectsUnknownPolicy) {
 
 TEST(DeviceCapacityCheckerTest, NoDeviceHoldsMoreThanItsCapacity) {
   const Cluster c = MakeCluster(false);
-  DeviceCapacityChecker check(c, 1000);
+  DeviceCapacityChecker check(c, {1000});
   EXPECT_TRUE(check.OnTake("a", 0, 1, 600).ok());
   EXPECT_TRUE(check.OnTake("b", 0, 1, 400).ok());
   const Status over = check.OnTake("c", 0, 1, 1);

@@ -27,7 +27,9 @@ struct PackingOptions {
   // left on the node), fgd (least growth of the node's expected fragmentation).
   std::vector<std::string> policies{"first-fit", "best-fit", "fgd"};
   bool round_fractional = false;  // give a GPU share a whole GPU instead
-  int mig_slices = 0;             // > 0: every GPU is this many fixed slices
+  // > 0: every GPU is this many fixed slices, whatever the cluster says; 0: each GPU type's own
+  // GpuType::mig_slices, milli-GPUs where that is 0.
+  int mig_slices = 0;
   double max_load = 1.0;          // stop once arrived demand reaches this share of capacity
   double step = 0.01;             // one point each time arrived load passes a multiple of this
   bool check_invariants = false;  // independent per-device bookkeeping after every task
@@ -48,9 +50,10 @@ struct PackingCurve {
 
 struct PackingResult {
   std::vector<PackingCurve> curves;
-  int64_t rounded = 0;     // GPU shares given a whole GPU (round_fractional)
-  int64_t fractional = 0;  // tasks asking for a share of one GPU
-  int capacity = 1000;     // units per GPU: 1000 milli, or mig_slices
+  int64_t rounded = 0;          // GPU shares given a whole GPU (round_fractional)
+  int64_t fractional = 0;       // tasks asking for a share of one GPU
+  int capacity = 1000;          // units per GPU: 1000 milli, or the --mig-slices override
+  bool sliced_by_type = false;  // some GPU types are cut into slices (GpuType::mig_slices)
   int64_t cluster_gpus = 0;
 };
 
