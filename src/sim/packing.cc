@@ -1,7 +1,6 @@
 // The packing experiment (packing.h). Every policy keeps each device's free capacity in units
-// (milli, or MIG-like slices) and the cluster's expected fragmentation as a running sum of
-// per-node values, updated only on the node a task lands on, so a point costs O(1) and a task
-// O(nodes) for first-fit and best-fit. FGD caches each node's best choice per kind of task and
+// (milli, or MIG-like slices) and each node's expected fragmentation, updated only on the node
+// a task lands on, so a task costs O(nodes) for first-fit and best-fit and a point O(nodes). FGD caches each node's best choice per kind of task and
 // recomputes it only when that node changed, which keeps it O(nodes) per task as well.
 #include "gantry/sim/packing.h"
 
@@ -56,13 +55,18 @@ class Packer {
       dev_[n].assign(c.nodes()[n].gpus, cap_[n]);
       free_[n] = static_cast<int64_t>(cap_[n]) * c.nodes()[n].gpus;
       frag_[n] = NodeFragmentation(dev_[n], cap_[n], c.nodes()[n].gpu_type, mix_) / cap_[n];
-      total_frag_ += frag_[n];
     }
   }
 
   // In GPUs (a device's units over its capacity).
   double allocated_gpus() const { return allocated_; }
-  double fragmented_gpus() const { return total_frag_; }
+  // Summed afresh (O(nodes), once per point): the running sum drifts by rounding, and a point
+  // must not read -0.0%.
+  double fragmented_gpus() const {
+    double sum = 0;
+    for (double f : frag_) sum += f;
+    return sum;
+  }
 
   // Places `t` (all parts, or none). Errors only from the invariant checker.
   Result<bool> Place(const Task& t) {
@@ -243,9 +247,7 @@ class Packer {
   void Changed(NodeIndex n, int64_t delta_free) {
     free_[n] += delta_free;
     allocated_ -= static_cast<double>(delta_free) / cap_[n];
-    total_frag_ -= frag_[n];
     frag_[n] = NodeFragmentation(dev_[n], cap_[n], c_.nodes()[n].gpu_type, mix_) / cap_[n];
-    total_frag_ += frag_[n];
     ++version_[n];
   }
 
@@ -261,7 +263,6 @@ class Packer {
   std::vector<Cached> cache_;          // [node][kind], FGD only
   std::vector<int> scratch_;
   double allocated_ = 0;
-  double total_frag_ = 0;
 };
 
 }  // namespace

@@ -97,7 +97,8 @@ class FragmentationSum {
       Update(s.node);
     }
   }
-  double total() const { return total_; }
+  // Clamped: rounding in the running sum may leave a hair below 0 when nothing is fragmented.
+  double total() const { return total_ > 0 ? total_ : 0; }
 
  private:
   void Update(NodeIndex n) {
