@@ -80,7 +80,7 @@ int RunPackingExperiment(const SimArgs& a, const Cluster& cluster, const Workloa
               workload.jobs.size(), cluster.name().c_str(), static_cast<long long>(r->cluster_gpus),
               units.c_str());
   if (r->rounded > 0) {
-    std::printf("%lld tasks asking for a share of a GPU were given a whole one\n",
+    std::printf("%lld tasks of the trace ask for a share of a GPU: each is given a whole one\n",
                 static_cast<long long>(r->rounded));
   }
   std::printf("%-12s %8s %8s %9s %10s %11s\n", "policy", "tasks", "failed", "arrived", "allocated",
