@@ -1,7 +1,8 @@
 // The packing experiment (packing.h). Every policy keeps each device's free capacity in units
 // (milli, or MIG-like slices) and each node's expected fragmentation, updated only on the node
-// a task lands on, so a task costs O(nodes) for first-fit and best-fit and a point O(nodes). FGD caches each node's best choice per kind of task and
-// recomputes it only when that node changed, which keeps it O(nodes) per task as well.
+// a task lands on, so a task costs O(nodes) for first-fit and best-fit and a point O(nodes). FGD
+// caches each node's best choice per kind of task and recomputes it only when that node changed,
+// which keeps it O(nodes) per task as well.
 #include "gantry/sim/packing.h"
 
 #include <algorithm>
@@ -318,7 +319,8 @@ Result<PackingResult> RunPacking(const Cluster& cluster, const Workload& workloa
       t.parts.assign(job.nodes, job.gpus_per_node);
       t.demand = job.gpus;
     } else {
-      // "any": as few nodes as it can, whole nodes' worth first.
+      // "any": whole nodes' worth (the most GPUs a node has) and the rest, each part on a node
+      // of its own. Simpler than the engine, which may spread an "any" job over partly used nodes.
       for (int left = job.gpus; left > 0; left -= max_per_node) {
         t.parts.push_back(std::min(left, max_per_node));
       }
