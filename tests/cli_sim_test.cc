@@ -255,3 +255,30 @@ TEST(CliSim, FullPhillyTraceWritesAllOutputs) {
 }
 
 }  // namespace
+
+// FGD's packing experiment on an openb node list and a pod list without times: the first-fit
+// and best-fit runs put the first any-type pod on the G2 node and the G2-only pair fails; FGD
+// keeps G2 free for it (worked out in src/sim/packing_test.cc).
+TEST(CliSim, PackingExperimentWritesCsvAndChart) {
+  const fs::path d = TempDir("packing");
+  {
+    std::ofstream nodes(d / "nodes.csv");
+    nodes << "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,G2\nn1,64000,262144,2,V100\n";
+    std::ofstream pods(d / "pods.csv");
+    pods << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+            "p1,1000,100,1,1000,\np2,1000,100,2,1000,G2\np3,1000,100,1,1000,\n";
+  }
+  CliRun r = RunCli("sim --packing --check-invariants --cluster " + (d / "nodes.csv").string() +
+                    " --trace " + (d / "pods.csv").string() + " --out " + (d / "out").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string csv = ReadFile(d / "out" / "packing.csv");
+  EXPECT_NE(csv.find("first-fit,3,1,1.000000,0.500000,0.000000\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("best-fit,3,1,1.000000,0.500000,0.000000\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("fgd,3,0,1.000000,1.000000,0.000000\n"), std::string::npos) << csv;
+  EXPECT_NE(ReadFile(d / "out" / "packing.svg").find("<svg"), std::string::npos);
+  CliRun bad =
+      RunCli("sim --packing --packing-policies random --cluster " + (d / "nodes.csv").string() +
+             " --trace " + (d / "pods.csv").string() + " --out " + (d / "out").string());
+  EXPECT_EQ(bad.code, 3) << bad.output;
+  EXPECT_NE(bad.output.find("unknown policy 'random'"), std::string::npos) << bad.output;
+}

@@ -17,6 +17,7 @@
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
 #include "gantry/sched/sprio.h"
+#include "gantry/sim/packing.h"
 #include "gantry/sim/simulator.h"
 #include "gantry/workload/trace.h"
 
@@ -43,6 +44,10 @@ struct SimArgs {
   int max_requeues = 5;
   std::string sprio_at;  // an instant, in seconds (or 90m, 36h, 2d) since the trace's t = 0
   std::string sprio;     // file name inside each profile's output directory
+  bool packing = false;
+  std::string packing_policies = "first-fit,best-fit,fgd";
+  bool round_fractional = false;
+  int mig_slices = 0;
 };
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -56,6 +61,51 @@ std::vector<std::string> SplitComma(const std::string& s) {
 }
 
 int Fail(const Status& s) { return ReportFailure("sim", s); }
+
+// --packing: FGD's packing experiment (sim/packing.h) instead of a timed simulation.
+int RunPackingExperiment(const SimArgs& a, const Cluster& cluster, const Workload& workload) {
+  PackingOptions po;
+  po.policies = SplitComma(a.packing_policies);
+  po.round_fractional = a.round_fractional;
+  po.mig_slices = a.mig_slices;
+  po.check_invariants = a.check_invariants;
+  auto r = RunPacking(cluster, workload, po);
+  if (!r.ok()) return Fail(r.status());
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  if (ec) return Fail(IoError("cannot create output directory '" + a.out + "': " + ec.message()));
+  Status s = WritePackingCsv(*r, a.out + "/packing.csv");
+  if (s.ok() && !a.no_report) s = WritePackingSvg(*r, a.out + "/packing.svg");
+  if (!s.ok()) return Fail(s);
+  const std::string units =
+      r->sliced_by_type     ? "shares in slices where a GPU type has mig_slices, else milli-GPUs"
+      : r->capacity == 1000 ? "shares in milli-GPUs"
+                            : std::to_string(r->capacity) + " slices per GPU";
+  std::printf("%s: %zu tasks on %s (%lld GPUs, %s)\n", workload.source.c_str(),
+              workload.jobs.size(), cluster.name().c_str(), static_cast<long long>(r->cluster_gpus),
+              units.c_str());
+  if (r->rounded > 0) {
+    std::printf("%lld tasks of the trace ask for a share of a GPU: each is given a whole one\n",
+                static_cast<long long>(r->rounded));
+  }
+  std::printf("%-12s %8s %8s %9s %10s %11s\n", "policy", "tasks", "failed", "arrived", "allocated",
+              "fragmented");
+  for (const PackingCurve& c : r->curves) {
+    // The last point before arrived demand passes 90%, and the final one.
+    const PackingPoint* at90 = &c.points.front();
+    for (const PackingPoint& p : c.points) {
+      if (p.arrived <= 0.9) at90 = &p;
+    }
+    for (const PackingPoint* p : {at90, &c.points.back()}) {
+      std::printf("%-12s %8lld %8lld %8.1f%% %9.1f%% %10.1f%%\n", c.policy.c_str(),
+                  static_cast<long long>(p->tasks), static_cast<long long>(p->failed),
+                  100 * p->arrived, 100 * p->allocated, 100 * p->fragmented);
+    }
+  }
+  std::printf("wrote %s/packing.csv%s\n", a.out.c_str(),
+              a.no_report ? "" : (" and " + a.out + "/packing.svg").c_str());
+  return kExitOk;
+}
 
 int RunSim(const SimArgs& a) {
   std::vector<Profile> extra;
@@ -111,6 +161,7 @@ int RunSim(const SimArgs& a) {
   ro.skip_bad_jobs = a.skip_bad;
   auto teams = ResolveWorkload(*workload, *cluster, ro);
   if (!teams.ok()) return Fail(teams.status());
+  if (a.packing) return RunPackingExperiment(a, *cluster, *workload);
   std::vector<ClusterEvent> events;
   if (!a.events.empty()) {
     auto loaded = LoadClusterEvents(a.events);
@@ -287,6 +338,21 @@ void RegisterSimCommand(CLI::App& app) {
                 "Check scheduling invariants after every event (slower)");
   sim->add_flag("--list-profiles", args->list_profiles, "List the available profiles and exit");
   sim->add_flag("--no-report", args->no_report, "Do not write the HTML report");
+  sim->add_flag("--packing", args->packing,
+                "FGD's packing experiment instead: tasks arrive in trace order and never leave "
+                "until the arrived demand fills the cluster; writes OUT/packing.csv and "
+                "OUT/packing.svg (allocated and fragmented share per policy)");
+  sim->add_option("--packing-policies", args->packing_policies,
+                  "Policies the packing experiment compares: first-fit, best-fit, fgd")
+      ->capture_default_str();
+  sim->add_flag("--round-fractional", args->round_fractional,
+                "Packing: give a task asking for a share of a GPU (openb gpu_milli) a whole one");
+  sim->add_option("--mig-slices", args->mig_slices,
+                  "Packing: cut every GPU into this many fixed slices (MIG-like); a share rounds "
+                  "up to whole slices. 0: each GPU type's mig_slices from the cluster spec, "
+                  "milli-GPUs where it has none")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   sim->callback([args]() {
     const int rc = RunSim(*args);
     if (rc != 0) throw CLI::RuntimeError(rc);

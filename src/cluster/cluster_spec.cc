@@ -283,7 +283,8 @@ Status SpecReader::ReadGpuTypes(const YAML::Node& root) {
   }
   const std::string what = "a gpu_types entry";
   for (const YAML::Node& t : list) {
-    GANTRY_RETURN_IF_ERROR(CheckMap(t, what, {"name", "memory_gb", "idle_watts", "busy_watts"}));
+    GANTRY_RETURN_IF_ERROR(
+        CheckMap(t, what, {"name", "memory_gb", "idle_watts", "busy_watts", "mig_slices"}));
     GpuType type;
     GANTRY_ASSIGN_OR_RETURN(type.name, ReqString(t, "name", what));
     GANTRY_ASSIGN_OR_RETURN(int64_t memory, ReqInt(t, "memory_gb", what, 0, 1 << 20));
@@ -293,6 +294,8 @@ Status SpecReader::ReadGpuTypes(const YAML::Node& root) {
     if (type.busy_watts < type.idle_watts) {
       return Error(t["busy_watts"], "busy_watts", "is below idle_watts");
     }
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> slices, OptInt(t, "mig_slices", 0, 1000));
+    type.mig_slices = static_cast<int>(slices.value_or(0));
     for (const std::string& other : gpu_type_names_) {
       if (EqualsIgnoreCase(other, type.name)) {
         return Error(t["name"], "name", "GPU type '" + type.name + "' is defined twice");

@@ -159,6 +159,28 @@ topology:
   EXPECT_EQ(c->default_quota_gpus(), kNoQuota);
 }
 
+TEST(ClusterSpecTest, MigSlicesPerGpuType) {
+  Result<Cluster> c = ParseClusterSpec(R"(name: mig
+gpu_types:
+  - {name: A100, memory_gb: 80, idle_watts: 50, busy_watts: 400, mig_slices: 7}
+  - {name: V100, memory_gb: 32, idle_watts: 40, busy_watts: 300}
+nodes:
+  - {count: 1, gpu_type: A100, gpus: 8}
+)",
+                                       "mig.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->gpu_types()[0].mig_slices, 7);
+  EXPECT_EQ(c->gpu_types()[1].mig_slices, 0);
+  Result<Cluster> bad = ParseClusterSpec(R"(name: mig
+gpu_types: [{name: A100, memory_gb: 80, idle_watts: 50, busy_watts: 400, mig_slices: -1}]
+nodes: [{count: 1, gpu_type: A100, gpus: 8}]
+)",
+                                         "mig.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("mig_slices"), std::string::npos) << bad.status().message();
+}
+
 TEST(ClusterSpecTest, FlatCluster) {
   Result<Cluster> c = ParseClusterSpec(R"(name: flat
 gpu_types: [{name: H100, memory_gb: 80, idle_watts: 70, busy_watts: 700}]

@@ -123,6 +123,8 @@ void Summarize(SimResult& result) {
   if (total_gpus > 0 && s.makespan > 0) {
     s.gpu_utilization = result.busy_gpu_seconds /
                         (static_cast<double>(total_gpus) * static_cast<double>(s.makespan));
+    s.fragmented_gpu_share = result.fragmented_gpu_seconds /
+                             (static_cast<double>(total_gpus) * static_cast<double>(s.makespan));
   }
 
   if (w != nullptr) {
@@ -230,6 +232,7 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["frag_wait_job_hours"] = Round6(s.frag_wait_job_hours);
   j["total_wait_job_hours"] = Round6(s.total_wait_job_hours);
   j["frag_wait_fraction"] = Round6(s.frag_wait_fraction);
+  j["fragmented_gpu_share"] = Round6(s.fragmented_gpu_share);
   nlohmann::ordered_json teams = nlohmann::ordered_json::array();
   for (const TeamSummary& t : s.teams) {
     nlohmann::ordered_json tj;

@@ -32,6 +32,8 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddScore("lowest-index", NewLowestIndexScore));
   add(r.AddScore("least-free", NewLeastFreeScore));
   add(r.AddScore("most-free", NewMostFreeScore));
+  add(r.AddScore("fgd", NewFgdScore));
+  add(r.AddScore("scarcity", NewScarcityScore));
   add(r.AddPreemption("none", NewNoPreemption));
   if (!s.ok()) {
     std::fprintf(stderr, "gantry: built-in plugins clash: %s\n", s.ToString().c_str());

@@ -49,5 +49,8 @@ Result<std::unique_ptr<ScorePlugin>> NewLeastFreeScore(const PluginArgs& args,
                                                        const PluginContext& ctx);
 Result<std::unique_ptr<ScorePlugin>> NewMostFreeScore(const PluginArgs& args,
                                                       const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewScarcityScore(const PluginArgs& args,
+                                                      const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewFgdScore(const PluginArgs& args, const PluginContext& ctx);
 
 }  // namespace gantry::builtin

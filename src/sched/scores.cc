@@ -11,7 +11,21 @@
 //                 the node's, since they will be free again for the reservation's job.
 //   most-free     about free / max GPUs per node, ties to the lower GPU type index: best-fit's
 //                 order for an "any" job too big for one node (fewest nodes spanned)
+//   fgd           FGD (fragmentation.h): 1/2 - (growth of the node's expected fragmentation if
+//                 the job took its GPUs there) / (2 * max GPUs per node), so the node where
+//                 fragmentation grows least (or falls most) scores highest. The expectation is
+//                 over PluginContext::task_mix when the driver gives one (the packing experiment
+//                 gives the trace's), else over the jobs this score has been asked about so far.
+//                 A job that may use any type leaves alone the types constrained jobs need,
+//                 since emptying those counts against the constrained kinds too.
+//   scarcity      1 - TypeContention (fragmentation.h): the share of the mix's GPU demand
+//                 that may use the node's type but fewer types than this job, i.e. would be
+//                 left with fewer places to run if this job took the node. Constant on a
+//                 cluster of one type, or for a job that can use only one type.
+#include <algorithm>
+
 #include "builtin_plugins.h"
+#include "gantry/sched/fragmentation.h"
 
 namespace gantry {
 namespace {
@@ -61,6 +75,64 @@ class MostFreeScore final : public ScorePlugin {
   }
 };
 
+// The mix a score's expectation runs over: the driver's, or the one learned from every job
+// scored so far (each counted once, before its first node is scored, so all its nodes are
+// scored against the same mix). The engine's loop is serial.
+class MixSource {
+ public:
+  explicit MixSource(const TaskMix* given) : given_(given) {}
+  const TaskMix& For(const JobRequest& job) const {
+    if (given_ != nullptr) return *given_;
+    if (job.index < 0) return learned_;
+    const auto i = static_cast<size_t>(job.index);
+    if (i >= seen_.size()) seen_.resize(i + 1, false);
+    if (!seen_[i]) {
+      seen_[i] = true;
+      learned_.Add(job);
+    }
+    return learned_;
+  }
+
+ private:
+  const TaskMix* given_;
+  mutable TaskMix learned_;
+  mutable std::vector<bool> seen_;
+};
+
+class FgdScore final : public ScorePlugin {
+ public:
+  explicit FgdScore(const TaskMix* given) : mix_(given) {}
+  std::string_view name() const override { return "fgd"; }
+  double Score(const JobRequest& job, NodeIndex node, int usable,
+               const FreeIndex& free) const override {
+    const TaskMix& mix = mix_.For(job);
+    const int have = free.free(node);
+    const bool gang = job.nodes > 0 && job.gpus_per_node > 0;
+    const int take = gang ? job.gpus_per_node : std::min(job.gpus, usable);
+    const GpuTypeIndex t = free.gpu_type(node);
+    const double growth =
+        WholeGpuFragmentation(have - take, t, mix) - WholeGpuFragmentation(have, t, mix);
+    return 0.5 - growth / (2.0 * free.cluster().max_gpus_per_node());
+  }
+
+ private:
+  MixSource mix_;
+};
+
+class ScarcityScore final : public ScorePlugin {
+ public:
+  explicit ScarcityScore(const TaskMix* given) : mix_(given) {}
+  std::string_view name() const override { return "scarcity"; }
+  double Score(const JobRequest& job, NodeIndex node, int, const FreeIndex& free) const override {
+    const auto types = static_cast<int>(free.cluster().gpu_types().size());
+    const uint32_t all = types >= 32 ? ~0u : (1u << types) - 1;
+    return 1.0 - TypeContention(mix_.For(job), free.gpu_type(node), job.gpu_type_mask, all);
+  }
+
+ private:
+  MixSource mix_;
+};
+
 }  // namespace
 
 namespace builtin {
@@ -91,6 +163,17 @@ Result<std::unique_ptr<ScorePlugin>> NewMostFreeScore(const PluginArgs& args,
                                                       const PluginContext&) {
   GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
   return std::unique_ptr<ScorePlugin>(new MostFreeScore());
+}
+
+Result<std::unique_ptr<ScorePlugin>> NewScarcityScore(const PluginArgs& args,
+                                                      const PluginContext& ctx) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<ScorePlugin>(new ScarcityScore(ctx.task_mix));
+}
+
+Result<std::unique_ptr<ScorePlugin>> NewFgdScore(const PluginArgs& args, const PluginContext& ctx) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<ScorePlugin>(new FgdScore(ctx.task_mix));
 }
 
 }  // namespace builtin

@@ -330,7 +330,7 @@ profiles:
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
   EXPECT_NE(e.status().message().find("unknown score plugin 'last-node' (known: pack, spread, "
-                                      "lowest-index, least-free, most-free)"),
+                                      "lowest-index, least-free, most-free, fgd, scarcity)"),
             std::string::npos)
       << e.status().ToString();
 

@@ -164,4 +164,50 @@ class InvariantChecker {
   std::map<JobIndex, Running> running_;  // ordered: Down's expected set comes out sorted
 };
 
+// Independent per-device bookkeeping of GPU shares (the packing experiment, packing.h): no
+// device may ever hold more than its capacity (1000 milli, or its k MIG-like slices), and the
+// placer's own view of what is free must agree with it.
+class DeviceCapacityChecker {
+ public:
+  // `capacity`: units per device, per node.
+  DeviceCapacityChecker(const Cluster& c, std::vector<int> capacity)
+      : capacity_(std::move(capacity)), used_(c.nodes().size()) {
+    for (size_t n = 0; n < used_.size(); ++n) used_[n].assign(c.nodes()[n].gpus, 0);
+  }
+
+  // `units` of device `d` of node `n` given to `job`.
+  Status OnTake(const std::string& job, NodeIndex n, int d, int units) {
+    if (n < 0 || static_cast<size_t>(n) >= used_.size() || d < 0 ||
+        static_cast<size_t>(d) >= used_[n].size()) {
+      return Internal("job " + job + ": no device " + std::to_string(d) + " on node " +
+                      std::to_string(n));
+    }
+    if (units <= 0 || used_[n][d] + units > capacity_[n]) {
+      return Internal("job " + job + ": device " + std::to_string(d) + " of node " +
+                      std::to_string(n) + " would hold " + std::to_string(used_[n][d] + units) +
+                      " of " + std::to_string(capacity_[n]) + " units");
+    }
+    used_[n][d] += units;
+    return Status::Ok();
+  }
+
+  void OnGive(NodeIndex n, int d, int units) { used_[n][d] -= units; }
+
+  // The placer's free units per device of node `n` must be capacity less what was taken.
+  Status Agrees(NodeIndex n, const std::vector<int>& free) const {
+    for (size_t d = 0; d < used_[n].size(); ++d) {
+      if (d >= free.size() || free[d] != capacity_[n] - used_[n][d]) {
+        return Internal("node " + std::to_string(n) + " device " + std::to_string(d) +
+                        ": the placer has " + (d < free.size() ? std::to_string(free[d]) : "none") +
+                        " units free, the checker " + std::to_string(capacity_[n] - used_[n][d]));
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<int> capacity_;  // per node
+  std::vector<std::vector<int>> used_;
+};
+
 }  // namespace gantry

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "gantry/sched/engine.h"
+#include "gantry/sched/fragmentation.h"
 #include "gantry/sim/failures.h"
 #include "invariant_checker.h"
 
@@ -31,6 +32,86 @@ class Fenwick {
 
  private:
   std::vector<int64_t> tree_;
+};
+
+// Pending jobs grouped by the GPU types they may use, for the fragmentation wait: a job waits
+// "for fragmentation" while at least as many GPUs of the types it may use are idle as it asks
+// for (GPUs it could not use do not count). One group, and the plain idle total, on a cluster
+// of one type or when every job takes any type.
+class PendingByTypes {
+ public:
+  explicit PendingByTypes(const Cluster& c)
+      : c_(c),
+        all_(c.gpu_types().size() >= 32 ? ~0u : (1u << c.gpu_types().size()) - 1),
+        gpus_of_type_(c.gpu_types().size(), 0),
+        busy_of_type_(c.gpu_types().size(), 0) {
+    for (const Node& n : c.nodes()) gpus_of_type_[n.gpu_type] += n.gpus;
+  }
+  void Pending(const Job& job, int delta) {
+    const uint32_t mask = job.gpu_type_mask & all_;
+    auto it = std::find_if(groups_.begin(), groups_.end(),
+                           [&](const auto& g) { return g.first == mask; });
+    if (it == groups_.end()) {
+      groups_.emplace_back(mask, Fenwick(c_.total_gpus() + 1));
+      it = groups_.end() - 1;
+    }
+    it->second.Add(job.gpus, delta);
+  }
+  void Busy(const Placement& p, int sign) {
+    for (const Slot& s : p) busy_of_type_[c_.nodes()[s.node].gpu_type] += sign * s.gpus;
+  }
+  // Pending jobs asking for no more than the idle GPUs of their types.
+  int64_t FragWaiting() const {
+    int64_t n = 0;
+    for (const auto& [mask, fenwick] : groups_) {
+      int64_t idle = 0;
+      for (size_t t = 0; t < gpus_of_type_.size(); ++t) {
+        if ((mask >> t) & 1u) idle += gpus_of_type_[t] - busy_of_type_[t];
+      }
+      n += fenwick.PrefixSum(static_cast<int>(idle));
+    }
+    return n;
+  }
+
+ private:
+  const Cluster& c_;
+  uint32_t all_;
+  std::vector<int64_t> gpus_of_type_;
+  std::vector<int64_t> busy_of_type_;
+  std::vector<std::pair<uint32_t, Fenwick>> groups_;
+};
+
+// FGD's expected fragmentation (sched/fragmentation.h) of the running cluster, over the
+// workload's kinds of job: a running sum of per-node values, updated on the nodes a start or
+// an end touches (O(kinds) per node).
+class FragmentationSum {
+ public:
+  FragmentationSum(const Cluster& c, const std::vector<Job>& jobs)
+      : c_(c), busy_(c.nodes().size(), 0), frag_(c.nodes().size(), 0) {
+    for (const Job& j : jobs) mix_.Add(j);
+    for (size_t n = 0; n < frag_.size(); ++n) Update(static_cast<NodeIndex>(n));
+  }
+  void Busy(const Placement& p, int sign) {
+    for (const Slot& s : p) {
+      busy_[s.node] += sign * s.gpus;
+      Update(s.node);
+    }
+  }
+  // Clamped: rounding in the running sum may leave a hair below 0 when nothing is fragmented.
+  double total() const { return total_ > 0 ? total_ : 0; }
+
+ private:
+  void Update(NodeIndex n) {
+    total_ -= frag_[n];
+    const Node& node = c_.nodes()[n];
+    frag_[n] = WholeGpuFragmentation(node.gpus - busy_[n], node.gpu_type, mix_);
+    total_ += frag_[n];
+  }
+  const Cluster& c_;
+  TaskMix mix_;
+  std::vector<int> busy_;
+  std::vector<double> frag_;
+  double total_ = 0;
 };
 
 // Innermost topology level whose one domain holds every node of the placement; -1 for a single
@@ -114,7 +195,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   using FinishEvent = std::pair<Time, JobIndex>;
   std::priority_queue<FinishEvent, std::vector<FinishEvent>, std::greater<>> finishes;
   InvariantChecker checker(cluster, teams);
-  Fenwick pending_by_gpus(cluster.total_gpus() + 1);
+  PendingByTypes pending_by_types(cluster);
+  FragmentationSum fragmentation(cluster, jobs);
+  std::vector<Placement> started_on(jobs.size());  // the current run's placement, per job
   std::vector<StartDecision> starts;
 
   const Time first = jobs.empty() ? 0 : jobs[order.front()].submit;
@@ -136,6 +219,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     --running;
     busy -= job.gpus;
     team_busy[job.team] -= job.gpus;
+    pending_by_types.Busy(started_on[job.index], -1);
+    fragmentation.Busy(started_on[job.index], -1);
   };
   // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
   // restart cost the current run pays first.
@@ -205,7 +290,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       ++o.requeues;
       ++result.requeues;
       GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
-      pending_by_gpus.Add(job.gpus, 1);
+      pending_by_types.Pending(job, 1);
       ++pending;
     }
     return Status::Ok();
@@ -215,7 +300,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     JobOutcome& o = result.outcomes[j];
     const JobStatus::Phase phase = engine->status(j).phase;
     if (phase == JobStatus::Phase::kPending) {
-      pending_by_gpus.Add(job.gpus, -1);
+      pending_by_types.Pending(job, -1);
       --pending;
     } else if (phase == JobStatus::Phase::kRunning) {
       if (options.check_invariants) {
@@ -346,9 +431,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       const double dt = static_cast<double>(now - prev);
       result.busy_gpu_seconds += dt * static_cast<double>(busy);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
-      const int free_total = cluster.total_gpus() - static_cast<int>(busy);
-      result.frag_wait_job_seconds +=
-          dt * static_cast<double>(pending_by_gpus.PrefixSum(free_total));
+      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting());
+      result.fragmented_gpu_seconds += dt * fragmentation.total();
       while (next_sample < now) {
         result.samples.push_back({next_sample, static_cast<int32_t>(busy),
                                   static_cast<int32_t>(pending), static_cast<int32_t>(running),
@@ -384,7 +468,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     while (next_submit < order.size() && jobs[order[next_submit]].submit == now) {
       const Job& job = jobs[order[next_submit++]];
       GANTRY_RETURN_IF_ERROR(engine->Submit(job, now));
-      pending_by_gpus.Add(job.gpus, 1);
+      pending_by_types.Pending(job, 1);
       ++pending;
       ++processed;
     }
@@ -445,11 +529,14 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       o.span_level = SpanLevel(cluster, d.placement);
       o.backfilled = d.reason == Reason::kStartedBackfill;
       finishes.push({o.end, d.job});
-      pending_by_gpus.Add(job.gpus, -1);
+      pending_by_types.Pending(job, -1);
       --pending;
       ++running;
       busy += job.gpus;
       team_busy[job.team] += job.gpus;
+      started_on[d.job] = d.placement;
+      pending_by_types.Busy(d.placement, 1);
+      fragmentation.Busy(d.placement, 1);
     }
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {

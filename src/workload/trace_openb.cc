@@ -25,9 +25,16 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
   GANTRY_ASSIGN_OR_RETURN(const int c_name, RequireColumn(columns, "name", b, hl));
   GANTRY_ASSIGN_OR_RETURN(const int c_gpus, RequireColumn(columns, "num_gpu", b, hl));
   GANTRY_ASSIGN_OR_RETURN(const int c_milli, RequireColumn(columns, "gpu_milli", b, hl));
-  GANTRY_ASSIGN_OR_RETURN(const int c_create, RequireColumn(columns, "creation_time", b, hl));
-  GANTRY_ASSIGN_OR_RETURN(const int c_delete, RequireColumn(columns, "deletion_time", b, hl));
-  GANTRY_ASSIGN_OR_RETURN(const int c_sched, RequireColumn(columns, "scheduled_time", b, hl));
+  // A pod list with no time columns at all is a list of requests (FGD's packing input): every
+  // pod is submitted at 0 and runs 0 s. With any of them present, all three are required.
+  const bool timed = columns.Find("creation_time") >= 0 || columns.Find("deletion_time") >= 0 ||
+                     columns.Find("scheduled_time") >= 0;
+  int c_create = -1, c_delete = -1, c_sched = -1;
+  if (timed) {
+    GANTRY_ASSIGN_OR_RETURN(c_create, RequireColumn(columns, "creation_time", b, hl));
+    GANTRY_ASSIGN_OR_RETURN(c_delete, RequireColumn(columns, "deletion_time", b, hl));
+    GANTRY_ASSIGN_OR_RETURN(c_sched, RequireColumn(columns, "scheduled_time", b, hl));
+  }
   const int c_spec = columns.Find("gpu_spec");
   const int c_qos = columns.Find("qos");
 
@@ -55,6 +62,8 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
       row.Bad("gpu_milli", std::to_string(milli) +
                                "/1000 of a GPU: fractional GPUs are not supported "
                                "(round_fractional_gpus is off)");
+    } else if (!timed) {
+      fractional = milli < 1000;
     } else if (!row.Int("creation_time", f[c_create], 0, kMaxSeconds, &created)) {
     } else if (f[c_sched].empty()) {
       row.NotAJob("never-started");
@@ -84,7 +93,10 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
     job.gpu_type_set = c_spec >= 0 ? b.GpuTypeSet(f[c_spec], '|') : -1;
     // One pod is one node's worth of GPUs.
     SetShape(job, 1);
-    if (fractional) ++b.stats().fractional_gpu_rounded;
+    if (fractional) {
+      job.gpu_milli = static_cast<int32_t>(milli);
+      ++b.stats().fractional_gpu_rounded;
+    }
   }
   return std::move(b).Build(/*wall_clock=*/false);
 }

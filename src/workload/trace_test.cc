@@ -233,6 +233,8 @@ TEST(OpenbTest, ParsesPods) {
   EXPECT_EQ(b.gpus, 1);
   EXPECT_EQ(b.qos, 1);
   EXPECT_EQ(b.run_time, 10);
+  EXPECT_EQ(b.gpu_milli, 250);  // kept beside the whole GPU it is rounded to
+  EXPECT_EQ(a.gpu_milli, 0);
   EXPECT_EQ(b.gpu_type_set, a.gpu_type_set);  // interned once
   const Job& c = w.jobs[2];
   EXPECT_EQ(c.submit, 50);
@@ -245,6 +247,29 @@ TEST(OpenbTest, ParsesPods) {
   EXPECT_EQ(w.stats.skipped_by_reason.at("cpu-only"), 1);
   EXPECT_EQ(w.stats.skipped_by_reason.at("never-started"), 1);
   EXPECT_EQ(w.stats.rows_skipped, 2);
+}
+
+// A pod list without time columns is a list of requests (the packing experiment's input).
+TEST(OpenbTest, RequestsOnly) {
+  const std::string text =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+      "p1,1000,1024,1,500,A100\n"
+      "p2,1000,1024,0,0,\n"
+      "p3,1000,1024,4,1000,\n";
+  Workload w = MustImport(text, TraceFormat::kOpenb);
+  ASSERT_EQ(w.jobs.size(), 2u);
+  EXPECT_EQ(w.jobs[0].id, "p1");
+  EXPECT_EQ(w.jobs[0].gpu_milli, 500);
+  EXPECT_EQ(w.jobs[0].submit, 0);
+  EXPECT_EQ(w.jobs[0].run_time, 0);
+  EXPECT_EQ(w.jobs[1].id, "p3");
+  EXPECT_EQ(w.jobs[1].gpus, 4);
+  EXPECT_EQ(w.stats.skipped_by_reason.at("cpu-only"), 1);
+  // One time column without the others is still an error naming the missing one.
+  auto partial = ImportTraceText("name,num_gpu,gpu_milli,creation_time\np,1,1000,5\n", "t.csv",
+                                 TraceFormat::kOpenb, {});
+  ASSERT_FALSE(partial.ok());
+  EXPECT_NE(partial.status().message().find("deletion_time"), std::string::npos);
 }
 
 TEST(OpenbTest, BadRows) {

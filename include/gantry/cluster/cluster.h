@@ -34,6 +34,9 @@ struct GpuType {
   int memory_gb = 0;
   double idle_watts = 0;
   double busy_watts = 0;
+  // > 0: each GPU of this type is cut into this many fixed slices (MIG-like), the unit in which
+  // GPU shares are placed (the packing experiment, sim/packing.h); 0: shares in milli-GPUs.
+  int mig_slices = 0;
 };
 
 struct Node {

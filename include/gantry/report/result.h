@@ -78,9 +78,11 @@ struct SimSummary {
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
   double bounded_slowdown_mean = 0, bounded_slowdown_p95 = 0;  // threshold 10 s
   double gpu_utilization = 0;  // busy GPU-seconds / (GPUs * makespan)
-  double jain_fairness = 0;    // Jain's index over per-team mean bounded slowdown
-  // Fragmentation: job-hours spent waiting while the cluster had at least as many free GPUs in
-  // total as the job asked for, and that as a fraction of all job-hours waited.
+  // Expected fragmented GPU-seconds / (GPUs * makespan), FGD's measure (fragmentation.h).
+  double fragmented_gpu_share = 0;
+  double jain_fairness = 0;  // Jain's index over per-team mean bounded slowdown
+  // Fragmentation: job-hours spent waiting while the cluster had at least as many idle GPUs of
+  // the job's allowed types as it asked for, and that as a fraction of all job-hours waited.
   double frag_wait_job_hours = 0;
   double total_wait_job_hours = 0;
   double frag_wait_fraction = 0;
@@ -107,6 +109,9 @@ struct SimResult {
   double frag_wait_job_seconds = 0;
   double total_wait_job_seconds = 0;
   double busy_gpu_seconds = 0;
+  // Expected fragmented GPUs (sched/fragmentation.h, over the workload's kinds of job) integrated
+  // over time: idle GPUs the workload's jobs could not use where they are.
+  double fragmented_gpu_seconds = 0;
   int64_t cluster_events = 0;
   int64_t node_failures = 0;  // hard failures drawn by the failure model
   int64_t health_events = 0;  // GPU health drains drawn by the failure model

@@ -11,7 +11,8 @@
 //                                 index-driven fast paths proven equivalent; a profile may add
 //                                 scores to any of them; "scored" uses only the profile's
 //   score        ScorePlugin      ranks one node for one job (pack, spread, lowest-index,
-//                                 least-free, most-free; next data locality)
+//                                 least-free, most-free, fgd, scarcity; next data
+//                                 locality)
 //   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
 //   preemption   PreemptionPlugin hook called for a blocked head job (only "none" today; later
 //                                 checkpoint-aware victim selection)

@@ -36,6 +36,7 @@ class RuntimeOracle {
 };
 
 class PluginRegistry;
+class TaskMix;
 
 // What a plugin may look at when it is created. Borrowed; outlives the plugin.
 struct PluginContext {
@@ -49,6 +50,9 @@ struct PluginContext {
   // driver has none.
   const std::vector<std::string>* users = nullptr;
   const std::vector<std::string>* queues = nullptr;
+  // The workload's kinds of task, for the "fgd" score's expectation; null: it learns them from
+  // the jobs it scores. Set by drivers that know the workload up front (the packing experiment).
+  const TaskMix* task_mix = nullptr;
 };
 
 template <class Plugin>

@@ -31,6 +31,10 @@ struct JobRequest {
   // spread over any nodes (placement still packs them onto as few as it can).
   int32_t gpus_per_node = 0;
   int32_t nodes = 0;
+  // A share of one GPU in thousandths (1..999, with gpus = 1, from openb's gpu_milli); 0 for
+  // whole GPUs. The engine places whole GPUs (such a job takes one); the packing experiment
+  // (sim/packing.h) shares devices by it.
+  int32_t gpu_milli = 0;
   int32_t gpu_type_set = -1;  // -1: any GPU type; else index into Workload::gpu_type_sets
   uint32_t gpu_type_mask = kAnyGpuType;  // resolved against a cluster by ResolveWorkload
   Duration time_limit = 0;               // requested wall-time limit; 0 until known
