@@ -189,7 +189,9 @@ int main(int argc, char** argv) {
                 << " running, " << r.finished << " ended" << std::endl;
     }
     if (cycles != 0 && n + 1 >= cycles) break;
-    const auto left = period - (std::chrono::steady_clock::now() - started);
+    // In seconds: the difference's own type would count nanoseconds.
+    const std::chrono::duration<double> left =
+        period - (std::chrono::steady_clock::now() - started);
     const double wait = std::max(left.count(), 0.0);
     struct timespec ts;
     ts.tv_sec = static_cast<time_t>(wait);

@@ -1,0 +1,295 @@
+// gantryd end to end on a real Slurm cluster (scripts/slurm; scripts/test starts one for the
+// default preset): jobs submitted with plain sbatch are held by Gantry's job_submit.lua, and
+// gantryd -- the real binary -- decides where each runs, starts it there, survives being killed
+// with SIGKILL in the middle, and shows each team only its own jobs through its API. Checked
+// against Slurm's own accounting (sacct): every job completed, exactly once, on the nodes
+// gantryd recorded for it.
+//
+// Skipped without a cluster unless GANTRY_SLURM_REQUIRED is set (as the Slurm driver's tests).
+// It shares the cluster's managed partition with those tests, so ctest runs them one at a time
+// (RESOURCE_LOCK slurm, tests/CMakeLists.txt).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_test_support.h"
+#include "common/test_support.h"
+#include "gantry/control/state_store.h"
+#include "gantry/slurm/slurm.h"
+
+extern char** environ;
+
+namespace gantry {
+namespace {
+
+using cli_test::Quote;
+using cli_test::ReadFile;
+using cli_test::RunShell;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// A gantryd process, its stdout and stderr appended to `log`.
+class Gantryd {
+ public:
+  Gantryd(const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> argv = {GANTRYD_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (posix_spawn(&pid_, cargv[0], &fa, nullptr, cargv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~Gantryd() { Kill(SIGKILL); }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    exit_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    pid_ = -1;
+  }
+  // Its exit code once it has exited within `ms` (negative: killed by that signal); INT_MIN
+  // while it still runs.
+  int Wait(int ms) {
+    for (int i = 0; i < ms / 10 && pid_ > 0; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        pid_ = -1;
+        return exit_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pid_ > 0 ? INT_MIN : exit_;
+  }
+  bool running() const { return pid_ > 0; }
+  int exit_code() const { return exit_; }
+
+ private:
+  pid_t pid_ = -1;
+  int exit_ = 0;
+};
+
+class GantrydSlurmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = Env("GANTRY_SLURM_DIR");
+    if (dir_.empty() || Env("SLURM_CONF").empty()) {
+      if (!Env("GANTRY_SLURM_REQUIRED").empty()) {
+        FAIL() << "GANTRY_SLURM_REQUIRED is set but GANTRY_SLURM_DIR/SLURM_CONF are not";
+      }
+      GTEST_SKIP() << "no Slurm cluster (source \"$(scripts/slurm start)\" to run this)";
+    }
+    partition_ = Env("GANTRY_SLURM_PARTITION").empty() ? "gantry" : Env("GANTRY_SLURM_PARTITION");
+    slurm::SlurmOptions o;
+    o.slurm_conf = Env("SLURM_CONF");
+    client_ = std::make_unique<slurm::SlurmClient>(o);
+  }
+
+  std::vector<std::string> GantrydArgs() {
+    return {"--cluster",
+            tmp_.sub("site.yaml"),
+            "--state",
+            tmp_.sub("state.db"),
+            "--partition",
+            partition_,
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            tmp_.sub("port"),
+            "--tokens",
+            tmp_.sub("tokens"),
+            "--operator-token-file",
+            tmp_.sub("op"),
+            "--interval",
+            "0.2"};
+  }
+
+  int WaitPort() {
+    for (int i = 0; i < 200; ++i) {
+      const std::string p = ReadFile(tmp_.sub("port"));
+      if (!p.empty() && p.back() == '\n') return std::stoi(p);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+
+  int64_t Submit(const std::string& account, const std::string& gres, int nodes) {
+    auto out = client_->Run({"sbatch", "--parsable", "-p", partition_, "-A", account, "-N",
+                             std::to_string(nodes), "--gres=" + gres, "-t", "5", "-o",
+                             dir_ + "/jobs/%j.out", "--wrap", "sleep 2"});
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? std::stoll(*out) : -1;
+  }
+
+  test_support::TempDir tmp_{"gantryd-slurm"};
+  std::string dir_;
+  std::string partition_;
+  std::unique_ptr<slurm::SlurmClient> client_;
+};
+
+TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
+  // The site's cluster spec, as an operator makes it.
+  cli_test::CliRun run = RunShell(
+      std::string(GANTRY_CLI) + " cluster import --from-slurm -o " + Quote(tmp_.sub("site.yaml")),
+      tmp_.sub("import.err"));
+  ASSERT_EQ(run.code, 0) << run.err;
+  {
+    std::ofstream(tmp_.sub("tokens")) << "physics phys-token\nbiology bio-token\n";
+    std::ofstream(tmp_.sub("op")) << "op-token\n";
+  }
+  const std::string log = tmp_.sub("gantryd.log");
+  auto gantryd = std::make_unique<Gantryd>(GantrydArgs(), log);
+  ASSERT_TRUE(gantryd->running());
+  int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+
+  // 16 jobs of both teams and shapes: 2 x h100 on one node, a100 on one node, and 8 x h100
+  // gangs over both h100 nodes.
+  std::map<int64_t, std::string> team_of;
+  for (int i = 0; i < 16; ++i) {
+    const bool phys = i % 2 == 0;
+    const std::string gres = i % 8 == 0 ? "gpu:h100:8" : (phys ? "gpu:h100:2" : "gpu:a100:1");
+    const int nodes = i % 8 == 0 ? 2 : 1;
+    const int64_t id = Submit(phys ? "physics" : "biology", gres, nodes);
+    ASSERT_GT(id, 0);
+    team_of[id] = phys ? "physics" : "biology";
+  }
+
+  // The API while the jobs run: each team sees only its own.
+  httplib::Client api("127.0.0.1", port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  for (const auto& [token, team] :
+       std::map<std::string, std::string>{{"phys-token", "physics"}, {"bio-token", "biology"}}) {
+    auto r = api.Get("/v1/jobs", {{"Authorization", "Bearer " + token}});
+    ASSERT_TRUE(r) << ReadFile(log);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const nlohmann::json body = nlohmann::json::parse(r->body);
+    EXPECT_FALSE(body.at("jobs").empty()) << team << " sees none of its jobs";
+    for (const auto& j : body.at("jobs")) EXPECT_EQ(j.at("team"), team) << r->body;
+  }
+  auto health = api.Get("/v1/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(nlohmann::json::parse(health->body).at("status"), "ok");
+
+  // Killed mid-run -- once some jobs were started and others still wait (physics asks for far
+  // more than its 16-GPU quota) -- and restarted on the same state: it picks up where it was.
+  int pending = 0, started = 0;
+  for (int i = 0; i < 150 && started == 0; ++i) {
+    auto r = api.Get("/v1/jobs", {{"Authorization", "Bearer op-token"}});
+    ASSERT_TRUE(r && r->status == 200) << ReadFile(log);
+    pending = started = 0;
+    const nlohmann::json body = nlohmann::json::parse(r->body);
+    for (const auto& j : body.at("jobs")) (j.at("phase") == "pending" ? pending : started)++;
+    if (started == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(started, 0) << ReadFile(log);
+  ASSERT_GT(pending, 0) << "everything started before the kill: it would test nothing";
+  gantryd->Kill(SIGKILL);
+  std::remove(tmp_.sub("port").c_str());
+  gantryd = std::make_unique<Gantryd>(GantrydArgs(), log);
+  port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+
+  // Everything ends (Slurm forgets finished jobs only after MinJobAge).
+  std::set<int64_t> left;
+  for (const auto& [id, team] : team_of) left.insert(id);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    for (auto it = left.begin(); it != left.end();) {
+      auto j = client_->Job(*it);
+      const bool ended = j.ok() && j->state != slurm::JobState::kPending &&
+                         j->state != slurm::JobState::kRunning &&
+                         j->state != slurm::JobState::kCompleting;
+      it = ended ? left.erase(it) : std::next(it);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_TRUE(left.empty()) << left.size() << " jobs never ended; first " << *left.begin() << "\n"
+                            << ReadFile(log);
+  gantryd->Kill(SIGTERM);
+  EXPECT_EQ(gantryd->exit_code(), 0) << ReadFile(log);
+
+  // What gantryd recorded, against what Slurm accounted.
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  for (const auto& [id, team] : team_of) {
+    const std::string sid = std::to_string(id);
+    Result<control::JobRecord> r = (*store)->Get(sid);
+    ASSERT_TRUE(r.ok()) << sid << ": " << r.status().ToString();
+    EXPECT_EQ(r->phase, control::JobPhase::kDone) << sid;
+    EXPECT_EQ(r->team, team);
+    std::set<std::string> recorded;
+    for (const control::NodeGpus& s : r->placement) recorded.insert(s.node);
+    // -D lists every start of a job (a requeued job has one record per run).
+    std::string sacct;
+    for (int i = 0; i < 100; ++i) {
+      auto out =
+          client_->Run({"sacct", "-D", "-X", "-n", "-P", "-j", sid, "--format=State,NodeList"});
+      if (out.ok() && out->find("COMPLETED") != std::string::npos) {
+        sacct = *out;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_FALSE(sacct.empty()) << "sacct has no completed record of " << sid;
+    EXPECT_EQ(std::count(sacct.begin(), sacct.end(), '\n'), 1) << sid << " ran more than once:\n"
+                                                               << sacct;
+    const std::string first = sacct.substr(0, sacct.find('\n'));
+    const size_t bar = first.find('|');
+    ASSERT_NE(bar, std::string::npos) << sacct;
+    EXPECT_EQ(first.substr(0, bar), "COMPLETED") << sid;
+    auto nodes = slurm::ExpandHostlist(first.substr(bar + 1));
+    ASSERT_TRUE(nodes.ok()) << first;
+    EXPECT_EQ(std::set<std::string>(nodes->begin(), nodes->end()), recorded)
+        << sid << " ran on " << first.substr(bar + 1) << ", not where gantryd decided";
+  }
+  Result<std::vector<int64_t>> counts = (*store)->CountByPhase();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ((*counts)[0] + (*counts)[1] + (*counts)[2], 0) << "jobs still active in the store";
+}
+
+TEST_F(GantrydSlurmTest, RefusesASecondDaemonOnTheSameState) {
+  RunShell(
+      std::string(GANTRY_CLI) + " cluster import --from-slurm -o " + Quote(tmp_.sub("site.yaml")),
+      tmp_.sub("import.err"));
+  std::ofstream(tmp_.sub("tokens")) << "physics t\n";
+  std::ofstream(tmp_.sub("op")) << "o\n";
+  Gantryd first(GantrydArgs(), tmp_.sub("1.log"));
+  ASSERT_GT(WaitPort(), 0) << ReadFile(tmp_.sub("1.log"));
+  std::vector<std::string> args = GantrydArgs();
+  args.push_back("--cycles");
+  args.push_back("1");
+  Gantryd second(args, tmp_.sub("2.log"));
+  EXPECT_EQ(second.Wait(20000), 3) << ReadFile(tmp_.sub("2.log"));
+  EXPECT_NE(ReadFile(tmp_.sub("2.log")).find("another process"), std::string::npos)
+      << ReadFile(tmp_.sub("2.log"));
+}
+
+}  // namespace
+}  // namespace gantry
