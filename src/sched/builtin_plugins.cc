@@ -20,6 +20,7 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddPriority("oracle-runtime", NewOracleRuntime));
   add(r.AddPriority("oracle-service", NewOracleService));
   add(r.AddAdmission("quota", NewQuota));
+  add(r.AddAdmission("kueue", NewKueue));
   add(r.AddPlacement("first-fit", NewFirstFit));
   add(r.AddPlacement("best-fit", NewBestFit));
   add(r.AddPlacement("topology", NewTopology));

@@ -29,6 +29,7 @@ struct JobOutcome {
   bool cancelled = false;        // ended by a cancel event (start -1 if it never started)
   int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
   bool held = false;             // interrupted once more after max_requeues: held, not requeued
+  int32_t preemptions = 0;       // runs ended by preemption (each requeued; not in requeues)
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -69,6 +70,9 @@ struct SimSummary {
   int64_t health_events = 0;     // GPU health drains of the failure model
   int64_t spare_swaps = 0;       // hot spares brought in
   int64_t requeues = 0;          // runs ended by a node going down and queued again
+  int64_t preemptions = 0;       // runs ended by preemption and queued again
+  int64_t jobs_preempted = 0;    // distinct jobs preempted at least once
+  int32_t max_preemptions_per_job = 0;
   double lost_gpu_hours = 0;     // work those runs had done since their last checkpoint
   double restart_gpu_hours = 0;  // GPU-hours requeued runs spent restarting
   // Useful share of the allocated GPU time: 1 - (lost + restart) / busy GPU-hours.
@@ -112,6 +116,7 @@ struct SimResult {
   int64_t health_events = 0;  // GPU health drains drawn by the failure model
   int64_t spare_swaps = 0;    // hot spares brought in for failed nodes
   int64_t requeues = 0;
+  int64_t preemptions = 0;  // runs ended by preemption (requeued; lost work counted as above)
   // GPU-seconds of interrupted runs: useful work done since the last checkpoint (lost), and
   // time spent restarting (loading a checkpoint) before useful work resumed.
   double lost_gpu_seconds = 0;
@@ -127,7 +132,7 @@ void Summarize(SimResult& result);
 // key order is fixed and the text is byte-identical across runs.
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
-// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues (header documented in
+// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions (header documented in
 // docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
