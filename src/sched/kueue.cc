@@ -25,7 +25,8 @@
 // borrow; borrowWithinCohort=LowerPriority lets it reclaim while borrowing, from jobs below its
 // priority (and at most maxPriorityThreshold).
 //
-// Fair sharing (plugin argument fair_sharing: true): a CQ's share is the GPUs it borrows (above
+// Fair sharing (plugin argument fair_sharing: true) picks among the same candidates (the
+// policies above still say who may be preempted), differently. A CQ's share is the GPUs it borrows (above
 // nominal, over its flavors) per 1000 of the GPUs its root cohort can lend, divided by its
 // weight. Victims come from the CQ with the highest share first, one at a time, when the
 // strategy allows it: LessThanOrEqualToFinalShare (the preemptor's share with its job is at
@@ -343,17 +344,15 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
       }
     }
   }
-  const bool reclaim = nodes_[cq].parent >= 0 &&
-                       (settings.reclaim_within_cohort != ReclaimWithinCohort::kNever || fair_);
+  const bool reclaim =
+      nodes_[cq].parent >= 0 && settings.reclaim_within_cohort != ReclaimWithinCohort::kNever;
   if (reclaim) {
     for (int other : tree_cqs_[Root(cq)]) {
       if (other == cq || !Borrowing(other, f)) continue;
       for (JobIndex r : running_[other]) {
         const Run& run = runs_[r];
         if (run.flavor != f) continue;
-        // Fair sharing picks among borrowers by share, whatever their priority; classic
-        // reclaim by the policy.
-        if (!fair_ && settings.reclaim_within_cohort != ReclaimWithinCohort::kAny &&
+        if (settings.reclaim_within_cohort != ReclaimWithinCohort::kAny &&
             run.priority >= priority) {
           continue;
         }
