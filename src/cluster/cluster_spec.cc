@@ -543,7 +543,8 @@ Status SpecReader::ReadQueueSettings(const YAML::Node& t, Team& team) {
       }
     }
     GANTRY_ASSIGN_OR_RETURN(fq.nominal, ReqInt(f, "nominal", what, 0, 1 << 30));
-    GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> borrow, OptInt(f, "borrowing_limit", 0, 1 << 30));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> borrow,
+                            OptInt(f, "borrowing_limit", 0, 1 << 30));
     GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> lend, OptInt(f, "lending_limit", 0, 1 << 30));
     fq.borrowing_limit = borrow ? static_cast<int>(*borrow) : kNoQuota;
     fq.lending_limit = lend ? static_cast<int>(*lend) : kNoQuota;
@@ -557,15 +558,14 @@ Status SpecReader::ReadQueueSettings(const YAML::Node& t, Team& team) {
   }
   const YAML::Node pre = Get(t, "preemption");
   if (pre.IsDefined()) {
-    GANTRY_RETURN_IF_ERROR(CheckMap(pre, "preemption", {"within_cluster_queue",
-                                                         "reclaim_within_cohort",
-                                                         "borrow_within_cohort"}));
-    GANTRY_ASSIGN_OR_RETURN(
-        std::optional<int> within,
-        OptEnum(pre, "within_cluster_queue",
-                {"Never", "LowerPriority", "LowerOrNewerEqualPriority"}));
-    GANTRY_ASSIGN_OR_RETURN(std::optional<int> reclaim,
-                            OptEnum(pre, "reclaim_within_cohort", {"Never", "LowerPriority", "Any"}));
+    GANTRY_RETURN_IF_ERROR(
+        CheckMap(pre, "preemption",
+                 {"within_cluster_queue", "reclaim_within_cohort", "borrow_within_cohort"}));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int> within,
+                            OptEnum(pre, "within_cluster_queue",
+                                    {"Never", "LowerPriority", "LowerOrNewerEqualPriority"}));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int> reclaim, OptEnum(pre, "reclaim_within_cohort",
+                                                                {"Never", "LowerPriority", "Any"}));
     if (within) q.within_cluster_queue = static_cast<WithinClusterQueue>(*within);
     if (reclaim) q.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(*reclaim);
     const YAML::Node borrow = Get(pre, "borrow_within_cohort");
@@ -589,7 +589,8 @@ Status SpecReader::ReadQueueSettings(const YAML::Node& t, Team& team) {
     GANTRY_ASSIGN_OR_RETURN(std::optional<int> preempt,
                             OptEnum(fung, "when_can_preempt", {"Preempt", "TryNextFlavor"}));
     if (borrow) {
-      q.when_can_borrow = *borrow == 0 ? FlavorFungibility::kBorrow : FlavorFungibility::kTryNextFlavor;
+      q.when_can_borrow =
+          *borrow == 0 ? FlavorFungibility::kBorrow : FlavorFungibility::kTryNextFlavor;
     }
     if (preempt) {
       q.when_can_preempt =

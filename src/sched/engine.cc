@@ -735,8 +735,7 @@ class Engine::Impl {
           Start(j, now, Reason::kStartedHead, starts);
           continue;
         }
-        st.status.reason =
-            FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
+        st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
         head = j;
         preemption_->SelectVictims(job, now);    // extension point; "none" picks no victims
         if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
@@ -812,7 +811,9 @@ class Engine::Impl {
   bool PreemptAndStart(JobIndex j, const JobRequest& job, Time now, const NodeCaps* caps,
                        Reason reason, std::vector<StartDecision>* starts) {
     const std::vector<JobIndex>& victims = decision_.victims;
-    const auto up = [&](NodeIndex n) { return nodes_not_up_ == 0 || node_state_[n] == NodeState::kUp; };
+    const auto up = [&](NodeIndex n) {
+      return nodes_not_up_ == 0 || node_state_[n] == NodeState::kUp;
+    };
     for (JobIndex v : victims) {
       for (const Slot& slot : state_[v].placement) {
         if (up(slot.node)) free_.Release(slot.node, slot.gpus);

@@ -26,14 +26,21 @@
 // priority (and at most maxPriorityThreshold).
 //
 // Fair sharing (plugin argument fair_sharing: true) picks among the same candidates (the
-// policies above still say who may be preempted), differently. A CQ's share is the GPUs it borrows (above
-// nominal, over its flavors) per 1000 of the GPUs its root cohort can lend, divided by its
+// policies above still say who may be preempted), differently. A CQ's share is the GPUs it borrows
+// (above nominal, over its flavors) per 1000 of the GPUs its root cohort can lend, divided by its
 // weight. Victims come from the CQ with the highest share first, one at a time, when the
 // strategy allows it: LessThanOrEqualToFinalShare (the preemptor's share with its job is at
 // most the target's share without the victim), then LessThanInitialShare (below the target's
 // share before). Shares compare CQs directly, across the whole tree (Kueue compares siblings
 // under their common cohort: the same for a one-level cohort). Admission order by share is not
 // ported: the profile's priority factors order jobs.
+//
+// No preemption loops, bounded preemptions (Gantry's rules, not Kueue's): a job never preempts
+// a job that preempted it, and a job preempted max_preemptions times (plugin argument, default
+// 5, as Slurm's MaxBatchRequeue) is no longer a victim: it runs to its end. Without them a
+// requeued victim may come back as a preemptor once loads shift (fair shares move as other
+// jobs end; reclaim and borrowing swap roles between CQs), and a job of a CQ that lives on
+// borrowed quota may be reclaimed every time it restarts.
 //
 // Priority is the job's QoS level (JobRequest::qos); "newer" is a later submit time.
 #include <algorithm>
@@ -54,8 +61,12 @@ enum class Strategy : uint8_t { kLessThanOrEqualToFinalShare, kLessThanInitialSh
 class KueueAdmission final : public AdmissionPlugin {
  public:
   KueueAdmission(const Cluster& cluster, const std::vector<Team>& teams, bool fair,
-                 std::vector<Strategy> strategies)
-      : cluster_(cluster), teams_(teams), fair_(fair), strategies_(std::move(strategies)) {}
+                 std::vector<Strategy> strategies, int max_preemptions)
+      : cluster_(cluster),
+        teams_(teams),
+        fair_(fair),
+        strategies_(std::move(strategies)),
+        max_preemptions_(max_preemptions) {}
 
   Status Init();
 
@@ -73,7 +84,7 @@ class KueueAdmission final : public AdmissionPlugin {
   struct QNode {
     std::string name;
     int parent = -1;
-    bool unlimited = false;  // a team with no quota at all: not a ClusterQueue, never limited
+    bool unlimited = false;    // a team with no quota at all: not a ClusterQueue, never limited
     std::vector<int> flavors;  // a CQ's flavors, in the order admission tries them
   };
   struct Run {
@@ -142,17 +153,20 @@ class KueueAdmission final : public AdmissionPlugin {
   const std::vector<Team>& teams_;
   const bool fair_;
   const std::vector<Strategy> strategies_;
+  const int max_preemptions_;
   std::vector<QNode> nodes_;
-  std::vector<uint32_t> flavor_masks_;  // 0: "*" (every type); 1 + t: GPU type t
-  std::vector<int64_t> quota_;          // [node][flavor]: nominal (CQ) or what children lend
-  std::vector<int64_t> guaranteed_;     // [node][flavor]: not lent to the parent
-  std::vector<int64_t> borrow_limit_;   // [node][flavor]; kUnlimited when none
-  std::vector<int64_t> usage_;          // [node][flavor]
-  std::vector<std::vector<int>> tree_cqs_;        // per root: its CQs, in team order
-  std::vector<std::vector<JobIndex>> running_;    // per CQ
-  std::vector<Run> runs_;                         // per job index (cq -1: not running here)
-  JobIndex last_job_ = -1;  // the job Admit last admitted, and on which flavor
+  std::vector<uint32_t> flavor_masks_;      // 0: "*" (every type); 1 + t: GPU type t
+  std::vector<int64_t> quota_;              // [node][flavor]: nominal (CQ) or what children lend
+  std::vector<int64_t> guaranteed_;         // [node][flavor]: not lent to the parent
+  std::vector<int64_t> borrow_limit_;       // [node][flavor]; kUnlimited when none
+  std::vector<int64_t> usage_;              // [node][flavor]
+  std::vector<std::vector<int>> tree_cqs_;  // per root: its CQs, in team order
+  std::vector<std::vector<JobIndex>> running_;  // per CQ
+  std::vector<Run> runs_;                       // per job index (cq -1: not running here)
+  JobIndex last_job_ = -1;  // the job Admit last admitted, on which flavor, preempting whom
   int last_flavor_ = -1;
+  std::vector<JobIndex> last_victims_;
+  std::vector<std::vector<JobIndex>> preempted_by_;  // per job: the jobs that preempted it
 };
 
 Status KueueAdmission::Init() {
@@ -322,6 +336,7 @@ bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) 
   out->gpu_type_mask = job.gpu_type_mask & flavor_masks_[chosen];
   last_job_ = job.index;
   last_flavor_ = chosen;
+  last_victims_ = out->victims;
   return true;
 }
 
@@ -329,17 +344,28 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
   const QueueSettings& settings = teams_[cq].queue;
   const int priority = job.qos;
   std::vector<JobIndex> candidates;
+  static const std::vector<JobIndex> kNone;
+  const std::vector<JobIndex>& preempted_me =
+      static_cast<size_t>(job.index) < preempted_by_.size() ? preempted_by_[job.index] : kNone;
+  // Excluded victims: a job that preempted this one, a job preempted enough already.
+  const auto loops = [&](JobIndex r) {
+    if (static_cast<size_t>(r) < preempted_by_.size() &&
+        static_cast<int>(preempted_by_[r].size()) >= max_preemptions_) {
+      return true;
+    }
+    return std::find(preempted_me.begin(), preempted_me.end(), r) != preempted_me.end();
+  };
   if (settings.within_cluster_queue != WithinClusterQueue::kNever) {
     for (JobIndex r : running_[cq]) {
       const Run& run = runs_[r];
-      if (run.flavor != f) continue;
+      if (run.flavor != f || loops(r)) continue;
       const bool lower = run.priority < priority;
       const bool newer_equal =
           run.priority == priority &&
           (run.submit > job.submit || (run.submit == job.submit && r > job.index));
-      if (lower || (settings.within_cluster_queue ==
-                        WithinClusterQueue::kLowerOrNewerEqualPriority &&
-                    newer_equal)) {
+      if (lower ||
+          (settings.within_cluster_queue == WithinClusterQueue::kLowerOrNewerEqualPriority &&
+           newer_equal)) {
         candidates.push_back(r);
       }
     }
@@ -351,7 +377,7 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
       if (other == cq || !Borrowing(other, f)) continue;
       for (JobIndex r : running_[other]) {
         const Run& run = runs_[r];
-        if (run.flavor != f) continue;
+        if (run.flavor != f || loops(r)) continue;
         if (settings.reclaim_within_cohort != ReclaimWithinCohort::kAny &&
             run.priority >= priority) {
           continue;
@@ -409,7 +435,8 @@ std::vector<JobIndex> KueueAdmission::Minimal(const std::vector<JobIndex>& candi
     removed.push_back(r);
     // Preempting a job above the borrowWithinCohort threshold forbids borrowing.
     if (runs_[r].priority > threshold) allow_borrowing = false;
-    if (Fits(cq, f, gpus, allow_borrowing)) return FillBack(std::move(removed), cq, f, gpus, allow_borrowing);
+    if (Fits(cq, f, gpus, allow_borrowing))
+      return FillBack(std::move(removed), cq, f, gpus, allow_borrowing);
   }
   for (JobIndex r : removed) Restore(r);
   return {};
@@ -521,9 +548,18 @@ void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placem
   const int cq = job.team;
   if (nodes_[cq].unlimited) return;
   // Adopted jobs, and jobs another plugin started, get the flavor their GPUs belong to.
-  const int f = job.index == last_job_ && last_flavor_ >= 0 ? last_flavor_
-                                                            : FlavorOfPlacement(cq, placement);
+  const bool admitted_here = job.index == last_job_;
+  const int f =
+      admitted_here && last_flavor_ >= 0 ? last_flavor_ : FlavorOfPlacement(cq, placement);
   last_job_ = -1;
+  if (admitted_here) {
+    // Its victims have ended by now (the engine ends them first): remember who preempted them.
+    for (JobIndex v : last_victims_) {
+      if (static_cast<size_t>(v) >= preempted_by_.size()) preempted_by_.resize(v + 1);
+      preempted_by_[v].push_back(job.index);
+    }
+  }
+  last_victims_.clear();
   if (f < 0) return;
   if (static_cast<size_t>(job.index) >= runs_.size()) runs_.resize(job.index + 1);
   runs_[job.index] = {cq, f, job.gpus, job.qos, now, job.submit};
@@ -572,8 +608,12 @@ namespace builtin {
 
 Result<std::unique_ptr<AdmissionPlugin>> NewKueue(const PluginArgs& args,
                                                   const PluginContext& ctx) {
-  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"fair_sharing", "strategies"}));
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({"fair_sharing", "strategies", "max_preemptions"}));
   GANTRY_ASSIGN_OR_RETURN(const bool fair, args.Bool("fair_sharing", false));
+  GANTRY_ASSIGN_OR_RETURN(const int64_t max_preemptions, args.Integer("max_preemptions", 5));
+  if (max_preemptions < 0 || max_preemptions > 1000000) {
+    return InvalidArgument("plugin 'kueue': argument 'max_preemptions' must be in [0, 1000000]");
+  }
   GANTRY_ASSIGN_OR_RETURN(
       const std::string names,
       args.String("strategies", "LessThanOrEqualToFinalShare,LessThanInitialShare"));
@@ -592,8 +632,8 @@ Result<std::unique_ptr<AdmissionPlugin>> NewKueue(const PluginArgs& args,
     }
     pos = comma + 1;
   }
-  auto plugin = std::make_unique<KueueAdmission>(*ctx.cluster, *ctx.teams, fair,
-                                                 std::move(strategies));
+  auto plugin = std::make_unique<KueueAdmission>(
+      *ctx.cluster, *ctx.teams, fair, std::move(strategies), static_cast<int>(max_preemptions));
   GANTRY_RETURN_IF_ERROR(plugin->Init());
   return std::unique_ptr<AdmissionPlugin>(std::move(plugin));
 }

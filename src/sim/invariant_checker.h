@@ -223,14 +223,13 @@ class InvariantChecker {
         const KueueFlavor& fl = kueue_flavors_[t][f];
         const int used = kueue_used_[t][f];
         const bool in_cohort = !kueue_root_[t].empty();
-        const int cap = !in_cohort ? fl.nominal
+        const int cap = !in_cohort                       ? fl.nominal
                         : fl.borrowing_limit == kNoQuota ? INT32_MAX
                                                          : fl.nominal + fl.borrowing_limit;
         if (used > cap) {
-          return Internal(who + "ClusterQueue " + teams_[t].name + " uses " +
-                          std::to_string(used) + " GPUs of flavor " + fl.name +
-                          ", more than nominal plus borrowing limit (" + std::to_string(cap) +
-                          ")");
+          return Internal(who + "ClusterQueue " + teams_[t].name + " uses " + std::to_string(used) +
+                          " GPUs of flavor " + fl.name +
+                          ", more than nominal plus borrowing limit (" + std::to_string(cap) + ")");
         }
         if (in_cohort) {
           auto& [above, lent] = roots[{kueue_root_[t], fl.name}];
@@ -250,7 +249,6 @@ class InvariantChecker {
   }
 
  public:
-
  private:
   const Cluster& cluster_;
   const std::vector<Team>& teams_;

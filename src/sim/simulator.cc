@@ -172,8 +172,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     // The start booked the whole restart cost; give back what this run did not get to.
     const Duration booked = std::min(restart_penalty[j], o.end - o.start);
     const Duration useful = elapsed - overhead;
-    const Duration interval =
-        job.checkpoint_interval > 0 ? job.checkpoint_interval : ckpt.interval;
+    const Duration interval = job.checkpoint_interval > 0 ? job.checkpoint_interval : ckpt.interval;
     const Duration saved = interval > 0 ? useful / interval * interval : 0;
     work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
     restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;

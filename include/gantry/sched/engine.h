@@ -86,7 +86,7 @@ struct JobStatus {
   Time reserved_start = kInfiniteTime;  // planned start (kResources / conservative reservations)
   JobIndex blocked_by = -1;  // for kReservation: the job whose reservation it would delay
   Time start = -1;
-  Time expected_end = -1;  // start + time limit
+  Time expected_end = -1;      // start + time limit
   JobIndex preempted_by = -1;  // for kPreempted: the job that started in its place
 };
 
