@@ -435,6 +435,84 @@ teams:
             std::string::npos);
 }
 
+// Through the simulator: a reclaimed job loses the work since its last checkpoint, is requeued
+// and runs again; preemptions are counted per job and in the summary. A job larger than
+// anything its team could get stays pending (never started) without failing the run.
+TEST(KueueTest, SimulatorRequeuesPreemptedJobs) {
+  Team b = Cq("b", {{"H100", 4}}, "ab");
+  b.queue.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  std::vector<Team> teams = {Cq("a", {{"H100", 4}}, "ab"), b};
+  Workload w;
+  w.teams = {"a", "b"};
+  w.users = {"u"};
+  w.queues = {"q"};
+  const auto add = [&](const std::string& id, int team, int gpus, Time submit, Duration run) {
+    Job j;
+    j.index = static_cast<JobIndex>(w.jobs.size());
+    j.id = id;
+    j.team = team;
+    j.gpus = gpus;
+    j.submit = submit;
+    j.run_time = run;
+    j.time_limit = 100000;
+    w.jobs.push_back(j);
+  };
+  add("a1", 0, 8, 0, 10000);   // borrows all of b's 4
+  add("b1", 1, 4, 5000, 100);  // reclaims: a1 ran 5000 s, checkpointed at 3600
+  add("huge", 1, 9, 5000, 1);  // more than the cohort has: pending for ever
+  SimOptions options;
+  options.check_invariants = true;
+  options.checkpoints = {3600, 300};
+  auto r = Simulate(MakeCluster(8), teams, w, KueueProfile(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->preemptions, 1);
+  EXPECT_EQ(r->outcomes[0].preemptions, 1);
+  EXPECT_EQ(r->outcomes[0].requeues, 0);
+  EXPECT_EQ(r->outcomes[1].start, 5000);
+  // a1 restarts when b1 ends (5100): 300 s restart + 10000 - 3600 s left.
+  EXPECT_EQ(r->outcomes[0].start, 5100);
+  EXPECT_EQ(r->outcomes[0].end, 5100 + 300 + 6400);
+  EXPECT_DOUBLE_EQ(r->lost_gpu_seconds, 8.0 * (5000 - 3600));
+  EXPECT_EQ(r->outcomes[2].start, -1);
+  EXPECT_EQ(r->summary.preemptions, 1);
+  EXPECT_EQ(r->summary.jobs_preempted, 1);
+  EXPECT_EQ(r->summary.max_preemptions_per_job, 1);
+  EXPECT_EQ(r->summary.jobs_never_started, 1);
+}
+
+// The invariant checker's Kueue rule catches a CQ above nominal plus borrowing limit, and a
+// cohort lending more than its CQs lend.
+TEST(KueueTest, InvariantCheckerCatchesOverBorrowing) {
+  Cluster c = MakeCluster(8);
+  std::vector<Team> teams = {Cq("a", {{"H100", 2, 1}}, "ab"),
+                             Cq("b", {{"H100", 4, kNoQuota, 1}}, "ab")};
+  Job j;
+  j.id = "j";
+  j.team = 0;
+  j.gpus = 3;
+  {
+    InvariantChecker checker(c, teams, /*kueue_quotas=*/true);
+    EXPECT_TRUE(checker.OnStart(j, 0, {{0, 3}}).ok());  // 2 + 1 borrowed
+    Job k = j;
+    k.index = 1;
+    k.gpus = 1;
+    EXPECT_EQ(checker.OnStart(k, 0, {{0, 1}}).code(), StatusCode::kInternal);  // limit is 1
+  }
+  {
+    // b lends only 1: a (no cohort-level room beyond it) may not use 2 + 2.
+    teams[0].queue.quotas[0].borrowing_limit = kNoQuota;
+    InvariantChecker checker(c, teams, true);
+    j.gpus = 3;
+    EXPECT_TRUE(checker.OnStart(j, 0, {{0, 3}}).ok());
+    Job k = j;
+    k.index = 1;
+    k.gpus = 1;
+    auto st = checker.OnStart(k, 0, {{0, 1}});
+    EXPECT_EQ(st.code(), StatusCode::kInternal);
+    EXPECT_NE(st.message().find("cohort ab lends 3"), std::string::npos) << st.message();
+  }
+}
+
 // Random workloads on random cohorts and policies. Checks, for every run:
 //  - quotas with borrowing and lending are never exceeded (the simulator's invariant checker);
 //  - no preemption loop: if A preempted B, B never later preempts A;

@@ -63,20 +63,23 @@ struct SimSummary {
   std::vector<std::pair<std::string, int64_t>> skipped_by_reason;
   int64_t jobs_killed_at_limit = 0;
   int64_t jobs_backfilled = 0;
-  int64_t jobs_held = 0;       // interrupted more often than max_requeues; among the unfinished
-  int64_t jobs_cancelled = 0;  // by cancel events; neither completed nor unfinished
-  int64_t cluster_events = 0;  // node and job events replayed
-  int64_t node_failures = 0;   // hard failures of the failure model
-  int64_t health_events = 0;   // GPU health drains of the failure model
-  int64_t spare_swaps = 0;     // hot spares brought in
-  int64_t requeues = 0;        // runs ended by a node going down and queued again
-  int64_t preemptions = 0;     // runs ended by preemption and queued again
-  int64_t jobs_preempted = 0;  // distinct jobs preempted at least once
-  int32_t max_preemptions_per_job = 0;
+  int64_t jobs_held = 0;         // interrupted more often than max_requeues; among the unfinished
+  int64_t jobs_cancelled = 0;    // by cancel events; neither completed nor unfinished
+  int64_t cluster_events = 0;    // node and job events replayed
+  int64_t node_failures = 0;     // hard failures of the failure model
+  int64_t health_events = 0;     // GPU health drains of the failure model
+  int64_t spare_swaps = 0;       // hot spares brought in
+  int64_t requeues = 0;          // runs ended by a node going down and queued again
   double lost_gpu_hours = 0;     // work those runs had done since their last checkpoint
   double restart_gpu_hours = 0;  // GPU-hours requeued runs spent restarting
   // Useful share of the allocated GPU time: 1 - (lost + restart) / busy GPU-hours.
   double goodput = 1;
+
+  // Preemption (the kueue admission plugin): runs ended and queued again, distinct jobs
+  // preempted, and the most times one job was.
+  int64_t preemptions = 0;
+  int64_t jobs_preempted = 0;
+  int32_t max_preemptions_per_job = 0;
   Time makespan = 0;  // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
