@@ -422,7 +422,7 @@ class Engine::Impl {
         held_[slot.node] -= slot.gpus;
       }
     }
-    for (auto& a : admission_) a->OnJobStarted(job, placement, now);
+    for (auto& a : admission_) a->OnJobStarted(job, placement, start);
     for (auto& f : factors_) f->OnJobStarted(job, now);
     team_running_[job.team] += job.gpus;
     s.status = JobStatus();

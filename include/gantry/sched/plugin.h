@@ -173,8 +173,9 @@ class AdmissionPlugin {
   // could get): it then waits with reason kQuota for ever, as Kueue leaves such a workload
   // pending.
   virtual bool CanEverAdmit(const JobRequest& job) const { return true; }
-  // The job started (or was adopted) on `placement` at `now`; it ended.
-  virtual void OnJobStarted(const JobRequest& job, const Placement& placement, Time now) = 0;
+  // The job started on `placement` at `start` (for an adopted job, when it really started); it
+  // ended at `now`.
+  virtual void OnJobStarted(const JobRequest& job, const Placement& placement, Time start) = 0;
   virtual void OnJobEnded(const JobRequest& job, Time now) = 0;
   // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
   virtual std::string Explain(const JobRequest& job) const = 0;
