@@ -33,7 +33,8 @@
 // most the target's share without the victim), then LessThanInitialShare (below the target's
 // share before). Shares compare CQs directly, across the whole tree (Kueue compares siblings
 // under their common cohort: the same for a one-level cohort). Admission order by share is not
-// ported: the profile's priority factors order jobs.
+// ported, nor Kueue's cycle (one head per CQ, heads that need no borrowing first): the
+// profile's priority factors order jobs and the engine admits them one by one in that order.
 //
 // No preemption loops, bounded preemptions (Gantry's rules, not Kueue's): a job never preempts
 // a job that preempted it, and a job preempted max_preemptions times (plugin argument, default
@@ -167,6 +168,17 @@ class KueueAdmission final : public AdmissionPlugin {
   int last_flavor_ = -1;
   std::vector<JobIndex> last_victims_;
   std::vector<std::vector<JobIndex>> preempted_by_;  // per job: the jobs that preempted it
+  // Jobs refused since the last start or end, by what the decision depends on (CQ, GPU types,
+  // GPUs, priority): a full cluster asks about hundreds of alike pending jobs per cycle, and
+  // nothing changes between them. Jobs whose decision also depends on who they are (submit
+  // time under LowerOrNewerEqualPriority, jobs that preempted them) are not remembered.
+  struct Refused {
+    int cq;
+    uint32_t mask;
+    int gpus, priority;
+    bool operator==(const Refused&) const = default;
+  };
+  std::vector<Refused> refused_;
 };
 
 Status KueueAdmission::Init() {
@@ -297,6 +309,13 @@ bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) 
     return true;
   }
   const QueueSettings& settings = teams_[cq].queue;
+  const bool cacheable =
+      settings.within_cluster_queue != WithinClusterQueue::kLowerOrNewerEqualPriority &&
+      (static_cast<size_t>(job.index) >= preempted_by_.size() || preempted_by_[job.index].empty());
+  const Refused key{cq, job.gpu_type_mask, job.gpus, job.qos};
+  if (cacheable && std::find(refused_.begin(), refused_.end(), key) != refused_.end()) {
+    return false;
+  }
   int chosen = -1, best = -1, best_rank = 0;  // rank 2: fits by borrowing; 1: by preempting
   std::vector<JobIndex> best_victims;
   for (int f : q.flavors) {
@@ -329,7 +348,10 @@ bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) 
     }
   }
   if (chosen < 0) {
-    if (best < 0) return false;
+    if (best < 0) {
+      if (cacheable) refused_.push_back(key);
+      return false;
+    }
     chosen = best;
     out->victims = std::move(best_victims);
   }
@@ -546,6 +568,7 @@ int KueueAdmission::FlavorOfPlacement(int cq, const Placement& placement) const 
 
 void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placement, Time now) {
   const int cq = job.team;
+  refused_.clear();
   if (nodes_[cq].unlimited) return;
   // Adopted jobs, and jobs another plugin started, get the flavor their GPUs belong to.
   const bool admitted_here = job.index == last_job_;
@@ -569,6 +592,7 @@ void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placem
 
 void KueueAdmission::OnJobEnded(const JobRequest& job, Time) {
   if (static_cast<size_t>(job.index) >= runs_.size() || runs_[job.index].cq < 0) return;
+  refused_.clear();
   Run& run = runs_[job.index];
   AddUsage(run.cq, run.flavor, -run.gpus);
   std::vector<JobIndex>& list = running_[run.cq];
