@@ -13,6 +13,7 @@
 #include "gantry/common/rng.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sim/simulator.h"
+#include "gantry/workload/trace.h"
 #include "invariant_checker.h"
 
 namespace gantry {
@@ -511,6 +512,28 @@ TEST(KueueTest, InvariantCheckerCatchesOverBorrowing) {
     EXPECT_EQ(st.code(), StatusCode::kInternal);
     EXPECT_NE(st.message().find("cohort ab lends 3"), std::string::npos) << st.message();
   }
+}
+
+// The shipped kueue cluster on the Philly sample: quotas with borrowing hold at every start
+// (invariant checker), reclaim preempts, and no job is preempted more than max_preemptions.
+TEST(KueueTest, ShippedPhillySpecRunsUnderTheBuiltinProfile) {
+  auto cluster =
+      LoadClusterSpecFile(std::string(GANTRY_SOURCE_DIR) + "/data/clusters/philly-256-kueue.yaml");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto w = ImportTrace(std::string(GANTRY_SOURCE_DIR) + "/data/philly-sample.csv",
+                       TraceFormat::kPhilly, {});
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  auto teams = ResolveWorkload(*w, *cluster, {});
+  ASSERT_TRUE(teams.ok()) << teams.status().ToString();
+  auto profile = FindProfile("kueue", {});
+  ASSERT_TRUE(profile.ok());
+  SimOptions options;
+  options.check_invariants = true;
+  auto r = Simulate(*cluster, *teams, *w, *profile, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->summary.jobs_completed, 4488);
+  EXPECT_GT(r->summary.preemptions, 100);
+  EXPECT_LE(r->summary.max_preemptions_per_job, 5);
 }
 
 // Random workloads on random cohorts and policies. Checks, for every run:
