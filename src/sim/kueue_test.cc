@@ -74,8 +74,12 @@ class Harness {
 
   // Submits `id` for `team` (by name) at `now` (submitted at `submit`, default now).
   JobIndex Submit(const std::string& id, const std::string& team, int gpus, int qos, Time now,
-                  uint32_t mask = kAnyGpuType, Time submit = -1) {
+                  uint32_t mask = kAnyGpuType, Time submit = -1, int nodes = 0) {
     JobRequest& j = NewJob(id, team, gpus, qos, submit < 0 ? now : submit, mask);
+    if (nodes > 0) {
+      j.nodes = nodes;
+      j.gpus_per_node = gpus / nodes;
+    }
     EXPECT_TRUE(engine_->Submit(j, now).ok());
     return j.index;
   }
@@ -112,6 +116,9 @@ class Harness {
         log += (log.empty() ? "" : " ") + jobs_[v].id + ">" + jobs_[d.job].id;
         EXPECT_EQ(engine_->status(v).reason, Reason::kPreempted);
         EXPECT_EQ(engine_->status(v).preempted_by, d.job);
+        EXPECT_NE(engine_->Explain(v).find("preempted so that job " + jobs_[d.job].id),
+                  std::string::npos)
+            << engine_->Explain(v);
         EXPECT_TRUE(engine_->Requeue(v, now).ok());
       }
       log += (log.empty() ? "+" : " +") + jobs_[d.job].id;
@@ -255,6 +262,30 @@ TEST(KueueTest, WithinClusterQueuePolicies) {
     h.Submit("old", "a", 4, 1, 6, kAnyGpuType, /*submit=*/2);
     EXPECT_EQ(h.Schedule(6), policy == WithinClusterQueue::kLowerPriority ? "" : "young>old +old");
   }
+}
+
+// The engine preempts only for a start that happens: when the victims' GPUs would not give
+// the job a place (here a whole 4-GPU node), nothing is preempted; once they would, the victim
+// goes (the harness checks that Explain names who took its place).
+TEST(KueueTest, PreemptsOnlyWhenTheJobThenFitsOnNodes) {
+  Team a = Cq("a", {{"*", 4}});
+  a.queue.within_cluster_queue = WithinClusterQueue::kLowerPriority;
+  Team b;  // no quota: not limited, never a victim
+  b.name = "b";
+  Harness h(MakeCluster(4, 4), {a, b}, KueueProfile());
+  h.Submit("b2", "b", 4, 0, 0, /*mask=*/1u << 1);   // the A100 node
+  h.Submit("low", "a", 2, 0, 0, /*mask=*/1u << 0);  // half the H100 node
+  h.Submit("b1", "b", 2, 0, 0, /*mask=*/1u << 0);   // the other half
+  EXPECT_EQ(h.Schedule(0), "+b2 +low +b1");
+  h.Submit("high", "a", 4, 1, 1, kAnyGpuType, -1, /*nodes=*/1);
+  EXPECT_EQ(h.Schedule(1), "");  // its quota needs low gone, but no node would hold it
+  EXPECT_EQ(h.status("low").phase, JobStatus::Phase::kRunning);
+  EXPECT_EQ(h.status("high").reason, Reason::kQuota);
+  h.Finish("b1", 2);
+  EXPECT_EQ(h.Schedule(2), "low>high +high");
+  EXPECT_EQ(h.Type("high"), "H100");
+  // The harness checked that Explain named its preemptor, then requeued it.
+  EXPECT_EQ(h.status("low").phase, JobStatus::Phase::kPending);
 }
 
 // Flavor fungibility, whenCanBorrow: Borrow takes the first flavor that fits even by
