@@ -31,10 +31,11 @@
 // weight. Victims come from the CQ with the highest share first, one at a time, when the
 // strategy allows it: LessThanOrEqualToFinalShare (the preemptor's share with its job is at
 // most the target's share without the victim), then LessThanInitialShare (below the target's
-// share before). Shares compare CQs directly, across the whole tree (Kueue compares siblings
-// under their common cohort: the same for a one-level cohort). Admission order by share is not
-// ported, nor Kueue's cycle (one head per CQ, heads that need no borrowing first): the
-// profile's priority factors order jobs and the engine admits them one by one in that order.
+// share before). As in Kueue's hierarchical fair sharing, two CQs are compared through the
+// children of their lowest common cohort (themselves when they share a cohort; else the
+// sub-cohorts holding them, whose share counts what their whole subtree borrows). Admission order
+// by share is not ported, nor Kueue's cycle (one head per CQ, heads that need no borrowing first):
+// the profile's priority factors order jobs and the engine admits them one by one in that order.
 //
 // No preemption loops, bounded preemptions (Gantry's rules, not Kueue's): a job never preempts
 // a job that preempted it, and a job preempted max_preemptions times (plugin argument, default
@@ -137,7 +138,20 @@ class KueueAdmission final : public AdmissionPlugin {
       node = nodes_[node].parent;
     }
   }
-  double Share(int cq) const;
+  // Kueue's dominant resource share of a CQ or a cohort: GPUs it uses above its quota per 1000
+  // its root cohort can lend, over its weight (a cohort's is 1).
+  double Share(int node) const;
+  // The children of the lowest cohort holding both `a` and `b` on their paths: where Kueue's
+  // hierarchical fair sharing compares them (a and b themselves when in the same cohort).
+  std::pair<int, int> Sides(int a, int b) const {
+    std::vector<int> path;
+    for (int n = a; n >= 0; n = nodes_[n].parent) path.push_back(n);
+    for (int child = b, m = b; m >= 0; child = m, m = nodes_[m].parent) {
+      auto it = std::find(path.begin(), path.end(), m);
+      if (it != path.end()) return {it == path.begin() ? a : *(it - 1), m == b ? b : child};
+    }
+    return {a, b};
+  }
   std::vector<JobIndex> FindVictims(const JobRequest& job, int cq, int f);
   std::vector<JobIndex> Minimal(const std::vector<JobIndex>& candidates, int cq, int f, int gpus,
                                 bool allow_borrowing, int threshold);
@@ -486,16 +500,17 @@ std::vector<JobIndex> KueueAdmission::FillBack(std::vector<JobIndex> removed, in
   return victims;
 }
 
-double KueueAdmission::Share(int cq) const {
-  const int root = Root(cq);
-  if (root == cq) return 0;
+double KueueAdmission::Share(int node) const {
+  const int root = Root(node);
+  if (root == node) return 0;
   int64_t borrowed = 0, lendable = 0;
-  for (int f : nodes_[cq].flavors) {
-    borrowed += std::max<int64_t>(0, usage_[At(cq, f)] - quota_[At(cq, f)]);
+  for (size_t f = 0; f < flavor_masks_.size(); ++f) {
+    borrowed += std::max<int64_t>(0, usage_[At(node, f)] - quota_[At(node, f)]);
+    lendable += quota_[At(root, f)];
   }
-  for (size_t f = 0; f < flavor_masks_.size(); ++f) lendable += quota_[At(root, f)];
   if (borrowed == 0) return 0;
-  const double weight = teams_[cq].queue.fair_weight;
+  const double weight =
+      node < static_cast<int>(teams_.size()) ? teams_[node].queue.fair_weight : 1.0;
   if (weight <= 0 || lendable <= 0) return std::numeric_limits<double>::infinity();
   return static_cast<double>(borrowed) * 1000.0 / static_cast<double>(lendable) / weight;
 }
@@ -510,10 +525,15 @@ std::vector<JobIndex> KueueAdmission::FairVictims(const std::vector<JobIndex>& c
       if (!taken[i]) by_cq[runs_[candidates[i]].cq].push_back(i);
     }
     while (!by_cq.empty()) {
-      // The CQ with the highest share loses first (ties: lower team index).
+      // The CQ whose side has the highest share loses first (ties: lower team index).
       auto target = by_cq.begin();
+      double target_key = -1;
       for (auto it = by_cq.begin(); it != by_cq.end(); ++it) {
-        if (Share(it->first) > Share(target->first)) target = it;
+        const double key = it->first == cq ? Share(cq) : Share(Sides(cq, it->first).second);
+        if (key > target_key) {
+          target = it;
+          target_key = key;
+        }
       }
       const int y = target->first;
       std::vector<size_t>& list = target->second;
@@ -525,14 +545,15 @@ std::vector<JobIndex> KueueAdmission::FairVictims(const std::vector<JobIndex>& c
         removed.push_back(candidates[list.front()]);
         list.erase(list.begin());
       } else if (Borrowing(y, f)) {
+        const auto [mine, theirs] = Sides(cq, y);
         AddUsage(cq, f, gpus);
-        const double preemptor_share = Share(cq);
+        const double preemptor_share = Share(mine);
         AddUsage(cq, f, -gpus);
-        const double target_before = Share(y);
+        const double target_before = Share(theirs);
         for (size_t k = 0; k < list.size(); ++k) {
           const JobIndex r = candidates[list[k]];
           Remove(r);
-          const double target_after = Share(y);
+          const double target_after = Share(theirs);
           const bool ok = strategy == Strategy::kLessThanOrEqualToFinalShare
                               ? preemptor_share <= target_after
                               : preemptor_share < target_before;

@@ -386,6 +386,24 @@ TEST(KueueTest, FairSharingPreemptsTowardsEqualShares) {
   }
 }
 
+// Hierarchical fair sharing: b (cohort x) needs a GPU. Alone, a borrows as much as d (2 each,
+// 182 per 1000 of 11) and more than c (1); but y (c and d) borrows 3 as a whole (273) while x
+// borrows nothing. Compared through the children of the root, y loses: c's newest job goes,
+// not a's.
+TEST(KueueTest, HierarchicalFairSharingComparesSubtrees) {
+  Cluster cluster = MakeCluster(11, 0, {{"x", "org"}, {"y", "org"}});
+  std::vector<Team> teams = {Cq("a", {{"H100", 2}}, "x"), Cq("b", {{"H100", 5}}, "x"),
+                             Cq("c", {{"H100", 2}}, "y"), Cq("d", {{"H100", 2}}, "y")};
+  for (Team& t : teams) t.queue.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  Harness h(cluster, teams, KueueProfile("fair_sharing: true"));
+  for (int i = 1; i <= 4; ++i) h.Submit("a" + std::to_string(i), "a", 1, 0, 0);
+  for (int i = 1; i <= 3; ++i) h.Submit("c" + std::to_string(i), "c", 1, 0, 0);
+  for (int i = 1; i <= 4; ++i) h.Submit("d" + std::to_string(i), "d", 1, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+a1 +a2 +a3 +a4 +c1 +c2 +c3 +d1 +d2 +d3 +d4");
+  h.Submit("b1", "b", 1, 0, 1);
+  EXPECT_EQ(h.Schedule(1), "c3>b1 +b1");
+}
+
 // Plugin arguments are checked: an unknown strategy is an error naming it.
 TEST(KueueTest, FairSharingStrategiesArgument) {
   auto bad = Engine::Create(MakeCluster(8), {Cq("a", {{"H100", 4}})},
