@@ -190,6 +190,37 @@ TEST(CliSim, BadInputNamesFileLineAndFieldWithExitCode3) {
   EXPECT_NE(r.output.find("slurm-like"), std::string::npos) << r.output;
 }
 
+// A job larger than its team's quota stays pending (as Kueue leaves such a workload), under
+// the quota plugin and the kueue one; --strict makes it the bad-input error it was.
+TEST(CliSim, OverQuotaJobStaysPendingUnlessStrict) {
+  const fs::path d = TempDir("quota");
+  const fs::path cluster = d / "c.yaml";
+  std::ofstream(cluster) << "name: c\n"
+                         << "gpu_types: [{name: P100, memory_gb: 16, idle_watts: 30, "
+                            "busy_watts: 250}]\n"
+                         << "nodes: [{count: 2, gpu_type: P100, gpus: 8}]\n"
+                         << "teams:\n"
+                         << "  - {name: \"6214e9\", quota_gpus: 4}\n";
+  const fs::path trace = d / "t.csv";
+  std::ofstream(trace) << "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                       << "2017-10-01 00:00:00,60.0,8,480.0,6214e9\n"
+                       << "2017-10-01 00:01:00,60.0,2,120.0,6214e9\n";
+  CliRun r = RunCli("sim --cluster " + cluster.string() + " --trace " + trace.string() +
+                    " --format philly --profile fifo-easy,kueue --check-invariants --no-report "
+                    "--out " +
+                    (d / "out").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* profile : {"fifo-easy", "kueue"}) {
+    const auto j = nlohmann::json::parse(ReadFile(d / "out" / profile / "summary.json"));
+    EXPECT_EQ(j["jobs_never_started"].get<int64_t>(), 1) << profile;
+    EXPECT_EQ(j["jobs_completed"].get<int64_t>(), 1) << profile;
+  }
+  r = RunCli("sim --cluster " + cluster.string() + " --trace " + trace.string() +
+             " --format philly --strict --no-report --out " + (d / "out").string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("has a quota of 4"), std::string::npos) << r.output;
+}
+
 // Regression: 250 MB of blank lines aborted the importer with std::bad_alloc (it reserved a Job
 // per newline). Here 24 MB of them under a 1 GiB address-space limit, which that reservation
 // (about 3 GB) exceeds: the run must end with exit 3 and a message. Sanitizer builds reserve

@@ -129,10 +129,24 @@ nlohmann::ordered_json ToJson(const Cluster& c, bool with_nodes) {
   out["domains"] = domains;
   json teams = json::array();
   for (const Team& team : c.teams()) {
-    teams.push_back(
-        {{"name", team.name},
-         {"quota_gpus", team.quota_gpus == kNoQuota ? json(nullptr) : json(team.quota_gpus)},
-         {"shares", team.shares}});
+    json entry = {
+        {"name", team.name},
+        {"quota_gpus", team.quota_gpus == kNoQuota ? json(nullptr) : json(team.quota_gpus)},
+        {"shares", team.shares}};
+    // Kueue ClusterQueue settings, only when the spec gives them (older outputs unchanged).
+    if (!team.queue.cohort.empty()) entry["cohort"] = team.queue.cohort;
+    if (!team.queue.quotas.empty()) {
+      json quotas = json::array();
+      for (const FlavorQuota& q : team.queue.quotas) {
+        const auto limit = [](int v) { return v == kNoQuota ? json(nullptr) : json(v); };
+        quotas.push_back({{"flavor", q.flavor},
+                          {"nominal", q.nominal},
+                          {"borrowing_limit", limit(q.borrowing_limit)},
+                          {"lending_limit", limit(q.lending_limit)}});
+      }
+      entry["quotas"] = quotas;
+    }
+    teams.push_back(std::move(entry));
   }
   out["teams"] = teams;
   out["quota_sum_gpus"] = t.quota_sum;
@@ -210,7 +224,14 @@ void PrintText(const Cluster& c, bool with_nodes, std::ostream& out) {
       name.resize(width, ' ');
       out << "  " << name << "  quota "
           << (team.quota_gpus == kNoQuota ? std::string("none") : std::to_string(team.quota_gpus))
-          << ", shares " << Format("%g", team.shares) << "\n";
+          << ", shares " << Format("%g", team.shares);
+      if (!team.queue.cohort.empty()) out << ", cohort " << team.queue.cohort;
+      for (const FlavorQuota& q : team.queue.quotas) {
+        out << ", " << q.flavor << " nominal " << q.nominal;
+        if (q.borrowing_limit != kNoQuota) out << " (borrows <= " << q.borrowing_limit << ")";
+        if (q.lending_limit != kNoQuota) out << " (lends <= " << q.lending_limit << ")";
+      }
+      out << "\n";
     }
   }
   out << "default quota: "

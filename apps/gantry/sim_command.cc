@@ -34,6 +34,7 @@ struct SimArgs {
   uint64_t seed = 1;
   bool json = false;
   bool skip_bad = false;
+  bool strict = false;
   bool check_invariants = false;
   bool list_profiles = false;
   bool no_report = false;
@@ -159,6 +160,7 @@ int RunSim(const SimArgs& a) {
   if (!workload.ok()) return Fail(workload.status());
   ResolveOptions ro;
   ro.skip_bad_jobs = a.skip_bad;
+  ro.keep_over_quota = !a.strict;
   auto teams = ResolveWorkload(*workload, *cluster, ro);
   if (!teams.ok()) return Fail(teams.status());
   if (a.packing) return RunPackingExperiment(a, *cluster, *workload);
@@ -334,6 +336,9 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_flag(
       "--skip-bad", args->skip_bad,
       "Skip and count malformed rows and jobs the cluster cannot run, instead of failing");
+  sim->add_flag("--strict", args->strict,
+                "A job larger than its team's quota is an error (default: it stays pending, "
+                "reason Quota)");
   sim->add_flag("--check-invariants", args->check_invariants,
                 "Check scheduling invariants after every event (slower)");
   sim->add_flag("--list-profiles", args->list_profiles, "List the available profiles and exit");

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -247,6 +248,20 @@ class SpecReader {
   Status ReadNodes(const YAML::Node& list, const std::string& field, const std::string* domain);
   Status ReadTeams(const YAML::Node& root);
   Status ReadQos(const YAML::Node& root);
+  Status ReadQueueSettings(const YAML::Node& t, Team& team);
+  Status ReadCohorts(const YAML::Node& root);
+  // A Kueue enum value: one of `names` (as Kueue spells them), its index.
+  Result<std::optional<int>> OptEnum(const YAML::Node& map, const std::string& field,
+                                     const std::vector<std::string>& names) {
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> v, OptString(map, field));
+    if (!v) return std::optional<int>();
+    std::string valid;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == *v) return std::optional<int>(static_cast<int>(i));
+      valid += (i ? ", " : "") + names[i];
+    }
+    return Error(map[field], field, "unknown value " + Quote(*v) + " (valid: " + valid + ")");
+  }
 
   std::string source_;
   YAML::Mark context_mark_ = YAML::Mark::null_mark();
@@ -477,7 +492,10 @@ Status SpecReader::ReadTeams(const YAML::Node& root) {
   const std::string what = "a teams entry";
   std::set<std::string> names;
   for (const YAML::Node& t : list) {
-    GANTRY_RETURN_IF_ERROR(CheckMap(t, what, {"name", "quota_gpus", "shares", "parent", "users"}));
+    GANTRY_RETURN_IF_ERROR(CheckMap(t, what,
+                                    {"name", "quota_gpus", "shares", "parent", "users", "cohort",
+                                     "quotas", "preemption", "flavor_fungibility",
+                                     "fair_weight"}));
     Team team;
     GANTRY_ASSIGN_OR_RETURN(team.name, ReqString(t, "name", what));
     if (!names.insert(team.name).second) {
@@ -514,6 +532,7 @@ Status SpecReader::ReadTeams(const YAML::Node& root) {
         account.users.push_back({user, *us});
       }
     }
+    GANTRY_RETURN_IF_ERROR(ReadQueueSettings(t, team));
     Status added = builder_->AddTeam(std::move(team));
     if (!added.ok()) return Error(t, "", added.message());
     if (!account.parent.empty() || !account.users.empty()) {
@@ -552,11 +571,136 @@ Status SpecReader::ReadQos(const YAML::Node& root) {
   return Status::Ok();
 }
 
+Status SpecReader::ReadQueueSettings(const YAML::Node& t, Team& team) {
+  QueueSettings& q = team.queue;
+  GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> cohort, OptString(t, "cohort"));
+  q.cohort = cohort.value_or("");
+  GANTRY_ASSIGN_OR_RETURN(YAML::Node quotas, OptList(t, "quotas"));
+  const std::string what = "a quotas entry";
+  for (const YAML::Node& f : quotas) {
+    GANTRY_RETURN_IF_ERROR(
+        CheckMap(f, what, {"flavor", "nominal", "borrowing_limit", "lending_limit"}));
+    FlavorQuota fq;
+    GANTRY_ASSIGN_OR_RETURN(fq.flavor, ReqString(f, "flavor", what));
+    bool known = fq.flavor == kAnyFlavor;
+    for (const std::string& type : gpu_type_names_) {
+      if (EqualsIgnoreCase(type, fq.flavor)) {
+        fq.flavor = type;  // spelled as the GPU type, so cohorts match case-insensitively
+        known = true;
+      }
+    }
+    if (!known) {
+      std::string types;
+      for (const std::string& type : gpu_type_names_) types += (types.empty() ? "" : ", ") + type;
+      return Error(f["flavor"], "flavor",
+                   "unknown flavor " + Quote(fq.flavor) + " (a GPU type: " + types + ", or \"*\")");
+    }
+    for (const FlavorQuota& other : q.quotas) {
+      if (other.flavor == fq.flavor) {
+        return Error(f["flavor"], "flavor", "flavor " + Quote(fq.flavor) + " is listed twice");
+      }
+      if (other.flavor == kAnyFlavor || fq.flavor == kAnyFlavor) {
+        return Error(f["flavor"], "flavor",
+                     "\"*\" covers every GPU type and cannot be combined with other flavors");
+      }
+    }
+    GANTRY_ASSIGN_OR_RETURN(fq.nominal, ReqInt(f, "nominal", what, 0, 1 << 30));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> borrow,
+                            OptInt(f, "borrowing_limit", 0, 1 << 30));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> lend, OptInt(f, "lending_limit", 0, 1 << 30));
+    fq.borrowing_limit = borrow ? static_cast<int>(*borrow) : kNoQuota;
+    fq.lending_limit = lend ? static_cast<int>(*lend) : kNoQuota;
+    q.quotas.push_back(std::move(fq));
+  }
+  if (!q.quotas.empty() && team.quota_gpus != kNoQuota) {
+    return Error(t["quotas"], "quotas", "give quota_gpus or quotas, not both");
+  }
+  if (q.quotas.empty() && !q.cohort.empty() && team.quota_gpus == kNoQuota) {
+    return Error(t["cohort"], "cohort", "a team in a cohort needs quota_gpus or quotas");
+  }
+  const YAML::Node pre = Get(t, "preemption");
+  if (pre.IsDefined()) {
+    GANTRY_RETURN_IF_ERROR(
+        CheckMap(pre, "preemption",
+                 {"within_cluster_queue", "reclaim_within_cohort", "borrow_within_cohort"}));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int> within,
+                            OptEnum(pre, "within_cluster_queue",
+                                    {"Never", "LowerPriority", "LowerOrNewerEqualPriority"}));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int> reclaim, OptEnum(pre, "reclaim_within_cohort",
+                                                                {"Never", "LowerPriority", "Any"}));
+    if (within) q.within_cluster_queue = static_cast<WithinClusterQueue>(*within);
+    if (reclaim) q.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(*reclaim);
+    const YAML::Node borrow = Get(pre, "borrow_within_cohort");
+    if (borrow.IsDefined()) {
+      GANTRY_RETURN_IF_ERROR(
+          CheckMap(borrow, "borrow_within_cohort", {"policy", "max_priority_threshold"}));
+      GANTRY_ASSIGN_OR_RETURN(std::optional<int> policy,
+                              OptEnum(borrow, "policy", {"Never", "LowerPriority"}));
+      GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> threshold,
+                              OptInt(borrow, "max_priority_threshold", INT32_MIN, INT32_MAX));
+      if (policy) q.borrow_within_cohort = static_cast<BorrowWithinCohort>(*policy);
+      if (threshold) q.borrow_max_priority = static_cast<int>(*threshold);
+    }
+  }
+  const YAML::Node fung = Get(t, "flavor_fungibility");
+  if (fung.IsDefined()) {
+    GANTRY_RETURN_IF_ERROR(
+        CheckMap(fung, "flavor_fungibility", {"when_can_borrow", "when_can_preempt"}));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int> borrow,
+                            OptEnum(fung, "when_can_borrow", {"Borrow", "TryNextFlavor"}));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<int> preempt,
+                            OptEnum(fung, "when_can_preempt", {"Preempt", "TryNextFlavor"}));
+    if (borrow) {
+      q.when_can_borrow =
+          *borrow == 0 ? FlavorFungibility::kBorrow : FlavorFungibility::kTryNextFlavor;
+    }
+    if (preempt) {
+      q.when_can_preempt =
+          *preempt == 0 ? FlavorFungibility::kPreempt : FlavorFungibility::kTryNextFlavor;
+    }
+  }
+  GANTRY_ASSIGN_OR_RETURN(std::optional<double> weight, OptNumber(t, "fair_weight", 0));
+  if (weight) q.fair_weight = *weight;
+  return Status::Ok();
+}
+
+Status SpecReader::ReadCohorts(const YAML::Node& root) {
+  GANTRY_ASSIGN_OR_RETURN(YAML::Node list, OptList(root, "cohorts"));
+  const std::string what = "a cohorts entry";
+  std::map<std::string, std::string> parent;
+  std::map<std::string, YAML::Node> where;
+  for (const YAML::Node& c : list) {
+    GANTRY_RETURN_IF_ERROR(CheckMap(c, what, {"name", "parent"}));
+    Cohort cohort;
+    GANTRY_ASSIGN_OR_RETURN(cohort.name, ReqString(c, "name", what));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> p, OptString(c, "parent"));
+    cohort.parent = p.value_or("");
+    if (!parent.emplace(cohort.name, cohort.parent).second) {
+      return Error(c["name"], "name", "cohort " + Quote(cohort.name) + " is defined twice");
+    }
+    where[cohort.name] = c;
+    builder_->AddCohort(std::move(cohort));
+  }
+  // Parents must not form a loop (a parent not listed is a root).
+  for (const auto& [name, p] : parent) {
+    std::string at = p;
+    for (size_t steps = 0; !at.empty(); ++steps) {
+      if (at == name || steps > parent.size()) {
+        return Error(where[name]["parent"], "parent",
+                     "cohort " + Quote(name) + " is its own ancestor");
+      }
+      auto it = parent.find(at);
+      at = it == parent.end() ? "" : it->second;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Cluster> SpecReader::Read(const YAML::Node& root) {
   if (!root.IsDefined() || root.IsNull()) return Error(root, "", "the cluster spec is empty");
   GANTRY_RETURN_IF_ERROR(CheckMap(root, "the cluster spec",
                                   {"name", "description", "levels", "gpu_types", "topology",
-                                   "nodes", "teams", "default_quota_gpus", "qos"}));
+                                   "nodes", "teams", "default_quota_gpus", "qos", "cohorts"}));
   const YAML::Mark root_mark = root.Mark();
   GANTRY_ASSIGN_OR_RETURN(std::string name, ReqString(root, "name", "the cluster spec"));
   GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> description, OptString(root, "description"));
@@ -586,6 +730,7 @@ Result<Cluster> SpecReader::Read(const YAML::Node& root) {
 
   GANTRY_RETURN_IF_ERROR(ReadTeams(root));
   GANTRY_RETURN_IF_ERROR(ReadQos(root));
+  GANTRY_RETURN_IF_ERROR(ReadCohorts(root));
   GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> default_quota,
                           OptInt(root, "default_quota_gpus", 0, 1 << 30));
   if (default_quota) builder_->SetDefaultQuota(static_cast<int>(*default_quota));

@@ -51,7 +51,7 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
   buf.reserve(kFlushBytes + 4096);
   buf +=
       "id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,bounded_slowdown,"
-      "backfilled,killed_at_limit,cancelled,requeues\n";
+      "backfilled,killed_at_limit,cancelled,requeues,preemptions\n";
   const std::string empty;
   for (size_t i = 0; i < w.jobs.size(); ++i) {
     const Job& job = w.jobs[i];
@@ -88,6 +88,8 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
     buf += o.killed_at_limit ? ",1" : ",0";
     buf += o.cancelled ? ",1," : ",0,";
     AppendInt(buf, o.requeues);
+    buf += ',';
+    AppendInt(buf, o.preemptions);
     buf += '\n';
     if (buf.size() >= kFlushBytes) {
       GANTRY_RETURN_IF_ERROR(file.Append(buf));

@@ -97,6 +97,11 @@ void Summarize(SimResult& result) {
   s.health_events = result.health_events;
   s.spare_swaps = result.spare_swaps;
   s.requeues = result.requeues;
+  s.preemptions = result.preemptions;
+  for (const JobOutcome& o : result.outcomes) {
+    if (o.preemptions > 0) ++s.jobs_preempted;
+    s.max_preemptions_per_job = std::max(s.max_preemptions_per_job, o.preemptions);
+  }
   s.lost_gpu_hours = result.lost_gpu_seconds / 3600.0;
   s.restart_gpu_hours = result.restart_gpu_seconds / 3600.0;
   s.goodput =
@@ -213,6 +218,9 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["health_events"] = s.health_events;
   j["spare_swaps"] = s.spare_swaps;
   j["requeues"] = s.requeues;
+  j["preemptions"] = s.preemptions;
+  j["jobs_preempted"] = s.jobs_preempted;
+  j["max_preemptions_per_job"] = s.max_preemptions_per_job;
   j["lost_gpu_hours"] = Round6(s.lost_gpu_hours);
   j["restart_gpu_hours"] = Round6(s.restart_gpu_hours);
   j["goodput"] = Round6(s.goodput);

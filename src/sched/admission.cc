@@ -2,8 +2,8 @@
 //
 // "quota": each team may hold at most quota_gpus GPUs at once (a hard cap, like Slurm's
 // GrpTRES=gres/gpu=N or a Kueue ClusterQueue's nominal quota without borrowing). Teams without a
-// quota share the rest of the cluster. Cohorts with borrowing and lending will be a second
-// admission plugin beside this one.
+// quota share the rest of the cluster. Cohorts with borrowing and lending are the "kueue"
+// admission plugin (kueue.cc).
 #include <climits>
 
 #include "builtin_plugins.h"
@@ -19,8 +19,13 @@ class QuotaAdmission final : public AdmissionPlugin {
     const int q = teams_[team].quota_gpus;
     return q == kNoQuota ? INT_MAX : q - used_[team];
   }
-  void OnJobStarted(const JobRequest& job) override { used_[job.team] += job.gpus; }
-  void OnJobEnded(const JobRequest& job) override { used_[job.team] -= job.gpus; }
+  bool CanEverAdmit(const JobRequest& job) const override {
+    return teams_[job.team].quota_gpus == kNoQuota || job.gpus <= teams_[job.team].quota_gpus;
+  }
+  void OnJobStarted(const JobRequest& job, const Placement&, Time) override {
+    used_[job.team] += job.gpus;
+  }
+  void OnJobEnded(const JobRequest& job, Time) override { used_[job.team] -= job.gpus; }
   std::string Explain(const JobRequest& job) const override {
     return "team " + teams_[job.team].name + " uses " + std::to_string(used_[job.team]) +
            " of its " + std::to_string(teams_[job.team].quota_gpus) +

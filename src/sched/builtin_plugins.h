@@ -28,6 +28,8 @@ Result<std::unique_ptr<PriorityFactor>> NewPartition(const PluginArgs& args,
 Result<std::unique_ptr<AdmissionPlugin>> NewQuota(const PluginArgs& args, const PluginContext& ctx);
 Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args,
                                                           const PluginContext& ctx);
+// kueue.cc: ClusterQueues, cohorts, borrowing, lending, flavors, preemption, fair sharing
+Result<std::unique_ptr<AdmissionPlugin>> NewKueue(const PluginArgs& args, const PluginContext& ctx);
 // placement.cc: index-driven fast paths of filter + score (filter_score.h); each also takes a
 // "scores" argument, extra weighted scores on top of its own
 Result<std::unique_ptr<PlacementPlugin>> NewFirstFit(const PluginArgs& args,

@@ -42,6 +42,8 @@ const char* ReasonName(Reason r) {
       return "Cancelled";
     case Reason::kNodeDown:
       return "NodeDown";
+    case Reason::kPreempted:
+      return "Preempted";
   }
   return "Unknown";
 }
@@ -170,6 +172,7 @@ class Engine::Impl {
     for (const PluginSpec& spec : profile_.admission) {
       auto a = registry.CreateAdmission(spec.name, spec.args, ctx);
       if (!a.ok()) return a.status().WithContext("profile '" + profile_.name + "'");
+      per_job_admission_ = per_job_admission_ || (*a)->per_job();
       admission_.push_back(std::move(a).value());
     }
     auto p = registry.CreatePlacement(profile_.placement.name, profile_.placement.args, ctx);
@@ -240,7 +243,7 @@ class Engine::Impl {
   void EndRunning(JobIndex j, Time now) {
     JobState& s = state_[j];
     for (const Slot& slot : s.placement) ReleaseSlot(slot);
-    for (auto& a : admission_) a->OnJobEnded(*s.job);
+    for (auto& a : admission_) a->OnJobEnded(*s.job, now);
     for (auto& f : factors_) f->OnJobEnded(*s.job, now);
     team_running_[s.job->team] -= s.job->gpus;
     running_by_end_.erase({s.status.expected_end, j});
@@ -356,9 +359,11 @@ class Engine::Impl {
 
   Status Requeue(JobIndex j, Time now) {
     const JobStatus& st = status(j);
-    if (st.phase != JobStatus::Phase::kDone || st.reason != Reason::kNodeDown) {
-      return FailedPrecondition("Requeue(" + std::to_string(j) +
-                                "): only a job ended by a node going down can be requeued");
+    if (st.phase != JobStatus::Phase::kDone ||
+        (st.reason != Reason::kNodeDown && st.reason != Reason::kPreempted)) {
+      return FailedPrecondition(
+          "Requeue(" + std::to_string(j) +
+          "): only a job ended by a node going down or by preemption can be requeued");
     }
     JobState& s = state_[j];
     s.status = JobStatus();
@@ -419,7 +424,7 @@ class Engine::Impl {
         held_[slot.node] -= slot.gpus;
       }
     }
-    for (auto& a : admission_) a->OnJobStarted(job);
+    for (auto& a : admission_) a->OnJobStarted(job, placement, start);
     for (auto& f : factors_) f->OnJobStarted(job, now);
     team_running_[job.team] += job.gpus;
     s.status = JobStatus();
@@ -447,7 +452,8 @@ class Engine::Impl {
     dirty_ = false;
     ++stats_.cycles;
     AgeJobs(now);
-    if (pending_ == 0 || free_.total_free() == 0) return;
+    // Per-job admission may preempt, so a full cluster is no reason to skip the cycle.
+    if (pending_ == 0 || (free_.total_free() == 0 && !per_job_admission_)) return;
     RunCycle(now, starts);
   }
 
@@ -616,7 +622,7 @@ class Engine::Impl {
     Queues(job.team, s.old).erase({s.key, job.submit, j});
     s.placement = scratch_;
     for (const Slot& slot : s.placement) free_.Allocate(slot.node, slot.gpus);
-    for (auto& a : admission_) a->OnJobStarted(job);
+    for (auto& a : admission_) a->OnJobStarted(job, s.placement, now);
     for (auto& f : factors_) f->OnJobStarted(job, now);
     team_running_[job.team] += job.gpus;
     s.status.phase = JobStatus::Phase::kRunning;
@@ -631,7 +637,7 @@ class Engine::Impl {
     if (reason == Reason::kStartedHead) ++running_epoch_;
     --pending_;
     ++running_;
-    starts->push_back({j, now, s.placement, reason});
+    starts->push_back({j, now, s.placement, reason, {}});
   }
 
   // EASY: when the blocked head job can start if running jobs end at their time limits, and
@@ -724,7 +730,7 @@ class Engine::Impl {
     int examined = 0;
     const int max_jobs = profile_.max_jobs_per_cycle;
     const BackfillMode mode = profile_.backfill;
-    while (!heap.empty() && free_.total_free() > 0) {
+    while (!heap.empty() && (free_.total_free() > 0 || per_job_admission_)) {
       if (max_jobs > 0 && examined >= max_jobs) break;
       std::pop_heap(heap.begin(), heap.end());
       Stream s = heap.back();
@@ -745,12 +751,40 @@ class Engine::Impl {
         st.status.reason = Reason::kQuota;
         continue;
       }
+      // Per-job admission (Kueue): the flavor it gets narrows its GPU types; victims mean it
+      // fits its quota only after preempting them.
+      const JobRequest* admitted = &job;
+      if (per_job_admission_) {
+        if (!AdmitJob(job, now)) {
+          st.status.reason = Reason::kQuota;
+          continue;
+        }
+        if (decision_.gpu_type_mask != job.gpu_type_mask) {
+          narrowed_ = job;
+          narrowed_.gpu_type_mask = decision_.gpu_type_mask;
+          admitted = &narrowed_;
+        }
+        if (!decision_.victims.empty()) {
+          // Behind a blocked head only EASY may start it, and only on GPUs the head's
+          // reservation leaves alone; conservative backfill does not preempt past the head.
+          if (head >= 0 && mode != BackfillMode::kEasy) {
+            st.status.reason = Reason::kQuota;
+            continue;
+          }
+          if (!PreemptAndStart(j, *admitted, now, head < 0 ? nullptr : &caps_,
+                               head < 0 ? Reason::kStartedHead : Reason::kStartedBackfill,
+                               starts)) {
+            st.status.reason = Reason::kQuota;
+          }
+          continue;
+        }
+      }
       if (head < 0) {
-        if (TryPlace(job, 0, nullptr)) {
+        if (TryPlace(*admitted, 0, nullptr)) {
           Start(j, now, Reason::kStartedHead, starts);
           continue;
         }
-        st.status.reason = FitsIgnoringTopology(job) ? Reason::kTopology : Reason::kResources;
+        st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
         head = j;
         preemption_->SelectVictims(job, now);    // extension point; "none" picks no victims
         if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
@@ -759,10 +793,11 @@ class Engine::Impl {
           // exact while the head is the same job and no running job ended or started ahead of
           // it: reuse it instead of walking the running jobs again.
           if (j != reservation_head_ || running_epoch_ != reservation_epoch_ ||
-              now >= reservation_shadow_) {
-            reservation_shadow_ = ComputeReservation(job, now);
+              now >= reservation_shadow_ || admitted->gpu_type_mask != reservation_mask_) {
+            reservation_shadow_ = ComputeReservation(*admitted, now);
             reservation_head_ = j;
             reservation_epoch_ = running_epoch_;
+            reservation_mask_ = admitted->gpu_type_mask;
           }
           shadow = reservation_shadow_;
           st.status.reserved_start = shadow;
@@ -776,7 +811,7 @@ class Engine::Impl {
       if (mode == BackfillMode::kEasy) {
         const Time end = now + std::max<Duration>(job.time_limit, 1);
         const bool short_enough = end <= shadow;
-        if (TryPlace(job, short_enough ? 0 : 1, short_enough ? nullptr : &caps_)) {
+        if (TryPlace(*admitted, short_enough ? 0 : 1, short_enough ? nullptr : &caps_)) {
           if (!short_enough) {
             for (const Slot& slot : scratch_) {
               if (caps_.cap(slot.node) != INT_MAX)
@@ -785,13 +820,14 @@ class Engine::Impl {
           }
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
-          st.status.reason = FitsIgnoringTopology(job) ? Reason::kReservation : Reason::kResources;
+          st.status.reason =
+              FitsIgnoringTopology(*admitted) ? Reason::kReservation : Reason::kResources;
           st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
         }
       } else {
         const Duration length = std::max<Duration>(job.time_limit, 1);
         const Time t = profile_steps_.EarliestStart(job.gpus, length);
-        if (t <= now && TryPlace(job, 0, nullptr)) {
+        if (t <= now && TryPlace(*admitted, 0, nullptr)) {
           profile_steps_.Reserve(now, now + length, job.gpus);
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
@@ -799,6 +835,62 @@ class Engine::Impl {
         }
       }
     }
+  }
+
+  // Every admission plugin admits `job`: decision_ holds the intersection of their GPU types and
+  // the union of their victims.
+  bool AdmitJob(const JobRequest& job, Time now) {
+    decision_.gpu_type_mask = job.gpu_type_mask;
+    victims_.clear();
+    AdmissionDecision d;
+    for (const auto& a : admission_) {
+      if (!a->Admit(job, now, &d)) return false;
+      decision_.gpu_type_mask &= d.gpu_type_mask;
+      for (JobIndex v : d.victims) {
+        if (std::find(victims_.begin(), victims_.end(), v) == victims_.end()) victims_.push_back(v);
+      }
+    }
+    decision_.victims = victims_;
+    return decision_.gpu_type_mask != 0;
+  }
+
+  // Ends decision_.victims and starts `j` (placed as `job`, its flavor's types) if, with the
+  // victims' GPUs counted free, it fits on nodes (under `caps` when given). Nothing changes when
+  // it does not fit: quota alone never preempts a job for a start that cannot happen.
+  bool PreemptAndStart(JobIndex j, const JobRequest& job, Time now, const NodeCaps* caps,
+                       Reason reason, std::vector<StartDecision>* starts) {
+    const std::vector<JobIndex>& victims = decision_.victims;
+    const auto up = [&](NodeIndex n) {
+      return nodes_not_up_ == 0 || node_state_[n] == NodeState::kUp;
+    };
+    for (JobIndex v : victims) {
+      for (const Slot& slot : state_[v].placement) {
+        if (up(slot.node)) free_.Release(slot.node, slot.gpus);
+      }
+    }
+    ++stats_.placements_tried;
+    const bool fits = placement_->Place(job, free_, caps, &scratch_);
+    for (JobIndex v : victims) {
+      for (const Slot& slot : state_[v].placement) {
+        if (up(slot.node)) free_.Allocate(slot.node, slot.gpus);
+      }
+    }
+    if (!fits) return false;
+    for (JobIndex v : victims) {
+      EndRunning(v, now);
+      JobStatus& vs = state_[v].status;
+      vs.reason = Reason::kPreempted;
+      vs.preempted_by = j;
+    }
+    if (caps != nullptr) {
+      for (const Slot& slot : scratch_) {
+        if (caps_.cap(slot.node) != INT_MAX) caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
+      }
+    }
+    failed_.clear();  // capacity grew: shapes that failed this cycle may fit now
+    Start(j, now, reason, starts);
+    starts->back().preempted = victims;
+    return true;
   }
 
   void ReserveConservative(JobState& st, Time now) {
@@ -864,7 +956,14 @@ class Engine::Impl {
   uint64_t running_epoch_ = 0;
   uint64_t reservation_epoch_ = ~0ull;
   JobIndex reservation_head_ = -1;
+  uint32_t reservation_mask_ = 0;
   Time reservation_shadow_ = kInfiniteTime;
+  // Per-job admission (AdmissionPlugin::per_job): the current job's decision, and the job with
+  // its types narrowed to the admitted flavor.
+  bool per_job_admission_ = false;
+  AdmissionDecision decision_;
+  std::vector<JobIndex> victims_;
+  JobRequest narrowed_;
 };
 
 std::string Engine::Impl::Explain(JobIndex j) const {
@@ -879,6 +978,11 @@ std::string Engine::Impl::Explain(JobIndex j) const {
       if (st.reason == Reason::kCancelled) return "cancelled";
       if (st.reason == Reason::kNodeDown) {
         return "ended when a node it ran on went down (the driver may requeue it)";
+      }
+      if (st.reason == Reason::kPreempted) {
+        return "preempted so that job " +
+               (st.preempted_by >= 0 ? state_[st.preempted_by].job->id : std::string("?")) +
+               " could start (the driver may requeue it)";
       }
       [[fallthrough]];
     case JobStatus::Phase::kRunning: {
@@ -903,7 +1007,16 @@ std::string Engine::Impl::Explain(JobIndex j) const {
   // A team at its quota has its queue skipped without touching its jobs, so ask admission now
   // rather than trusting the last recorded reason.
   for (const auto& a : admission_) {
+    if (!a->CanEverAdmit(job)) {
+      return "can never start: larger than anything team " + teams_[job.team].name +
+             " could ever get: " + a->Explain(job);
+    }
     if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
+  }
+  if (st.reason == Reason::kQuota && per_job_admission_) {
+    for (const auto& a : admission_) {
+      if (a->per_job()) return "waiting for quota: " + a->Explain(job);
+    }
   }
   switch (st.reason) {
     case Reason::kQuota:

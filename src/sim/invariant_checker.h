@@ -21,12 +21,17 @@ namespace gantry {
 // Independent bookkeeping of what is allocated, to check the engine's decisions.
 class InvariantChecker {
  public:
-  InvariantChecker(const Cluster& c, const std::vector<Team>& teams)
+  // With `kueue_quotas`, quotas are the teams' ClusterQueue settings (Team::queue: nominal
+  // quota per flavor, borrowing and lending limits, cohorts) rather than hard per-team caps.
+  InvariantChecker(const Cluster& c, const std::vector<Team>& teams, bool kueue_quotas = false)
       : cluster_(c),
         teams_(teams),
         used_(c.nodes().size(), 0),
         team_used_(teams.size(), 0),
-        unavailable_(c.nodes().size(), false) {}
+        unavailable_(c.nodes().size(), false),
+        kueue_(kueue_quotas) {
+    if (kueue_) BuildKueueTree();
+  }
 
   Status OnStart(const Job& job, Time now, const Placement& p) {
     return Book(job, now, p, /*check_quota=*/true, /*allow_unavailable=*/false);
@@ -122,7 +127,14 @@ class InvariantChecker {
       }
     }
     team_used_[job.team] += job.gpus;
-    running_[job.index] = {job.id, seen};
+    running_[job.index] = {job.id, seen, -1};
+    if (kueue_) {
+      const int f = FlavorOf(job.team, p);
+      running_[job.index].flavor = f;
+      if (f >= 0) kueue_used_[job.team][f] += job.gpus;
+      if (check_quota) GANTRY_RETURN_IF_ERROR(CheckKueue(who));
+      return Status::Ok();
+    }
     const int q = teams_[job.team].quota_gpus;
     if (check_quota && q != kNoQuota && team_used_[job.team] > q) {
       return Internal(who + "team " + teams_[job.team].name + " over quota: " +
@@ -148,18 +160,109 @@ class InvariantChecker {
   void OnFinish(const Job& job, const Placement& p) {
     for (const Slot& s : p) used_[s.node] -= s.gpus;
     team_used_[job.team] -= job.gpus;
+    auto it = running_.find(job.index);
+    if (it != running_.end() && it->second.flavor >= 0) {
+      kueue_used_[job.team][it->second.flavor] -= job.gpus;
+    }
     running_.erase(job.index);
   }
 
+ private:
+  // Kueue quotas, checked from first principles rather than with the plugin's recursion: per
+  // ClusterQueue and flavor, usage <= nominal + borrowing_limit; per root cohort and flavor,
+  // what its CQs use beyond their guaranteed part (nominal - lending_limit) fits in what they
+  // lend (nominal less the guaranteed part). Intermediate cohorts hold no quota of their own,
+  // so the root's sum is the whole constraint above the CQs.
+  struct KueueFlavor {
+    uint32_t mask;
+    int nominal, borrowing_limit, guaranteed;
+    std::string name;
+  };
+  void BuildKueueTree() {
+    std::map<std::string, std::string> parent;
+    for (const Cohort& c : cluster_.cohorts()) parent[c.name] = c.parent;
+    kueue_flavors_.resize(teams_.size());
+    kueue_used_.resize(teams_.size());
+    kueue_root_.assign(teams_.size(), "");
+    for (size_t t = 0; t < teams_.size(); ++t) {
+      const Team& team = teams_[t];
+      std::vector<FlavorQuota> quotas = team.queue.quotas;
+      if (quotas.empty() && team.quota_gpus != kNoQuota) {
+        quotas.push_back({kAnyFlavor, team.quota_gpus, kNoQuota, kNoQuota});
+      }
+      for (const FlavorQuota& q : quotas) {
+        const GpuTypeIndex type = q.flavor == kAnyFlavor ? -1 : cluster_.FindGpuType(q.flavor);
+        const uint32_t mask = type < 0 ? kAnyGpuType : 1u << type;
+        const int guaranteed =
+            q.lending_limit == kNoQuota ? 0 : std::max(0, q.nominal - q.lending_limit);
+        kueue_flavors_[t].push_back(
+            {mask, q.nominal, q.borrowing_limit, guaranteed, type < 0 ? kAnyFlavor : q.flavor});
+      }
+      kueue_used_[t].assign(kueue_flavors_[t].size(), 0);
+      std::string root = team.queue.cohort;
+      for (size_t steps = 0; !root.empty() && steps <= parent.size(); ++steps) {
+        auto it = parent.find(root);
+        if (it == parent.end() || it->second.empty()) break;
+        root = it->second;
+      }
+      kueue_root_[t] = root;
+    }
+  }
+  int FlavorOf(int team, const Placement& p) const {
+    if (p.empty()) return -1;
+    const uint32_t type = 1u << cluster_.nodes()[p.front().node].gpu_type;
+    for (size_t f = 0; f < kueue_flavors_[team].size(); ++f) {
+      if (kueue_flavors_[team][f].mask & type) return static_cast<int>(f);
+    }
+    return -1;
+  }
+  Status CheckKueue(const std::string& who) const {
+    std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> roots;
+    for (size_t t = 0; t < teams_.size(); ++t) {
+      for (size_t f = 0; f < kueue_flavors_[t].size(); ++f) {
+        const KueueFlavor& fl = kueue_flavors_[t][f];
+        const int used = kueue_used_[t][f];
+        const bool in_cohort = !kueue_root_[t].empty();
+        const int cap = !in_cohort                       ? fl.nominal
+                        : fl.borrowing_limit == kNoQuota ? INT32_MAX
+                                                         : fl.nominal + fl.borrowing_limit;
+        if (used > cap) {
+          return Internal(who + "ClusterQueue " + teams_[t].name + " uses " + std::to_string(used) +
+                          " GPUs of flavor " + fl.name +
+                          ", more than nominal plus borrowing limit (" + std::to_string(cap) + ")");
+        }
+        if (in_cohort) {
+          auto& [above, lent] = roots[{kueue_root_[t], fl.name}];
+          above += std::max(0, used - fl.guaranteed);
+          lent += fl.nominal - fl.guaranteed;
+        }
+      }
+    }
+    for (const auto& [key, v] : roots) {
+      if (v.first > v.second) {
+        return Internal(who + "cohort " + key.first + " lends " + std::to_string(v.second) +
+                        " GPUs of flavor " + key.second + " but its ClusterQueues use " +
+                        std::to_string(v.first) + " beyond what they keep for themselves");
+      }
+    }
+    return Status::Ok();
+  }
+
+ public:
  private:
   const Cluster& cluster_;
   const std::vector<Team>& teams_;
   std::vector<int> used_;
   std::vector<int> team_used_;
   std::vector<bool> unavailable_;  // drained or down
+  bool kueue_ = false;
+  std::vector<std::vector<KueueFlavor>> kueue_flavors_;  // per team, in its order
+  std::vector<std::vector<int>> kueue_used_;             // per team and flavor
+  std::vector<std::string> kueue_root_;                  // per team: its root cohort, or ""
   struct Running {
     std::string id;
     std::vector<NodeIndex> nodes;
+    int flavor = -1;  // kueue: index into kueue_flavors_[team]
   };
   std::map<JobIndex, Running> running_;  // ordered: Down's expected set comes out sorted
 };

@@ -194,7 +194,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
 
   using FinishEvent = std::pair<Time, JobIndex>;
   std::priority_queue<FinishEvent, std::vector<FinishEvent>, std::greater<>> finishes;
-  InvariantChecker checker(cluster, teams);
+  bool kueue_quotas = false;
+  for (const PluginSpec& a : profile.admission) kueue_quotas = kueue_quotas || a.name == "kueue";
+  InvariantChecker checker(cluster, teams, kueue_quotas);
   PendingByTypes pending_by_types(cluster);
   FragmentationSum fragmentation(cluster, jobs);
   std::vector<Placement> started_on(jobs.size());  // the current run's placement, per job
@@ -224,7 +226,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   };
   // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
   // restart cost the current run pays first.
-  const bool interruptible = !events.empty() || options.failures.enabled;
+  // A profile that preempts turns this on at its first preemption (all zeros until then).
+  bool interruptible = !events.empty() || options.failures.enabled;
   std::vector<Duration> work_saved(interruptible ? jobs.size() : 0, 0);
   std::vector<Duration> restart_penalty(interruptible ? jobs.size() : 0, 0);
   const CheckpointModel& ckpt = options.checkpoints;
@@ -246,6 +249,27 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     checker.OnUp(n);
     return Status::Ok();
   };
+  // An interrupted run (node down, preemption) ends now: the work since its last checkpoint is
+  // lost; the next run resumes from it after the restart cost.
+  const auto lose_run = [&](JobIndex j) {
+    const Job& job = jobs[j];
+    JobOutcome& o = result.outcomes[j];
+    const Duration elapsed = now - o.start;
+    const Duration overhead = std::min(elapsed, restart_penalty[j]);
+    // The start booked the whole restart cost; give back what this run did not get to.
+    const Duration booked = std::min(restart_penalty[j], o.end - o.start);
+    const Duration useful = elapsed - overhead;
+    const Duration interval = job.checkpoint_interval > 0 ? job.checkpoint_interval : ckpt.interval;
+    const Duration saved = interval > 0 ? useful / interval * interval : 0;
+    work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
+    restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;
+    const double gpus = static_cast<double>(job.gpus);
+    result.lost_gpu_seconds += gpus * static_cast<double>(useful - saved);
+    result.restart_gpu_seconds -= gpus * static_cast<double>(booked - overhead);
+    o.start = o.end = -1;
+    o.killed_at_limit = o.backfilled = false;
+    end_running(job);
+  };
   // Down: the jobs running there end now and go back to the queue with their submit time. Work
   // since the last checkpoint is lost; the next run resumes from it after the restart cost.
   const auto down_node = [&](NodeIndex n) -> Status {
@@ -265,22 +289,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     for (JobIndex j : interrupted) {
       const Job& job = jobs[j];
       JobOutcome& o = result.outcomes[j];
-      const Duration elapsed = now - o.start;
-      const Duration overhead = std::min(elapsed, restart_penalty[j]);
-      // The start booked the whole restart cost; give back what this run did not get to.
-      const Duration booked = std::min(restart_penalty[j], o.end - o.start);
-      const Duration useful = elapsed - overhead;
-      const Duration interval =
-          job.checkpoint_interval > 0 ? job.checkpoint_interval : ckpt.interval;
-      const Duration saved = interval > 0 ? useful / interval * interval : 0;
-      work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
-      restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;
-      const double gpus = static_cast<double>(job.gpus);
-      result.lost_gpu_seconds += gpus * static_cast<double>(useful - saved);
-      result.restart_gpu_seconds -= gpus * static_cast<double>(booked - overhead);
-      o.start = o.end = -1;
-      o.killed_at_limit = o.backfilled = false;
-      end_running(job);
+      lose_run(j);
       if (o.requeues >= options.max_requeues) {
         // Slurm's MaxBatchRequeue: interrupted once too often, the job is held, not requeued.
         // It also bounds a run whose failures come faster than its jobs can finish.
@@ -293,6 +302,24 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       pending_by_types.Pending(job, 1);
       ++pending;
     }
+    return Status::Ok();
+  };
+  // Preempted: the run ends as an interrupted one does, and the job is always requeued (as
+  // Kueue requeues an evicted workload); its preemptions are counted, not its requeues.
+  const auto preempt_job = [&](JobIndex j) -> Status {
+    if (!interruptible) {
+      interruptible = true;
+      work_saved.assign(jobs.size(), 0);
+      restart_penalty.assign(jobs.size(), 0);
+    }
+    const Job& job = jobs[j];
+    if (options.check_invariants) checker.OnFinish(job, engine->placement(j));
+    lose_run(j);
+    ++result.outcomes[j].preemptions;
+    ++result.preemptions;
+    GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
+    pending_by_gpus.Add(job.gpus, 1);
+    ++pending;
     return Status::Ok();
   };
   const auto cancel_job = [&](JobIndex j) -> Status {
@@ -508,6 +535,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     if (!starts.empty()) model_events_since_start = 0;
     for (const StartDecision& d : starts) {
       const Job& job = jobs[d.job];
+      for (JobIndex victim : d.preempted) GANTRY_RETURN_IF_ERROR(preempt_job(victim));
       if (options.check_invariants) {
         GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement));
       }

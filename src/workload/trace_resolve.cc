@@ -137,7 +137,7 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
                                                     ? 0
                                                     : nodes_fitting(mask, job.gpus_per_node)) +
                                  " such node(s)");
-    } else if (quota != kNoQuota && job.gpus > quota) {
+    } else if (quota != kNoQuota && job.gpus > quota && !options.keep_over_quota) {
       reason = "larger than quota";
       error = FailedPrecondition(
           where + "job '" + job.id + "' asks for " + std::to_string(job.gpus) + " GPUs but team '" +

@@ -706,6 +706,23 @@ TEST(ResolveTest, SkipsAndReindexes) {
   EXPECT_EQ(w.stats.skipped_by_reason.at("shape fits no node"), 1);
 }
 
+// A job larger than its team's quota is kept with keep_over_quota (it will wait for ever,
+// reason Quota); the other bad jobs are errors or skipped as before.
+TEST(ResolveTest, KeepsOverQuotaJobsWhenAsked) {
+  Workload w = SacctWorkload(SacctRow("4", "vision", "gres/gpu=16", 2) +
+                             SacctRow("6", "x", "gres/gpu=2", 1));
+  ResolveOptions options;
+  options.keep_over_quota = true;
+  auto r = ResolveWorkload(w, SmallCluster(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(w.jobs.size(), 2u);
+  EXPECT_EQ(w.jobs[0].id, "4");
+  EXPECT_EQ(w.stats.rows_skipped, 0);
+  Workload too_big = SacctWorkload(SacctRow("3", "x", "gres/gpu=64", 1));
+  EXPECT_EQ(ResolveWorkload(too_big, SmallCluster(), options).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stats
 

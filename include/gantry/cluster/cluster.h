@@ -64,11 +64,48 @@ struct UserShares {
   double shares = 1.0;
 };
 
+// Kueue's ClusterQueue settings of a team, read by the "kueue" admission plugin
+// (docs/formats/cluster.md#clusterqueues-and-cohorts). Other plugins ignore them.
+enum class WithinClusterQueue : uint8_t { kNever, kLowerPriority, kLowerOrNewerEqualPriority };
+enum class ReclaimWithinCohort : uint8_t { kNever, kLowerPriority, kAny };
+enum class BorrowWithinCohort : uint8_t { kNever, kLowerPriority };
+enum class FlavorFungibility : uint8_t { kBorrow, kPreempt, kTryNextFlavor };
+inline constexpr char kAnyFlavor[] = "*";  // a flavor covering every GPU type
+
+// A ClusterQueue's quota on one flavor (a GPU type, or kAnyFlavor).
+struct FlavorQuota {
+  std::string flavor;
+  int nominal = 0;
+  int borrowing_limit = kNoQuota;  // most it may use above nominal; kNoQuota: no limit
+  int lending_limit = kNoQuota;    // most of its unused nominal others may borrow; kNoQuota: all
+};
+
+struct QueueSettings {
+  std::string cohort;  // empty: no cohort (borrows and lends nothing)
+  // Flavors in the order admission tries them. Empty: quota_gpus on kAnyFlavor (no quota at
+  // all when quota_gpus is kNoQuota).
+  std::vector<FlavorQuota> quotas;
+  WithinClusterQueue within_cluster_queue = WithinClusterQueue::kNever;
+  ReclaimWithinCohort reclaim_within_cohort = ReclaimWithinCohort::kNever;
+  BorrowWithinCohort borrow_within_cohort = BorrowWithinCohort::kNever;
+  int borrow_max_priority = INT32_MAX;  // borrowWithinCohort.maxPriorityThreshold
+  FlavorFungibility when_can_borrow = FlavorFungibility::kBorrow;
+  FlavorFungibility when_can_preempt = FlavorFungibility::kTryNextFlavor;
+  double fair_weight = 1.0;  // fairSharing.weight; 0: always the first to lose borrowed GPUs
+};
+
+// A cohort: ClusterQueues (and child cohorts) that lend each other unused nominal quota.
+struct Cohort {
+  std::string name;
+  std::string parent;  // empty: a root cohort
+};
+
 // A team (Slurm account, Kueue ClusterQueue, Philly virtual cluster) and its GPU quota.
 struct Team {
   std::string name;
   int quota_gpus = kNoQuota;  // hard cap on GPUs in use at once; kNoQuota = shared pool
   double shares = 1.0;        // fair-share weight; defaults to the quota when one is set
+  QueueSettings queue{};      // Kueue ClusterQueue settings ("kueue" admission plugin)
 };
 
 // Where a team sits in Slurm's account tree, and its users' shares. Teams form the tree
@@ -114,6 +151,8 @@ class Cluster {
   const Qos* FindQos(int level) const;
   // Quota applied to a team the spec does not name: kNoQuota unless the spec says otherwise.
   int default_quota_gpus() const { return default_quota_gpus_; }
+  // Kueue cohorts named in the spec (cohorts that teams name without listing them are roots).
+  const std::vector<Cohort>& cohorts() const { return cohorts_; }
 
   int total_gpus() const { return total_gpus_; }
   int max_gpus_per_node() const { return max_gpus_per_node_; }
@@ -136,6 +175,7 @@ class Cluster {
   std::vector<Team> teams_;
   std::vector<Account> accounts_;
   std::vector<Qos> qos_;
+  std::vector<Cohort> cohorts_;
   int default_quota_gpus_ = kNoQuota;
   int total_gpus_ = 0;
   int max_gpus_per_node_ = 0;
@@ -158,6 +198,7 @@ class ClusterBuilder {
   Status AddAccount(Account account);
   // A QOS; names and levels must be unique, usage_factor >= 0, preempt names checked at Build.
   Status AddQos(Qos qos);
+  void AddCohort(Cohort cohort) { cluster_.cohorts_.push_back(std::move(cohort)); }
   void SetDefaultQuota(int gpus) { cluster_.default_quota_gpus_ = gpus; }
 
   // Checks the whole (every domain closed, names unique, at least one node) and returns it.

@@ -29,6 +29,7 @@ struct JobOutcome {
   bool cancelled = false;        // ended by a cancel event (start -1 if it never started)
   int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
   bool held = false;             // interrupted once more after max_requeues: held, not requeued
+  int32_t preemptions = 0;       // runs ended by preemption (each requeued; not in requeues)
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -73,6 +74,12 @@ struct SimSummary {
   double restart_gpu_hours = 0;  // GPU-hours requeued runs spent restarting
   // Useful share of the allocated GPU time: 1 - (lost + restart) / busy GPU-hours.
   double goodput = 1;
+
+  // Preemption (the kueue admission plugin): runs ended and queued again, distinct jobs
+  // preempted, and the most times one job was.
+  int64_t preemptions = 0;
+  int64_t jobs_preempted = 0;
+  int32_t max_preemptions_per_job = 0;
   Time makespan = 0;  // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
@@ -117,6 +124,7 @@ struct SimResult {
   int64_t health_events = 0;  // GPU health drains drawn by the failure model
   int64_t spare_swaps = 0;    // hot spares brought in for failed nodes
   int64_t requeues = 0;
+  int64_t preemptions = 0;  // runs ended by preemption (requeued; lost work counted as above)
   // GPU-seconds of interrupted runs: useful work done since the last checkpoint (lost), and
   // time spent restarting (loading a checkpoint) before useful work resumed.
   double lost_gpu_seconds = 0;
@@ -132,7 +140,7 @@ void Summarize(SimResult& result);
 // key order is fixed and the text is byte-identical across runs.
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
-// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues (header documented in
+// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions (header documented in
 // docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);

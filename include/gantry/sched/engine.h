@@ -19,6 +19,15 @@
 // the driver to Requeue or fail), and Adopt (after a driver restart: this job already runs
 // there since then).
 //
+// Preemption: an admission plugin that decides job by job (the "kueue" plugin: ClusterQueues,
+// cohorts, reclaim, fair sharing) may admit a job only after some running jobs end. The engine
+// first checks that the job would then fit on nodes (the victims' GPUs counted free); only then
+// does it end the victims (status kDone, reason kPreempted, preempted_by the job) and start
+// the job. The victims come back to the driver in that job's StartDecision::preempted, as Down
+// returns its interrupted jobs: the driver Requeues them (they keep their submit time) or
+// fails them. A job no state of the cluster could ever admit (larger than anything its team
+// could get) stays pending with reason kQuota; Explain says so.
+//
 //   auto engine = Engine::Create(cluster, teams, profile);
 //   engine->Submit(job, now);
 //   std::vector<StartDecision> starts;
@@ -56,6 +65,7 @@ enum class Reason : uint8_t {
   kAdopted,          // running when the driver (re)started; told to the engine by Adopt
   kCancelled,        // ended by Cancel
   kNodeDown,         // ended because a node it ran on went down; the driver may Requeue it
+  kPreempted,        // ended so that a job admission preferred could start; may be Requeued
 };
 const char* ReasonName(Reason r);
 
@@ -64,6 +74,9 @@ struct StartDecision {
   Time time;
   Placement placement;
   Reason reason;  // kStartedHead or kStartedBackfill
+  // Running jobs the engine ended (reason kPreempted) so that this one could start, in the
+  // order they were chosen; the driver Requeues or fails them. Empty without preemption.
+  std::vector<JobIndex> preempted;
 };
 
 struct JobStatus {
@@ -73,7 +86,8 @@ struct JobStatus {
   Time reserved_start = kInfiniteTime;  // planned start (kResources / conservative reservations)
   JobIndex blocked_by = -1;  // for kReservation: the job whose reservation it would delay
   Time start = -1;
-  Time expected_end = -1;  // start + time limit
+  Time expected_end = -1;      // start + time limit
+  JobIndex preempted_by = -1;  // for kPreempted: the job that started in its place
 };
 
 // A node's availability for new placements. Jobs already running on a drained node go on.
@@ -131,7 +145,8 @@ class Engine {
   // Up: the node takes jobs again (after Drain or Down).
   Status Up(NodeIndex node, Time now);
   NodeState node_state(NodeIndex node) const;
-  // A job ended by Down goes back to pending, keeping its submit time (and so its age).
+  // A job ended by Down or by preemption goes back to pending, keeping its submit time (and so
+  // its age).
   Status Requeue(JobIndex job, Time now);
 
   // A restarted driver tells the engine that `job` has been running on `placement` since

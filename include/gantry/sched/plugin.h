@@ -2,8 +2,10 @@
 //
 //   queue order  PriorityFactor   weighted factors summed into a job's priority (age, fair share,
 //                                 size, QoS, oracles); the engine orders pending jobs by the sum
-//   admission    AdmissionPlugin  may this job start now as far as policy goes (quotas; later
-//                                 Kueue-style cohorts with borrowing, lending and reclaim)
+//   admission    AdmissionPlugin  may this job start now as far as policy goes, on which GPU
+//                                 types, and which running jobs must be preempted first
+//                                 (quota; Kueue ClusterQueues with cohorts, borrowing,
+//                                 lending, flavors, reclaim and fair sharing: kueue.cc)
 //   placement    PlacementPlugin  which GPUs on which nodes: a filter (GPU type, shape,
 //                                 reservation caps) shared by all, then a weighted sum of
 //                                 ScorePlugins ranks the nodes that pass. first-fit, best-fit
@@ -146,6 +148,12 @@ class PriorityFactor {
   virtual std::string Describe(const JobRequest& job) const;
 };
 
+// What an admission plugin decided for one job that it admits.
+struct AdmissionDecision {
+  uint32_t gpu_type_mask = kAnyGpuType;  // types it may be placed on (its flavor), within its own
+  std::vector<JobIndex> victims;         // running jobs to end first so that it fits its quota
+};
+
 class AdmissionPlugin {
  public:
   virtual ~AdmissionPlugin() = default;
@@ -153,8 +161,26 @@ class AdmissionPlugin {
   // GPUs `team` may still start now; INT_MAX when unlimited. A team with zero headroom has its
   // whole queue skipped in O(1).
   virtual int Headroom(int team) const = 0;
-  virtual void OnJobStarted(const JobRequest& job) = 0;
-  virtual void OnJobEnded(const JobRequest& job) = 0;
+  // True when the plugin decides job by job (Admit below): the engine then asks Admit for every
+  // job whose team has headroom, and keeps scheduling while no GPU is free, since admission
+  // may preempt. False (the default): the Headroom test alone decides.
+  virtual bool per_job() const { return false; }
+  // Whether `job` may start now, on which GPU types, and after preempting which running jobs
+  // (quota only: the engine still has to place it). Called only when per_job(); may keep what
+  // it chose for OnJobStarted. The default is the Headroom test on the job's own types.
+  virtual bool Admit(const JobRequest& job, Time now, AdmissionDecision* out) {
+    out->gpu_type_mask = job.gpu_type_mask;
+    out->victims.clear();
+    return job.gpus <= Headroom(job.team);
+  }
+  // False when no state of the cluster would ever admit `job` (larger than anything its team
+  // could get): it then waits with reason kQuota for ever, as Kueue leaves such a workload
+  // pending.
+  virtual bool CanEverAdmit(const JobRequest& job) const { return true; }
+  // The job started on `placement` at `start` (for an adopted job, when it really started); it
+  // ended at `now`.
+  virtual void OnJobStarted(const JobRequest& job, const Placement& placement, Time start) = 0;
+  virtual void OnJobEnded(const JobRequest& job, Time now) = 0;
   // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
   virtual std::string Explain(const JobRequest& job) const = 0;
 };

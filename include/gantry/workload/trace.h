@@ -58,6 +58,10 @@ void ApplyTimeLimitModel(Workload& workload, const TimeLimitModel& model);
 
 struct ResolveOptions {
   bool skip_bad_jobs = false;  // skip and count jobs the cluster cannot run, instead of failing
+  // Keep a job larger than its team's quota: it waits for ever with reason Quota (as Kueue
+  // leaves such a workload pending) instead of being an error or skipped. `gantry sim` sets it
+  // unless --strict.
+  bool keep_over_quota = false;
 };
 
 // Checks a workload against a cluster and prepares it to run there: resolves GPU type names to
