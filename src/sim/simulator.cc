@@ -318,7 +318,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     ++result.outcomes[j].preemptions;
     ++result.preemptions;
     GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
-    pending_by_gpus.Add(job.gpus, 1);
+    pending_by_types.Pending(job, 1);
     ++pending;
     return Status::Ok();
   };
