@@ -184,7 +184,7 @@ class ApiServer::Impl {
       res.set_content(metrics_ != nullptr ? metrics_->PrometheusText() : std::string(),
                       "text/plain; version=0.0.4; charset=utf-8");
     });
-    server_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+    server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) {
         Error(res, res.status, res.status == 404 ? "not_found" : "error",
               res.status == 404 ? "no such endpoint (see docs/openapi.yaml)" : "request failed");
