@@ -193,6 +193,33 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
     EXPECT_FALSE(body.at("jobs").empty()) << team << " sees none of its jobs";
     for (const auto& j : body.at("jobs")) EXPECT_EQ(j.at("team"), team) << r->body;
   }
+  // The same through the CLI: `gantry queue --all --json` with a team's token, and `gantry
+  // explain` of another team's job (not found, exit 3).
+  {
+    const std::string server = " --server http://127.0.0.1:" + std::to_string(port);
+    std::ofstream(tmp_.sub("bio-token")) << "bio-token\n";
+    cli_test::CliRun q = RunShell(
+        "env GANTRY_TOKEN=phys-token " + std::string(GANTRY_CLI) + " queue --all --json" + server,
+        tmp_.sub("queue.err"));
+    ASSERT_EQ(q.code, 0) << q.err;
+    const nlohmann::json rows = nlohmann::json::parse(q.out);
+    EXPECT_FALSE(rows.empty());
+    for (const auto& j : rows) EXPECT_EQ(j.at("team"), "physics") << q.out;
+    int64_t physics_job = -1, biology_job = -1;
+    for (const auto& [id, team] : team_of) (team == "physics" ? physics_job : biology_job) = id;
+    cli_test::CliRun e =
+        RunShell(std::string(GANTRY_CLI) + " explain " + std::to_string(biology_job) +
+                     " --token-file " + Quote(tmp_.sub("bio-token")) + server,
+                 tmp_.sub("explain.err"));
+    EXPECT_TRUE(e.code == 0 || e.code == 3) << e.err;  // 3: it ended already
+    if (e.code == 0) {
+      EXPECT_NE(e.out.find("team biology"), std::string::npos) << e.out;
+    }
+    e = RunShell("env GANTRY_TOKEN=bio-token " + std::string(GANTRY_CLI) + " explain " +
+                     std::to_string(physics_job) + server,
+                 tmp_.sub("explain2.err"));
+    EXPECT_EQ(e.code, 3) << e.out << e.err;  // another team's job is not found
+  }
   auto health = api.Get("/v1/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(nlohmann::json::parse(health->body).at("status"), "ok");

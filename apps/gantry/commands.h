@@ -21,6 +21,7 @@ void RegisterStoreCommands(CLI::App& app);    // gantry store ...    (store_comm
 void RegisterCacheCommands(CLI::App& app);    // gantry cache ...    (cache_command.cc)
 void RegisterCkptCommands(CLI::App& app);     // gantry ckpt ...     (ckpt_command.cc)
 void RegisterDataCommands(CLI::App& app);     // gantry data ...     (data_command.cc)
+void RegisterQueueCommands(CLI::App& app);    // gantry queue|explain (queue_command.cc)
 
 // Exit codes shared by all subcommands (docs/storage.md, "Exit codes", has the full table).
 inline constexpr int kExitOk = 0;

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   gantry::cli::RegisterCacheCommands(app);
   gantry::cli::RegisterCkptCommands(app);
   gantry::cli::RegisterDataCommands(app);
+  gantry::cli::RegisterQueueCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gantry/control/api_client.h"
+
 namespace gantry::control {
 namespace {
 
@@ -166,6 +168,45 @@ TEST_F(ApiTest, UnknownPathsAndBadConfigurations) {
   bad = options_;
   bad.host = "192.0.2.1";  // TEST-NET-1: not an address of this host
   EXPECT_EQ(start_code(bad), StatusCode::kUnavailable);
+}
+
+TEST_F(ApiTest, TheClientReadsBackWhatTheServerShows) {
+  const std::string server = "http://127.0.0.1:" + std::to_string(api_->port());
+  ApiClient vision({server, "vision-token"});
+  Result<std::vector<JobView>> queue = vision.Queue();
+  ASSERT_TRUE(queue.ok()) << queue.status().ToString();
+  ASSERT_EQ(queue->size(), 3u);
+  EXPECT_EQ((*queue)[0].record.id, "5");
+  EXPECT_EQ((*queue)[0].estimated_start, 600);
+  EXPECT_EQ((*queue)[2].estimated_start, -1);
+  EXPECT_EQ((*queue)[0].reason, "Resources");
+  EXPECT_EQ((*queue)[0].explain, "why 5");
+  Result<std::vector<JobView>> all = vision.Jobs();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].record.phase, JobPhase::kRunning);
+  EXPECT_EQ((*all)[0].record.placement, (std::vector<NodeGpus>{{"n1", 8}}));
+  Result<JobView> one = vision.Job("2");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->record.team, "vision");
+  EXPECT_EQ(one->record.user, "u-vision");
+  // Every field survives JSON both ways.
+  Result<JobView> back = JobViewFromJson(JobViewJson(snap_->jobs[0]));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(JobViewJson(*back), JobViewJson(snap_->jobs[0]));
+
+  // Errors are codes.
+  EXPECT_EQ(vision.Job("3").status().code(), StatusCode::kNotFound);  // nlp's
+  EXPECT_EQ(vision.Job("../v1/queue").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApiClient({server, "wrong"}).Queue().status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(ApiClient({"ftp://x", "t"}).Queue().status().code(), StatusCode::kInvalidArgument);
+  const int port = api_->port();
+  api_->Stop();
+  Result<std::vector<JobView>> down =
+      ApiClient({"http://127.0.0.1:" + std::to_string(port), "vision-token", 2}).Queue();
+  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(down.status().message().find("cannot reach gantryd"), std::string::npos);
+  EXPECT_EQ(JobViewFromJson("{\"id\": 1}").status().code(), StatusCode::kDataLoss);
 }
 
 TEST(TeamTokens, ParsesLinesAndRefusesNonsense) {

@@ -1,0 +1,142 @@
+#include "gantry/control/api_client.h"
+
+#include <httplib.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace gantry::control {
+
+namespace {
+
+Result<JobPhase> PhaseFromName(const std::string& name) {
+  for (JobPhase p :
+       {JobPhase::kPending, JobPhase::kStarting, JobPhase::kRunning, JobPhase::kDone}) {
+    if (name == JobPhaseName(p)) return p;
+  }
+  return DataLoss("unknown job phase '" + name + "'");
+}
+
+Result<JobView> FromJson(const nlohmann::json& j) {
+  JobView v;
+  JobRecord& r = v.record;
+  try {
+    r.id = j.at("id").get<std::string>();
+    r.user = j.at("user").get<std::string>();
+    r.team = j.at("team").get<std::string>();
+    r.queue = j.value("queue", "");
+    GANTRY_ASSIGN_OR_RETURN(r.phase, PhaseFromName(j.at("phase").get<std::string>()));
+    r.gpus = j.at("gpus").get<int>();
+    r.gpus_per_node = j.value("gpus_per_node", 0);
+    r.nodes = j.value("nodes", 0);
+    r.gpu_types = j.value("gpu_types", std::vector<std::string>{});
+    r.submit = j.value("submit", Time{0});
+    r.time_limit = j.value("time_limit", Duration{0});
+    r.qos = j.value("qos", 0);
+    r.requeues = j.value("requeues", 0);
+    for (const auto& s : j.value("placement", nlohmann::json::array())) {
+      r.placement.push_back({s.at("node").get<std::string>(), s.at("gpus").get<int>()});
+    }
+    if (j.contains("started") && !j.at("started").is_null())
+      r.started = j.at("started").get<Time>();
+    v.reason = j.at("reason").get<std::string>();
+    v.explain = j.at("explain").get<std::string>();
+    if (j.contains("estimated_start") && !j.at("estimated_start").is_null()) {
+      v.estimated_start = j.at("estimated_start").get<Time>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("a job in gantryd's answer is not as documented: ") + e.what());
+  }
+  return v;
+}
+
+Result<std::vector<JobView>> ListFromJson(const std::string& text) {
+  try {
+    const nlohmann::json body = nlohmann::json::parse(text);
+    std::vector<JobView> out;
+    for (const auto& j : body.at("jobs")) {
+      GANTRY_ASSIGN_OR_RETURN(JobView v, FromJson(j));
+      out.push_back(std::move(v));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("gantryd's answer is not the documented JSON: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string DefaultServer() {
+  const char* s = std::getenv("GANTRY_SERVER");
+  return s != nullptr && *s != '\0' ? s : "http://127.0.0.1:8642";
+}
+
+Result<JobView> JobViewFromJson(const std::string& json) {
+  try {
+    return FromJson(nlohmann::json::parse(json));
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("not JSON: ") + e.what());
+  }
+}
+
+ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)) {}
+
+Result<std::string> ApiClient::Get(const std::string& path) const {
+  const std::string& s = options_.server;
+  if (s.rfind("http://", 0) != 0 || s.size() <= 7) {
+    return InvalidArgument("server '" + s + "': expected http://HOST[:PORT]");
+  }
+  httplib::Client client(s);
+  client.set_connection_timeout(options_.timeout_s, 0);
+  client.set_read_timeout(options_.timeout_s, 0);
+  httplib::Headers headers;
+  if (!options_.token.empty()) headers.emplace("Authorization", "Bearer " + options_.token);
+  httplib::Result r = client.Get(path, headers);
+  if (!r) {
+    return Unavailable("cannot reach gantryd at " + s + " (" + httplib::to_string(r.error()) +
+                       "); is it running? (--server, $GANTRY_SERVER)");
+  }
+  std::string message = r->body;
+  try {
+    message = nlohmann::json::parse(r->body).at("error").at("message").get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  switch (r->status) {
+    case 200:
+      return r->body;
+    case 401:
+      return PermissionDenied("gantryd at " + s + " refused the token: " + message +
+                              " (--token-file, $GANTRY_TOKEN)");
+    case 404:
+      return NotFound(message);
+    default:
+      if (r->status >= 500) {
+        return Unavailable("gantryd at " + s + " failed: HTTP " + std::to_string(r->status));
+      }
+      return InvalidArgument("gantryd at " + s + ": HTTP " + std::to_string(r->status) + ": " +
+                             message);
+  }
+}
+
+Result<std::vector<JobView>> ApiClient::Queue() const {
+  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/queue"));
+  return ListFromJson(body);
+}
+
+Result<std::vector<JobView>> ApiClient::Jobs() const {
+  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/jobs"));
+  return ListFromJson(body);
+}
+
+Result<JobView> ApiClient::Job(const std::string& id) const {
+  for (char c : id) {
+    if (c == '/' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) <= 0x20) {
+      return InvalidArgument("'" + id + "' is not a job id");
+    }
+  }
+  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/jobs/" + id));
+  return JobViewFromJson(body);
+}
+
+}  // namespace gantry::control
