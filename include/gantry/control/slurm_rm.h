@@ -19,9 +19,10 @@ namespace gantry::control {
 
 struct SlurmRmOptions {
   slurm::SlurmOptions slurm;
-  // Partitions Gantry manages (their jobs are held on submission by job_submit.lua); empty:
-  // every partition (only for clusters where every partition is managed).
-  std::vector<std::string> partitions;
+  // Partitions Gantry manages (their jobs are held on submission by job_submit.lua). The
+  // default is job_submit.lua's default; empty: every partition (only for clusters where every
+  // partition is managed).
+  std::vector<std::string> partitions = {"gantry"};
 };
 
 class SlurmResourceManager : public ResourceManager {
