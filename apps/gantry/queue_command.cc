@@ -42,8 +42,8 @@ Result<control::ApiClient> Client(const QueueOptions& o) {
   c.server = o.server.empty() ? control::DefaultServer() : o.server;
   if (!o.token_file.empty()) {
     GANTRY_ASSIGN_OR_RETURN(c.token, ReadSecretFile(o.token_file));
-  } else {
-    c.token = control::DefaultToken();
+  } else if (const char* t = std::getenv("GANTRY_TOKEN"); t != nullptr) {
+    c.token = t;
   }
   return control::ApiClient(c);
 }

@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
   if (interval <= 0) return Usage("--interval must be positive");
+  if (partitions.empty()) partitions = {"gantry"};
 
   gantry::control::ApiOptions api_options;
   if (gantry::Status s = gantry::ParseHostPort(listen, &api_options.host, &api_options.port);
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
   gantry::control::SlurmRmOptions rm_options;
   rm_options.slurm.slurm_conf = slurm_conf;
   rm_options.slurm.bin_dir = slurm_bin;
-  if (!partitions.empty()) rm_options.partitions = partitions;
+  rm_options.partitions = partitions;
   gantry::control::SlurmResourceManager rm(rm_options);
   gantry::MetricsRegistry metrics;
   auto controller =

@@ -72,11 +72,6 @@ std::string DefaultServer() {
   return s != nullptr && *s != '\0' ? s : "http://127.0.0.1:8642";
 }
 
-std::string DefaultToken() {
-  const char* t = std::getenv("GANTRY_TOKEN");
-  return t != nullptr ? t : "";
-}
-
 Result<JobView> JobViewFromJson(const std::string& json) {
   try {
     return FromJson(nlohmann::json::parse(json));

@@ -26,8 +26,6 @@ struct ApiClientOptions {
 
 // The server gantry's client commands use: $GANTRY_SERVER, else http://127.0.0.1:8642.
 std::string DefaultServer();
-// The token they send when given none: $GANTRY_TOKEN, else empty.
-std::string DefaultToken();
 
 class ApiClient {
  public:

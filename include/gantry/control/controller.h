@@ -3,13 +3,12 @@
 // every job and decision made durable in the StateStore before it is acted on.
 //
 // One Cycle: observe the resource manager (new held jobs are recorded, then submitted to the
-// engine; a job first seen in any other state was started by someone else and is not Gantry's; jobs
-// it reports running confirm a decision; ended ones are finished), then run one engine cycle and,
-// for each start, record the decision and only then tell the resource manager. A start the resource
-// manager refuses goes back to the engine as pending (its age kept), with the refusal in the event
-// log. Open rebuilds the engine after a restart from the store and what the resource manager
-// reports (StateStore's Reconcile rules), so a gantryd killed at any instant loses no job, starts
-// none twice and leaves none held forever.
+// engine; a job first seen in any other state was started by someone else and is not Gantry's; jobs it reports running confirm a decision; ended ones are finished), then run one
+// engine cycle and, for each start, record the decision and only then tell the resource
+// manager. A start the resource manager refuses goes back to the engine as pending (its age
+// kept), with the refusal in the event log. Open rebuilds the engine after a restart from the
+// store and what the resource manager reports (StateStore's Reconcile rules), so a gantryd
+// killed at any instant loses no job, starts none twice and leaves none held forever.
 //
 // Not thread-safe: one loop calls it; other threads read only Snapshot().
 #pragma once

@@ -19,10 +19,9 @@ namespace gantry::control {
 
 struct SlurmRmOptions {
   slurm::SlurmOptions slurm;
-  // Partitions Gantry manages (their jobs are held on submission by job_submit.lua). The
-  // default is job_submit.lua's default; empty: every partition (only for clusters where every
-  // partition is managed).
-  std::vector<std::string> partitions = {"gantry"};
+  // Partitions Gantry manages (their jobs are held on submission by job_submit.lua); empty:
+  // every partition (only for clusters where every partition is managed).
+  std::vector<std::string> partitions;
 };
 
 class SlurmResourceManager : public ResourceManager {
