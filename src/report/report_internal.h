@@ -12,6 +12,10 @@
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
 
+namespace gantry {
+struct SimResult;
+}  // namespace gantry
+
 namespace gantry::report_internal {
 
 // Nearest-rank quantile of ascending `sorted` at probability p in [0, 1]: the smallest value v
@@ -23,6 +27,12 @@ double NearestRank(const std::vector<double>& sorted, double p);
 // Bounded slowdown of one finished job: max(1, (end - submit) / max(end - start, 10 s)). The
 // 10-second bound keeps very short jobs that waited a little from dominating every mean.
 double BoundedSlowdown(Time submit, Time start, Time end);
+
+// Jain's index of the teams' share of GPUs against their entitlement (weighted max-min fair
+// share of the cluster, capped by what each team wants and by its quota), averaged over the time
+// the cluster was contended and someone ran; 1 when it never was. `contended_fraction`, if not
+// null, receives that time as a share of the run. Definition: src/report/fairness.cc.
+double ShareFairness(const SimResult& result, double* contended_fraction);
 
 // `x` rounded to 6 significant digits (non-finite values become 0), so that JSON output does not
 // expose the last bits of floating-point sums.

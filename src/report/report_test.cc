@@ -199,6 +199,36 @@ TEST(SummarizeTest, EqualTeamsArePerfectlyFairAndEmptyRunIsZero) {
   EXPECT_EQ(f.result.summary.wait_p99, 0);
 }
 
+// Share against entitlement on the fixture (16 GPUs; team a: quota 8, shares 8; team b: no
+// quota, shares 1), worked out by hand. Contended intervals, entitlements by water-filling and
+// x = used / entitled:
+//   [20,100)  a wants 12 (capped at its quota 8), b 8..26: a 8, b 8; a uses 8, b 0 -> Jain 1/2
+//   [100,110) a wants 4, b 26: a 4, b 12; a uses 0, b 8 (x 2/3)              -> Jain 1/2
+//   [110,130) as above, a uses 4 (x 1)                                       -> Jain 25/26
+//   [130,405) only b wants: one team                                         -> Jain 1
+// Average over 385 contended seconds: (0.5 * 90 + 25/26 * 20 + 275) / 385; of a 405 s run.
+TEST(SummarizeTest, ShareFairnessMatchesHandComputation) {
+  Fixture f;
+  EXPECT_NEAR(f.result.summary.share_fairness, (0.5 * 90 + 25.0 / 26.0 * 20 + 275) / 385, 1e-9);
+  EXPECT_NEAR(f.result.summary.contended_fraction, 385.0 / 405.0, 1e-9);
+
+  // Never contended: everyone got what it wanted.
+  f.workload.jobs.resize(2);
+  f.result.outcomes = {Ran(0, 100), Ran(10, 130)};
+  Summarize(f.result);
+  EXPECT_EQ(f.result.summary.share_fairness, 1.0);
+  EXPECT_EQ(f.result.summary.contended_fraction, 0.0);
+
+  // Two equal teams wanting the whole cluster each, one served first: Jain 1/2 throughout the
+  // first job, then only the second team wants (1).
+  f.workload.jobs = {MakeJob(0, "j0", 0, 0, 0, 16), MakeJob(1, "j1", 1, 1, 0, 16)};
+  f.result.teams = {{"a", kNoQuota, 1.0}, {"b", kNoQuota, 1.0}};
+  f.result.outcomes = {Ran(0, 100), Ran(100, 200)};
+  Summarize(f.result);
+  EXPECT_NEAR(f.result.summary.share_fairness, 0.5, 1e-12);
+  EXPECT_NEAR(f.result.summary.contended_fraction, 0.5, 1e-12);
+}
+
 TEST(JobsCsvTest, ExactContent) {
   Cluster cluster = TinyCluster();
   Workload w;

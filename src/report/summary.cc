@@ -180,6 +180,7 @@ void Summarize(SimResult& result) {
   s.jain_fairness = jain_n > 0 && jain_sum_sq > 0
                         ? (jain_sum * jain_sum) / (static_cast<double>(jain_n) * jain_sum_sq)
                         : 0;
+  s.share_fairness = report_internal::ShareFairness(result, &s.contended_fraction);
   result.summary = std::move(s);
 }
 
@@ -237,6 +238,8 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["bounded_slowdown_p95"] = Round6(s.bounded_slowdown_p95);
   j["gpu_utilization"] = Round6(s.gpu_utilization);
   j["jain_fairness"] = Round6(s.jain_fairness);
+  j["share_fairness"] = Round6(s.share_fairness);
+  j["contended_fraction"] = Round6(s.contended_fraction);
   j["frag_wait_job_hours"] = Round6(s.frag_wait_job_hours);
   j["total_wait_job_hours"] = Round6(s.total_wait_job_hours);
   j["frag_wait_fraction"] = Round6(s.frag_wait_fraction);

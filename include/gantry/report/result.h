@@ -88,6 +88,10 @@ struct SimSummary {
   // Expected fragmented GPU-seconds / (GPUs * makespan), FGD's measure (fragmentation.h).
   double fragmented_gpu_share = 0;
   double jain_fairness = 0;  // Jain's index over per-team mean bounded slowdown
+  // Jain's index of each team's GPUs against its entitlement (weighted max-min fair share,
+  // capped by demand and quota), averaged over contended time; 1 if never contended.
+  double share_fairness = 1;
+  double contended_fraction = 0;  // share of the run during which teams wanted more than all GPUs
   // Fragmentation: job-hours spent waiting while the cluster had at least as many idle GPUs of
   // the job's allowed types as it asked for, and that as a fraction of all job-hours waited.
   double frag_wait_job_hours = 0;
