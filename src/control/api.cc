@@ -122,6 +122,9 @@ class ApiServer::Impl {
       return new httplib::ThreadPool(static_cast<size_t>(n > 0 ? n : 1));
     };
     server_.set_read_timeout(options_.read_timeout_s, 0);
+    // httplib writes headers and body in separate sends: with Nagle's algorithm on, a client on
+    // a kept-alive connection waits for its delayed ACK (40 ms) on every request.
+    server_.set_tcp_nodelay(true);
     server_.set_write_timeout(options_.read_timeout_s, 0);
     server_.set_payload_max_length(64 << 10);
 
