@@ -20,7 +20,7 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
           median samples/s above (compute stands in as sleep), from the large and the small set:
           the share of the loop's time spent waiting for the next batch, after the first shard's
           samples have arrived (goal < 1%).
-  s3      (--s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) the large
+  s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) the large
           set's shards uploaded to the RGW; gantry streaming them (s3:// URL, W workers) against
           `aws s3 cp --recursive` of the same shards followed by gantry reading the local copy;
           total time and time to the first batch (goal: streaming no slower than copy-then-read).
@@ -32,7 +32,8 @@ Usage (docs/performance.md "Data loader" records a run):
   PYTHONPATH=python:build/release/python /usr/bin/python3 bench/data_loader.py \
       --gantry build/release/apps/gantry/gantry
   ... --cache cold         page cache evicted before each timed run
-  ... --s3                 also the RGW rows (source "$(scripts/rgw start)" first)
+  ... --parts s3           the RGW rows (source "$(scripts/rgw start)" first); --parts takes
+                           any of local,stall,s3 (default local,stall)
   ... --quick              tiny inputs, one repetition: a smoke run (python/tests)
 Output: a Markdown table per part, then one JSON object with every run (last line).
 """
@@ -142,15 +143,20 @@ class DataSet:
         self.files = sorted(glob.glob(os.path.join(self.files_dir, "*", "*.jpg")))
         assert len(self.files) == count
         self.shard_bytes = sum(os.path.getsize(p) for p in self.shards)
+        self.synced = False
 
     def all_paths(self):
         return self.shards + self.files
 
     def evict(self):
+        # Dirty pages are not dropped: the files are synced once after writing (an fsync per
+        # file per run costs a device flush each, minutes for the small set).
+        if not self.synced:
+            os.sync()
+            self.synced = True
         for p in self.all_paths():
             fd = os.open(p, os.O_RDONLY)
             try:
-                os.fsync(fd)  # dirty pages are not dropped; the files were written just before
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
@@ -327,7 +333,7 @@ def s3_part(ds, args, batch, window, results):
     endpoint = os.environ.get("GANTRY_S3_ENDPOINT")
     bucket = os.environ.get("GANTRY_S3_BUCKET")
     if not endpoint or not bucket:
-        raise SystemExit("--s3 needs GANTRY_S3_ENDPOINT and GANTRY_S3_BUCKET: "
+        raise SystemExit("--parts s3 needs GANTRY_S3_ENDPOINT and GANTRY_S3_BUCKET: "
                          'source "$(scripts/rgw start)" first')
     os.environ.setdefault("AWS_ENDPOINT_URL", endpoint)
     aws = [args.aws, "--endpoint-url", endpoint]
@@ -388,8 +394,8 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
-    ap.add_argument("--no-stall", action="store_true")
-    ap.add_argument("--s3", action="store_true", help="also the Ceph RGW rows")
+    ap.add_argument("--parts", default="local,stall",
+                    help="comma-separated: local, stall (needs local), s3 (needs the RGW)")
     ap.add_argument("--aws", default="/usr/bin/aws")
     ap.add_argument("--quick", action="store_true", help="tiny inputs, one repetition")
     ap.add_argument("--dir", default=None, help="where to write the data (default: temp)")
@@ -405,19 +411,25 @@ def main():
     with tempfile.TemporaryDirectory(prefix="gantry-loader-bench-", dir=args.dir) as tmp:
         args.workdir = tmp
         t = time.perf_counter()
-        small = DataSet(tmp, "small", args.small_count, args.small_size, args.small_per_shard,
-                        args.gantry, 1)
+        parts = set(args.parts.split(","))
+        if not parts <= {"local", "stall", "s3"} or ("stall" in parts and "local" not in parts):
+            raise SystemExit(f"--parts {args.parts}: local, stall, s3; stall needs local")
+        sets = []
+        if "local" in parts:
+            small = DataSet(tmp, "small", args.small_count, args.small_size,
+                            args.small_per_shard, args.gantry, 1)
+            sets.append((small, args.small_batch, args.window_shards * args.small_per_shard))
         large = DataSet(tmp, "large", args.large_count, args.large_size, args.large_per_shard,
                         args.gantry, 2)
+        sets.append((large, args.large_batch, args.window_shards * args.large_per_shard))
         print(f"data written and packed in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        sets = [(small, args.small_batch, args.window_shards * args.small_per_shard),
-                (large, args.large_batch, args.window_shards * args.large_per_shard)]
         results = {"workers": args.workers, "repeat": args.repeat, "cache": args.cache,
                    "local": {}, "stall": {}}
-        local_part(sets, args, results)
-        if not args.no_stall:
+        if "local" in parts:
+            local_part(sets, args, results)
+        if "stall" in parts:
             stall_part(sets, args, results)
-        if args.s3:
+        if "s3" in parts:
             s3_part(large, args, args.large_batch, args.window_shards * args.large_per_shard,
                     results)
         print(json.dumps(results))
