@@ -29,6 +29,7 @@ per step "step N epoch E loss L keys K1,K2,..." (the batch's sample keys, in ord
 """
 
 import argparse
+import io
 import os
 import shutil
 import subprocess
@@ -80,6 +81,16 @@ def write_synthetic(folder, samples, seed):
     for i in range(samples):
         np.save(os.path.join(folder, f"s{i:06d}.x.npy"), x[i])
         np.save(os.path.join(folder, f"s{i:06d}.y.npy"), y[i])
+
+
+def to_arrays(sample):
+    """The loader's transform: x.npy and y.npy as numpy arrays. WebDataset fields decode by
+    extension already; an MDS column that `gantry data pack` wrote from .npy files has the
+    encoding `bytes`, and MDS columns decode by encoding, so those still hold the .npy file."""
+    for name in ("x.npy", "y.npy"):
+        if isinstance(sample[name], bytes):
+            sample[name] = np.load(io.BytesIO(sample[name]), allow_pickle=False)
+    return sample
 
 
 def pack_synthetic(args, data_dir):
@@ -142,7 +153,8 @@ def main():
             data_dir = tmp.name
         url = pack_synthetic(args, data_dir)
 
-    ds = StreamingDataset(url, batch_size=args.batch_size, seed=args.seed, window=args.window)
+    ds = StreamingDataset(url, batch_size=args.batch_size, seed=args.seed, window=args.window,
+                          transform=to_arrays)
     # The DataLoader draws its workers' base seed from this generator, not from the global RNG
     # (which drives dropout): otherwise starting an iterator mid-epoch after a resume would
     # consume a global random number at another point than the uninterrupted run does.

@@ -129,6 +129,15 @@ class TrainExampleTest(TempDirTestCase):
                 self.assertEqual(seen, ref_steps)
                 self.assert_same_parameters(reference, final)
 
+    def test_mds_dataset_trains_on_every_sample(self):
+        out = self.run_to_end(self.command(self.path("mds-root"), self.path("mds.pt"),
+                                           "--format", "mds", "--epochs", "1"))
+        steps = step_lines(out)
+        self.assertEqual(sorted(steps), list(range(1, STEPS_PER_EPOCH + 1)))
+        keys = [k for l in steps.values() for k in l.split()[-1].split(",")]
+        self.assertEqual(sorted(keys), [f"s{i:06d}" for i in range(SAMPLES)])
+        self.assertTrue(os.path.exists(self.path("mds.pt")))
+
 
 if __name__ == "__main__":
     unittest.main()
