@@ -20,7 +20,7 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
           median samples/s above (compute stands in as sleep), from the large and the small set:
           the share of the loop's time spent waiting for the next batch, after the first shard's
           samples have arrived (goal < 1%).
-  s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) the large
+  s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) each
           set's shards uploaded to the RGW; gantry streaming them (s3:// URL, W workers) against
           `aws s3 cp --recursive` of the same shards followed by gantry reading the local copy;
           total time and time to the first batch (goal: streaming no slower than copy-then-read).
@@ -361,7 +361,7 @@ def s3_part(ds, args, batch, window, results):
                 copy_first.append(c + first)
             print(f"  s3 {side} run {rep + 1} done", file=sys.stderr, flush=True)
     shutil.rmtree(copy_dir, ignore_errors=True)
-    results["s3"] = {"set": ds.name, "stream_s": stream_t, "stream_first_s": stream_first,
+    results["s3"][ds.name] = {"stream_s": stream_t, "stream_first_s": stream_first,
                      "copy_then_read_s": copy_t, "copy_then_read_first_s": copy_first,
                      "copy_s": copy_only}
     ms, mc = median(stream_t), median(copy_t)
@@ -415,7 +415,7 @@ def main():
         if not parts <= {"local", "stall", "s3"} or ("stall" in parts and "local" not in parts):
             raise SystemExit(f"--parts {args.parts}: local, stall, s3; stall needs local")
         sets = []
-        if "local" in parts:
+        if parts & {"local", "s3"}:
             small = DataSet(tmp, "small", args.small_count, args.small_size,
                             args.small_per_shard, args.gantry, 1)
             sets.append((small, args.small_batch, args.window_shards * args.small_per_shard))
@@ -430,8 +430,9 @@ def main():
         if "stall" in parts:
             stall_part(sets, args, results)
         if "s3" in parts:
-            s3_part(large, args, args.large_batch, args.window_shards * args.large_per_shard,
-                    results)
+            results["s3"] = {}
+            for ds, batch, window in sets:
+                s3_part(ds, args, batch, window, results)
         print(json.dumps(results))
 
 
