@@ -94,7 +94,7 @@ def to_arrays(sample):
 
 
 def pack_synthetic(args, data_dir):
-    """Writes the synthetic files and packs them with `gantry data pack`; returns the dataset URL."""
+    """Writes the synthetic files and packs them with `gantry data pack`; returns its URL."""
     files, packed = os.path.join(data_dir, "files"), os.path.join(data_dir, args.format)
     shutil.rmtree(files, ignore_errors=True)
     shutil.rmtree(packed, ignore_errors=True)
