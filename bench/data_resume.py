@@ -8,6 +8,8 @@ each in a fresh dataset object as a restarted job would:
   - resume: load_state_dict({... "consumed": 10_000_000 ...}) and next(iter(ds)): the first
     sample after the resume, its shard fetched and parsed;
   - the same at sample 0, for comparison;
+  - the first batch through a DataLoader with --workers worker processes (default 2), from a
+    fresh dataset object: what a restarted training loop waits for (worker start included);
   - skipping: reading the epoch from the start up to --skip samples, the way a loader without
     random access resumes (the ModernBERT issue's 14.5 h); rate and the time 10M would take at it.
 It also checks the resumed sample is the one the uninterrupted order has at 10M (computed from
@@ -27,6 +29,8 @@ import tempfile
 import time
 
 import numpy as np
+import torch
+import torch.utils.data
 
 from gantry.data import StreamingDataset
 
@@ -61,6 +65,8 @@ def main():
     ap.add_argument("--skip", type=int, default=1_000_000,
                     help="samples the skipping baseline reads (default 1M)")
     ap.add_argument("--window", type=int, default=1 << 18)
+    ap.add_argument("--workers", type=int, default=2,
+                    help="DataLoader workers of the first-batch-through-a-DataLoader measure")
     ap.add_argument("--dir", default=None, help="where to write the dataset (default: temp)")
     args = ap.parse_args()
 
@@ -93,6 +99,22 @@ def main():
         if first["v"] != want["v"]:
             sys.exit(f"resumed sample {first['v']} is not the uninterrupted order's {want['v']}")
 
+        # The same through a DataLoader with worker processes, as a training job reads: from a
+        # fresh dataset object to the first batch in this process (the workers' start included).
+        def resume_loader(at):
+            t0 = time.perf_counter()
+            ds = StreamingDataset(tmp, **kw)
+            ds.load_state_dict({"seed": 17, "shuffle": True, "window": args.window, "epoch": 2,
+                                "consumed": at, "samples": total})
+            loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=args.workers)
+            batch = next(iter(loader))
+            return batch, time.perf_counter() - t0
+
+        batch, loader_s = resume_loader(args.at)
+        if int(batch["v"][0]) != want["v"]:
+            sys.exit(f"DataLoader: resumed sample {int(batch['v'][0])} is not {want['v']}")
+        _, loader0_s = resume_loader(0)
+
         ds = StreamingDataset(tmp, **kw)
         ds.set_epoch(2)
         t = time.perf_counter()
@@ -109,6 +131,9 @@ def main():
         "resume_at": args.at,
         "open_s": round(open_s, 4), "first_sample_after_resume_s": round(resume_s, 4),
         "open_at_0_s": round(open0, 4), "first_sample_at_0_s": round(resume0, 4),
+        "dataloader_workers": args.workers,
+        "dataloader_first_batch_after_resume_s": round(loader_s, 4),
+        "dataloader_first_batch_at_0_s": round(loader0_s, 4),
         "skip_samples": n, "skip_s": round(skip_s, 2), "skip_samples_per_s": round(rate),
         "skip_to_resume_point_estimated_s": round(args.at / 8 / rate, 1),
     }, indent=1))

@@ -1,0 +1,440 @@
+#!/usr/bin/python3
+"""gantry.data.StreamingDataset against the raw read rate and the usual PyTorch loaders, one run.
+
+Issue 11 part 5. Every number is a ratio against baselines measured in the same run on the same
+bytes, loaders interleaved (the order rotates each repetition), medians of --repeat runs:
+
+  local   for small (~4 KiB) and large (~1 MiB) samples in a local directory, samples/s of
+            raw       one thread reading the tar shards sequentially, 4 MiB reads (the line rate)
+            gantry    StreamingDataset(shards, decode=False) through a DataLoader, W workers
+            gantry0   the same with num_workers=0 (the loader alone, no worker IPC)
+            tarfile   a plain IterableDataset over the same shards with Python's tarfile
+                      (shards split across workers, members grouped by key), W workers
+            imagefolder  torchvision's ImageFolder over the individual files (loader: read the
+                      bytes, shuffle=True), W workers
+            files     a plain map-style Dataset over the individual files (shuffle=True), W workers
+          goals: gantry/raw >= 0.9, gantry/tarfile and gantry/imagefolder >= 2, gantry/files >= 5.
+          --cache cold evicts every file of the data set from the page cache before each timed
+          run (posix_fadvise DONTNEED, per file: no global cache drop); warm reads it once before.
+  stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times gantry's
+          median samples/s above (compute stands in as sleep), from the large and the small set:
+          the share of the loop's time spent waiting for the next batch, after the first shard's
+          samples have arrived (goal < 1%).
+  s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) each
+          set's shards uploaded to the RGW; gantry streaming them (s3:// URL, W workers) against
+          `aws s3 cp --recursive` of the same shards followed by gantry reading the local copy;
+          total time and time to the first batch (goal: streaming no slower than copy-then-read).
+
+Every timed run checks that it delivered every sample's bytes exactly once (count and total).
+Resume latency at sample 10 million is bench/data_resume.py.
+
+Usage (docs/performance.md "Data loader" records a run):
+  PYTHONPATH=python:build/release/python /usr/bin/python3 bench/data_loader.py \
+      --gantry build/release/apps/gantry/gantry
+  ... --cache cold         page cache evicted before each timed run
+  ... --parts s3           the RGW rows (source "$(scripts/rgw start)" first); --parts takes
+                           any of local,stall,s3 (default local,stall)
+  ... --quick              tiny inputs, one repetition: a smoke run (python/tests)
+Output: a Markdown table per part, then one JSON object with every run (last line).
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+import torch
+import torch.utils.data
+
+from gantry.data import StreamingDataset
+
+try:
+    from torchvision.datasets import ImageFolder
+except ImportError:  # python3-torchvision (scripts/setup installs it); the row is then skipped
+    ImageFolder = None
+
+CLASSES = 10
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class TarShards(torch.utils.data.IterableDataset):
+    """The plain baseline: Python's tarfile over WebDataset shards, shards split across workers,
+    consecutive members with the same key (name up to the first dot of its basename) grouped
+    into one sample dict, as webdataset does."""
+
+    def __init__(self, shards):
+        super().__init__()
+        self.shards = shards
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        shards = self.shards if info is None else self.shards[info.id::info.num_workers]
+        for path in shards:
+            with tarfile.open(path) as tar:
+                sample, key = None, None
+                for m in tar:
+                    if not m.isfile():
+                        continue
+                    base = m.name.rsplit("/", 1)[-1]
+                    k = m.name[:len(m.name) - len(base)] + base.split(".", 1)[0]
+                    if k != key:
+                        if sample is not None:
+                            yield sample
+                        sample, key = {"__key__": k}, k
+                    sample[base.split(".", 1)[1]] = tar.extractfile(m).read()
+                if sample is not None:
+                    yield sample
+
+
+class Files(torch.utils.data.Dataset):
+    """The plain map-style baseline: one file per sample, read whole."""
+
+    def __init__(self, paths):
+        super().__init__()
+        self.paths = paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return read_bytes(self.paths[i])
+
+
+def payload(kind, batch):
+    """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
+    if kind in ("gantry", "gantry0", "tarfile"):
+        return batch["jpg"]
+    if kind == "imagefolder":
+        return batch[0]  # (payloads, labels)
+    return batch
+
+
+class DataSet:
+    """One size class on disk: individual files (class folders) and the same bytes packed as
+    WebDataset shards by `gantry data pack`."""
+
+    def __init__(self, root, name, count, size, per_shard, gantry_cli, seed):
+        self.name, self.count, self.size, self.per_shard = name, count, size, per_shard
+        self.files_dir = os.path.join(root, name, "files")
+        self.shards_dir = os.path.join(root, name, "wds")
+        rnd = __import__("random").Random(seed)
+        for c in range(CLASSES):
+            os.makedirs(os.path.join(self.files_dir, f"c{c}"), exist_ok=True)
+        block = os.urandom(size + 4096)  # incompressible; each file a different slice of it
+        for i in range(count):
+            off = rnd.randrange(4096)
+            with open(os.path.join(self.files_dir, f"c{i % CLASSES}", f"s{i:07d}.jpg"), "wb") as f:
+                f.write(block[off:off + size])
+        subprocess.run([gantry_cli, "data", "pack", self.files_dir, self.shards_dir, "--format",
+                        "wds", "--samples-per-shard", str(per_shard)], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.shards = sorted(glob.glob(os.path.join(self.shards_dir, "*.tar")))
+        self.files = sorted(glob.glob(os.path.join(self.files_dir, "*", "*.jpg")))
+        assert len(self.files) == count
+        self.shard_bytes = sum(os.path.getsize(p) for p in self.shards)
+        self.synced = False
+
+    def all_paths(self):
+        return self.shards + self.files
+
+    def evict(self):
+        # Dirty pages are not dropped: the files are synced once after writing (an fsync per
+        # file per run costs a device flush each, minutes for the small set).
+        if not self.synced:
+            os.sync()
+            self.synced = True
+        for p in self.all_paths():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+    def warm(self):
+        for p in self.all_paths():
+            read_bytes(p)
+
+
+def raw_read(paths):
+    """Sequential read of `paths`, 4 MiB at a time into one buffer: bytes read."""
+    buf = bytearray(4 << 20)
+    view = memoryview(buf)
+    total = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while True:
+                n = f.readinto(view)
+                if not n:
+                    break
+                total += n
+    return total
+
+
+def make_loader(kind, ds, url, args, batch, window):
+    w = 0 if kind == "gantry0" else args.workers
+    if kind in ("gantry", "gantry0"):
+        data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
+                                shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
+                                + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
+        return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w)
+    if kind == "tarfile":
+        return torch.utils.data.DataLoader(TarShards(ds.shards), batch_size=batch, num_workers=w)
+    if kind == "imagefolder":
+        data = ImageFolder(ds.files_dir, loader=read_bytes)
+        return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w, shuffle=True)
+    if kind == "files":
+        return torch.utils.data.DataLoader(Files(ds.files), batch_size=batch, num_workers=w,
+                                           shuffle=True)
+    raise ValueError(kind)
+
+
+def timed_read(kind, ds, args, batch, window, url=None):
+    """Seconds for one whole pass (from building the dataset to the last batch), and seconds
+    to the first batch; checks every sample's bytes arrived."""
+    t0 = time.perf_counter()
+    if kind == "raw":
+        got = raw_read(ds.shards)
+        dt = time.perf_counter() - t0
+        if got != ds.shard_bytes:
+            raise SystemExit(f"raw read {got} bytes of {ds.shard_bytes}")
+        return dt, None
+    loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
+    first = None
+    samples = nbytes = 0
+    for b in loader:
+        if first is None:
+            first = time.perf_counter() - t0
+        p = payload(kind, b)
+        samples += len(p)
+        nbytes += sum(len(x) for x in p)
+    dt = time.perf_counter() - t0
+    if samples != ds.count or nbytes != ds.count * ds.size:
+        raise SystemExit(f"{kind} on {ds.name}: {samples} samples, {nbytes} bytes; want "
+                         f"{ds.count}, {ds.count * ds.size}")
+    return dt, first
+
+
+def stall_run(ds, args, batch, window, rate):
+    """A loop consuming `batch`-sample steps at `rate` samples/s (compute = sleep). Returns
+    (stall share after the first shard, stalled s, loop s, first-batch s)."""
+    loader = make_loader("gantry", ds, ds.shards_dir, args, batch, window)
+    step_s = batch / rate
+    t0 = time.perf_counter()
+    it = iter(loader)
+    consumed = 0
+    waited = 0.0
+    first = None
+    start = None  # when accounting starts: once one shard's samples have arrived
+    while True:
+        t = time.perf_counter()
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        now = time.perf_counter()
+        if first is None:
+            first = now - t0
+        if start is not None:
+            waited += now - t
+        consumed += len(b["__key__"])
+        if start is None and consumed >= ds.per_shard:
+            start = now
+        time.sleep(step_s)  # the training step
+    end = time.perf_counter()
+    if consumed != ds.count:
+        raise SystemExit(f"stall run consumed {consumed} of {ds.count}")
+    loop = end - start if start is not None else 0.0
+    return (waited / loop if loop else 0.0), waited, loop, first
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fmt_runs(xs, digits=2):
+    return ", ".join(f"{x:.{digits}f}" for x in xs)
+
+
+def local_part(sets, args, results):
+    kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
+    if ImageFolder is None:
+        print("(torchvision is not installed: no imagefolder row; apt-get install "
+              "python3-torchvision)", file=sys.stderr)
+        kinds.remove("imagefolder")
+    for ds, batch, window in sets:
+        times = {k: [] for k in kinds}
+        firsts = {k: [] for k in kinds}
+        if args.cache == "warm":
+            ds.warm()
+        for rep in range(args.repeat):
+            order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
+            for k in order:
+                if args.cache == "cold":
+                    ds.evict()
+                dt, first = timed_read(k, ds, args, batch, window)
+                times[k].append(dt)
+                if first is not None:
+                    firsts[k].append(first)
+                print(f"  {ds.name} {k} run {rep + 1}: {dt:.3f} s "
+                      f"({ds.count / dt:,.0f} samples/s)", file=sys.stderr, flush=True)
+        rates = {k: [ds.count / t for t in times[k]] for k in kinds}
+        med = {k: median(rates[k]) for k in kinds}
+        results["local"][ds.name] = {
+            "samples": ds.count, "sample_bytes": ds.size, "shards": len(ds.shards),
+            "batch": batch, "window": window, "workers": args.workers, "cache": args.cache,
+            "samples_per_s": rates, "first_batch_s": firsts,
+            "median_samples_per_s": med}
+        print(f"\n### {ds.name}: {ds.count:,} samples of {ds.size:,} bytes, {len(ds.shards)} "
+              f"shards, batch {batch}, {args.workers} workers, window {window}, "
+              f"{args.cache} page cache\n")
+        print("| loader | samples/s (median) | MB/s | gantry / this | goal | runs (samples/s) |")
+        print("|---|---:|---:|---:|---|---|")
+        goals = {"raw": ">= 0.9", "tarfile": ">= 2", "imagefolder": ">= 2", "files": ">= 5"}
+        for k in kinds:
+            ratio = med["gantry"] / med[k]
+            print(f"| {k} | {med[k]:,.0f} | {med[k] * ds.size / 1e6:,.0f} | {ratio:.2f} | "
+                  f"{goals.get(k, '')} | {fmt_runs(rates[k], 0)} |")
+    return results
+
+
+def stall_part(sets, args, results):
+    print(f"\n### consumer stall at {args.stall_load} x gantry's median rate\n")
+    print("| set | consumer samples/s | loop s after first shard | stalled s | stall share "
+          "| first batch s | runs (stall share) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for ds, batch, window in sets:
+        line = results["local"][ds.name]["median_samples_per_s"]["gantry"]
+        rate = args.stall_load * line
+        runs = []
+        for _ in range(args.repeat):
+            if args.cache == "cold":
+                ds.evict()
+            runs.append(stall_run(ds, args, batch, window, rate))
+        share = median([r[0] for r in runs])
+        mid = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        results["stall"][ds.name] = {"rate": rate, "line_rate": line, "runs": runs}
+        print(f"| {ds.name} | {rate:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} | {100 * share:.2f}% | "
+              f"{mid[3]:.3f} | {fmt_runs([100 * r[0] for r in runs])} % |")
+    return results
+
+
+def s3_part(ds, args, batch, window, results):
+    endpoint = os.environ.get("GANTRY_S3_ENDPOINT")
+    bucket = os.environ.get("GANTRY_S3_BUCKET")
+    if not endpoint or not bucket:
+        raise SystemExit("--parts s3 needs GANTRY_S3_ENDPOINT and GANTRY_S3_BUCKET: "
+                         'source "$(scripts/rgw start)" first')
+    os.environ.setdefault("AWS_ENDPOINT_URL", endpoint)
+    aws = [args.aws, "--endpoint-url", endpoint]
+    prefix = f"bench-data-loader/{ds.name}"
+    url = f"s3://{bucket}/{prefix}"
+    subprocess.run(aws + ["s3", "cp", "--recursive", "--quiet", ds.shards_dir, url + "/"],
+                   check=True)
+    copy_dir = os.path.join(args.workdir, "s3-copy")
+    stream_t, stream_first, copy_t, copy_first, copy_only = [], [], [], [], []
+    for rep in range(args.repeat):
+        for side in (["stream", "copy"] if rep % 2 == 0 else ["copy", "stream"]):
+            if side == "stream":
+                dt, first = timed_read("gantry", ds, args, batch, window, url=url)
+                stream_t.append(dt)
+                stream_first.append(first)
+            else:
+                shutil.rmtree(copy_dir, ignore_errors=True)
+                t0 = time.perf_counter()
+                subprocess.run(aws + ["s3", "cp", "--recursive", "--quiet", url + "/",
+                                      copy_dir + "/"], check=True)
+                c = time.perf_counter() - t0
+                dt, first = timed_read("gantry", ds, args, batch, window, url=copy_dir)
+                copy_only.append(c)
+                copy_t.append(c + dt)
+                copy_first.append(c + first)
+            print(f"  s3 {side} run {rep + 1} done", file=sys.stderr, flush=True)
+    shutil.rmtree(copy_dir, ignore_errors=True)
+    results["s3"][ds.name] = {"stream_s": stream_t, "stream_first_s": stream_first,
+                     "copy_then_read_s": copy_t, "copy_then_read_first_s": copy_first,
+                     "copy_s": copy_only}
+    ms, mc = median(stream_t), median(copy_t)
+    print(f"\n### from Ceph RGW: {ds.name} set ({ds.count:,} x {ds.size:,} bytes, "
+          f"{len(ds.shards)} shards), {args.workers} workers\n")
+    print("| side | total s (median) | first batch s (median) | runs (total s) |")
+    print("|---|---:|---:|---|")
+    print(f"| gantry streaming s3:// | {ms:.2f} | {median(stream_first):.2f} | "
+          f"{fmt_runs(stream_t)} |")
+    print(f"| aws s3 cp, then gantry local | {mc:.2f} (copy {median(copy_only):.2f}) | "
+          f"{median(copy_first):.2f} | {fmt_runs(copy_t)} |")
+    print(f"\ncopy-then-read / streaming: total {mc / ms:.2f}x, first batch "
+          f"{median(copy_first) / median(stream_first):.1f}x (goal: total >= 1)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gantry", default="build/release/apps/gantry/gantry", help="the gantry CLI")
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers, every loader")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cache", choices=("warm", "cold"), default="warm")
+    ap.add_argument("--small-count", type=int, default=40000)
+    ap.add_argument("--small-size", type=int, default=4096)
+    ap.add_argument("--small-per-shard", type=int, default=2000)
+    ap.add_argument("--small-batch", type=int, default=64)
+    ap.add_argument("--large-count", type=int, default=320)
+    ap.add_argument("--large-size", type=int, default=1 << 20)
+    ap.add_argument("--large-per-shard", type=int, default=16)
+    ap.add_argument("--large-batch", type=int, default=4)
+    ap.add_argument("--window-shards", type=int, default=4,
+                    help="shuffle window, in shards (gantry holds a window's shards per reader)")
+    ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--parts", default="local,stall",
+                    help="comma-separated: local, stall (needs local), s3 (needs the RGW)")
+    ap.add_argument("--aws", default="/usr/bin/aws")
+    ap.add_argument("--quick", action="store_true", help="tiny inputs, one repetition")
+    ap.add_argument("--dir", default=None, help="where to write the data (default: temp)")
+    args = ap.parse_args()
+    if args.quick:
+        args.small_count, args.small_per_shard = 300, 100
+        args.large_count, args.large_size, args.large_per_shard = 12, 64 << 10, 4
+        args.repeat = 1
+    if not os.access(args.gantry, os.X_OK):
+        raise SystemExit(f"{args.gantry}: not an executable gantry CLI (--gantry)")
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory(prefix="gantry-loader-bench-", dir=args.dir) as tmp:
+        args.workdir = tmp
+        t = time.perf_counter()
+        parts = set(args.parts.split(","))
+        if not parts <= {"local", "stall", "s3"} or ("stall" in parts and "local" not in parts):
+            raise SystemExit(f"--parts {args.parts}: local, stall, s3; stall needs local")
+        sets = []
+        if parts & {"local", "s3"}:
+            small = DataSet(tmp, "small", args.small_count, args.small_size,
+                            args.small_per_shard, args.gantry, 1)
+            sets.append((small, args.small_batch, args.window_shards * args.small_per_shard))
+        large = DataSet(tmp, "large", args.large_count, args.large_size, args.large_per_shard,
+                        args.gantry, 2)
+        sets.append((large, args.large_batch, args.window_shards * args.large_per_shard))
+        print(f"data written and packed in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        results = {"workers": args.workers, "repeat": args.repeat, "cache": args.cache,
+                   "local": {}, "stall": {}}
+        if "local" in parts:
+            local_part(sets, args, results)
+        if "stall" in parts:
+            stall_part(sets, args, results)
+        if "s3" in parts:
+            results["s3"] = {}
+            for ds, batch, window in sets:
+                s3_part(ds, args, batch, window, results)
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""bench/data_loader.py runs end to end on tiny inputs (--quick): every loader delivers every
+sample's bytes exactly once (the script checks it and exits non-zero otherwise) and the tables
+come out. Timings are not checked: benchmarks are not assertions."""
+
+import json
+import os
+import unittest
+
+from util import SOURCE_DIR, TempDirTestCase, run_python
+
+import _gantry
+
+BENCH = os.path.join(SOURCE_DIR, "bench", "data_loader.py")
+# The gantry CLI of the build tree this extension comes from (the bench packs with it).
+CLI = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_gantry.__file__))), "apps",
+                   "gantry", "gantry")
+
+
+class DataLoaderBenchSmokeTest(TempDirTestCase):
+    def test_quick_run(self):
+        self.assertTrue(os.access(CLI, os.X_OK), f"{CLI} missing: build the gantry target")
+        r = run_python([BENCH, "--quick", "--gantry", CLI, "--dir", self.tmp], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        lines = r.stdout.splitlines()
+        result = json.loads(lines[-1])
+        for name, count in (("small", 300), ("large", 12)):
+            part = result["local"][name]
+            self.assertEqual(part["samples"], count)
+            for kind in ("raw", "gantry", "gantry0", "tarfile", "files"):
+                self.assertEqual(len(part["samples_per_s"][kind]), 1, kind)
+                self.assertGreater(part["samples_per_s"][kind][0], 0, kind)
+            self.assertIn(name, result["stall"])
+        self.assertTrue(any(l.startswith("| gantry |") for l in lines))
+        self.assertEqual(os.listdir(self.tmp), [])  # its temp data is gone
+
+
+if __name__ == "__main__":
+    unittest.main()
