@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -43,6 +44,7 @@ class FakeRm : public ResourceManager {
     RmJob job;
     Duration run_for = 0;
     int starts = 0;
+    int interrupts = 0;  // runs a node failure ended
   };
 
   explicit FakeRm(const Cluster& cluster) {
@@ -109,6 +111,7 @@ class FakeRm : public ResourceManager {
       for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
       e.job.state = ObservedState::kReleased;
       e.job.start = -1;
+      ++e.interrupts;
     }
   }
 
@@ -638,6 +641,79 @@ TEST_F(ControllerTest, CrashesAtRandomInstantsLoseNothingAndStartNothingTwice) {
   Result<std::vector<JobRecord>> active = store_->ActiveJobs();
   ASSERT_TRUE(active.ok());
   EXPECT_TRUE(active->empty()) << active->size() << " jobs still active, first " << (*active)[0].id;
+}
+
+// The same with nodes failing and coming back at random instants too: every job still ends
+// having completed exactly once (one start per node failure that interrupted it, plus one), no
+// job is ever started on a node that is not up, and none is left held or lost.
+TEST_F(ControllerTest, CrashesAndNodeFailuresAtRandomInstantsLoseNothing) {
+  Rng rng(2026);
+  const int kJobs = 40;
+  Time now = 0;
+  int submitted = 0;
+  int crashes = 0;
+  int failures = 0;
+  std::vector<std::string> names;
+  for (const auto& [name, cap] : rm_->capacity_) names.push_back(name);
+  auto ctl = Open(now);
+  auto all_finished = [&] {
+    for (const auto& [id, e] : rm_->jobs_) {
+      if (e.job.state != ObservedState::kFinished) return false;
+    }
+    return submitted == kJobs;
+  };
+  for (int step = 0; step < 600 && !all_finished(); ++step) {
+    now += 5;
+    while (submitted < kJobs && rng.Next() % 3 != 0) {
+      const int per_node = 1 << (rng.Next() % 4);
+      rm_->Submit("j" + std::to_string(submitted), submitted % 2 ? "nlp" : "vision", per_node,
+                  per_node, 10 + static_cast<Duration>(rng.Next() % 60), now);
+      ++submitted;
+    }
+    rm_->Advance(now);
+    // A node fails now and then (at most one down at a time) and comes back later.
+    const std::string node = names[rng.Next() % names.size()];
+    const bool any_down = std::any_of(rm_->node_state_.begin(), rm_->node_state_.end(),
+                                      [](const auto& kv) { return kv.second != NodeState::kUp; });
+    if (!any_down && rng.Next() % 8 == 0) {
+      rm_->NodeDown(node);
+      ++failures;
+    } else if (any_down && rng.Next() % 4 == 0) {
+      rm_->node_state_.clear();
+    }
+    const uint64_t dice = rng.Next() % 12;
+    if (dice == 0) rm_->crash_before_start_ = true;
+    if (dice == 1) rm_->crash_after_start_ = true;
+    if (dice == 3) rm_->crash_after_requeue_ = true;
+    try {
+      if (ctl == nullptr || dice == 2) {
+        ctl.reset();
+        ++crashes;
+        ctl = Open(now);
+        ASSERT_NE(ctl, nullptr);
+      }
+      ASSERT_TRUE(ctl->Cycle(now, nullptr).ok()) << EventLog();
+    } catch (const Crash&) {
+      ctl.reset();
+      ++crashes;
+    }
+    rm_->crash_before_start_ = rm_->crash_after_start_ = rm_->crash_after_requeue_ = false;
+  }
+  EXPECT_GT(crashes, 10);
+  EXPECT_GT(failures, 3);
+  EXPECT_EQ(rm_->violations_, 0);
+  ASSERT_EQ(static_cast<int>(rm_->jobs_.size()), kJobs);
+  int interrupted = 0;
+  for (const auto& [id, e] : rm_->jobs_) {
+    EXPECT_EQ(e.job.state, ObservedState::kFinished) << id << " never ended";
+    EXPECT_EQ(e.job.end_state, "completed") << id;
+    EXPECT_EQ(e.starts, 1 + e.interrupts) << id;
+    interrupted += e.interrupts;
+  }
+  EXPECT_GT(interrupted, 0) << "no failure hit a running job: the test tested nothing";
+  Result<std::vector<JobRecord>> active = store_->ActiveJobs();
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << active->size() << " jobs still active";
 }
 
 }  // namespace
