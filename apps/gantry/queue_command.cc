@@ -137,8 +137,6 @@ int RunNodes(const QueueOptions& o) {
     std::string jobs;
     for (const std::string& j : n.jobs) jobs += (jobs.empty() ? "" : ",") + j;
     const std::string gpus = std::to_string(n.gpus_used) + "/" + std::to_string(n.gpus);
-    std::string state = n.state;
-    if (!n.reason.empty()) state += " (" + n.reason + ")";
     std::printf("%-16s %-8s %-18s %-8s %9s %-12s %s\n", n.name.c_str(), n.state.c_str(),
                 n.rm_state.empty() ? "-" : n.rm_state.c_str(), n.gpu_type.c_str(), gpus.c_str(),
                 n.domain.empty() ? "-" : n.domain.c_str(), jobs.empty() ? "-" : jobs.c_str());

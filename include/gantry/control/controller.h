@@ -2,16 +2,19 @@
 // resource manager (Slurm, through src/slurm, behind the ResourceManager interface below), with
 // every job and decision made durable in the StateStore before it is acted on.
 //
-// One Cycle: observe the resource manager (new held jobs are recorded, then submitted to the
-// engine; a job first seen in any other state was started by someone else and is not Gantry's; jobs
-// it reports running confirm a decision; ended ones are finished), then run one engine cycle and,
-// for each start, record the decision and only then tell the resource manager. A start the resource
-// manager refuses goes back to the engine as pending (its age kept), with the refusal in the event
-// log. Open rebuilds the engine after a restart from the store and what the resource manager
-// reports (StateStore's Reconcile rules), so a gantryd killed at any instant loses no job, starts
-// none twice and leaves none held forever.
+// One Cycle: observe the nodes (drain, down and up become engine events; the jobs a down node
+// interrupted are held again in the resource manager, recorded as requeued and decided anew),
+// then the jobs (new held jobs are recorded, then submitted to the engine; a job first seen
+// running -- started while gantryd was away, e.g. by Slurm after fail-open -- is recorded and
+// adopted where it runs; jobs it reports running confirm a decision; ended ones are finished),
+// then run one engine cycle and, for each start, record the decision and only then tell the
+// resource manager. A start the resource manager refuses goes back to the engine as pending
+// (its age kept), with the refusal in the event log. Open rebuilds the engine after a restart
+// from the store and what the resource manager reports (StateStore's Reconcile rules), so a
+// gantryd killed at any instant loses no job, starts none twice and leaves none held forever.
 //
-// Not thread-safe: one loop calls it; other threads read only Snapshot().
+// Not thread-safe: one loop calls it; other threads read only Snapshot() and call
+// RequestCancel (which touches only the store and the resource manager, both thread-safe).
 #pragma once
 
 #include <deque>
