@@ -497,7 +497,7 @@ TEST_F(ControllerTest, ACrashDuringANodeDownRequeueLosesNothing) {
   const std::string lost = *NodesOf(rm_->jobs_["1"].job).begin();
   rm_->NodeDown(lost);
   rm_->crash_after_requeue_ = true;
-  EXPECT_THROW(ctl->Cycle(3, nullptr), Crash);
+  EXPECT_THROW((void)ctl->Cycle(3, nullptr), Crash);
   ctl.reset();
   EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);  // the store never heard of the requeue
   ctl = Open(4);
