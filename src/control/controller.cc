@@ -61,6 +61,11 @@ class Controller::Impl {
           .Increment(static_cast<uint64_t>(report->refused));
       metrics_->GetCounter("gantry_cycle_errors_total", "Cycles that ended in an error.")
           .Increment(s.ok() ? 0 : 1);
+      metrics_
+          ->GetCounter("gantry_jobs_requeued_total",
+                       "Jobs held again and decided anew after their node went down (or Slurm "
+                       "requeued them itself).")
+          .Increment(static_cast<uint64_t>(report->requeued));
     }
     return s;
   }
@@ -100,6 +105,14 @@ class Controller::Impl {
                        {{"team", key.first}, {"reason", key.second}})
             .Set(n);
         queue_series_.insert(key);
+      }
+      // Nodes per engine state (every state, so a drained node that comes back reads 0).
+      std::map<std::string, int> by_state = {{"up", 0}, {"drained", 0}, {"down", 0}};
+      for (const NodeView& n : snap->nodes) ++by_state[n.state];
+      for (const auto& [state, count] : by_state) {
+        metrics_
+            ->GetGauge("gantry_nodes", "Nodes per state (up, drained, down).", {{"state", state}})
+            .Set(count);
       }
       // Busy GPUs per innermost topology domain (the whole cluster when flat).
       std::map<std::string, int> busy;

@@ -402,6 +402,8 @@ std::set<std::string> NodesOf(const RmJob& j) {
 TEST_F(ControllerTest, ADownNodesJobsAreHeldAgainAndRunElsewhere) {
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);
+  MetricsRegistry metrics;
+  ctl->set_metrics(&metrics);
   rm_->Submit("1", "vision", 8, 8, 1000, 0);
   rm_->Submit("2", "nlp", 8, 8, 1000, 0);
   CycleReport r;
@@ -431,6 +433,10 @@ TEST_F(ControllerTest, ADownNodesJobsAreHeldAgainAndRunElsewhere) {
                 ctl->engine().node_state(3) == NodeState::kDown,
             true);
   EXPECT_NE(EventLog().find("node-down " + lost), std::string::npos) << EventLog();
+  const std::string text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_jobs_requeued_total 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_nodes{state=\"down\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_nodes{state=\"up\"} 3"), std::string::npos) << text;
   // The snapshot shows the node down, and where each job runs.
   auto snap = ctl->Snapshot();
   for (const NodeView& n : snap->nodes) {
