@@ -139,12 +139,47 @@ class GantrydSlurmTest : public ::testing::Test {
     return -1;
   }
 
-  int64_t Submit(const std::string& account, const std::string& gres, int nodes) {
+  int64_t Submit(const std::string& account, const std::string& gres, int nodes,
+                 const std::string& command = "sleep 2") {
     auto out = client_->Run({"sbatch", "--parsable", "-p", partition_, "-A", account, "-N",
                              std::to_string(nodes), "--gres=" + gres, "-t", "5", "-o",
-                             dir_ + "/jobs/%j.out", "--wrap", "sleep 2"});
+                             dir_ + "/jobs/%j.out", "--wrap", command});
     EXPECT_TRUE(out.ok()) << out.status().ToString();
     return out.ok() ? std::stoll(*out) : -1;
+  }
+
+  // The site's spec and the tokens, as the first test writes them.
+  void SetUpSite() {
+    cli_test::CliRun run = RunShell(
+        std::string(GANTRY_CLI) + " cluster import --from-slurm -o " + Quote(tmp_.sub("site.yaml")),
+        tmp_.sub("import.err"));
+    ASSERT_EQ(run.code, 0) << run.err;
+    std::ofstream(tmp_.sub("tokens")) << "physics phys-token\nbiology bio-token\n";
+    std::ofstream(tmp_.sub("op")) << "op-token\n";
+  }
+
+  // Polls Slurm until `pred` holds for job `id` or `seconds` pass.
+  template <typename Pred>
+  Result<slurm::SlurmJob> WaitJob(int64_t id, Pred pred, int seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    Result<slurm::SlurmJob> j = client_->Job(id);
+    while (!(j.ok() && pred(*j)) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      j = client_->Job(id);
+    }
+    if (j.ok() && !pred(*j)) return DeadlineExceeded("job state " + j->slurm_state);
+    return j;
+  }
+
+  // sacct's records of every run of a job ("STATE|NODES" lines), once it has a completed one.
+  std::string Runs(int64_t id) {
+    for (int i = 0; i < 100; ++i) {
+      auto out = client_->Run(
+          {"sacct", "-D", "-X", "-n", "-P", "-j", std::to_string(id), "--format=State,NodeList"});
+      if (out.ok() && out->find("COMPLETED") != std::string::npos) return *out;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return "";
   }
 
   test_support::TempDir tmp_{"gantryd-slurm"};
@@ -296,9 +331,296 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
     EXPECT_EQ(std::set<std::string>(nodes->begin(), nodes->end()), recorded)
         << sid << " ran on " << first.substr(bar + 1) << ", not where gantryd decided";
   }
-  Result<std::vector<int64_t>> counts = (*store)->CountByPhase();
-  ASSERT_TRUE(counts.ok());
-  EXPECT_EQ((*counts)[0] + (*counts)[1] + (*counts)[2], 0) << "jobs still active in the store";
+  // (Not "no job active in the store": gantryd adopts jobs of the partition that other tests
+  // on this shared cluster started by hand, and those may still run.)
+}
+
+// A node set down under a running job: Slurm kills the job and queues it again, gantryd holds
+// it, decides again, and it runs once more on another node -- and completes exactly once.
+TEST_F(GantrydSlurmTest, ANodeDownRequeuesItsJobWhichCompletesOnceElsewhere) {
+  SetUpSite();
+  const std::string log = tmp_.sub("gantryd.log");
+  Gantryd gantryd(GantrydArgs(), log);
+  const int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+  const int64_t id = Submit("physics", "gpu:h100:2", 1, "sleep 4");
+  ASSERT_GT(id, 0);
+  auto running = WaitJob(
+      id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 20);
+  ASSERT_TRUE(running.ok()) << running.status().ToString() << "\n" << ReadFile(log);
+  ASSERT_EQ(running->nodes.size(), 1u);
+  const std::string first = running->nodes[0];
+  // Whatever happens below, the node is resumed for the tests that follow on this cluster.
+  struct Resume {
+    slurm::SlurmClient* client;
+    std::string node;
+    ~Resume() {
+      (void)client->ResumeNode(node);
+      for (int i = 0; i < 100; ++i) {
+        auto nodes = client->Nodes();
+        bool idle = false;
+        for (const auto& n : nodes.ok() ? *nodes : std::vector<slurm::SlurmNode>{}) {
+          idle = idle || (n.name == node && n.state == slurm::NodeState::kIdle);
+        }
+        if (idle) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+  } resume{client_.get(), first};
+  auto down =
+      client_->Run({"scontrol", "update", "NodeName=" + first, "State=DOWN", "Reason=gantry-test"});
+  ASSERT_TRUE(down.ok()) << down.status().ToString();
+
+  auto done = WaitJob(
+      id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 40);
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << ReadFile(log);
+  EXPECT_GE(done->restart_count, 1);
+  const std::string runs = Runs(id);
+  ASSERT_FALSE(runs.empty()) << "sacct has no completed record of " << id;
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 2) << runs;  // killed once, then ran
+  size_t completed = 0;
+  std::string completed_on;
+  for (size_t pos = 0; pos < runs.size();) {
+    const size_t end = runs.find('\n', pos);
+    const std::string line = runs.substr(pos, end - pos);
+    pos = end == std::string::npos ? runs.size() : end + 1;
+    if (line.rfind("COMPLETED|", 0) == 0) {
+      ++completed;
+      completed_on = line.substr(10);
+    }
+  }
+  EXPECT_EQ(completed, 1u) << runs;
+  EXPECT_NE(completed_on, first) << "ran again on the node that went down\n" << runs;
+
+  // gantryd saw the node go down, requeued the job, and followed it to the end.
+  httplib::Client api("127.0.0.1", port);
+  for (int i = 0; i < 50; ++i) {
+    auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
+    if (j && j->status == 404) break;  // it left the active jobs
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  gantryd.Kill(SIGTERM);
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Result<control::JobRecord> r = (*store)->Get(std::to_string(id));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->phase, control::JobPhase::kDone) << ReadFile(log);
+  EXPECT_EQ(r->end_reason, "completed");
+  EXPECT_GE(r->requeues, 1);
+  ASSERT_EQ(r->placement.size(), 1u);
+  EXPECT_EQ(r->placement[0].node, completed_on);
+  auto events = (*store)->Events(0, 10000);
+  ASSERT_TRUE(events.ok());
+  bool node_down = false;
+  for (const control::StoreEvent& e : *events) {
+    node_down = node_down || (e.kind == "node-down" && e.detail.rfind(first, 0) == 0);
+  }
+  EXPECT_TRUE(node_down) << "no node-down event for " << first;
+}
+
+// `gantry nodes`, `gantry usage` and `gantry cancel` against the live gantryd: the CLI's JSON is
+// the API's, scoped by the token; a team cancels its own running and held jobs, not another's.
+TEST_F(GantrydSlurmTest, CancelNodesAndUsageThroughTheCli) {
+  SetUpSite();
+  const std::string log = tmp_.sub("gantryd.log");
+  Gantryd gantryd(GantrydArgs(), log);
+  const int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+  const std::string cli =
+      "env GANTRY_SERVER=http://127.0.0.1:" + std::to_string(port) + " " + std::string(GANTRY_CLI);
+  const int64_t running = Submit("physics", "gpu:h100:2", 1, "sleep 60");
+  ASSERT_GT(running, 0);
+  auto r = WaitJob(
+      running, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString() << "\n" << ReadFile(log);
+  ASSERT_EQ(r->nodes.size(), 1u);
+  // More than physics' 16-GPU quota leaves beside it: held by Gantry (reason Quota).
+  const int64_t waiting = Submit("physics", "gpu:h100:8", 2, "sleep 60");
+  ASSERT_GT(waiting, 0);
+  // gantryd confirms it running within a cycle or two.
+  httplib::Client api("127.0.0.1", port);
+  for (int i = 0; i < 50; ++i) {
+    auto j = api.Get("/v1/jobs/" + std::to_string(running), {{"Authorization", "Bearer op-token"}});
+    if (j && j->status == 200 && nlohmann::json::parse(j->body).at("phase") == "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+
+  cli_test::CliRun nodes =
+      RunShell("env GANTRY_TOKEN=phys-token " + cli + " nodes --json", tmp_.sub("nodes.err"));
+  ASSERT_EQ(nodes.code, 0) << nodes.err;
+  const nlohmann::json rows = nlohmann::json::parse(nodes.out);
+  ASSERT_EQ(rows.size(), 4u) << nodes.out;
+  bool found = false;
+  for (const auto& n : rows) {
+    if (n.at("name") != r->nodes[0]) continue;
+    found = true;
+    EXPECT_GE(n.at("gpus_used").get<int>(), 2) << n;
+    EXPECT_NE(std::find(n.at("jobs").begin(), n.at("jobs").end(), std::to_string(running)),
+              n.at("jobs").end())
+        << n;
+    EXPECT_EQ(n.at("state"), "up");
+    EXPECT_FALSE(n.at("domain").get<std::string>().empty()) << n;  // leaf0/leaf1
+  }
+  EXPECT_TRUE(found) << nodes.out;
+  // The same shape as the API's.
+  auto api_nodes = api.Get("/v1/nodes", {{"Authorization", "Bearer phys-token"}});
+  ASSERT_TRUE(api_nodes && api_nodes->status == 200);
+  EXPECT_EQ(nlohmann::json::parse(api_nodes->body).at("nodes")[0].size(), rows[0].size());
+  // Another team sees the GPUs in use but not physics' job ids.
+  cli_test::CliRun bio_nodes =
+      RunShell("env GANTRY_TOKEN=bio-token " + cli + " nodes --json", tmp_.sub("nodes2.err"));
+  ASSERT_EQ(bio_nodes.code, 0) << bio_nodes.err;
+  for (const auto& n : nlohmann::json::parse(bio_nodes.out)) {
+    for (const auto& id : n.at("jobs")) {
+      EXPECT_NE(id, std::to_string(running));
+      EXPECT_NE(id, std::to_string(waiting));
+    }
+  }
+
+  cli_test::CliRun usage =
+      RunShell("env GANTRY_TOKEN=phys-token " + cli + " usage --json", tmp_.sub("usage.err"));
+  ASSERT_EQ(usage.code, 0) << usage.err;
+  const nlohmann::json teams = nlohmann::json::parse(usage.out);
+  ASSERT_EQ(teams.size(), 1u) << usage.out;  // its own team only
+  EXPECT_EQ(teams[0].at("team"), "physics");
+  EXPECT_EQ(teams[0].at("quota_gpus"), 16);
+  EXPECT_GE(teams[0].at("running_gpus").get<int>(), 2);
+  EXPECT_GE(teams[0].at("pending_jobs").get<int>(), 1);
+  cli_test::CliRun table =
+      RunShell("env GANTRY_TOKEN=op-token " + cli + " usage", tmp_.sub("usage2.err"));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("biology"), std::string::npos) << table.out;
+
+  // Cancel: not another team's (exit 3, and the job runs on), but its own, held or running.
+  cli_test::CliRun no =
+      RunShell("env GANTRY_TOKEN=bio-token " + cli + " cancel " + std::to_string(running),
+               tmp_.sub("c.err"));
+  EXPECT_EQ(no.code, 3) << no.out << no.err;
+  EXPECT_EQ(client_->Job(running)->state, slurm::JobState::kRunning);
+  for (int64_t id : {waiting, running}) {
+    cli_test::CliRun yes = RunShell(
+        "env GANTRY_TOKEN=phys-token " + cli + " cancel " + std::to_string(id), tmp_.sub("c.err"));
+    EXPECT_EQ(yes.code, 0) << yes.out << yes.err;
+    auto ended = WaitJob(
+        id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCancelled; }, 20);
+    EXPECT_TRUE(ended.ok()) << id << ": " << ended.status().ToString();
+  }
+  // gantryd notices within a cycle: the jobs leave its API and are done in its store.
+  for (int i = 0; i < 50; ++i) {
+    auto j = api.Get("/v1/jobs/" + std::to_string(running), {{"Authorization", "Bearer op-token"}});
+    if (j && j->status == 404) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  gantryd.Kill(SIGTERM);
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  for (int64_t id : {waiting, running}) {
+    Result<control::JobRecord> rec = (*store)->Get(std::to_string(id));
+    ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+    EXPECT_EQ(rec->phase, control::JobPhase::kDone) << id;
+    EXPECT_EQ(rec->end_reason, "cancelled") << id;
+  }
+}
+
+// Fail-open: gantryd dies; once its heartbeat is older than --fail-open-after, job_submit.lua
+// stops holding new jobs (Slurm schedules them) and `gantry failopen` releases those held
+// before; the restarted gantryd adopts what Slurm started and holds new jobs again.
+TEST_F(GantrydSlurmTest, FailOpenHandsJobsToSlurmAndGantrydAdoptsThemOnReturn) {
+  const std::string heartbeat = Env("GANTRY_HEARTBEAT_FILE");
+  if (heartbeat.empty()) GTEST_SKIP() << "this cluster's job_submit.lua has no heartbeat file";
+  SetUpSite();
+  // Whatever happens, no heartbeat is left behind: later tests need jobs held.
+  struct Remove {
+    std::string path;
+    ~Remove() { std::remove(path.c_str()); }
+  } remove{heartbeat};
+  std::vector<std::string> args = GantrydArgs();
+  for (const char* a : {"--heartbeat", heartbeat.c_str(), "--fail-open-after", "2"}) {
+    args.push_back(a);
+  }
+  const std::string log = tmp_.sub("gantryd.log");
+  auto gantryd = std::make_unique<Gantryd>(args, log);
+  ASSERT_GT(WaitPort(), 0) << ReadFile(log);
+  ASSERT_FALSE(ReadFile(heartbeat).empty());
+  gantryd->Kill(SIGKILL);
+  std::remove(tmp_.sub("port").c_str());
+  // Submitted while the heartbeat is fresh: held, and nobody releases it ...
+  const int64_t held = Submit("biology", "gpu:a100:1", 1, "sleep 8");
+  ASSERT_GT(held, 0);
+  EXPECT_TRUE(client_->Job(held)->held);
+  // ... until the heartbeat is stale. `gantry failopen` did nothing before.
+  const std::string failopen =
+      std::string(GANTRY_CLI) + " failopen --partition " + partition_ + " --heartbeat " + heartbeat;
+  cli_test::CliRun early = RunShell(failopen, tmp_.sub("fo0.err"));
+  EXPECT_EQ(early.code, 0) << early.err;
+  EXPECT_NE(early.out.find("alive"), std::string::npos) << early.out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  const int64_t fresh = Submit("biology", "gpu:a100:1", 1, "sleep 8");
+  ASSERT_GT(fresh, 0);
+  auto started = WaitJob(
+      fresh, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 10);
+  EXPECT_TRUE(started.ok()) << "Slurm did not schedule a job of the managed partition on its own: "
+                            << started.status().ToString();
+  cli_test::CliRun fo = RunShell(failopen, tmp_.sub("fo.err"));
+  EXPECT_EQ(fo.code, 0) << fo.err;
+  EXPECT_NE(fo.out.find("released 1 held job"), std::string::npos) << fo.out;
+  auto released = WaitJob(
+      held, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 10);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+
+  // gantryd returns: it adopts both where Slurm runs them, and holds new jobs again.
+  gantryd = std::make_unique<Gantryd>(args, log);
+  const int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+  httplib::Client api("127.0.0.1", port);
+  for (int64_t id : {held, fresh}) {
+    std::string phase, reason;
+    for (int i = 0; i < 50 && phase != "running"; ++i) {
+      auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
+      if (j && j->status == 200) {
+        const auto body = nlohmann::json::parse(j->body);
+        phase = body.at("phase");
+        reason = body.at("reason");
+      }
+      if (phase != "running") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(phase, "running") << id << "\n" << ReadFile(log);
+    EXPECT_EQ(reason, "Adopted") << id;
+  }
+  const int64_t after = Submit("biology", "gpu:a100:1", 1, "sleep 1");
+  ASSERT_GT(after, 0);
+  auto done = WaitJob(
+      after, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 30);
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << ReadFile(log);
+  for (int64_t id : {held, fresh, after}) {
+    auto end = WaitJob(
+        id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 30);
+    EXPECT_TRUE(end.ok()) << id << ": " << end.status().ToString();
+    // ... and gantryd saw it end (it leaves the API).
+    for (int i = 0; i < 50; ++i) {
+      auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
+      if (j && j->status == 404) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  gantryd->Kill(SIGTERM);
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  // The job after the return was held and placed by gantryd (a decision of its own); the two
+  // of the fail-open were adopted where Slurm ran them.
+  auto events = (*store)->Events(0, 100000);
+  ASSERT_TRUE(events.ok());
+  std::map<std::string, std::set<std::string>> kinds;
+  for (const control::StoreEvent& e : *events) kinds[e.job].insert(e.kind);
+  EXPECT_EQ(kinds[std::to_string(after)].count("released-outside"), 0u);
+  EXPECT_EQ(kinds[std::to_string(after)].count("decide"), 1u);
+  for (int64_t id : {held, fresh}) {
+    EXPECT_EQ(kinds[std::to_string(id)].count("released-outside"), 1u) << id;
+    Result<control::JobRecord> rec = (*store)->Get(std::to_string(id));
+    ASSERT_TRUE(rec.ok());
+    EXPECT_EQ(rec->phase, control::JobPhase::kDone);
+    EXPECT_EQ(rec->end_reason, "completed");
+  }
 }
 
 TEST_F(GantrydSlurmTest, RefusesASecondDaemonOnTheSameState) {

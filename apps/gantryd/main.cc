@@ -25,6 +25,7 @@
 #include "gantry/common/metrics.h"
 #include "gantry/control/api.h"
 #include "gantry/control/controller.h"
+#include "gantry/control/failopen.h"
 #include "gantry/control/slurm_rm.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/profile.h"
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
                                      operator_token_file;
   double interval = 1.0;
   int64_t cycles = 0;
+  std::string heartbeat_file;
+  int64_t fail_open_after = 0;
   bool metrics_need_token = false;
   app.add_option("--cluster", cluster_spec,
                  "Cluster spec (YAML; `gantry cluster import --from-slurm` writes one)")
@@ -84,6 +87,13 @@ int main(int argc, char** argv) {
   app.add_flag("--metrics-need-token", metrics_need_token, "Require a token for /metrics");
   app.add_option("--interval", interval, "Seconds between cycles")->capture_default_str();
   app.add_option("--cycles", cycles, "Stop after this many cycles (0: run until a signal)");
+  app.add_option("--heartbeat", heartbeat_file,
+                 "Write a heartbeat here after every cycle (job_submit.lua's "
+                 "GANTRY_HEARTBEAT_FILE; fail-open, docs/slurm.md)");
+  app.add_option("--fail-open-after", fail_open_after,
+                 "Seconds without a heartbeat after which Slurm schedules the managed partitions "
+                 "itself (0: never)")
+      ->capture_default_str();
   app.footer(
       "Exit status: 0 after SIGINT/SIGTERM or --cycles, 2 usage error, 3 the state database or "
       "the cluster cannot be opened, 4 the API address cannot be bound.");
@@ -94,6 +104,10 @@ int main(int argc, char** argv) {
   }
   if (interval <= 0) return Usage("--interval must be positive");
   if (partitions.empty()) partitions = {"gantry"};
+  if (fail_open_after < 0) return Usage("--fail-open-after must be 0 or more");
+  if (fail_open_after > 0 && heartbeat_file.empty()) {
+    return Usage("--fail-open-after needs --heartbeat (where job_submit.lua reads it)");
+  }
 
   gantry::control::ApiOptions api_options;
   if (gantry::Status s = gantry::ParseHostPort(listen, &api_options.host, &api_options.port);
@@ -158,7 +172,16 @@ int main(int argc, char** argv) {
     return kExitCannotOpen;
   }
   (*controller)->set_metrics(&metrics);
+  if (!heartbeat_file.empty()) {
+    // Recovery reached Slurm: alive again, so job_submit.lua holds new jobs from now on.
+    gantry::Status hb = gantry::control::WriteHeartbeat(
+        heartbeat_file, {static_cast<gantry::Time>(time(nullptr)), fail_open_after});
+    if (!hb.ok()) return Usage("--heartbeat: " + hb.message());
+  }
   gantry::control::Controller* ctl = controller->get();
+  api_options.cancel = [ctl](const std::string& id, const std::string& by) {
+    return ctl->RequestCancel(id, by, time(nullptr));
+  };
   auto api = gantry::control::ApiServer::Start(
       api_options, [ctl] { return ctl->Snapshot(); }, &metrics);
   if (!api.ok()) {
@@ -179,14 +202,25 @@ int main(int argc, char** argv) {
   for (int64_t n = 0; cycles == 0 || n < cycles; ++n) {
     const auto started = std::chrono::steady_clock::now();
     gantry::control::CycleReport r;
-    gantry::Status s = ctl->Cycle(time(nullptr), &r);
+    const time_t cycle_time = time(nullptr);
+    gantry::Status s = ctl->Cycle(cycle_time, &r);
+    if (s.ok() && !heartbeat_file.empty()) {
+      // Only a cycle that reached Slurm counts as alive: a gantryd that cannot decide should
+      // let the cluster fail open.
+      gantry::Status hb =
+          gantry::control::WriteHeartbeat(heartbeat_file, {cycle_time, fail_open_after});
+      if (!hb.ok()) std::cerr << Now() << " gantryd: " << hb.ToString() << std::endl;
+    }
     if (!s.ok()) {
       // Slurm unreachable or slow: try again next cycle; nothing was acted on unrecorded.
       std::cerr << Now() << " gantryd: cycle failed: " << s.ToString() << std::endl;
-    } else if (r.submitted + r.started + r.refused + r.confirmed + r.finished > 0) {
+    } else if (r.submitted + r.started + r.refused + r.confirmed + r.finished + r.requeued +
+                   r.node_changes >
+               0) {
       std::cerr << Now() << " gantryd: " << r.observed << " jobs seen, " << r.submitted << " new, "
                 << r.started << " started, " << r.refused << " refused, " << r.confirmed
-                << " running, " << r.finished << " ended" << std::endl;
+                << " running, " << r.finished << " ended, " << r.requeued << " requeued, "
+                << r.node_changes << " node changes" << std::endl;
     }
     if (cycles != 0 && n + 1 >= cycles) break;
     // In seconds: the difference's own type would count nanoseconds.

@@ -51,6 +51,55 @@ nlohmann::json JobJson(const JobView& v) {
   return j;
 }
 
+nlohmann::json NodeJson(const NodeView& n) {
+  return {{"name", n.name},
+          {"state", n.state},
+          {"slurm_state", n.rm_state},
+          {"reason", n.reason},
+          {"gpu_type", n.gpu_type},
+          {"gpus", n.gpus},
+          {"gpus_used", n.gpus_used},
+          {"domain", n.domain},
+          {"domains", n.domains},
+          {"jobs", n.jobs}};
+}
+
+nlohmann::json TeamJson(const TeamView& t) {
+  return {{"team", t.name},
+          {"quota_gpus", t.quota_gpus >= 0 ? nlohmann::json(t.quota_gpus) : nlohmann::json()},
+          {"shares", t.shares},
+          {"running_gpus", t.running_gpus},
+          {"running_jobs", t.running_jobs},
+          {"pending_jobs", t.pending_jobs},
+          {"pending_gpus", t.pending_gpus},
+          {"gpu_seconds", t.gpu_seconds}};
+}
+
+nlohmann::json PluginJson(const PluginSpec& p) {
+  nlohmann::json args = nlohmann::json::object();
+  for (const auto& [k, v] : p.args.values()) args[k] = v;
+  return {{"name", p.name}, {"weight", p.weight}, {"args", args}};
+}
+
+nlohmann::json ProfileJson(const Profile& p) {
+  nlohmann::json priority = nlohmann::json::array();
+  for (const PluginSpec& s : p.priority) priority.push_back(PluginJson(s));
+  nlohmann::json admission = nlohmann::json::array();
+  for (const PluginSpec& s : p.admission) admission.push_back(PluginJson(s));
+  const char* backfill = p.backfill == BackfillMode::kEasy           ? "easy"
+                         : p.backfill == BackfillMode::kConservative ? "conservative"
+                                                                     : "none";
+  return {{"name", p.name},
+          {"description", p.description},
+          {"priority", priority},
+          {"admission", admission},
+          {"placement", p.placement.name.empty() ? nlohmann::json() : PluginJson(p.placement)},
+          {"backfill", backfill},
+          {"max_jobs_per_cycle", p.max_jobs_per_cycle},
+          {"preemption", p.preemption.name.empty() ? nlohmann::json() : PluginJson(p.preemption)},
+          {"priority_recalc_interval", p.priority_recalc_interval}};
+}
+
 // Who a request speaks for.
 struct Caller {
   bool authenticated = false;
@@ -62,6 +111,8 @@ struct Caller {
 }  // namespace
 
 std::string JobViewJson(const JobView& job) { return JobJson(job).dump(); }
+std::string NodeViewJson(const NodeView& node) { return NodeJson(node).dump(); }
+std::string TeamViewJson(const TeamView& team) { return TeamJson(team).dump(); }
 
 Result<std::map<std::string, std::string>> ParseTeamTokens(const std::string& text,
                                                            const std::string& source) {
@@ -162,6 +213,73 @@ class ApiServer::Impl {
       }
       // Another team's job answers as a missing one: a token learns nothing of other teams.
       Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
+    });
+    // Cancel: the caller must see the job (another team's is 404, like a missing one).
+    server_.Delete(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req,
+                                                 httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      const std::string id = req.matches[1];
+      auto snap = snapshot_();
+      const JobView* job = nullptr;
+      for (const JobView& v : snap->jobs) {
+        if (v.record.id == id && c.Sees(v.record)) job = &v;
+      }
+      if (job == nullptr) {
+        return Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
+      }
+      if (!options_.cancel) {
+        return Error(res, 501, "unimplemented", "this server cannot cancel jobs");
+      }
+      Status s = options_.cancel(id, c.is_operator ? "operator" : "team " + c.team);
+      if (s.ok()) {
+        return Json(res, 202, {{"id", id}, {"status", "cancelling"}, {"team", job->record.team}});
+      }
+      if (s.code() == StatusCode::kNotFound) {
+        return Error(res, 404, "not_found", s.message());
+      }
+      if (s.code() == StatusCode::kFailedPrecondition) {
+        return Error(res, 409, "conflict", s.message());
+      }
+      Error(res, 503, "unavailable", s.message());
+    });
+    // Every node; a team's token sees the GPUs in use on each but only its own jobs' ids.
+    server_.Get("/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      auto snap = snapshot_();
+      std::set<std::string> visible;
+      for (const JobView& v : snap->jobs) {
+        if (c.Sees(v.record)) visible.insert(v.record.id);
+      }
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const NodeView& n : snap->nodes) {
+        nlohmann::json j = NodeJson(n);
+        nlohmann::json jobs = nlohmann::json::array();
+        for (const std::string& id : n.jobs) {
+          if (visible.count(id) > 0) jobs.push_back(id);
+        }
+        j["jobs"] = std::move(jobs);
+        nodes.push_back(std::move(j));
+      }
+      Json(res, 200, {{"time", snap->time}, {"nodes", std::move(nodes)}});
+    });
+    // Per team: quota, running and pending; a team's token sees its own team only.
+    server_.Get("/v1/usage", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      auto snap = snapshot_();
+      nlohmann::json teams = nlohmann::json::array();
+      for (const TeamView& t : snap->teams) {
+        if (c.is_operator || t.name == c.team) teams.push_back(TeamJson(t));
+      }
+      Json(res, 200, {{"time", snap->time}, {"teams", std::move(teams)}});
+    });
+    server_.Get("/v1/profiles", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      auto snap = snapshot_();
+      Json(res, 200, {{"time", snap->time}, {"profile", ProfileJson(snap->profile)}});
     });
     // The pending jobs in the order the plan expects them to start (no estimate last).
     server_.Get("/v1/queue", [this](const httplib::Request& req, httplib::Response& res) {

@@ -65,7 +65,87 @@ Result<std::vector<JobView>> ListFromJson(const std::string& text) {
   }
 }
 
+Result<NodeView> NodeFromJson(const nlohmann::json& j) {
+  NodeView n;
+  try {
+    n.name = j.at("name").get<std::string>();
+    n.state = j.at("state").get<std::string>();
+    n.rm_state = j.value("slurm_state", "");
+    n.reason = j.value("reason", "");
+    n.gpu_type = j.value("gpu_type", "");
+    n.gpus = j.at("gpus").get<int>();
+    n.gpus_used = j.at("gpus_used").get<int>();
+    n.domain = j.value("domain", "");
+    n.domains = j.value("domains", std::vector<std::string>{});
+    n.jobs = j.value("jobs", std::vector<std::string>{});
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("a node in gantryd's answer is not as documented: ") + e.what());
+  }
+  return n;
+}
+
+Result<TeamView> TeamFromJson(const nlohmann::json& j) {
+  TeamView t;
+  try {
+    t.name = j.at("team").get<std::string>();
+    t.quota_gpus = j.contains("quota_gpus") && !j.at("quota_gpus").is_null()
+                       ? j.at("quota_gpus").get<int>()
+                       : -1;
+    t.shares = j.value("shares", 1.0);
+    t.running_gpus = j.at("running_gpus").get<int>();
+    t.running_jobs = j.value("running_jobs", 0);
+    t.pending_jobs = j.at("pending_jobs").get<int>();
+    t.pending_gpus = j.value("pending_gpus", 0);
+    t.gpu_seconds = j.value("gpu_seconds", 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("a team in gantryd's answer is not as documented: ") + e.what());
+  }
+  return t;
+}
+
+// The array `key` of an answer, each element read by `one`.
+template <typename T, typename F>
+Result<std::vector<T>> ArrayFromJson(const std::string& text, const char* key, F one) {
+  try {
+    const nlohmann::json body = nlohmann::json::parse(text);
+    std::vector<T> out;
+    for (const auto& j : body.at(key)) {
+      GANTRY_ASSIGN_OR_RETURN(T v, one(j));
+      out.push_back(std::move(v));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("gantryd's answer is not the documented JSON: ") + e.what());
+  }
+}
+
+Status CheckJobId(const std::string& id) {
+  if (id.empty()) return InvalidArgument("an empty job id");
+  for (char c : id) {
+    if (c == '/' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) <= 0x20) {
+      return InvalidArgument("'" + id + "' is not a job id");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Result<NodeView> NodeViewFromJson(const std::string& json) {
+  try {
+    return NodeFromJson(nlohmann::json::parse(json));
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("not JSON: ") + e.what());
+  }
+}
+
+Result<TeamView> TeamViewFromJson(const std::string& json) {
+  try {
+    return TeamFromJson(nlohmann::json::parse(json));
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("not JSON: ") + e.what());
+  }
+}
 
 std::string DefaultServer() {
   const char* s = std::getenv("GANTRY_SERVER");
@@ -82,7 +162,9 @@ Result<JobView> JobViewFromJson(const std::string& json) {
 
 ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)) {}
 
-Result<std::string> ApiClient::Get(const std::string& path) const {
+Result<std::string> ApiClient::Get(const std::string& path) const { return Send("GET", path); }
+
+Result<std::string> ApiClient::Send(const std::string& method, const std::string& path) const {
   const std::string& s = options_.server;
   if (s.rfind("http://", 0) != 0 || s.size() <= 7) {
     return InvalidArgument("server '" + s + "': expected http://HOST[:PORT]");
@@ -92,7 +174,7 @@ Result<std::string> ApiClient::Get(const std::string& path) const {
   client.set_read_timeout(options_.timeout_s, 0);
   httplib::Headers headers;
   if (!options_.token.empty()) headers.emplace("Authorization", "Bearer " + options_.token);
-  httplib::Result r = client.Get(path, headers);
+  httplib::Result r = method == "DELETE" ? client.Delete(path, headers) : client.Get(path, headers);
   if (!r) {
     return Unavailable("cannot reach gantryd at " + s + " (" + httplib::to_string(r.error()) +
                        "); is it running? (--server, $GANTRY_SERVER)");
@@ -104,12 +186,17 @@ Result<std::string> ApiClient::Get(const std::string& path) const {
   }
   switch (r->status) {
     case 200:
+    case 202:
       return r->body;
     case 401:
       return PermissionDenied("gantryd at " + s + " refused the token: " + message +
                               " (--token-file, $GANTRY_TOKEN)");
     case 404:
       return NotFound(message);
+    case 409:
+      return FailedPrecondition(message);
+    case 501:
+      return Unimplemented(message);
     default:
       if (r->status >= 500) {
         return Unavailable("gantryd at " + s + " failed: HTTP " + std::to_string(r->status));
@@ -130,13 +217,24 @@ Result<std::vector<JobView>> ApiClient::Jobs() const {
 }
 
 Result<JobView> ApiClient::Job(const std::string& id) const {
-  for (char c : id) {
-    if (c == '/' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) <= 0x20) {
-      return InvalidArgument("'" + id + "' is not a job id");
-    }
-  }
+  GANTRY_RETURN_IF_ERROR(CheckJobId(id));
   GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/jobs/" + id));
   return JobViewFromJson(body);
+}
+
+Status ApiClient::Cancel(const std::string& id) const {
+  GANTRY_RETURN_IF_ERROR(CheckJobId(id));
+  return Send("DELETE", "/v1/jobs/" + id).status();
+}
+
+Result<std::vector<NodeView>> ApiClient::Nodes() const {
+  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/nodes"));
+  return ArrayFromJson<NodeView>(body, "nodes", NodeFromJson);
+}
+
+Result<std::vector<TeamView>> ApiClient::Usage() const {
+  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/usage"));
+  return ArrayFromJson<TeamView>(body, "teams", TeamFromJson);
 }
 
 }  // namespace gantry::control

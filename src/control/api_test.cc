@@ -40,7 +40,36 @@ class ApiTest : public testing::Test {
         View("1", "vision", JobPhase::kRunning, -1), View("2", "vision", JobPhase::kPending, 900),
         View("3", "nlp", JobPhase::kPending, 700), View("4", "vision", JobPhase::kPending, -1),
         View("5", "vision", JobPhase::kPending, 600)};
+    NodeView n1;
+    n1.name = "n1";
+    n1.state = "up";
+    n1.rm_state = "mixed";
+    n1.gpu_type = "H100";
+    n1.gpus = 8;
+    n1.gpus_used = 8;
+    n1.domain = "nv-0";
+    n1.domains = {"nv-0", "spine"};
+    n1.jobs = {"1", "6"};
+    NodeView n2 = n1;
+    n2.name = "n2";
+    n2.state = "down";
+    n2.rm_state = "down";
+    n2.reason = "bad fan";
+    n2.gpus_used = 0;
+    n2.jobs = {};
+    snap->nodes = {n1, n2};
+    TeamView vision{"vision", 24, 24, 8, 1, 3, 24, 4000};
+    TeamView nlp{"nlp", -1, 1, 0, 0, 1, 8, 0};
+    snap->teams = {vision, nlp};
+    snap->profile.name = "fifo-easy";
+    snap->profile.backfill = BackfillMode::kEasy;
+    snap->profile.priority = {{"age", 1000, {}}};
     snap_ = snap;
+    options_.cancel = [this](const std::string& id, const std::string& by) -> Status {
+      cancels_.push_back(id + " by " + by);
+      if (id == "2") return FailedPrecondition("job 2 is ending already");
+      return Status::Ok();
+    };
     metrics_.GetCounter("gantry_decisions_total", "Decisions.").Increment(3);
     options_.team_tokens = {{"vision-token", "vision"}, {"nlp-token", "nlp"}};
     options_.operator_token = "op-token";
@@ -71,7 +100,14 @@ class ApiTest : public testing::Test {
     return ids;
   }
 
+  httplib::Result Delete(const std::string& path, const std::string& token) {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    return client_->Delete(path, h);
+  }
+
   ApiOptions options_;
+  std::vector<std::string> cancels_;
   std::shared_ptr<const ControlSnapshot> snap_;
   MetricsRegistry metrics_;
   std::unique_ptr<ApiServer> api_;
@@ -207,6 +243,76 @@ TEST_F(ApiTest, TheClientReadsBackWhatTheServerShows) {
   EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(down.status().message().find("cannot reach gantryd"), std::string::npos);
   EXPECT_EQ(JobViewFromJson("{\"id\": 1}").status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(ApiTest, ATeamCancelsOnlyItsOwnJobs) {
+  EXPECT_EQ(Delete("/v1/jobs/3", "")->status, 401);
+  auto theirs = Delete("/v1/jobs/3", "vision-token");  // nlp's: as if it did not exist
+  ASSERT_TRUE(theirs);
+  EXPECT_EQ(theirs->status, 404);
+  EXPECT_EQ(Delete("/v1/jobs/99", "vision-token")->status, 404);
+  EXPECT_TRUE(cancels_.empty());
+  auto mine = Delete("/v1/jobs/5", "vision-token");
+  ASSERT_EQ(mine->status, 202) << mine->body;
+  EXPECT_EQ(nlohmann::json::parse(mine->body).at("status"), "cancelling");
+  EXPECT_EQ(Delete("/v1/jobs/3", "op-token")->status, 202);
+  EXPECT_EQ(cancels_, (std::vector<std::string>{"5 by team vision", "3 by operator"}));
+  auto ending = Delete("/v1/jobs/2", "vision-token");
+  EXPECT_EQ(ending->status, 409);
+  EXPECT_EQ(nlohmann::json::parse(ending->body).at("error").at("code"), "conflict");
+  // Through the client: codes.
+  const std::string server = "http://127.0.0.1:" + std::to_string(api_->port());
+  EXPECT_TRUE(ApiClient({server, "nlp-token"}).Cancel("3").ok());
+  EXPECT_EQ(ApiClient({server, "nlp-token"}).Cancel("5").code(), StatusCode::kNotFound);
+  EXPECT_EQ(ApiClient({server, "vision-token"}).Cancel("2").code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ApiClient({server, "vision-token"}).Cancel("a/b").code(), StatusCode::kInvalidArgument);
+  // A server without a way to cancel says so.
+  options_.cancel = nullptr;
+  Restart();
+  EXPECT_EQ(Delete("/v1/jobs/5", "op-token")->status, 501);
+}
+
+TEST_F(ApiTest, NodesUsageAndProfileAreScopedByToken) {
+  auto r = Get("/v1/nodes", "nlp-token");
+  ASSERT_EQ(r->status, 200);
+  nlohmann::json j = nlohmann::json::parse(r->body);
+  ASSERT_EQ(j.at("nodes").size(), 2u);
+  EXPECT_EQ(j.at("nodes")[0].at("gpus_used"), 8);    // every team sees how full a node is
+  EXPECT_TRUE(j.at("nodes")[0].at("jobs").empty());  // but not other teams' job ids
+  EXPECT_EQ(j.at("nodes")[1].at("state"), "down");
+  EXPECT_EQ(j.at("nodes")[1].at("reason"), "bad fan");
+  j = nlohmann::json::parse(Get("/v1/nodes", "vision-token")->body);
+  EXPECT_EQ(j.at("nodes")[0].at("jobs"), nlohmann::json::array({"1"}));  // 6 is no active job
+  EXPECT_EQ(Get("/v1/nodes", "")->status, 401);
+
+  j = nlohmann::json::parse(Get("/v1/usage", "nlp-token")->body);
+  ASSERT_EQ(j.at("teams").size(), 1u);
+  EXPECT_EQ(j.at("teams")[0].at("team"), "nlp");
+  EXPECT_TRUE(j.at("teams")[0].at("quota_gpus").is_null());  // no quota
+  j = nlohmann::json::parse(Get("/v1/usage", "op-token")->body);
+  ASSERT_EQ(j.at("teams").size(), 2u);
+  EXPECT_EQ(j.at("teams")[0].at("running_gpus"), 8);
+  EXPECT_EQ(j.at("teams")[0].at("quota_gpus"), 24);
+
+  j = nlohmann::json::parse(Get("/v1/profiles", "nlp-token")->body);
+  EXPECT_EQ(j.at("profile").at("name"), "fifo-easy");
+  EXPECT_EQ(j.at("profile").at("backfill"), "easy");
+  EXPECT_EQ(j.at("profile").at("priority")[0].at("name"), "age");
+
+  // The client reads them back; every field survives JSON both ways.
+  const std::string server = "http://127.0.0.1:" + std::to_string(api_->port());
+  Result<std::vector<NodeView>> nodes = ApiClient({server, "op-token"}).Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].domains, (std::vector<std::string>{"nv-0", "spine"}));
+  EXPECT_EQ(NodeViewJson((*nodes)[1]), NodeViewJson(snap_->nodes[1]));
+  Result<std::vector<TeamView>> teams = ApiClient({server, "vision-token"}).Usage();
+  ASSERT_TRUE(teams.ok()) << teams.status().ToString();
+  ASSERT_EQ(teams->size(), 1u);
+  EXPECT_EQ(TeamViewJson((*teams)[0]), TeamViewJson(snap_->teams[0]));
+  EXPECT_EQ(TeamViewFromJson("{}").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(NodeViewFromJson("[").status().code(), StatusCode::kDataLoss);
 }
 
 TEST(TeamTokens, ParsesLinesAndRefusesNonsense) {

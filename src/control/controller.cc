@@ -23,6 +23,10 @@ class Controller::Impl {
       node_index_[cluster_.nodes()[i].name] = static_cast<NodeIndex>(i);
     }
     GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_));
+    // Nodes first, so that a job the resource manager reports on a down node is requeued rather
+    // than adopted there.
+    CycleReport unused;
+    GANTRY_RETURN_IF_ERROR(ObserveNodes(now, &unused));
     // Restart: every job the store has not seen end, reconciled with the resource manager.
     GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
     std::map<std::string, const RmJob*> by_id;
@@ -32,6 +36,7 @@ class Controller::Impl {
       auto it = by_id.find(r.id);
       GANTRY_RETURN_IF_ERROR(Apply(r, it == by_id.end() ? nullptr : it->second, now, nullptr));
     }
+    GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, &unused));
     return Publish(now);
   }
 
@@ -56,6 +61,11 @@ class Controller::Impl {
           .Increment(static_cast<uint64_t>(report->refused));
       metrics_->GetCounter("gantry_cycle_errors_total", "Cycles that ended in an error.")
           .Increment(s.ok() ? 0 : 1);
+      metrics_
+          ->GetCounter("gantry_jobs_requeued_total",
+                       "Jobs held again and decided anew after their node went down (or Slurm "
+                       "requeued them itself).")
+          .Increment(static_cast<uint64_t>(report->requeued));
     }
     return s;
   }
@@ -67,7 +77,9 @@ class Controller::Impl {
     snap->cycles = cycles_;
     snap->total_gpus = cluster_.total_gpus();
     snap->busy_gpus = snap->total_gpus - engine_->free_index().total_free();
+    snap->profile = profile_;
     GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
+    BuildNodesAndTeams(active, now, snap.get());
     std::map<std::pair<std::string, std::string>, int> depth;  // (team, reason) -> jobs
     for (JobRecord& r : active) {
       JobView v;
@@ -94,6 +106,14 @@ class Controller::Impl {
             .Set(n);
         queue_series_.insert(key);
       }
+      // Nodes per engine state (every state, so a drained node that comes back reads 0).
+      std::map<std::string, int> by_state = {{"up", 0}, {"drained", 0}, {"down", 0}};
+      for (const NodeView& n : snap->nodes) ++by_state[n.state];
+      for (const auto& [state, count] : by_state) {
+        metrics_
+            ->GetGauge("gantry_nodes", "Nodes per state (up, drained, down).", {{"state", state}})
+            .Set(count);
+      }
       // Busy GPUs per innermost topology domain (the whole cluster when flat).
       std::map<std::string, int> busy;
       const FreeIndex& free = engine_->free_index();
@@ -117,8 +137,161 @@ class Controller::Impl {
     return Status::Ok();
   }
 
+  // The API's views of nodes and teams, from the cluster spec, the engine and the active jobs.
+  void BuildNodesAndTeams(const std::vector<JobRecord>& active, Time now, ControlSnapshot* snap) {
+    std::map<std::string, size_t> node_at;
+    for (size_t i = 0; i < cluster_.nodes().size(); ++i) {
+      const Node& n = cluster_.nodes()[i];
+      NodeView v;
+      v.name = n.name;
+      switch (engine_->node_state(static_cast<NodeIndex>(i))) {
+        case NodeState::kUp:
+          v.state = "up";
+          break;
+        case NodeState::kDrained:
+          v.state = "drained";
+          break;
+        case NodeState::kDown:
+          v.state = "down";
+          break;
+      }
+      auto seen = rm_nodes_.find(n.name);
+      if (seen != rm_nodes_.end()) {
+        v.rm_state = seen->second.rm_state;
+        v.reason = seen->second.reason;
+      }
+      v.gpu_type = cluster_.gpu_types()[static_cast<size_t>(n.gpu_type)].name;
+      v.gpus = n.gpus;
+      for (DomainIndex d = n.domain; d >= 0;
+           d = cluster_.domains()[static_cast<size_t>(d)].parent) {
+        v.domains.push_back(cluster_.domains()[static_cast<size_t>(d)].name);
+      }
+      if (!v.domains.empty()) v.domain = v.domains.front();
+      node_at[n.name] = snap->nodes.size();
+      snap->nodes.push_back(std::move(v));
+    }
+    std::map<std::string, size_t> team_at;
+    for (const Team& t : teams_) {
+      TeamView v;
+      v.name = t.name;
+      v.quota_gpus = t.quota_gpus;
+      v.shares = t.shares;
+      team_at[t.name] = snap->teams.size();
+      snap->teams.push_back(std::move(v));
+    }
+    for (const JobRecord& r : active) {
+      auto t = team_at.find(team_index_.count(r.team) > 0 ? r.team : teams_[shared_team_].name);
+      TeamView& team = snap->teams[t->second];
+      if (r.phase == JobPhase::kPending) {
+        ++team.pending_jobs;
+        team.pending_gpus += r.gpus;
+        continue;
+      }
+      ++team.running_jobs;
+      if (r.started >= 0 && now > r.started) {
+        team.gpu_seconds += static_cast<double>(r.gpus) * static_cast<double>(now - r.started);
+      }
+      for (const NodeGpus& s : r.placement) {
+        auto n = node_at.find(s.node);
+        if (n == node_at.end()) continue;
+        snap->nodes[n->second].gpus_used += s.gpus;
+        snap->nodes[n->second].jobs.push_back(r.id);
+      }
+    }
+    for (size_t i = 0; i < teams_.size(); ++i) {
+      snap->teams[i].running_gpus = engine_->team_running_gpus(static_cast<int>(i));
+    }
+    // The shared team of accounts the spec does not name shows only when it has jobs.
+    TeamView& other = snap->teams.back();
+    if (other.running_jobs + other.pending_jobs == 0) snap->teams.pop_back();
+  }
+
+  // Brings the engine's node states in line with the resource manager's; jobs a down node
+  // interrupted are queued for RequeueInterrupted.
+  Status ObserveNodes(Time now, CycleReport* report) {
+    GANTRY_ASSIGN_OR_RETURN(std::vector<RmNode> nodes, rm_->Nodes());
+    for (RmNode& o : nodes) {
+      auto it = node_index_.find(o.name);
+      if (it == node_index_.end()) continue;  // not in the spec: not Gantry's to place on
+      const NodeIndex n = it->second;
+      const NodeState was = engine_->node_state(n);
+      const NodeState want = o.state;
+      const std::string name = o.name;
+      rm_nodes_[name] = std::move(o);
+      if (was == want) continue;
+      std::vector<JobIndex> interrupted;
+      switch (want) {
+        case NodeState::kUp:
+          GANTRY_RETURN_IF_ERROR(engine_->Up(n, now));
+          break;
+        case NodeState::kDrained:
+          // The engine drains only a node that is up (a down node's jobs are already gone).
+          if (was == NodeState::kDown) GANTRY_RETURN_IF_ERROR(engine_->Up(n, now));
+          GANTRY_RETURN_IF_ERROR(engine_->Drain(n, now));
+          break;
+        case NodeState::kDown:
+          GANTRY_RETURN_IF_ERROR(engine_->Down(n, now, &interrupted));
+          break;
+      }
+      ++report->node_changes;
+      const RmNode& seen = rm_nodes_[name];
+      GANTRY_RETURN_IF_ERROR(store_->LogEvent(
+          now, "", std::string("node-") + NodeStateWord(want),
+          name + (seen.reason.empty() ? "" : ": " + seen.reason) + " (" + seen.rm_state + ")"));
+      for (JobIndex j : interrupted) {
+        const std::string& id = requests_[static_cast<size_t>(j)].id;
+        to_requeue_[id] = "node " + name + " went down";
+      }
+    }
+    return Status::Ok();
+  }
+
+  static const char* NodeStateWord(NodeState s) {
+    switch (s) {
+      case NodeState::kUp:
+        return "up";
+      case NodeState::kDrained:
+        return "drain";
+      case NodeState::kDown:
+        return "down";
+    }
+    return "?";
+  }
+
+  // Holds every interrupted job again in the resource manager, then records the requeue and
+  // gives the job back to the engine as pending (its submit time, and so its age, kept). The
+  // resource manager acts first: after a crash in between the store still says running and the
+  // resource manager says held, which Reconcile requeues. A transient failure is retried next
+  // cycle; a job that has ended meanwhile is left to the observation that finishes it.
+  Status RequeueInterrupted(Time now, CycleReport* report) {
+    for (auto it = to_requeue_.begin(); it != to_requeue_.end();) {
+      const std::string id = it->first;
+      const std::string why = it->second;
+      Status s = rm_->Requeue(id);
+      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition &&
+          s.code() != StatusCode::kNotFound) {
+        GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "requeue-retry", s.ToString()));
+        ++it;
+        continue;
+      }
+      it = to_requeue_.erase(it);
+      if (!s.ok()) {
+        GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "requeue-refused", s.ToString()));
+        continue;
+      }
+      GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
+      if (r.phase == JobPhase::kStarting || r.phase == JobPhase::kRunning) {
+        GANTRY_RETURN_IF_ERROR(store_->Requeue(id, now, why));
+      }
+      if (r.phase != JobPhase::kDone) GANTRY_RETURN_IF_ERROR(Resubmit(id, now));
+      ++report->requeued;
+    }
+    return Status::Ok();
+  }
+
   Status CycleInner(Time now, CycleReport* report) {
     *report = CycleReport();
+    GANTRY_RETURN_IF_ERROR(ObserveNodes(now, report));
     GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
     report->observed = static_cast<int>(observed.size());
     std::set<std::string> seen;
@@ -130,12 +303,17 @@ class Controller::Impl {
       if (seen.count(id) == 0) vanished.push_back(id);
     }
     for (const std::string& id : vanished) {
+      to_requeue_.erase(id);
       GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
       GANTRY_RETURN_IF_ERROR(Apply(r, nullptr, now, report));
     }
     for (int pass = 0; pass < 2; ++pass) {
       for (const RmJob& o : observed) {
         if ((o.state == ObservedState::kFinished) != (pass == 0)) continue;
+        if (o.state == ObservedState::kFinished) to_requeue_.erase(o.request.id);
+        // A job about to be requeued is settled by RequeueInterrupted, not by what the
+        // resource manager said before it was held again.
+        if (to_requeue_.count(o.request.id) > 0) continue;
         Result<JobRecord> r = store_->Get(o.request.id);
         if (r.status().code() == StatusCode::kNotFound) {
           GANTRY_RETURN_IF_ERROR(Accept(o, now, report));
@@ -146,6 +324,7 @@ class Controller::Impl {
         GANTRY_RETURN_IF_ERROR(Apply(*r, &o, now, report));
       }
     }
+    GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, report));
 
     std::vector<StartDecision> starts;
     engine_->Schedule(now, &starts);
@@ -177,9 +356,13 @@ class Controller::Impl {
 
   // A job the store has never seen.
   Status Accept(const RmJob& o, Time now, CycleReport* report) {
-    // Only a held job is Gantry's to place. One first seen released, running or ended was
-    // started by someone else before gantryd ever saw it, and stays theirs.
-    if (o.state != ObservedState::kHeld) return Status::Ok();
+    // A held job is Gantry's to place. One first seen running (or released onto pinned nodes)
+    // was started while gantryd was away -- by Slurm's own scheduler after fail-open, or by an
+    // administrator -- and is adopted where it runs, so its GPUs count. One released without
+    // nodes is Slurm's to place; it is adopted once it runs. An ended one is history.
+    const bool adopt = o.state == ObservedState::kRunning ||
+                       (o.state == ObservedState::kReleased && !o.placement.empty());
+    if (o.state != ObservedState::kHeld && !adopt) return Status::Ok();
     Status added = store_->AddJob(o.request, now);
     if (!added.ok()) return added;
     GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(o.request.id));
@@ -203,13 +386,17 @@ class Controller::Impl {
         return Resubmit(r.id, now);
       case RecoveryAction::kAdopt:
         return Adopt(r, *o, now, report);
+      case RecoveryAction::kHoldAgain:
+        // The resource manager requeued it on its own (its node failed): hold it and decide.
+        to_requeue_[r.id] = "requeued by the resource manager";
+        return Status::Ok();
       case RecoveryAction::kFinish:
       case RecoveryAction::kLost: {
         const std::string why =
             o == nullptr ? "lost: the resource manager no longer knows it" : o->end_state;
         GANTRY_RETURN_IF_ERROR(store_->Finish(r.id, now, why.empty() ? "ended" : why));
         if (report != nullptr) ++report->finished;
-        return EndInEngine(r.id, now);
+        return EndInEngine(r.id, now, why == "cancelled");
       }
     }
     return Status::Ok();
@@ -223,6 +410,14 @@ class Controller::Impl {
     if (placement.empty()) {
       // Released with no node list pinned (by hand): nowhere to book it until it runs.
       return Status::Ok();
+    }
+    for (const NodeGpus& s : placement) {
+      auto n = node_index_.find(s.node);
+      if (n != node_index_.end() && engine_->node_state(n->second) == NodeState::kDown) {
+        // Reported on a down node: it cannot run there; hold it and decide again.
+        to_requeue_[r.id] = "on node " + s.node + ", which is down";
+        return Status::Ok();
+      }
     }
     if (r.phase == JobPhase::kPending) {
       // Released by someone else: record it as decided there.
@@ -278,14 +473,15 @@ class Controller::Impl {
     return SubmitNew(r, now);
   }
 
-  Status EndInEngine(const std::string& id, Time now) {
+  // Takes the job out of the engine: finished, or cancelled (`cancelled`, or when pending).
+  Status EndInEngine(const std::string& id, Time now, bool cancelled = false) {
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return Status::Ok();
     const JobIndex j = it->second;
     by_id_.erase(it);
     switch (engine_->status(j).phase) {
       case JobStatus::Phase::kRunning:
-        return engine_->Finish(j, now);
+        return cancelled ? engine_->Cancel(j, now) : engine_->Finish(j, now);
       case JobStatus::Phase::kPending:
         return engine_->Cancel(j, now);
       default:
@@ -332,6 +528,10 @@ class Controller::Impl {
   // refused start or a requeue) gets a new entry and index.
   std::deque<JobRequest> requests_;
   std::map<std::string, JobIndex> by_id_;  // the engine's current index of each active job
+  // Jobs to hold again and requeue (interrupted by a down node, or requeued by the resource
+  // manager itself), with why; kept across cycles until the resource manager did it.
+  std::map<std::string, std::string> to_requeue_;
+  std::map<std::string, RmNode> rm_nodes_;  // the latest report of each node
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;
   std::set<std::pair<std::string, std::string>> queue_series_;
@@ -363,6 +563,16 @@ std::shared_ptr<const ControlSnapshot> Controller::Snapshot() const {
 }
 
 void Controller::set_metrics(MetricsRegistry* metrics) { impl_->metrics_ = metrics; }
+
+Status Controller::RequestCancel(const std::string& id, const std::string& by, Time now) {
+  StateStore* store = impl_->store_;
+  GANTRY_ASSIGN_OR_RETURN(JobRecord r, store->Get(id));
+  if (r.phase == JobPhase::kDone)
+    return NotFound("job " + id + " has ended (" + r.end_reason + ")");
+  // Durable before acted on: the request is in the log even if gantryd dies right after.
+  GANTRY_RETURN_IF_ERROR(store->LogEvent(now, id, "cancel", "requested by " + by));
+  return impl_->rm_->Cancel(id);
+}
 
 Result<JobStatus> Controller::JobStatusOf(const std::string& id) const {
   auto it = impl_->by_id_.find(id);

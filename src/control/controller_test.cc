@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -43,6 +44,7 @@ class FakeRm : public ResourceManager {
     RmJob job;
     Duration run_for = 0;
     int starts = 0;
+    int interrupts = 0;  // runs a node failure ended
   };
 
   explicit FakeRm(const Cluster& cluster) {
@@ -84,6 +86,67 @@ class FakeRm : public ResourceManager {
     return out;
   }
 
+  Result<std::vector<RmNode>> Nodes() override {
+    std::vector<RmNode> out;
+    for (const auto& [name, cap] : capacity_) {
+      RmNode n;
+      n.name = name;
+      auto it = node_state_.find(name);
+      n.state = it == node_state_.end() ? NodeState::kUp : it->second;
+      n.rm_state = n.state == NodeState::kUp ? "idle" : "down";
+      out.push_back(n);
+    }
+    return out;
+  }
+
+  // As Slurm does when a node fails: its jobs are killed and, being requeueable, put back in
+  // the queue -- pending, not held, still pinned to the nodes they ran on.
+  void NodeDown(const std::string& node) {
+    node_state_[node] = NodeState::kDown;
+    for (auto& [id, e] : jobs_) {
+      if (e.job.state != ObservedState::kRunning) continue;
+      bool there = false;
+      for (const NodeGpus& s : e.job.placement) there = there || s.node == node;
+      if (!there) continue;
+      for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
+      e.job.state = ObservedState::kReleased;
+      e.job.start = -1;
+      ++e.interrupts;
+    }
+  }
+
+  Status Requeue(const std::string& id) override {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job " + id);
+    Entry& e = it->second;
+    if (e.job.state == ObservedState::kFinished) return FailedPrecondition("job ended");
+    if (e.job.state == ObservedState::kRunning) {
+      for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
+    }
+    e.job.state = ObservedState::kHeld;
+    e.job.placement.clear();
+    e.job.start = -1;
+    ++requeues_[id];
+    if (crash_after_requeue_) {
+      crash_after_requeue_ = false;
+      throw Crash{};
+    }
+    return Status::Ok();
+  }
+
+  Status Cancel(const std::string& id) override {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job " + id);
+    Entry& e = it->second;
+    if (e.job.state == ObservedState::kFinished) return FailedPrecondition("job ended");
+    if (e.job.state == ObservedState::kRunning) {
+      for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
+    }
+    e.job.state = ObservedState::kFinished;
+    e.job.end_state = "cancelled";
+    return Status::Ok();
+  }
+
   Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
     if (crash_before_start_) {
       crash_before_start_ = false;
@@ -101,6 +164,10 @@ class FakeRm : public ResourceManager {
       return FailedPrecondition("job " + id + " is not held");
     }
     for (const NodeGpus& s : placement) {
+      if (node_state_.count(s.node) > 0 && node_state_[s.node] != NodeState::kUp) {
+        ++violations_;  // placed on a node that takes no jobs
+        return FailedPrecondition("node " + s.node + " is not up");
+      }
       if (used_[s.node] + s.gpus > capacity_[s.node]) {
         ++violations_;  // the engine booked GPUs that are busy
         return FailedPrecondition("node " + s.node + " is full");
@@ -122,6 +189,9 @@ class FakeRm : public ResourceManager {
   std::map<std::string, int> capacity_;
   std::map<std::string, int> used_;
   std::set<std::string> refuse_;
+  std::map<std::string, NodeState> node_state_;
+  std::map<std::string, int> requeues_;
+  bool crash_after_requeue_ = false;
   bool crash_before_start_ = false;
   bool crash_after_start_ = false;
   int violations_ = 0;
@@ -322,6 +392,208 @@ TEST_F(ControllerTest, JobsReleasedOrCancelledBehindItsBackAreAccountedFor) {
   EXPECT_EQ(ctl->engine().team_running_gpus(1), 8);  // nlp: 2 is booked where it runs
 }
 
+// Where a job runs in the fake, as node names.
+std::set<std::string> NodesOf(const RmJob& j) {
+  std::set<std::string> out;
+  for (const NodeGpus& s : j.placement) out.insert(s.node);
+  return out;
+}
+
+TEST_F(ControllerTest, ADownNodesJobsAreHeldAgainAndRunElsewhere) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  MetricsRegistry metrics;
+  ctl->set_metrics(&metrics);
+  rm_->Submit("1", "vision", 8, 8, 1000, 0);
+  rm_->Submit("2", "nlp", 8, 8, 1000, 0);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  ASSERT_EQ(PhaseOf("1"), JobPhase::kRunning);
+  const std::string lost = *NodesOf(rm_->jobs_["1"].job).begin();
+  const std::set<std::string> two_was = NodesOf(rm_->jobs_["2"].job);
+  rm_->NodeDown(lost);  // Slurm kills job 1 and queues it again, unheld, pinned to `lost`
+  rm_->Advance(3);
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok()) << EventLog();
+  EXPECT_EQ(r.node_changes, 1);
+  EXPECT_EQ(r.requeued, 1);
+  EXPECT_EQ(rm_->requeues_["1"], 1);  // held again in the resource manager
+  EXPECT_EQ(r.started, 1);            // and decided anew in the same cycle
+  const Result<JobRecord> one = store_->Get("1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->phase, JobPhase::kStarting);
+  EXPECT_EQ(one->requeues, 1);
+  EXPECT_EQ(rm_->jobs_["1"].starts, 2);
+  EXPECT_EQ(NodesOf(rm_->jobs_["1"].job).count(lost), 0u) << "restarted on the down node";
+  EXPECT_EQ(NodesOf(rm_->jobs_["2"].job), two_was);  // job 2 was not touched
+  EXPECT_EQ(rm_->jobs_["2"].starts, 1);
+  EXPECT_EQ(ctl->engine().node_state(0) == NodeState::kDown ||
+                ctl->engine().node_state(1) == NodeState::kDown ||
+                ctl->engine().node_state(2) == NodeState::kDown ||
+                ctl->engine().node_state(3) == NodeState::kDown,
+            true);
+  EXPECT_NE(EventLog().find("node-down " + lost), std::string::npos) << EventLog();
+  const std::string text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_jobs_requeued_total 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_nodes{state=\"down\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_nodes{state=\"up\"} 3"), std::string::npos) << text;
+  // The snapshot shows the node down, and where each job runs.
+  auto snap = ctl->Snapshot();
+  for (const NodeView& n : snap->nodes) {
+    if (n.name == lost) {
+      EXPECT_EQ(n.state, "down");
+      EXPECT_TRUE(n.jobs.empty());
+      EXPECT_EQ(n.gpus_used, 0);
+    }
+  }
+  // Nothing more happens to it while it runs elsewhere.
+  rm_->Advance(4);
+  ASSERT_TRUE(ctl->Cycle(4, &r).ok());
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);
+  EXPECT_EQ(r.requeued, 0);
+  EXPECT_EQ(rm_->violations_, 0);
+  // The node comes back: the engine places on it again.
+  rm_->node_state_[lost] = NodeState::kUp;
+  ASSERT_TRUE(ctl->Cycle(5, &r).ok());
+  EXPECT_EQ(r.node_changes, 1);
+  EXPECT_NE(EventLog().find("node-up " + lost), std::string::npos);
+  rm_->Submit("3", "nlp", 16, 8, 10, 5);
+  ASSERT_TRUE(ctl->Cycle(6, &r).ok());
+  EXPECT_EQ(r.started, 1) << EventLog();
+  EXPECT_EQ(NodesOf(rm_->jobs_["3"].job).count(lost), 1u);
+}
+
+TEST_F(ControllerTest, ADrainedNodeKeepsItsJobsAndTakesNoNewOnes) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  rm_->Submit("1", "vision", 8, 8, 1000, 0);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  const std::string busy = *NodesOf(rm_->jobs_["1"].job).begin();
+  for (const auto& [name, cap] : rm_->capacity_) {
+    if (name != busy) rm_->node_state_[name] = NodeState::kDrained;
+  }
+  rm_->node_state_[busy] = NodeState::kDrained;
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.node_changes, 4);
+  EXPECT_EQ(r.requeued, 0);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);  // drained: its job goes on
+  rm_->Submit("2", "nlp", 8, 8, 10, 2);
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok());
+  EXPECT_EQ(r.started, 0);  // every node drained
+  EXPECT_EQ(PhaseOf("2"), JobPhase::kPending);
+  // A drained node that goes down: its job is requeued, and waits (nowhere to go).
+  rm_->NodeDown(busy);
+  ASSERT_TRUE(ctl->Cycle(4, &r).ok());
+  EXPECT_EQ(r.requeued, 1);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kPending);
+  rm_->node_state_.clear();  // all up again
+  ASSERT_TRUE(ctl->Cycle(5, &r).ok());
+  EXPECT_EQ(r.started, 2);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// gantryd dies right after the resource manager held the interrupted job again, before the
+// store knew: the restart sees it recorded running and held, and requeues it (Reconcile).
+TEST_F(ControllerTest, ACrashDuringANodeDownRequeueLosesNothing) {
+  auto ctl = Open(0);
+  rm_->Submit("1", "vision", 8, 8, 1000, 0);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  ASSERT_TRUE(ctl->Cycle(2, nullptr).ok());
+  const std::string lost = *NodesOf(rm_->jobs_["1"].job).begin();
+  rm_->NodeDown(lost);
+  rm_->crash_after_requeue_ = true;
+  EXPECT_THROW((void)ctl->Cycle(3, nullptr), Crash);
+  ctl.reset();
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);  // the store never heard of the requeue
+  ctl = Open(4);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kPending);
+  ASSERT_TRUE(ctl->Cycle(5, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["1"].starts, 2);
+  EXPECT_EQ(NodesOf(rm_->jobs_["1"].job).count(lost), 0u);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// While gantryd was away a node failed and Slurm requeued its job on its own (pending, not
+// held: Slurm would start it again wherever it likes). The restart holds it and decides.
+TEST_F(ControllerTest, AJobTheResourceManagerRequeuedItselfIsHeldAndDecidedAgain) {
+  {
+    auto ctl = Open(0);
+    rm_->Submit("1", "vision", 8, 8, 1000, 0);
+    ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+    ASSERT_TRUE(ctl->Cycle(2, nullptr).ok());
+    ASSERT_EQ(PhaseOf("1"), JobPhase::kRunning);
+  }
+  const std::string lost = *NodesOf(rm_->jobs_["1"].job).begin();
+  rm_->NodeDown(lost);
+  rm_->node_state_[lost] = NodeState::kUp;  // and back before gantryd returns
+  ASSERT_EQ(rm_->jobs_["1"].job.state, ObservedState::kReleased);
+  auto ctl = Open(10);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(rm_->requeues_["1"], 1);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kPending);
+  EXPECT_NE(EventLog().find("requeued by the resource manager"), std::string::npos) << EventLog();
+  ASSERT_TRUE(ctl->Cycle(11, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["1"].starts, 2);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+TEST_F(ControllerTest, CancelRecordsTheRequestAndTheNextCycleEndsTheJob) {
+  auto ctl = Open(0);
+  rm_->Submit("1", "nlp", 32, 8, 1000, 0);
+  rm_->Submit("2", "nlp", 8, 8, 10, 0);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());  // 1 runs on everything; 2 waits
+  EXPECT_EQ(ctl->RequestCancel("nope", "op", 2).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(ctl->RequestCancel("2", "team nlp", 2).ok());
+  ASSERT_TRUE(ctl->RequestCancel("1", "operator", 2).ok());
+  EXPECT_NE(EventLog().find("2 cancel requested by team nlp"), std::string::npos) << EventLog();
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok());
+  EXPECT_EQ(r.finished, 2);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kDone);
+  EXPECT_EQ(store_->Get("1")->end_reason, "cancelled");
+  EXPECT_EQ(store_->Get("2")->end_reason, "cancelled");
+  EXPECT_EQ(ctl->JobStatusOf("1").status().code(), StatusCode::kNotFound);  // out of the engine
+  EXPECT_EQ(ctl->engine().free_index().total_free(), 32);
+  // Cancelling a job that has ended is NotFound, and nothing is sent.
+  EXPECT_EQ(ctl->RequestCancel("1", "operator", 4).code(), StatusCode::kNotFound);
+}
+
+// A job that was started while gantryd was away (fail-open: Slurm's own scheduler) is adopted
+// where it runs, so its GPUs count and no other job is placed onto them.
+TEST_F(ControllerTest, AJobFirstSeenRunningIsAdoptedWhereItRuns) {
+  auto ctl = Open(0);
+  rm_->Submit("1", "vision", 16, 8, 1000, 0);
+  auto& one = rm_->jobs_["1"];
+  one.job.state = ObservedState::kRunning;
+  one.job.placement = {{"nv-0-n0", 8}, {"nv-0-n1", 8}};
+  one.job.start = 0;
+  rm_->used_["nv-0-n0"] = rm_->used_["nv-0-n1"] = 8;
+  rm_->Submit("2", "nlp", 32, 8, 10, 1);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.submitted, 2);
+  EXPECT_EQ(r.started, 0);  // 32 GPUs do not fit beside the adopted 16
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kRunning);
+  Result<JobStatus> st = ctl->JobStatusOf("1");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->reason, Reason::kAdopted);
+  EXPECT_EQ(ctl->engine().team_running_gpus(0), 16);
+  auto snap = ctl->Snapshot();
+  ASSERT_EQ(snap->teams.size(), 2u);  // the shared "(other)" team shows only with jobs
+  EXPECT_EQ(snap->teams[0].name, "vision");
+  EXPECT_EQ(snap->teams[0].running_gpus, 16);
+  EXPECT_EQ(snap->teams[0].quota_gpus, 24);
+  EXPECT_EQ(snap->teams[1].pending_jobs, 1);
+  EXPECT_EQ(snap->teams[1].pending_gpus, 32);
+  EXPECT_EQ(snap->nodes[0].gpus_used, 8);
+  EXPECT_EQ(snap->nodes[0].domain, "nv-0");
+  EXPECT_EQ(snap->nodes[0].jobs, std::vector<std::string>{"1"});
+  EXPECT_EQ(snap->profile.name, "fifo-easy");
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
 // gantryd dies at random instants (before or after Slurm applies a release, or between
 // cycles) and restarts: every job runs exactly once, none is lost, none stays held, and no
 // node ever runs more GPUs than it has.
@@ -375,6 +647,79 @@ TEST_F(ControllerTest, CrashesAtRandomInstantsLoseNothingAndStartNothingTwice) {
   Result<std::vector<JobRecord>> active = store_->ActiveJobs();
   ASSERT_TRUE(active.ok());
   EXPECT_TRUE(active->empty()) << active->size() << " jobs still active, first " << (*active)[0].id;
+}
+
+// The same with nodes failing and coming back at random instants too: every job still ends
+// having completed exactly once (one start per node failure that interrupted it, plus one), no
+// job is ever started on a node that is not up, and none is left held or lost.
+TEST_F(ControllerTest, CrashesAndNodeFailuresAtRandomInstantsLoseNothing) {
+  Rng rng(2026);
+  const int kJobs = 40;
+  Time now = 0;
+  int submitted = 0;
+  int crashes = 0;
+  int failures = 0;
+  std::vector<std::string> names;
+  for (const auto& [name, cap] : rm_->capacity_) names.push_back(name);
+  auto ctl = Open(now);
+  auto all_finished = [&] {
+    for (const auto& [id, e] : rm_->jobs_) {
+      if (e.job.state != ObservedState::kFinished) return false;
+    }
+    return submitted == kJobs;
+  };
+  for (int step = 0; step < 600 && !all_finished(); ++step) {
+    now += 5;
+    while (submitted < kJobs && rng.Next() % 3 != 0) {
+      const int per_node = 1 << (rng.Next() % 4);
+      rm_->Submit("j" + std::to_string(submitted), submitted % 2 ? "nlp" : "vision", per_node,
+                  per_node, 10 + static_cast<Duration>(rng.Next() % 60), now);
+      ++submitted;
+    }
+    rm_->Advance(now);
+    // A node fails now and then (at most one down at a time) and comes back later.
+    const std::string node = names[rng.Next() % names.size()];
+    const bool any_down = std::any_of(rm_->node_state_.begin(), rm_->node_state_.end(),
+                                      [](const auto& kv) { return kv.second != NodeState::kUp; });
+    if (!any_down && rng.Next() % 8 == 0) {
+      rm_->NodeDown(node);
+      ++failures;
+    } else if (any_down && rng.Next() % 4 == 0) {
+      rm_->node_state_.clear();
+    }
+    const uint64_t dice = rng.Next() % 12;
+    if (dice == 0) rm_->crash_before_start_ = true;
+    if (dice == 1) rm_->crash_after_start_ = true;
+    if (dice == 3) rm_->crash_after_requeue_ = true;
+    try {
+      if (ctl == nullptr || dice == 2) {
+        ctl.reset();
+        ++crashes;
+        ctl = Open(now);
+        ASSERT_NE(ctl, nullptr);
+      }
+      ASSERT_TRUE(ctl->Cycle(now, nullptr).ok()) << EventLog();
+    } catch (const Crash&) {
+      ctl.reset();
+      ++crashes;
+    }
+    rm_->crash_before_start_ = rm_->crash_after_start_ = rm_->crash_after_requeue_ = false;
+  }
+  EXPECT_GT(crashes, 10);
+  EXPECT_GT(failures, 3);
+  EXPECT_EQ(rm_->violations_, 0);
+  ASSERT_EQ(static_cast<int>(rm_->jobs_.size()), kJobs);
+  int interrupted = 0;
+  for (const auto& [id, e] : rm_->jobs_) {
+    EXPECT_EQ(e.job.state, ObservedState::kFinished) << id << " never ended";
+    EXPECT_EQ(e.job.end_state, "completed") << id;
+    EXPECT_EQ(e.starts, 1 + e.interrupts) << id;
+    interrupted += e.interrupts;
+  }
+  EXPECT_GT(interrupted, 0) << "no failure hit a running job: the test tested nothing";
+  Result<std::vector<JobRecord>> active = store_->ActiveJobs();
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << active->size() << " jobs still active";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <utility>
 
 namespace gantry::control {
@@ -87,15 +88,70 @@ Result<std::vector<RmJob>> SlurmResourceManager::Jobs() {
   return out;
 }
 
-Status SlurmResourceManager::Start(const std::string& id, const std::vector<NodeGpus>& placement) {
-  int64_t job = 0;
+RmNode ToRmNode(const slurm::SlurmNode& node) {
+  RmNode o;
+  o.name = node.name;
+  o.rm_state = node.slurm_state;
+  o.reason = node.reason;
+  switch (node.state) {
+    case slurm::NodeState::kIdle:
+    case slurm::NodeState::kMixed:
+    case slurm::NodeState::kAllocated:
+      o.state = NodeState::kUp;
+      break;
+    case slurm::NodeState::kDown:
+      // Not responding alone is not down yet: Slurm keeps its jobs until SlurmdTimeout.
+      o.state = node.not_responding && Lower(node.slurm_state).rfind("down", 0) != 0
+                    ? NodeState::kDrained
+                    : NodeState::kDown;
+      break;
+    case slurm::NodeState::kDraining:
+    case slurm::NodeState::kDrained:
+    case slurm::NodeState::kUnknown:
+      o.state = NodeState::kDrained;
+      break;
+  }
+  return o;
+}
+
+Result<int64_t> SlurmJobId(const std::string& id) {
   try {
     size_t used = 0;
-    job = std::stoll(id, &used);
-    if (used != id.size()) throw std::invalid_argument(id);
+    const int64_t job = std::stoll(id, &used);
+    if (used != id.size() || job <= 0) throw std::invalid_argument(id);
+    return job;
   } catch (const std::exception&) {
     return InvalidArgument("'" + id + "' is not a Slurm job id");
   }
+}
+
+Result<std::vector<RmNode>> SlurmResourceManager::Nodes() {
+  GANTRY_ASSIGN_OR_RETURN(std::vector<slurm::SlurmNode> nodes, client_.Nodes());
+  std::vector<RmNode> out;
+  out.reserve(nodes.size());
+  // sinfo --json lists a node once per partition; the first report is kept.
+  std::set<std::string> seen;
+  for (const slurm::SlurmNode& n : nodes) {
+    if (seen.insert(n.name).second) out.push_back(ToRmNode(n));
+  }
+  return out;
+}
+
+Status SlurmResourceManager::Requeue(const std::string& id) {
+  GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
+  Status s = client_.RequeueHeld(job);
+  // Refused when it is not running: Slurm requeued it already (pending again), so hold it.
+  if (s.code() == StatusCode::kFailedPrecondition) return client_.Hold(job);
+  return s;
+}
+
+Status SlurmResourceManager::Cancel(const std::string& id) {
+  GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
+  return client_.Cancel(job);
+}
+
+Status SlurmResourceManager::Start(const std::string& id, const std::vector<NodeGpus>& placement) {
+  GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
   std::vector<std::string> nodes;
   for (const NodeGpus& s : placement) nodes.push_back(s.node);
   return client_.StartOnNodes(job, nodes);

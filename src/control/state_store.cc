@@ -493,6 +493,9 @@ Result<std::vector<int64_t>> StateStore::CountByPhase() const {
 RecoveryAction Reconcile(JobPhase recorded, ObservedState observed) {
   switch (observed) {
     case ObservedState::kReleased:
+      // A job seen running does not go back to released unless the resource manager requeued
+      // it on its own (node failure); it would then start again wherever it pleases.
+      return recorded == JobPhase::kRunning ? RecoveryAction::kHoldAgain : RecoveryAction::kAdopt;
     case ObservedState::kRunning:
       return RecoveryAction::kAdopt;
     case ObservedState::kFinished:
@@ -520,6 +523,8 @@ const char* RecoveryActionName(RecoveryAction a) {
       return "resubmit";
     case RecoveryAction::kRequeue:
       return "requeue";
+    case RecoveryAction::kHoldAgain:
+      return "hold-again";
     case RecoveryAction::kAdopt:
       return "adopt";
     case RecoveryAction::kFinish:

@@ -262,10 +262,14 @@ TEST(StateStore, ReconcileOnRestart) {
   for (JobPhase p : {JobPhase::kStarting, JobPhase::kRunning}) {
     EXPECT_EQ(Reconcile(p, O::kHeld), A::kRequeue) << JobPhaseName(p);  // never released
     EXPECT_EQ(Reconcile(p, O::kRunning), A::kAdopt) << JobPhaseName(p);
-    EXPECT_EQ(Reconcile(p, O::kReleased), A::kAdopt) << JobPhaseName(p);
     EXPECT_EQ(Reconcile(p, O::kFinished), A::kFinish) << JobPhaseName(p);
     EXPECT_EQ(Reconcile(p, O::kUnknown), A::kLost) << JobPhaseName(p);
   }
+  // Released after a start decision: it starts soon. Released after it was seen running: the
+  // resource manager requeued it on its own (a node failed), so it is held and decided again.
+  EXPECT_EQ(Reconcile(JobPhase::kStarting, O::kReleased), A::kAdopt);
+  EXPECT_EQ(Reconcile(JobPhase::kRunning, O::kReleased), A::kHoldAgain);
+  EXPECT_STREQ(RecoveryActionName(A::kHoldAgain), "hold-again");
 }
 
 }  // namespace

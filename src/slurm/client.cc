@@ -185,13 +185,17 @@ Status SlurmClient::StartOnNodes(int64_t id, const std::vector<std::string>& nod
   // list, and a longer one would let Slurm add nodes of its own choice.
   GANTRY_RETURN_IF_ERROR(
       Run({"scontrol", "update", "JobId=" + job, "ReqNodeList=" + Join(nodes, ","),
-           "NumNodes=" + std::to_string(nodes.size())})
+           "NumNodes=" + std::to_string(nodes.size()), "StartTime=now"})
           .status());
   return Run({"scontrol", "release", job}).status();
 }
 
 Status SlurmClient::Hold(int64_t id) const {
   return Run({"scontrol", "hold", std::to_string(id)}).status();
+}
+
+Status SlurmClient::Release(int64_t id) const {
+  return Run({"scontrol", "release", std::to_string(id)}).status();
 }
 
 Status SlurmClient::Cancel(int64_t id) const {

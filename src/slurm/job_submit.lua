@@ -8,9 +8,31 @@
 -- environment variable GANTRY_MANAGED_PARTITIONS of slurmctld, or `default_partitions` below.
 -- Remove the plugin (or the partition from the list) to give the jobs back to Slurm's own
 -- scheduler. See docs/slurm.md.
+--
+-- Fail-open: with GANTRY_HEARTBEAT_FILE set (in slurmctld's environment, or
+-- `default_heartbeat_file` below), new jobs are no longer held once gantryd's heartbeat in that
+-- file ("TIME AFTER": the Unix time of its last cycle, and the silence in seconds it allows; 0
+-- turns fail-open off) is more than AFTER seconds old: Slurm then schedules them itself. No
+-- file means fail-open is off. `gantry failopen` releases the jobs already held.
 
 local default_partitions = "gantry"
 local managed = os.getenv("GANTRY_MANAGED_PARTITIONS") or default_partitions
+local default_heartbeat_file = nil
+local heartbeat_file = os.getenv("GANTRY_HEARTBEAT_FILE") or default_heartbeat_file
+
+-- Seconds gantryd has been silent beyond its limit, or nil while it is alive (or fail-open is
+-- off). Read at every submission: a small local file, so slurmctld does not wait on it.
+local function gantry_silent_for()
+   if heartbeat_file == nil or heartbeat_file == "" then return nil end
+   local f = io.open(heartbeat_file, "r")
+   if f == nil then return nil end
+   local beat, after = f:read("*n", "*n")
+   f:close()
+   if beat == nil or after == nil or after <= 0 then return nil end
+   local silent = os.time() - beat
+   if silent > after then return silent end
+   return nil
+end
 
 -- True when the comma-separated partition list `parts` names a managed partition.
 local function is_managed(parts)
@@ -32,6 +54,12 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
    local parts = job_desc.partition or default_partition(part_list)
    if is_managed(parts) then
+      local silent = gantry_silent_for()
+      if silent ~= nil then
+         slurm.log_info("gantry: fail-open, gantryd silent for %d s: job %s of uid %u left to Slurm",
+                        silent, tostring(job_desc.name), submit_uid)
+         return slurm.SUCCESS
+      end
       -- Priority 0 is a hold (Slurm 22.05 shows it as JobHeldUser; see slurm_job_modify).
       job_desc.priority = 0
       slurm.log_info("gantry: holding new job %s of uid %u for Gantry",
@@ -51,5 +79,6 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
    return slurm.SUCCESS
 end
 
-slurm.log_info("gantry job_submit.lua loaded; managed partitions: %s", managed)
+slurm.log_info("gantry job_submit.lua loaded; managed partitions: %s; heartbeat: %s", managed,
+               tostring(heartbeat_file))
 return slurm.SUCCESS

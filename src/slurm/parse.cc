@@ -112,6 +112,9 @@ JobState JobStateFrom(const std::string& s) {
   if (s == "NODE_FAIL") return JobState::kNodeFail;
   if (s == "PREEMPTED") return JobState::kPreempted;
   if (s == "OUT_OF_MEMORY") return JobState::kOutOfMemory;
+  // A requeue in progress (the job is being stopped and will be pending again): reading it as
+  // ended would finish a job that comes back.
+  if (s == "REQUEUED" || s == "REQUEUE_HOLD" || s == "REQUEUE_FED") return JobState::kPending;
   return JobState::kOther;
 }
 
@@ -301,7 +304,10 @@ Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text) {
     const std::string base = StrOr(n, "state");
     node.state = NodeStateFrom(base, flags);
     node.slurm_state = base;
-    for (const std::string& f : flags) node.slurm_state += "+" + f;
+    for (const std::string& f : flags) {
+      node.slurm_state += "+" + f;
+      if (Lower(f) == "not_responding") node.not_responding = true;
+    }
     node.reason = StrOr(n, "reason");
     node.cpus = static_cast<int>(IntOr(n, "cpus", 0));
     node.alloc_cpus = static_cast<int>(IntOr(n, "alloc_cpus", 0));

@@ -97,6 +97,8 @@ TEST(SlurmSinfo, MapsStatesGpusAndCapacity) {
   EXPECT_EQ((*nodes)[1].slurm_state, "mixed+DRAIN");
   EXPECT_EQ((*nodes)[2].state, NodeState::kDrained);
   EXPECT_EQ((*nodes)[3].state, NodeState::kDown);
+  EXPECT_TRUE((*nodes)[3].not_responding);
+  EXPECT_FALSE((*nodes)[1].not_responding);
 }
 
 TEST(SlurmSinfo, ErrorsAreIoErrors) {
@@ -151,6 +153,20 @@ TEST(SlurmSqueue, MapsHeldRunningAndPendingJobs) {
   EXPECT_EQ(running.restart_count, 1);
   EXPECT_EQ((*jobs)[2].state_reason, "Resources");
   EXPECT_FALSE((*jobs)[2].held);  // pending, but Slurm may start it: not held
+}
+
+// A job caught while Slurm requeues it is pending again, not ended: reading REQUEUED as "other"
+// made the control loop finish jobs that came back.
+TEST(SlurmSqueue, RequeueInProgressIsPending) {
+  auto jobs = ParseSqueueJson(R"({"errors": [], "jobs": [
+    {"job_id": 7, "job_state": "REQUEUED", "priority": 12, "node_count": 1, "nodes": "n1"},
+    {"job_id": 8, "job_state": "REQUEUE_HOLD", "priority": 0, "node_count": 1, "nodes": ""}]})");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].state, JobState::kPending);
+  EXPECT_FALSE((*jobs)[0].held);
+  EXPECT_EQ((*jobs)[1].state, JobState::kPending);
+  EXPECT_TRUE((*jobs)[1].held);
 }
 
 TEST(SlurmErrors, SlurmMessagesMapToCodes) {

@@ -1,5 +1,6 @@
-// gantryd's REST API: jobs with their reasons and start estimates, the queue, health, and
-// Prometheus metrics, over HTTP (cpp-httplib), scoped by bearer tokens.
+// gantryd's REST API: jobs with their reasons and start estimates, the queue, nodes, team usage,
+// the profile in use, health, cancelling a job, and Prometheus metrics, over HTTP
+// (cpp-httplib), scoped by bearer tokens.
 //
 // Every /v1 endpoint but /v1/health needs `Authorization: Bearer <token>`. A team's token sees
 // only that team's jobs: another team's job is 404, exactly like a job that does not exist, so
@@ -8,7 +9,9 @@
 // ApiOptions::metrics_need_token. The document is docs/openapi.yaml.
 //
 // The server reads only ControlSnapshot objects the control loop publishes, so requests never
-// touch the engine and never wait for a cycle.
+// touch the engine and never wait for a cycle. The one write, DELETE /v1/jobs/{id}, goes
+// through ApiOptions::cancel (Controller::RequestCancel in gantryd): a team's token may cancel
+// only its own jobs (another team's is 404, as for reading).
 //
 //   ApiOptions o;  o.team_tokens = {{"t0k3n", "vision"}};  o.operator_token = "...";
 //   auto api = ApiServer::Start(o, [&] { return controller->Snapshot(); }, &metrics);
@@ -34,6 +37,9 @@ struct ApiOptions {
   bool metrics_need_token = false;
   int threads = 4;
   int read_timeout_s = 5;  // a client that sends nothing for this long is dropped
+  // Cancels a job on behalf of `by` ("team physics", "operator"); called on the API's threads.
+  // Null: DELETE answers 501. Its NotFound is 404, FailedPrecondition 409, others 503.
+  std::function<Status(const std::string& id, const std::string& by)> cancel;
 };
 
 class ApiServer {
@@ -63,5 +69,9 @@ Result<std::map<std::string, std::string>> ParseTeamTokens(const std::string& te
 
 // The JSON of one job as the API shows it (also what `gantry queue --json` will print).
 std::string JobViewJson(const JobView& job);
+// The JSON of one node (/v1/nodes, `gantry nodes --json`) and one team (/v1/usage, `gantry
+// usage --json`).
+std::string NodeViewJson(const NodeView& node);
+std::string TeamViewJson(const TeamView& team);
 
 }  // namespace gantry::control

@@ -1,13 +1,15 @@
-// A client of gantryd's REST API (docs/openapi.yaml), for `gantry queue` and `gantry explain`
-// and any tool that reads the queue: the same JSON the server writes, read back into JobViews.
+// A client of gantryd's REST API (docs/openapi.yaml), for `gantry queue|explain|cancel|nodes|
+// usage` and any tool that reads the queue: the same JSON the server writes, read back into
+// JobViews, NodeViews and TeamViews.
 //
 //   ApiClient c({"http://127.0.0.1:8642", token});
 //   GANTRY_ASSIGN_OR_RETURN(std::vector<JobView> queue, c.Queue());
 //
 // Errors are codes: Unavailable when gantryd cannot be reached (or answers 5xx),
 // PermissionDenied for a token it does not know (401), NotFound for a job the token cannot see
-// (404), DataLoss for an answer that is not the documented JSON, InvalidArgument for a server
-// address that is not http://HOST[:PORT].
+// (404), FailedPrecondition for a cancel of a job that is ending already (409), Unimplemented
+// for a server that cannot cancel (501), DataLoss for an answer that is not the documented
+// JSON, InvalidArgument for a server address that is not http://HOST[:PORT].
 #pragma once
 
 #include <string>
@@ -37,13 +39,23 @@ class ApiClient {
   Result<std::vector<JobView>> Jobs() const;
   // GET /v1/jobs/{id}.
   Result<JobView> Job(const std::string& id) const;
+  // DELETE /v1/jobs/{id}: gantryd cancels the job in Slurm; it ends within a cycle.
+  Status Cancel(const std::string& id) const;
+  // GET /v1/nodes.
+  Result<std::vector<NodeView>> Nodes() const;
+  // GET /v1/usage: the teams the token may see.
+  Result<std::vector<TeamView>> Usage() const;
 
  private:
   Result<std::string> Get(const std::string& path) const;
+  Result<std::string> Send(const std::string& method, const std::string& path) const;
   ApiClientOptions options_;
 };
 
 // A JobView from the API's JSON for one job (JobViewJson's inverse).
 Result<JobView> JobViewFromJson(const std::string& json);
+// The inverses of NodeViewJson and TeamViewJson.
+Result<NodeView> NodeViewFromJson(const std::string& json);
+Result<TeamView> TeamViewFromJson(const std::string& json);
 
 }  // namespace gantry::control

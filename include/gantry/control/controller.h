@@ -2,15 +2,19 @@
 // resource manager (Slurm, through src/slurm, behind the ResourceManager interface below), with
 // every job and decision made durable in the StateStore before it is acted on.
 //
-// One Cycle: observe the resource manager (new held jobs are recorded, then submitted to the
-// engine; a job first seen in any other state was started by someone else and is not Gantry's; jobs it reports running confirm a decision; ended ones are finished), then run one
-// engine cycle and, for each start, record the decision and only then tell the resource
-// manager. A start the resource manager refuses goes back to the engine as pending (its age
-// kept), with the refusal in the event log. Open rebuilds the engine after a restart from the
-// store and what the resource manager reports (StateStore's Reconcile rules), so a gantryd
-// killed at any instant loses no job, starts none twice and leaves none held forever.
+// One Cycle: observe the nodes (drain, down and up become engine events; the jobs a down node
+// interrupted are held again in the resource manager, recorded as requeued and decided anew),
+// then the jobs (new held jobs are recorded, then submitted to the engine; a job first seen
+// running -- started while gantryd was away, e.g. by Slurm after fail-open -- is recorded and
+// adopted where it runs; jobs it reports running confirm a decision; ended ones are finished),
+// then run one engine cycle and, for each start, record the decision and only then tell the
+// resource manager. A start the resource manager refuses goes back to the engine as pending
+// (its age kept), with the refusal in the event log. Open rebuilds the engine after a restart
+// from the store and what the resource manager reports (StateStore's Reconcile rules), so a
+// gantryd killed at any instant loses no job, starts none twice and leaves none held forever.
 //
-// Not thread-safe: one loop calls it; other threads read only Snapshot().
+// Not thread-safe: one loop calls it; other threads read only Snapshot() and call
+// RequestCancel (which touches only the store and the resource manager, both thread-safe).
 #pragma once
 
 #include <deque>
@@ -40,15 +44,34 @@ struct RmJob {
   std::string end_state;                       // kFinished: "completed", "failed", ...
 };
 
+// A node as the resource manager reports it, in the engine's terms.
+struct RmNode {
+  std::string name;
+  // kUp: takes jobs; kDrained: takes no new jobs, its jobs go on (drain, draining, drained, and
+  // not responding, which Slurm either recovers or turns into down); kDown: its jobs are gone.
+  NodeState state = NodeState::kUp;
+  std::string rm_state;  // the resource manager's own words, e.g. "mixed+DRAIN"
+  std::string reason;    // why it is drained or down, as the administrator wrote it
+};
+
 // What gantryd needs of a resource manager.
 class ResourceManager {
  public:
   virtual ~ResourceManager() = default;
   // Every job in the partitions Gantry manages that the resource manager still knows.
   virtual Result<std::vector<RmJob>> Jobs() = 0;
+  // Every node it knows, with its state.
+  virtual Result<std::vector<RmNode>> Nodes() = 0;
   // Starts a held job on exactly these nodes. FailedPrecondition or NotFound when refused (the
   // job is no longer held, a node is unsuitable); other codes are transient failures.
   virtual Status Start(const std::string& id, const std::vector<NodeGpus>& placement) = 0;
+  // Stops the job if it runs and makes it held again (a job the resource manager already put
+  // back in its queue is just held), so that the engine decides afresh where it runs.
+  // FailedPrecondition or NotFound when the job has ended; other codes are transient.
+  virtual Status Requeue(const std::string& id) = 0;
+  // Cancels the job. Called from the API's threads: must be safe to call concurrently with
+  // the loop's calls. NotFound or FailedPrecondition when the job has ended.
+  virtual Status Cancel(const std::string& id) = 0;
 };
 
 // A job as the API shows it: the record plus the engine's view (why it waits, when it may start).
@@ -61,21 +84,52 @@ struct JobView {
 
 // What the control loop publishes after each cycle, for readers on other threads (the API):
 // immutable once published.
+// A node as the API shows it.
+struct NodeView {
+  std::string name;
+  std::string state;     // the engine's: "up", "drained" or "down"
+  std::string rm_state;  // the resource manager's words ("idle", "mixed+DRAIN"); empty: unknown
+  std::string reason;    // why drained or down
+  std::string gpu_type;
+  int gpus = 0;
+  int gpus_used = 0;                 // booked by the active jobs placed there
+  std::string domain;                // innermost topology domain; empty when flat
+  std::vector<std::string> domains;  // every enclosing domain, innermost first
+  std::vector<std::string> jobs;     // ids of the active jobs placed there
+};
+
+// A team's standing as the API shows it.
+struct TeamView {
+  std::string name;
+  int quota_gpus = -1;  // -1: unlimited
+  double shares = 1;
+  int running_gpus = 0;  // GPUs of its running jobs, as the engine books them
+  int running_jobs = 0;
+  int pending_jobs = 0;
+  int pending_gpus = 0;
+  double gpu_seconds = 0;  // GPU-seconds of its active jobs since they started
+};
+
 struct ControlSnapshot {
   Time time = -1;  // the cycle's time; -1 before the first
   int64_t cycles = 0;
-  std::vector<JobView> jobs;  // every active job, by submit time then id
+  std::vector<JobView> jobs;    // every active job, by submit time then id
+  std::vector<NodeView> nodes;  // every node of the cluster spec, in its order
+  std::vector<TeamView> teams;  // the spec's teams, then "(other)" when it has jobs
+  Profile profile;              // the scheduling profile in use
   int total_gpus = 0;
   int busy_gpus = 0;
 };
 
 struct CycleReport {
-  int observed = 0;   // jobs the resource manager listed
-  int submitted = 0;  // new jobs recorded and given to the engine
-  int started = 0;    // start decisions made durable and sent
-  int refused = 0;    // starts the resource manager refused (back to pending)
-  int confirmed = 0;  // decisions the resource manager now reports running
-  int finished = 0;   // jobs seen ending
+  int observed = 0;      // jobs the resource manager listed
+  int submitted = 0;     // new jobs recorded and given to the engine
+  int started = 0;       // start decisions made durable and sent
+  int refused = 0;       // starts the resource manager refused (back to pending)
+  int confirmed = 0;     // decisions the resource manager now reports running
+  int finished = 0;      // jobs seen ending
+  int requeued = 0;      // jobs interrupted by a node going down, held again to be decided anew
+  int node_changes = 0;  // nodes whose state changed (drain, down, up)
 };
 
 class Controller {
@@ -88,6 +142,12 @@ class Controller {
   ~Controller();
 
   Status Cycle(Time now, CycleReport* report = nullptr);
+
+  // Cancels job `id` on behalf of `by` (for the log): records the request, then cancels it in
+  // the resource manager; the next cycle sees it ended, finishes it in the store and cancels it
+  // in the engine. Safe to call from any thread (the API's). NotFound for a job the store does
+  // not hold or that has ended; the resource manager's code when it refuses.
+  Status RequestCancel(const std::string& id, const std::string& by, Time now);
 
   // The latest published snapshot; safe to call from any thread.
   std::shared_ptr<const ControlSnapshot> Snapshot() const;

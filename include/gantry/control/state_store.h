@@ -132,14 +132,17 @@ enum class ObservedState : uint8_t {
 
 // What a restarted gantryd does with a job it had not seen finish, given what it recorded and
 // what the resource manager reports. The rules (docs/control.md, "Restart"):
-//                      observed kHeld  kReleased/kRunning  kFinished  kUnknown
-//   recorded kPending           resubmit  adopt               finish     lost
-//   recorded kStarting/kRunning requeue   adopt               finish     lost
+//                      observed kHeld    kReleased   kRunning  kFinished  kUnknown
+//   recorded kPending             resubmit  adopt       adopt     finish     lost
+//   recorded kStarting            requeue   adopt       adopt     finish     lost
+//   recorded kRunning             requeue   hold-again  adopt     finish     lost
 // (requeue: the release never happened, or the resource manager put it back on hold, so it
-// goes back to pending; adopt from kPending: an administrator released it by hand; lost:
-// finished, with the reason that it vanished)
+// goes back to pending; adopt from kPending: an administrator released it by hand; hold-again:
+// a job seen running is pending again because the resource manager requeued it on its own
+// (its node failed), so it is held and decided anew; lost: finished, with the reason that it
+// vanished)
 // so no job is lost, none starts twice, and none stays held forever.
-enum class RecoveryAction : uint8_t { kResubmit, kRequeue, kAdopt, kFinish, kLost };
+enum class RecoveryAction : uint8_t { kResubmit, kRequeue, kAdopt, kFinish, kLost, kHoldAgain };
 RecoveryAction Reconcile(JobPhase recorded, ObservedState observed);
 const char* RecoveryActionName(RecoveryAction a);
 

@@ -56,6 +56,9 @@ struct SlurmNode {
   NodeState state = NodeState::kUnknown;
   std::string slurm_state;  // Slurm's own words, e.g. "idle", "mixed", "down" plus flags
   std::string reason;       // why it is down or drained (empty otherwise)
+  // NOT_RESPONDING: slurmctld lost contact (state kDown) but has not set the node DOWN yet, so
+  // its jobs may still run; Slurm sets it DOWN after SlurmdTimeout.
+  bool not_responding = false;
   int cpus = 0;
   int alloc_cpus = 0;
   int64_t memory_mb = 0;
@@ -144,10 +147,13 @@ class SlurmClient {
   Result<SlurmJob> Job(int64_t id) const;
 
   // Starts a held job on exactly `nodes`: pins its node list and node count, then releases it.
-  // Slurm then starts it there within about a second (or as soon as the nodes are free).
+  // Slurm then starts it there within about a second (or as soon as the nodes are free). Also
+  // makes the job eligible now: Slurm delays a requeued job's begin time by two minutes.
   Status StartOnNodes(int64_t id, const std::vector<std::string>& nodes) const;
   // Puts a released job that has not started back on hold.
   Status Hold(int64_t id) const;
+  // Releases a held job without pinning nodes: Slurm's own scheduler places it (fail-open).
+  Status Release(int64_t id) const;
   Status Cancel(int64_t id) const;
   // Stops a running job and queues it again, held, so that Gantry decides again where it runs.
   Status RequeueHeld(int64_t id) const;
