@@ -72,6 +72,15 @@ class BenchRm : public gantry::control::ResourceManager {
     for (const auto& [id, j] : jobs_) out.push_back(j);
     return out;
   }
+  gantry::Result<std::vector<gantry::control::RmNode>> Nodes() override {
+    return std::vector<gantry::control::RmNode>{};  // every node up, none listed as changed
+  }
+  gantry::Status Requeue(const std::string& id) override {
+    return gantry::Unimplemented("no requeue in the bench");
+  }
+  gantry::Status Cancel(const std::string& id) override {
+    return gantry::Unimplemented("no cancel in the bench");
+  }
   gantry::Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return gantry::NotFound("no job " + id);

@@ -25,18 +25,21 @@ class Controller::Impl {
     GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_));
     // Nodes first, so that a job the resource manager reports on a down node is requeued rather
     // than adopted there.
-    CycleReport unused;
-    GANTRY_RETURN_IF_ERROR(ObserveNodes(now, &unused));
-    // Restart: every job the store has not seen end, reconciled with the resource manager.
-    GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
-    std::map<std::string, const RmJob*> by_id;
-    for (const RmJob& o : observed) by_id[o.request.id] = &o;
-    GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
-    for (const JobRecord& r : active) {
-      auto it = by_id.find(r.id);
-      GANTRY_RETURN_IF_ERROR(Apply(r, it == by_id.end() ? nullptr : it->second, now, nullptr));
-    }
-    GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, &unused));
+    // Restart: every job the store has not seen end, reconciled with the resource manager
+    // (its writes in one commit).
+    GANTRY_RETURN_IF_ERROR(store_->Batch([&]() -> Status {
+      CycleReport unused;
+      GANTRY_RETURN_IF_ERROR(ObserveNodes(now, &unused));
+      GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
+      std::map<std::string, const RmJob*> by_id;
+      for (const RmJob& o : observed) by_id[o.request.id] = &o;
+      GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
+      for (const JobRecord& r : active) {
+        auto it = by_id.find(r.id);
+        GANTRY_RETURN_IF_ERROR(Apply(r, it == by_id.end() ? nullptr : it->second, now, nullptr));
+      }
+      return RequeueInterrupted(now, &unused);
+    }));
     return Publish(now);
   }
 
@@ -289,8 +292,53 @@ class Controller::Impl {
     return Status::Ok();
   }
 
+  // One cycle: observe (every write of it one commit), schedule, then make the decisions
+  // durable (one commit) before any of them reaches the resource manager.
   Status CycleInner(Time now, CycleReport* report) {
     *report = CycleReport();
+    GANTRY_RETURN_IF_ERROR(store_->Batch([&] { return Observe(now, report); }));
+
+    std::vector<StartDecision> starts;
+    engine_->Schedule(now, &starts);
+    std::vector<std::vector<NodeGpus>> placements;
+    placements.reserve(starts.size());
+    for (const StartDecision& d : starts) {
+      std::vector<NodeGpus>& placement = placements.emplace_back();
+      for (const Slot& slot : d.placement) {
+        placement.push_back({cluster_.nodes()[static_cast<size_t>(slot.node)].name, slot.gpus});
+      }
+    }
+    // Durable before acted on: after a crash past this commit the restart finds them starting
+    // and asks the resource manager.
+    GANTRY_RETURN_IF_ERROR(store_->Batch([&]() -> Status {
+      for (size_t i = 0; i < starts.size(); ++i) {
+        const JobRequest& req = requests_[static_cast<size_t>(starts[i].job)];
+        GANTRY_RETURN_IF_ERROR(store_->Decide(req.id, placements[i], now));
+      }
+      return Status::Ok();
+    }));
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const JobRequest& req = requests_[static_cast<size_t>(starts[i].job)];
+      Status s = rm_->Start(req.id, placements[i]);
+      if (s.ok()) {
+        ++report->started;
+        continue;
+      }
+      if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) {
+        ++report->refused;
+        GANTRY_RETURN_IF_ERROR(store_->Requeue(req.id, now, "start refused: " + s.message()));
+        GANTRY_RETURN_IF_ERROR(Resubmit(req.id, now));
+        continue;
+      }
+      // Transient: the release may or may not have happened; the next observation tells
+      // (held: requeue; released or running: confirmed).
+      GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, req.id, "start-unconfirmed", s.ToString()));
+    }
+    return Status::Ok();
+  }
+
+  // What the resource manager reports, brought into the store and the engine.
+  Status Observe(Time now, CycleReport* report) {
     GANTRY_RETURN_IF_ERROR(ObserveNodes(now, report));
     GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
     report->observed = static_cast<int>(observed.size());
@@ -324,34 +372,7 @@ class Controller::Impl {
         GANTRY_RETURN_IF_ERROR(Apply(*r, &o, now, report));
       }
     }
-    GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, report));
-
-    std::vector<StartDecision> starts;
-    engine_->Schedule(now, &starts);
-    for (const StartDecision& d : starts) {
-      const JobRequest& req = requests_[static_cast<size_t>(d.job)];
-      std::vector<NodeGpus> placement;
-      for (const Slot& slot : d.placement) {
-        placement.push_back({cluster_.nodes()[static_cast<size_t>(slot.node)].name, slot.gpus});
-      }
-      // Durable before acted on: after a crash here the restart finds it starting and asks.
-      GANTRY_RETURN_IF_ERROR(store_->Decide(req.id, placement, now));
-      Status s = rm_->Start(req.id, placement);
-      if (s.ok()) {
-        ++report->started;
-        continue;
-      }
-      if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) {
-        ++report->refused;
-        GANTRY_RETURN_IF_ERROR(store_->Requeue(req.id, now, "start refused: " + s.message()));
-        GANTRY_RETURN_IF_ERROR(Resubmit(req.id, now));
-        continue;
-      }
-      // Transient: the release may or may not have happened; the next observation tells
-      // (held: requeue; released or running: confirmed).
-      GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, req.id, "start-unconfirmed", s.ToString()));
-    }
-    return Status::Ok();
+    return RequeueInterrupted(now, report);
   }
 
   // A job the store has never seen.

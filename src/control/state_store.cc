@@ -5,9 +5,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -259,7 +261,22 @@ class StateStore::Impl {
     if (check.Text(0) != "ok") {
       return DataLoss("state store " + path + ": damaged: " + check.Text(0));
     }
-    return Status();
+    return LoadActive();
+  }
+
+  // Every job not yet done, into active_: from here on the store answers reads of them from
+  // memory (SQLite stays the durable copy), so a cycle over 100k jobs parses no JSON.
+  Status LoadActive() {
+    Stmt s(db_, (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE phase < ?").c_str());
+    GANTRY_RETURN_IF_ERROR(s.ok("state store: list jobs"));
+    s.Bind(1, static_cast<int64_t>(JobPhase::kDone));
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      GANTRY_ASSIGN_OR_RETURN(JobRecord j, RowToJob(s));
+      std::string id = j.id;
+      active_.emplace(std::move(id), std::move(j));
+    }
+    return rc == SQLITE_DONE ? Status() : SqliteStatus(db_, rc, "state store: list jobs");
   }
 
   Status Exec(const std::string& sql, const std::string& what) {
@@ -279,14 +296,49 @@ class StateStore::Impl {
   }
 
   // Runs fn inside one write transaction; commits when it returns OK, rolls back otherwise.
+  // Inside another (a Batch), fn runs in a savepoint: its failure undoes only its own writes,
+  // and nothing is durable before the outermost transaction commits. Records fn staged become
+  // the in-memory view only when that commit succeeds.
   template <class Fn>
   Status Transaction(const std::string& what, Fn&& fn) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (depth_ > 0) {
+      GANTRY_RETURN_IF_ERROR(Exec("SAVEPOINT step", what + ": savepoint"));
+      ++depth_;
+      Status s = fn();
+      --depth_;
+      if (s.ok()) return Exec("RELEASE step", what + ": release");
+      (void)Exec("ROLLBACK TO step", what + ": rollback");
+      (void)Exec("RELEASE step", what + ": release");
+      return s;
+    }
     GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", what + ": begin"));
+    depth_ = 1;
     Status s = fn();
+    depth_ = 0;
     if (s.ok()) s = Exec("COMMIT", what + ": commit");
-    if (!s.ok()) (void)Exec("ROLLBACK", what + ": rollback");
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK", what + ": rollback");
+      staged_.clear();
+      return s;
+    }
+    for (auto& [id, j] : staged_) {
+      if (j.phase == JobPhase::kDone) {
+        active_.erase(id);
+      } else {
+        active_[id] = std::move(j);
+      }
+    }
+    staged_.clear();
     return s;
+  }
+
+  // The record as this connection sees it: this transaction's staged change, else the active
+  // view, else (a job that has ended) the database.
+  Result<JobRecord> Lookup(const std::string& id) const {
+    if (auto it = staged_.find(id); it != staged_.end()) return it->second;
+    if (auto it = active_.find(id); it != active_.end()) return it->second;
+    return GetLocked(id);
   }
 
   Status InsertEvent(Time now, const std::string& job, const std::string& kind,
@@ -317,25 +369,32 @@ class StateStore::Impl {
     return rc == SQLITE_DONE ? Status() : SqliteStatus(db_, rc, "state store: " + what);
   }
 
-  // Reads the job, checks its phase is one of `from`, then runs `write`.
+  // Reads the job, checks its phase is one of `from`, then runs `write`, which writes the
+  // database and brings `j` to the new state; the new record is staged when it succeeds.
   Status Transition(const std::string& id, std::initializer_list<JobPhase> from,
-                    const std::string& what, const std::function<Status(const JobRecord&)>& write) {
+                    const std::string& what, const std::function<Status(JobRecord& j)>& write) {
     return Transaction(what + " '" + id + "'", [&]() -> Status {
-      GANTRY_ASSIGN_OR_RETURN(JobRecord j, GetLocked(id));
+      GANTRY_ASSIGN_OR_RETURN(JobRecord j, Lookup(id));
       bool allowed = false;
       for (JobPhase p : from) allowed = allowed || j.phase == p;
       if (!allowed) {
         return FailedPrecondition("job '" + id + "': cannot " + what + " a job that is " +
                                   JobPhaseName(j.phase));
       }
-      return write(j);
+      GANTRY_RETURN_IF_ERROR(write(j));
+      staged_[id] = std::move(j);
+      return Status();
     });
   }
 
   std::string path_;
   sqlite3* db_ = nullptr;
   int lock_fd_ = -1;
-  mutable std::mutex mu_;
+  // Recursive: a Batch holds it across the writes it groups, which lock it again.
+  mutable std::recursive_mutex mu_;
+  int depth_ = 0;  // open transactions: 0 none, 1 a transaction, more: savepoints inside it
+  std::map<std::string, JobRecord> active_;  // committed jobs not yet done, by id
+  std::map<std::string, JobRecord> staged_;  // the open transaction's new records
 };
 
 StateStore::StateStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -367,59 +426,83 @@ Status StateStore::AddJob(const JobRecord& job, Time now) {
       return AlreadyExists("job '" + job.id + "' is already in the state store");
     }
     if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: add job");
-    return impl_->InsertEvent(now, job.id, "submit", std::to_string(job.gpus) + " GPUs");
+    GANTRY_RETURN_IF_ERROR(
+        impl_->InsertEvent(now, job.id, "submit", std::to_string(job.gpus) + " GPUs"));
+    JobRecord added = job;
+    added.phase = JobPhase::kPending;
+    added.placement.clear();
+    added.decided = added.started = added.ended = -1;
+    added.end_reason.clear();
+    added.requeues = 0;
+    impl_->staged_[job.id] = std::move(added);
+    return Status();
   });
 }
 
 Status StateStore::Decide(const std::string& id, const std::vector<NodeGpus>& placement, Time now) {
   if (placement.empty()) return InvalidArgument("job '" + id + "': an empty placement");
-  return impl_->Transition(id, {JobPhase::kPending}, "decide", [&](const JobRecord&) -> Status {
+  return impl_->Transition(id, {JobPhase::kPending}, "decide", [&](JobRecord& j) -> Status {
     const std::string p = PlacementJson(placement);
     GANTRY_RETURN_IF_ERROR(impl_->Update(
         "UPDATE jobs SET phase = ?, placement = ?, decided = ? WHERE id = ?", "decide",
         [&](Stmt& s) {
           s.Bind(1, static_cast<int64_t>(JobPhase::kStarting)).Bind(2, p).Bind(3, now).Bind(4, id);
         }));
-    return impl_->InsertEvent(now, id, "decide", p);
+    GANTRY_RETURN_IF_ERROR(impl_->InsertEvent(now, id, "decide", p));
+    j.phase = JobPhase::kStarting;
+    j.placement = placement;
+    j.decided = now;
+    return Status();
   });
 }
 
 Status StateStore::Started(const std::string& id, Time now,
                            const std::vector<NodeGpus>& placement) {
   return impl_->Transition(
-      id, {JobPhase::kStarting, JobPhase::kRunning}, "start", [&](const JobRecord& j) -> Status {
+      id, {JobPhase::kStarting, JobPhase::kRunning}, "start", [&](JobRecord& j) -> Status {
         if (j.phase == JobPhase::kRunning && (placement.empty() || placement == j.placement)) {
           return Status();
         }
-        const std::string p = PlacementJson(placement.empty() ? j.placement : placement);
+        const std::vector<NodeGpus> where = placement.empty() ? j.placement : placement;
+        const std::string p = PlacementJson(where);
+        const Time started = j.phase == JobPhase::kRunning ? j.started : now;
         GANTRY_RETURN_IF_ERROR(
             impl_->Update("UPDATE jobs SET phase = ?, placement = ?, started = ? WHERE id = ?",
                           "start", [&](Stmt& s) {
                             s.Bind(1, static_cast<int64_t>(JobPhase::kRunning))
                                 .Bind(2, p)
-                                .Bind(3, j.phase == JobPhase::kRunning ? j.started : now)
+                                .Bind(3, started)
                                 .Bind(4, id);
                           }));
-        return impl_->InsertEvent(now, id, "start", p);
+        GANTRY_RETURN_IF_ERROR(impl_->InsertEvent(now, id, "start", p));
+        j.phase = JobPhase::kRunning;
+        j.placement = where;
+        j.started = started;
+        return Status();
       });
 }
 
 Status StateStore::Requeue(const std::string& id, Time now, const std::string& why) {
   return impl_->Transition(
-      id, {JobPhase::kStarting, JobPhase::kRunning}, "requeue", [&](const JobRecord&) -> Status {
+      id, {JobPhase::kStarting, JobPhase::kRunning}, "requeue", [&](JobRecord& j) -> Status {
         GANTRY_RETURN_IF_ERROR(impl_->Update(
             "UPDATE jobs SET phase = ?, placement = '[]', decided = -1, started = -1, "
             "requeues = requeues + 1 WHERE id = ?",
             "requeue",
             [&](Stmt& s) { s.Bind(1, static_cast<int64_t>(JobPhase::kPending)).Bind(2, id); }));
-        return impl_->InsertEvent(now, id, "requeue", why);
+        GANTRY_RETURN_IF_ERROR(impl_->InsertEvent(now, id, "requeue", why));
+        j.phase = JobPhase::kPending;
+        j.placement.clear();
+        j.decided = j.started = -1;
+        ++j.requeues;
+        return Status();
       });
 }
 
 Status StateStore::Finish(const std::string& id, Time now, const std::string& reason) {
   return impl_->Transition(
       id, {JobPhase::kPending, JobPhase::kStarting, JobPhase::kRunning}, "finish",
-      [&](const JobRecord&) -> Status {
+      [&](JobRecord& j) -> Status {
         GANTRY_RETURN_IF_ERROR(
             impl_->Update("UPDATE jobs SET phase = ?, ended = ?, end_reason = ? WHERE id = ?",
                           "finish", [&](Stmt& s) {
@@ -428,7 +511,11 @@ Status StateStore::Finish(const std::string& id, Time now, const std::string& re
                                 .Bind(3, reason)
                                 .Bind(4, id);
                           }));
-        return impl_->InsertEvent(now, id, "finish", reason);
+        GANTRY_RETURN_IF_ERROR(impl_->InsertEvent(now, id, "finish", reason));
+        j.phase = JobPhase::kDone;
+        j.ended = now;
+        j.end_reason = reason;
+        return Status();
       });
 }
 
@@ -439,30 +526,33 @@ Status StateStore::LogEvent(Time now, const std::string& job, const std::string&
                             [&] { return impl_->InsertEvent(now, job, kind, detail); });
 }
 
+Status StateStore::Batch(const std::function<Status()>& fn) {
+  return impl_->Transaction("batch", fn);
+}
+
 Result<JobRecord> StateStore::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
-  return impl_->GetLocked(id);
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
+  return impl_->Lookup(id);
 }
 
 Result<std::vector<JobRecord>> StateStore::ActiveJobs() const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
-  Stmt s(impl_->db_,
-         (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE phase < ? ORDER BY submit, id")
-             .c_str());
-  GANTRY_RETURN_IF_ERROR(s.ok("state store: list jobs"));
-  s.Bind(1, static_cast<int64_t>(JobPhase::kDone));
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
   std::vector<JobRecord> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    GANTRY_ASSIGN_OR_RETURN(JobRecord j, RowToJob(s));
-    out.push_back(std::move(j));
+  out.reserve(impl_->active_.size() + impl_->staged_.size());
+  for (const auto& [id, j] : impl_->active_) {
+    if (impl_->staged_.count(id) == 0) out.push_back(j);
   }
-  if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: list jobs");
+  for (const auto& [id, j] : impl_->staged_) {
+    if (j.phase != JobPhase::kDone) out.push_back(j);
+  }
+  std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) {
+    return a.submit != b.submit ? a.submit < b.submit : a.id < b.id;
+  });
   return out;
 }
 
 Result<std::vector<StoreEvent>> StateStore::Events(int64_t after_seq, int limit) const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
   Stmt s(impl_->db_,
          "SELECT seq, time, job, kind, detail FROM events WHERE seq > ? ORDER BY seq LIMIT ?");
   GANTRY_RETURN_IF_ERROR(s.ok("state store: read events"));
@@ -477,7 +567,7 @@ Result<std::vector<StoreEvent>> StateStore::Events(int64_t after_seq, int limit)
 }
 
 Result<std::vector<int64_t>> StateStore::CountByPhase() const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
   Stmt s(impl_->db_, "SELECT phase, COUNT(*) FROM jobs GROUP BY phase");
   GANTRY_RETURN_IF_ERROR(s.ok("state store: count jobs"));
   std::vector<int64_t> out(static_cast<size_t>(JobPhase::kDone) + 1, 0);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,7 +105,14 @@ class StateStore {
   Status LogEvent(Time now, const std::string& job, const std::string& kind,
                   const std::string& detail);
 
-  // NotFound for an unknown id.
+  // Runs `fn`, whose writes (the calls above) become one transaction: one fsync for all of
+  // them, none durable until Batch returns OK. A write that fails inside undoes only itself
+  // (fn sees its error and may go on); fn's own error rolls every write back. Reads inside see
+  // the batch's writes; other threads' calls wait until it ends. Used by the control loop to
+  // record a cycle's observations, and its decisions, at the cost of one commit each.
+  Status Batch(const std::function<Status()>& fn);
+
+  // NotFound for an unknown id. Jobs not yet done are answered from memory.
   Result<JobRecord> Get(const std::string& id) const;
   // Every job not yet done, by submit time then id.
   Result<std::vector<JobRecord>> ActiveJobs() const;
