@@ -16,6 +16,10 @@ workers and resumes mid-epoch in constant time (docs/data.md).
 A sample is a dict: "__key__" and one entry per field (WebDataset) or column (MDS), decoded by
 its extension or MDS encoding (see decode_field) unless decode=False; then `transform`, if
 given, is applied to it.
+
+Shards go through a node-local cache when one is configured (cache_dir, or the environment's
+GANTRY_DATA_CACHE_DIR; its budget cache_bytes or GANTRY_DATA_CACHE_BYTES): fetched once per node
+and shared by every process on it. stats() reports what the loader did (docs/data.md).
 """
 
 import io
@@ -118,6 +122,29 @@ def _env_int(name, default):
         raise InvalidArgumentError(f"{name}={value!r} is not an integer") from None
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _parse_bytes(name, value):
+    """An int, or a string of digits with an optional K/M/G/T (binary) suffix ("64G", "512MiB")."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"{name}={value!r} is negative")
+        return value
+    text = str(value).strip().lower()
+    for tail in ("ib", "b"):
+        if text.endswith(tail) and text[:-len(tail)][-1:] in "kmgt":
+            text = text[:-len(tail)]
+            break
+    unit = text[-1:] if text[-1:] in "kmgt" else ""
+    digits = text[:-1] if unit else text
+    if not digits.isdigit():
+        raise InvalidArgumentError(f"{name}={value!r} is not a byte size (e.g. 64G)")
+    return int(digits) * _UNITS[unit]
+
+
 def _rank_and_world():
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -137,11 +164,21 @@ class StreamingDataset(_Base):
     WORLD_SIZE environment variables, else 0 and 1. `window` is samples per shuffle window (the
     shards covering one window are held in memory); shuffle=False reads the dataset's own order.
     `shard_samples` (WebDataset) skips counting every shard's samples at open.
+
+    cache_dir: a node-local directory where shards are cached, shared by every process on the
+    node (default: $GANTRY_DATA_CACHE_DIR; none when unset). cache_bytes: its budget, an int or
+    "64G" (default: $GANTRY_DATA_CACHE_BYTES; 0 is no limit); shards in a reader's window are
+    pinned and the rest evicted least recently used first. fallback_urls: more places holding the
+    same shards (a peer's agent, the durable tier), tried in order when a shard is missing or
+    damaged at `url`. read_ahead: most shards fetched ahead of the reader (0: none); the depth
+    in use follows measured throughput. job: the metrics' job label (default: $GANTRY_JOB_ID,
+    else $SLURM_JOB_ID).
     """
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
-                 shard_samples=None):
+                 shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
+                 read_ahead=4, job=None):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -158,6 +195,19 @@ class StreamingDataset(_Base):
         self.decode = decode
         self.transform = transform
         self.verify_hashes = verify_hashes
+        if cache_dir is None:
+            cache_dir = os.environ.get("GANTRY_DATA_CACHE_DIR") or None
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        if cache_bytes is None:
+            cache_bytes = os.environ.get("GANTRY_DATA_CACHE_BYTES")
+            self.cache_bytes = _parse_bytes("GANTRY_DATA_CACHE_BYTES", cache_bytes)
+        else:
+            self.cache_bytes = _parse_bytes("cache_bytes", cache_bytes)
+        self.fallback_urls = list(fallback_urls or [])
+        if int(read_ahead) < 0:
+            raise InvalidArgumentError("read_ahead must be at least 0")
+        self.read_ahead = int(read_ahead)
+        self.job = job
         source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
                                     verify_hashes=verify_hashes)
         self.format = source.format
@@ -195,14 +245,16 @@ class StreamingDataset(_Base):
         else:
             self._yielded_here = 0
         source = _gantry.DataSource(self.url, wds_shard_samples=self._wds_counts(),
-                                    verify_hashes=self.verify_hashes)
+                                    verify_hashes=self.verify_hashes, cache_dir=self.cache_dir,
+                                    cache_bytes=self.cache_bytes,
+                                    fallback_urls=self.fallback_urls, job=self.job)
         if list(source.shard_samples) != self.shard_samples:
             raise DataLossError(f"{self.url}: the dataset changed since it was opened "
                                 f"({sum(source.shard_samples)} samples, not {self.num_samples})")
         reader = _gantry.DataReader(
             source, seed=self.seed, shuffle=self.shuffle, window=self.window, epoch=self._epoch,
             world=self.world_size, rank=self.rank, workers=workers, worker=worker,
-            batch=self.batch_size, start=self._start)
+            batch=self.batch_size, start=self._start, read_ahead=self.read_ahead)
         for position, key, fields in reader:
             sample = {"__key__": key}
             for name, encoding, data in fields:
@@ -212,6 +264,20 @@ class StreamingDataset(_Base):
             if info is None:
                 self._yielded_here += 1
             yield sample
+
+    def stats(self):
+        """What the loader did for this dataset and job in this process, a dict.
+
+        bytes_cache, bytes_peer, bytes_durable (and shards_*): stored shard bytes by where they
+        came from; cache_hit_ratio: bytes_cache over all of them; stall_seconds: time the
+        consumer waited for data; samples and samples_per_second (over active_seconds, the time
+        iterations were running); cache_damaged, source_damaged (copies whose checksum, hash or
+        size failed and were fetched again elsewhere), uncached, evictions, read_ahead_depth.
+        The same numbers are in the process's Prometheus registry (gantry_data_*). With
+        DataLoader workers, each worker process counts its own: call stats() in a worker (e.g.
+        from worker_init_fn or a transform) to see them.
+        """
+        return _gantry.data_stats(self.url, self.job)
 
     def _wds_counts(self):
         return self.shard_samples if self.format == "webdataset" else None

@@ -553,6 +553,8 @@ SampleIterator::SampleIterator(SampleIterator&&) noexcept = default;
 SampleIterator& SampleIterator::operator=(SampleIterator&&) noexcept = default;
 SampleIterator::~SampleIterator() = default;
 
+void SampleIterator::StopReadAhead() { ahead_.reset(); }
+
 Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOrder& order,
                                               const Slot& slot, uint64_t start,
                                               const ReadAheadOptions& read_ahead) {

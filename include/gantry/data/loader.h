@@ -146,6 +146,10 @@ class SampleIterator {
   // Next may be called again (the shard is fetched again).
   Result<bool> Next(Sample& out);
 
+  // Stops the read-ahead and waits for its fetches in flight (what the destructor does); Next
+  // then fetches each shard when it needs it.
+  void StopReadAhead();
+
   uint64_t remaining() const { return positions_.size() - next_; }
   uint64_t shards_read() const { return shards_read_; }  // fetches, over the iterator's life
   size_t shards_held() const { return held_.size(); }
