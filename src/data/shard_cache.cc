@@ -129,11 +129,14 @@ std::vector<CachedFile> ListCached(const std::string& root) {
 }  // namespace
 
 Result<std::unique_ptr<ShardCache>> ShardCache::Open(const ShardCacheOptions& options,
-                                                     std::string_view dataset_url) {
+                                                     std::string_view dataset_url,
+                                                     std::string_view fingerprint) {
   if (options.dir.empty()) return InvalidArgument("shard cache: no directory given");
+  std::string identity(dataset_url);
+  if (!fingerprint.empty()) identity += std::string("\n") + std::string(fingerprint);
   char id[17];
   std::snprintf(id, sizeof(id), "%016llx",
-                static_cast<unsigned long long>(XXH64(dataset_url.data(), dataset_url.size(), 0)));
+                static_cast<unsigned long long>(XXH64(identity.data(), identity.size(), 0)));
   std::string root = options.dir;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   const std::string dir = root + "/" + id;

@@ -46,7 +46,7 @@ std::unique_ptr<ObjectStore> Dir(const std::string& path) {
 
 // An MDS dataset of `shards` shards of `per_shard` samples ("k<i>" -> 2000 bytes each), with
 // xxh64 digests in its index.
-void WriteMds(const std::string& path, int shards, int per_shard) {
+void WriteMds(const std::string& path, int shards, int per_shard, int salt = 0) {
   auto store = Dir(path);
   MdsWriterOptions o;
   o.columns = {{"__key__", "str"}, {"v", "bytes"}};
@@ -59,7 +59,8 @@ void WriteMds(const std::string& path, int shards, int per_shard) {
   for (int i = 0; i < shards * per_shard; ++i) {
     const std::string key = "k" + std::to_string(i);
     ASSERT_TRUE(
-        (*w)->Write({{"__key__", key}, {"v", std::string(2000, static_cast<char>(i))}}).ok());
+        (*w)->Write({{"__key__", key}, {"v", std::string(2000, static_cast<char>(i + salt))}})
+            .ok());
   }
   ASSERT_TRUE((*w)->Finish().ok());
   ASSERT_EQ((*w)->index().shards.size(), static_cast<size_t>(shards));
@@ -447,6 +448,36 @@ TEST(LoaderCache, MissingShardIsNotFoundNamingIt) {
   EXPECT_EQ(last.code(), StatusCode::kNotFound);
   EXPECT_NE(last.message().find(victim), std::string::npos) << last.ToString();
   EXPECT_NE(last.message().find(mirror), std::string::npos) << last.ToString();
+}
+
+// A dataset rewritten in place (same URL, same shard names and sizes, other bytes) is read
+// anew, never served from the old version's cached copies.
+TEST(LoaderCache, DatasetRewrittenInPlaceIsNotServedStale) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", cache = tmp.path() + "/cache";
+  WriteMds(data, 3, 4);
+  MetricsRegistry registry;
+  const std::string url = "file://" + data;
+  ASSERT_TRUE(ReadEpoch(url, Options(registry, cache)).status.ok());
+  fs::remove_all(data);
+  WriteMds(data, 3, 4, /*salt=*/7);
+  auto d = LocateDataset(url, {});
+  ASSERT_TRUE(d.ok());
+  auto source = OpenShardSource(std::move(*d), Options(registry, cache));
+  ASSERT_TRUE(source.ok());
+  auto order = EpochOrder::Create((*source)->shard_samples(), {.shuffle = false}, 0);
+  auto it = SampleIterator::Create(**source, *order, {}, 0);
+  ASSERT_TRUE(it.ok());
+  Sample s;
+  for (int i = 0; i < 12; ++i) {
+    auto more = it->Next(s);
+    ASSERT_TRUE(more.ok() && *more);
+    const SampleField* v = s.Find("v");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->bytes[0], static_cast<char>(i + 7)) << s.key;
+  }
+  EXPECT_EQ(StatsOf(registry, url).shards_durable, 6u);  // both versions fetched once each
+  EXPECT_EQ(StatsOf(registry, url).shards_cache, 0u);
 }
 
 // Read-ahead fetches the next shards before the consumer needs them; without it, nothing is

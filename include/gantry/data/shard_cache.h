@@ -5,7 +5,8 @@
 //
 // Layout (docs/data.md "Node-local shard cache"):
 //   DIR/.evict-lock        flock(2): one eviction-and-publish at a time on the node
-//   DIR/ID/URL             the dataset's URL, for people (ID: xxh64 of the URL, 16 hex digits)
+//   DIR/ID/URL             the dataset's URL, for people (ID: 16 hex digits of the xxh64 of
+//                          the URL and the version's fingerprint)
 //   DIR/ID/.fetch-lock     byte i write-locked while shard i is being fetched
 //   DIR/ID/.pin-lock       byte i read-locked while shard i is in some reader's window
 //   DIR/ID/I.NAME          shard I's stored bytes, then a 16-byte trailer (xxh3-64, magic)
@@ -56,9 +57,12 @@ struct ShardCacheCounters {
 class ShardCache {
  public:
   // Opens (creating) the directory and this dataset's folder in it, and removes temporary
-  // files older than an hour (left by a process that died mid-write).
+  // files older than an hour (left by a process that died mid-write). `fingerprint` names the
+  // dataset's version (the loader passes its shards' names, sizes and hashes): a dataset
+  // rewritten under the same URL gets another folder, and LRU eviction retires the old one.
   static Result<std::unique_ptr<ShardCache>> Open(const ShardCacheOptions& options,
-                                                  std::string_view dataset_url);
+                                                  std::string_view dataset_url,
+                                                  std::string_view fingerprint = {});
   ~ShardCache();
   ShardCache(const ShardCache&) = delete;
   ShardCache& operator=(const ShardCache&) = delete;
