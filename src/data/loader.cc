@@ -433,6 +433,13 @@ const SampleField* Sample::Find(std::string_view name) const {
   return nullptr;
 }
 
+uint32_t ReadAheadDepth(double fetch_seconds, double consume_seconds, uint32_t max_shards) {
+  const double ratio = std::max(fetch_seconds, 0.0) / std::max(consume_seconds, 1e-9);
+  const double want = std::ceil(std::min(ratio, 1e6)) + 1;
+  return static_cast<uint32_t>(
+      std::clamp<double>(want, 1, static_cast<double>(std::max<uint32_t>(1, max_shards))));
+}
+
 // The read-ahead: plans the shards its slot needs next, in the order it first needs them
 // (scanning the slot's positions forward, each once per epoch), and fetches them on its own
 // threads, up to the depth ReadAheadOptions' rule gives.
@@ -518,10 +525,7 @@ class SampleIterator::ReadAhead {
 
   void Resize() {
     if (fetch_s_ < 0 || consume_s_ < 0) return;
-    const double ratio = fetch_s_ / std::max(consume_s_, 1e-9);
-    const double want = std::ceil(std::min(ratio, 1e6)) + 1;
-    depth_ = static_cast<uint32_t>(std::clamp<double>(
-        want, 1, static_cast<double>(std::max<uint32_t>(1, options_.max_shards))));
+    depth_ = ReadAheadDepth(fetch_s_, consume_s_, options_.max_shards);
   }
 
   void Work() {

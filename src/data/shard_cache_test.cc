@@ -520,6 +520,78 @@ TEST(LoaderCache, ReadAheadFetchesTheNextShards) {
   }
 }
 
+TEST(ReadAhead, DepthFollowsTheRule) {
+  EXPECT_EQ(ReadAheadDepth(0.0, 1.0, 4), 1u);  // free fetches: the shard in use only
+  EXPECT_EQ(ReadAheadDepth(0.1, 1.0, 4), 2u);  // a tenth of a shard's time: one ahead
+  EXPECT_EQ(ReadAheadDepth(1.0, 1.0, 4), 2u);
+  EXPECT_EQ(ReadAheadDepth(2.5, 1.0, 8), 4u);   // ceil(2.5) + 1
+  EXPECT_EQ(ReadAheadDepth(30.0, 1.0, 8), 8u);  // capped
+  EXPECT_EQ(ReadAheadDepth(1.0, 0.0, 3), 3u);   // an instant consumer: as deep as allowed
+  EXPECT_EQ(ReadAheadDepth(1.0, 1.0, 0), 1u);
+}
+
+// A store whose reads take a while: the loader measures it and reads ahead as deep as allowed.
+class SlowStore final : public ObjectStore {
+ public:
+  SlowStore(std::unique_ptr<ObjectStore> inner, int delay_ms)
+      : inner_(std::move(inner)), delay_ms_(delay_ms) {}
+  std::string_view backend() const override { return "slow"; }
+  std::string url() const override { return inner_->url(); }
+  bool SupportsCreateIfAbsent() const override { return false; }
+  Status Put(std::string_view, std::string_view, const PutOptions&) override {
+    return Unimplemented("read-only");
+  }
+  Result<std::string> Get(std::string_view key) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    return inner_->Get(key);
+  }
+  Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) override {
+    return inner_->GetRange(key, offset, length);
+  }
+  Result<ObjectInfo> Head(std::string_view key) override { return inner_->Head(key); }
+  Result<ListPage> List(std::string_view prefix, std::string_view token, int max_keys) override {
+    return inner_->List(prefix, token, max_keys);
+  }
+  Status Delete(std::string_view) override { return Unimplemented("read-only"); }
+
+ private:
+  std::unique_ptr<ObjectStore> inner_;
+  int delay_ms_;
+};
+
+TEST(ReadAhead, DepthGrowsForASlowStoreAndStaysSmallForASlowConsumer) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteMds(data, 8, 5);
+  for (bool slow_store : {true, false}) {
+    SCOPED_TRACE(slow_store ? "slow store" : "slow consumer");
+    MetricsRegistry registry;
+    auto d = LocateDataset("file://" + data, {});
+    ASSERT_TRUE(d.ok());
+    if (slow_store) d->store = std::make_unique<SlowStore>(std::move(d->store), 60);
+    auto source = OpenShardSource(std::move(*d), Options(registry, ""));
+    ASSERT_TRUE(source.ok());
+    auto order = EpochOrder::Create((*source)->shard_samples(), {.shuffle = false}, 0);
+    auto it = SampleIterator::Create(**source, *order, {}, 0, {4, 4});
+    ASSERT_TRUE(it.ok());
+    Sample s;
+    int n = 0;
+    while (*it->Next(s)) {
+      ++n;
+      if (!slow_store) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    EXPECT_EQ(n, 40);
+    const DataStats st = StatsOf(registry, "file://" + data);
+    // 60 ms a fetch against microseconds of consuming: capped at 4. 150 ms of consuming per
+    // shard against about a millisecond of fetching: one ahead.
+    EXPECT_EQ(st.read_ahead_depth, slow_store ? 4u : 2u);
+    if (!slow_store) {
+      // Only the first shard was waited for (it cannot be read ahead of the first sample).
+      EXPECT_LT(st.stall_seconds, 0.5 * st.active_seconds);
+    }
+  }
+}
+
 // Metrics on a small deterministic run: exact bytes and shards by source, hit ratio and
 // samples, in the registry's Prometheus text and in the snapshot.
 TEST(LoaderCache, MetricsOfASmallRun) {

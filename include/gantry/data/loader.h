@@ -127,6 +127,8 @@ struct ReadAheadOptions {
   uint32_t max_shards = 4;  // 0: no read-ahead, each shard is fetched when first needed
   uint32_t threads = 2;     // fetches in flight at once (at most max_shards)
 };
+// The rule above: the depth for the measured averages (seconds per shard), at least 1.
+uint32_t ReadAheadDepth(double fetch_seconds, double consume_seconds, uint32_t max_shards);
 
 // One reader's samples of one epoch: the positions SlotPositions gives `slot` from `start`,
 // each read from the shard EpochOrder names.
