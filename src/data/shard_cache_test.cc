@@ -521,8 +521,8 @@ TEST(LoaderCache, ReadAheadFetchesTheNextShards) {
 }
 
 TEST(ReadAhead, DepthFollowsTheRule) {
-  EXPECT_EQ(ReadAheadDepth(0.0, 1.0, 4), 1u);  // free fetches: the shard in use only
-  EXPECT_EQ(ReadAheadDepth(0.1, 1.0, 4), 2u);  // a tenth of a shard's time: one ahead
+  EXPECT_EQ(ReadAheadDepth(0.0, 1.0, 4), 1u);  // free fetches: one shard ahead
+  EXPECT_EQ(ReadAheadDepth(0.1, 1.0, 4), 2u);  // ceil(0.1) + 1: one in flight, one spare
   EXPECT_EQ(ReadAheadDepth(1.0, 1.0, 4), 2u);
   EXPECT_EQ(ReadAheadDepth(2.5, 1.0, 8), 4u);   // ceil(2.5) + 1
   EXPECT_EQ(ReadAheadDepth(30.0, 1.0, 8), 8u);  // capped
@@ -583,7 +583,7 @@ TEST(ReadAhead, DepthGrowsForASlowStoreAndStaysSmallForASlowConsumer) {
     EXPECT_EQ(n, 40);
     const DataStats st = StatsOf(registry, "file://" + data);
     // 60 ms a fetch against microseconds of consuming: capped at 4. 150 ms of consuming per
-    // shard against about a millisecond of fetching: one ahead.
+    // shard against about a millisecond of fetching: ceil(ratio < 1) + 1 = 2.
     EXPECT_EQ(st.read_ahead_depth, slow_store ? 4u : 2u);
     if (!slow_store) {
       // Only the first shard was waited for (it cannot be read ahead of the first sample).
