@@ -5,6 +5,8 @@ missing source shard failing loudly by name (or served from a fallback source), 
 import multiprocessing
 import os
 import shutil
+import subprocess
+import time
 import unittest
 
 from util import SOURCE_DIR, TempDirTestCase
@@ -135,6 +137,44 @@ class SharedCacheTest(TempDirTestCase):
                               decode=False, fallback_urls=[mirror])
         self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
         self.assertEqual(ds.stats()["source_damaged"], 2)  # once failing, once before the mirror
+
+    def test_peer_then_durable_fallbacks(self):
+        """A damaged shard comes from a peer's gantry-agent; one the peer lacks, from the next
+        source (the durable copy); bytes are counted by where they came from."""
+        agent = os.path.join(os.path.dirname(os.path.dirname(gdata._gantry.__file__)),
+                             "apps", "gantry-agent", "gantry-agent")
+        if not os.access(agent, os.X_OK):
+            self.skipTest(f"{agent} is not built")
+        peer_root, durable = self.path("peer"), self.path("durable")
+        shutil.copytree(self.data, durable)
+        os.makedirs(peer_root)
+        shutil.copy(os.path.join(self.data, "shard.00003.mds"), peer_root)  # the peer has one
+        flip_byte(os.path.join(self.data, "shard.00003.mds"), 500)
+        flip_byte(os.path.join(self.data, "shard.00006.mds"), 500)
+        port_file = self.path("agent-port")
+        proc = subprocess.Popen([agent, "--root", peer_root, "--listen", "127.0.0.1:0",
+                                 "--port-file", port_file, "--allow-unauthenticated"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(500):
+                if os.path.exists(port_file):
+                    break
+                time.sleep(0.01)
+            with open(port_file) as f:
+                peer = f"http://127.0.0.1:{f.read().strip()}"
+            ds = StreamingDataset(self.data, job="peer", decode=False,
+                                  fallback_urls=[peer, durable])
+            self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        size = lambda f: os.path.getsize(os.path.join(durable, f))
+        stats = ds.stats()
+        self.assertEqual(stats["source_damaged"], 2)
+        self.assertEqual(stats["shards_peer"], 1)
+        self.assertEqual(stats["bytes_peer"], size("shard.00003.mds"))
+        self.assertEqual(stats["shards_durable"], len(self.shards) - 1)
+        self.assertEqual(stats["bytes_durable"], self.dataset_bytes - size("shard.00003.mds"))
 
     def test_missing_shard_is_not_found_naming_it(self):
         ds = StreamingDataset(self.data, decode=False, shuffle=False, job="missing")
