@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -224,6 +225,7 @@ TEST(ShardCache, PinInAnotherProcessIsHonoured) {
   int to_child[2], to_parent[2];
   ASSERT_EQ(pipe(to_child), 0);
   ASSERT_EQ(pipe(to_parent), 0);
+  std::fflush(nullptr);  // nothing buffered is written twice, by a child too
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -271,6 +273,7 @@ TEST(LoaderCache, ProcessesShareOneCachedCopy) {
   ASSERT_EQ(pipe(go), 0);
   std::vector<pid_t> pids;
   for (int p = 0; p < kProcs; ++p) {
+    std::fflush(nullptr);  // nothing buffered is written twice, by a child too
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
