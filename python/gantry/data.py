@@ -145,6 +145,24 @@ def _parse_bytes(name, value):
     return int(digits) * _UNITS[unit]
 
 
+# The stats() fields DataLoader workers report to the dataset's process through shared memory.
+_SUMMED = ("bytes_cache", "bytes_peer", "bytes_durable", "shards_cache", "shards_peer",
+           "shards_durable", "cache_damaged", "source_damaged", "uncached", "evictions",
+           "samples", "stall_seconds", "active_seconds")
+_WORKER_SLOTS = 256  # DataLoader workers whose stats a rank's stats() gathers
+_REPORT_EVERY = 64   # samples between a worker's reports
+
+
+def _shared_slots():
+    """Zeroed shared memory for the workers' reports (inherited by forked workers, pickled into
+    spawned ones), or None where shared memory is unavailable."""
+    try:
+        import multiprocessing
+        return multiprocessing.RawArray("d", _WORKER_SLOTS * len(_SUMMED))
+    except Exception:  # noqa: BLE001 -- no /dev/shm: stats() then counts this process only
+        return None
+
+
 def _rank_and_world():
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -217,6 +235,8 @@ class StreamingDataset(_Base):
         self._epoch = int(epoch)
         self._start = 0          # the global position this epoch's iteration starts at
         self._yielded_here = None  # samples __iter__ gave out in this process (no workers)
+        self._worker_stats = _shared_slots()
+        self._worker_base = None   # in a worker: (pid, its slot's values, its counters) at start
 
     @property
     def epoch(self):
@@ -255,15 +275,59 @@ class StreamingDataset(_Base):
             source, seed=self.seed, shuffle=self.shuffle, window=self.window, epoch=self._epoch,
             world=self.world_size, rank=self.rank, workers=workers, worker=worker,
             batch=self.batch_size, start=self._start, read_ahead=self.read_ahead)
-        for position, key, fields in reader:
-            sample = {"__key__": key}
-            for name, encoding, data in fields:
-                sample[name] = decode_field(name, encoding, data) if self.decode else data
-            if self.transform is not None:
-                sample = self.transform(sample)
-            if info is None:
-                self._yielded_here += 1
-            yield sample
+        report = self._worker_reporter(info) if info is not None else None
+        n = 0
+        try:
+            for position, key, fields in reader:
+                sample = {"__key__": key}
+                for name, encoding, data in fields:
+                    sample[name] = decode_field(name, encoding, data) if self.decode else data
+                if self.transform is not None:
+                    sample = self.transform(sample)
+                if info is None:
+                    self._yielded_here += 1
+                n += 1
+                if report is not None and n % _REPORT_EVERY == 0:
+                    report()
+                yield sample
+        finally:
+            if report is not None:
+                report()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        shared = state.get("_worker_stats")
+        if shared is not None:
+            # Shared memory travels only into a process being started (a spawned DataLoader
+            # worker); any other pickling (a copy, a checkpoint) leaves it behind.
+            from multiprocessing import context
+            try:
+                context.assert_spawning(shared)
+            except RuntimeError:
+                state["_worker_stats"] = None
+        return state
+
+    def _worker_reporter(self, info):
+        """In a DataLoader worker: a function that writes this worker's counts into its slot of
+        the shared memory, so the dataset's own process can add them up in stats()."""
+        shared = self._worker_stats
+        if shared is None or info.id >= _WORKER_SLOTS:
+            return None
+        k = len(_SUMMED)
+        at = info.id * k
+        if self._worker_base is None or self._worker_base[0] != os.getpid():
+            # First iteration in this process: continue the slot (an earlier epoch's worker wrote
+            # it) and count from here (a forked worker inherits its parent's counters).
+            start = _gantry.data_stats(self.url, self.job)
+            self._worker_base = (os.getpid(), [shared[at + i] for i in range(k)],
+                                 [float(start[f]) for f in _SUMMED])
+        _, slot, own = self._worker_base
+
+        def report():
+            now = _gantry.data_stats(self.url, self.job)
+            for i, f in enumerate(_SUMMED):
+                shared[at + i] = slot[i] + float(now[f]) - own[i]
+        return report
 
     def stats(self):
         """What the loader did for this dataset and job in this process, a dict.
@@ -273,11 +337,32 @@ class StreamingDataset(_Base):
         consumer waited for data; samples and samples_per_second (over active_seconds, the time
         iterations were running); cache_damaged, source_damaged (copies whose checksum, hash or
         size failed and were fetched again elsewhere), uncached, evictions, read_ahead_depth.
-        The same numbers are in the process's Prometheus registry (gantry_data_*). With
-        DataLoader workers, each worker process counts its own: call stats() in a worker (e.g.
-        from worker_init_fn or a transform) to see them.
+        The same numbers are in the process's Prometheus registry (gantry_data_*).
+
+        With DataLoader workers, the workers' counts are added in (they report every 64 samples
+        and at the end of their iteration, through shared memory): stall_seconds and
+        active_seconds are then summed over the processes and samples_per_second is the sum of
+        each process's rate. Called inside a worker, it returns that worker's own counts.
         """
-        return _gantry.data_stats(self.url, self.job)
+        s = _gantry.data_stats(self.url, self.job)
+        shared = self._worker_stats
+        in_worker = torch is not None and torch.utils.data.get_worker_info() is not None
+        if shared is None or in_worker:
+            return s
+        k = len(_SUMMED)
+        values = list(shared)
+        for w in range(_WORKER_SLOTS):
+            slot = values[w * k:(w + 1) * k]
+            if not any(slot):
+                continue
+            for i, f in enumerate(_SUMMED):
+                s[f] += slot[i] if isinstance(s[f], float) else int(slot[i])
+            active = slot[_SUMMED.index("active_seconds")]
+            if active > 0:
+                s["samples_per_second"] += slot[_SUMMED.index("samples")] / active
+        read = s["bytes_cache"] + s["bytes_peer"] + s["bytes_durable"]
+        s["cache_hit_ratio"] = s["bytes_cache"] / read if read else 0.0
+        return s
 
     def _wds_counts(self):
         return self.shard_samples if self.format == "webdataset" else None

@@ -176,6 +176,34 @@ class SharedCacheTest(TempDirTestCase):
         self.assertEqual(stats["shards_durable"], len(self.shards) - 1)
         self.assertEqual(stats["bytes_durable"], self.dataset_bytes - size("shard.00003.mds"))
 
+    def test_stats_gather_dataloader_workers(self):
+        import torch.utils.data
+        for context in ("fork", "spawn"):
+            with self.subTest(context=context):
+                cache = self.path("cache-" + context)
+                ds = StreamingDataset(self.data, cache_dir=cache, job="workers-" + context,
+                                      decode=False, batch_size=4)
+                for epoch in range(2):
+                    ds.set_epoch(epoch)
+                    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                                         collate_fn=list,
+                                                         multiprocessing_context=context)
+                    keys = sorted(s["__key__"] for batch in loader for s in batch)
+                    self.assertEqual(keys, self.keys)
+                    s = ds.stats()
+                    self.assertEqual(s["samples"], (epoch + 1) * len(self.keys))
+                    # Each shard came from the durable tier once on the node, in the first
+                    # epoch; the second read only the cache.
+                    self.assertEqual(s["shards_durable"], len(self.shards))
+                    self.assertEqual(s["bytes_durable"], self.dataset_bytes)
+                self.assertGreater(s["bytes_cache"], 0)
+                self.assertGreater(s["samples_per_second"], 0)
+                self.assertAlmostEqual(
+                    s["cache_hit_ratio"],
+                    s["bytes_cache"] / (s["bytes_cache"] + s["bytes_durable"]))
+                copy = __import__("copy").deepcopy(ds)  # no workers being started: no sharing
+                self.assertIsNone(copy._worker_stats)
+
     def test_missing_shard_is_not_found_naming_it(self):
         ds = StreamingDataset(self.data, decode=False, shuffle=False, job="missing")
         os.remove(os.path.join(self.data, "shard.00004.mds"))
