@@ -16,6 +16,10 @@ workers and resumes mid-epoch in constant time (docs/data.md).
 A sample is a dict: "__key__" and one entry per field (WebDataset) or column (MDS), decoded by
 its extension or MDS encoding (see decode_field) unless decode=False; then `transform`, if
 given, is applied to it.
+
+Shards go through a node-local cache when one is configured (cache_dir, or the environment's
+GANTRY_DATA_CACHE_DIR; its budget cache_bytes or GANTRY_DATA_CACHE_BYTES): fetched once per node
+and shared by every process on it. stats() reports what the loader did (docs/data.md).
 """
 
 import io
@@ -118,6 +122,47 @@ def _env_int(name, default):
         raise InvalidArgumentError(f"{name}={value!r} is not an integer") from None
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _parse_bytes(name, value):
+    """An int, or a string of digits with an optional K/M/G/T (binary) suffix ("64G", "512MiB")."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"{name}={value!r} is negative")
+        return value
+    text = str(value).strip().lower()
+    for tail in ("ib", "b"):
+        if text.endswith(tail) and text[:-len(tail)][-1:] in "kmgt":
+            text = text[:-len(tail)]
+            break
+    unit = text[-1:] if text[-1:] in "kmgt" else ""
+    digits = text[:-1] if unit else text
+    if not digits.isdigit():
+        raise InvalidArgumentError(f"{name}={value!r} is not a byte size (e.g. 64G)")
+    return int(digits) * _UNITS[unit]
+
+
+# The stats() fields DataLoader workers report to the dataset's process through shared memory.
+_SUMMED = ("bytes_cache", "bytes_peer", "bytes_durable", "shards_cache", "shards_peer",
+           "shards_durable", "cache_damaged", "source_damaged", "uncached", "evictions",
+           "samples", "stall_seconds", "active_seconds")
+_WORKER_SLOTS = 256  # DataLoader workers whose stats a rank's stats() gathers
+_REPORT_EVERY = 64   # samples between a worker's reports
+
+
+def _shared_slots():
+    """Zeroed shared memory for the workers' reports (inherited by forked workers, pickled into
+    spawned ones), or None where shared memory is unavailable."""
+    try:
+        import multiprocessing
+        return multiprocessing.RawArray("d", _WORKER_SLOTS * len(_SUMMED))
+    except Exception:  # noqa: BLE001 -- no /dev/shm: stats() then counts this process only
+        return None
+
+
 def _rank_and_world():
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -137,11 +182,21 @@ class StreamingDataset(_Base):
     WORLD_SIZE environment variables, else 0 and 1. `window` is samples per shuffle window (the
     shards covering one window are held in memory); shuffle=False reads the dataset's own order.
     `shard_samples` (WebDataset) skips counting every shard's samples at open.
+
+    cache_dir: a node-local directory where shards are cached, shared by every process on the
+    node (default: $GANTRY_DATA_CACHE_DIR; none when unset). cache_bytes: its budget, an int or
+    "64G" (default: $GANTRY_DATA_CACHE_BYTES; 0 is no limit); shards in a reader's window are
+    pinned and the rest evicted least recently used first. fallback_urls: more places holding the
+    same shards (a peer's agent, the durable tier), tried in order when a shard is missing or
+    damaged at `url`. read_ahead: most shards fetched ahead of the reader (0: none); the depth
+    in use follows measured throughput. job: the metrics' job label (default: $GANTRY_JOB_ID,
+    else $SLURM_JOB_ID).
     """
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
-                 shard_samples=None):
+                 shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
+                 read_ahead=4, job=None):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -158,6 +213,19 @@ class StreamingDataset(_Base):
         self.decode = decode
         self.transform = transform
         self.verify_hashes = verify_hashes
+        if cache_dir is None:
+            cache_dir = os.environ.get("GANTRY_DATA_CACHE_DIR") or None
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        if cache_bytes is None:
+            cache_bytes = os.environ.get("GANTRY_DATA_CACHE_BYTES")
+            self.cache_bytes = _parse_bytes("GANTRY_DATA_CACHE_BYTES", cache_bytes)
+        else:
+            self.cache_bytes = _parse_bytes("cache_bytes", cache_bytes)
+        self.fallback_urls = list(fallback_urls or [])
+        if int(read_ahead) < 0:
+            raise InvalidArgumentError("read_ahead must be at least 0")
+        self.read_ahead = int(read_ahead)
+        self.job = job
         source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
                                     verify_hashes=verify_hashes)
         self.format = source.format
@@ -167,6 +235,8 @@ class StreamingDataset(_Base):
         self._epoch = int(epoch)
         self._start = 0          # the global position this epoch's iteration starts at
         self._yielded_here = None  # samples __iter__ gave out in this process (no workers)
+        self._worker_stats = _shared_slots()
+        self._worker_base = None   # in a worker: (pid, its slot's values, its counters) at start
 
     @property
     def epoch(self):
@@ -195,23 +265,104 @@ class StreamingDataset(_Base):
         else:
             self._yielded_here = 0
         source = _gantry.DataSource(self.url, wds_shard_samples=self._wds_counts(),
-                                    verify_hashes=self.verify_hashes)
+                                    verify_hashes=self.verify_hashes, cache_dir=self.cache_dir,
+                                    cache_bytes=self.cache_bytes,
+                                    fallback_urls=self.fallback_urls, job=self.job)
         if list(source.shard_samples) != self.shard_samples:
             raise DataLossError(f"{self.url}: the dataset changed since it was opened "
                                 f"({sum(source.shard_samples)} samples, not {self.num_samples})")
         reader = _gantry.DataReader(
             source, seed=self.seed, shuffle=self.shuffle, window=self.window, epoch=self._epoch,
             world=self.world_size, rank=self.rank, workers=workers, worker=worker,
-            batch=self.batch_size, start=self._start)
-        for position, key, fields in reader:
-            sample = {"__key__": key}
-            for name, encoding, data in fields:
-                sample[name] = decode_field(name, encoding, data) if self.decode else data
-            if self.transform is not None:
-                sample = self.transform(sample)
-            if info is None:
-                self._yielded_here += 1
-            yield sample
+            batch=self.batch_size, start=self._start, read_ahead=self.read_ahead)
+        report = self._worker_reporter(info) if info is not None else None
+        n = 0
+        try:
+            for position, key, fields in reader:
+                sample = {"__key__": key}
+                for name, encoding, data in fields:
+                    sample[name] = decode_field(name, encoding, data) if self.decode else data
+                if self.transform is not None:
+                    sample = self.transform(sample)
+                if info is None:
+                    self._yielded_here += 1
+                n += 1
+                if report is not None and n % _REPORT_EVERY == 0:
+                    report()
+                yield sample
+        finally:
+            if report is not None:
+                report()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        shared = state.get("_worker_stats")
+        if shared is not None:
+            # Shared memory travels only into a process being started (a spawned DataLoader
+            # worker); any other pickling (a copy, a checkpoint) leaves it behind.
+            from multiprocessing import context
+            try:
+                context.assert_spawning(shared)
+            except RuntimeError:
+                state["_worker_stats"] = None
+        return state
+
+    def _worker_reporter(self, info):
+        """In a DataLoader worker: a function that writes this worker's counts into its slot of
+        the shared memory, so the dataset's own process can add them up in stats()."""
+        shared = self._worker_stats
+        if shared is None or info.id >= _WORKER_SLOTS:
+            return None
+        k = len(_SUMMED)
+        at = info.id * k
+        if self._worker_base is None or self._worker_base[0] != os.getpid():
+            # First iteration in this process: continue the slot (an earlier epoch's worker wrote
+            # it) and count from here (a forked worker inherits its parent's counters).
+            start = _gantry.data_stats(self.url, self.job)
+            self._worker_base = (os.getpid(), [shared[at + i] for i in range(k)],
+                                 [float(start[f]) for f in _SUMMED])
+        _, slot, own = self._worker_base
+
+        def report():
+            now = _gantry.data_stats(self.url, self.job)
+            for i, f in enumerate(_SUMMED):
+                shared[at + i] = slot[i] + float(now[f]) - own[i]
+        return report
+
+    def stats(self):
+        """What the loader did for this dataset and job in this process, a dict.
+
+        bytes_cache, bytes_peer, bytes_durable (and shards_*): stored shard bytes by where they
+        came from; cache_hit_ratio: bytes_cache over all of them; stall_seconds: time the
+        consumer waited for data; samples and samples_per_second (over active_seconds, the time
+        iterations were running); cache_damaged, source_damaged (copies whose checksum, hash or
+        size failed and were fetched again elsewhere), uncached, evictions, read_ahead_depth.
+        The same numbers are in the process's Prometheus registry (gantry_data_*).
+
+        With DataLoader workers, the workers' counts are added in (they report every 64 samples
+        and at the end of their iteration, through shared memory): stall_seconds and
+        active_seconds are then summed over the processes and samples_per_second is the sum of
+        each process's rate. Called inside a worker, it returns that worker's own counts.
+        """
+        s = _gantry.data_stats(self.url, self.job)
+        shared = self._worker_stats
+        in_worker = torch is not None and torch.utils.data.get_worker_info() is not None
+        if shared is None or in_worker:
+            return s
+        k = len(_SUMMED)
+        values = list(shared)
+        for w in range(_WORKER_SLOTS):
+            slot = values[w * k:(w + 1) * k]
+            if not any(slot):
+                continue
+            for i, f in enumerate(_SUMMED):
+                s[f] += slot[i] if isinstance(s[f], float) else int(slot[i])
+            active = slot[_SUMMED.index("active_seconds")]
+            if active > 0:
+                s["samples_per_second"] += slot[_SUMMED.index("samples")] / active
+        read = s["bytes_cache"] + s["bytes_peer"] + s["bytes_durable"]
+        s["cache_hit_ratio"] = s["bytes_cache"] / read if read else 0.0
+        return s
 
     def _wds_counts(self):
         return self.shard_samples if self.format == "webdataset" else None

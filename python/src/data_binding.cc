@@ -1,10 +1,13 @@
 // _gantry's dataset reader: the binding of gantry::data's shard sources and per-reader iterator
 // (include/gantry/data/loader.h) that gantry/data.py builds StreamingDataset on.
 //
-//   source = _gantry.DataSource("s3://bkt/train", wds_shard_samples=None, verify_hashes=False)
+//   source = _gantry.DataSource("s3://bkt/train", wds_shard_samples=None, verify_hashes=False,
+//                               cache_dir=None, cache_bytes=0, fallback_urls=None, job=None)
 //   reader = _gantry.DataReader(source, seed=0, shuffle=True, window=262144, epoch=0,
-//                               world=1, rank=0, workers=0, worker=0, batch=1, start=0)
+//                               world=1, rank=0, workers=0, worker=0, batch=1, start=0,
+//                               read_ahead=4)
 //   for position, key, fields in reader: ...   # fields: [(name, encoding, bytes)]
+//   _gantry.data_stats("s3://bkt/train", job)   # the loader's metrics, a dict
 //
 // The order and the iteration are C++; fetching a shard releases the GIL. Each field's bytes
 // are copied into a Python bytes object (the shard is dropped once its window has passed).
@@ -17,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "gantry/common/metrics.h"
 #include "gantry/data/dataset.h"
 #include "gantry/data/loader.h"
+#include "gantry/data/loader_metrics.h"
 #include "gantry/data/order.h"
 #include "module.h"
 
@@ -44,13 +49,19 @@ struct PySource {
 };
 
 PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>> wds_samples,
-                    bool verify_hashes) {
+                    bool verify_hashes, std::optional<std::string> cache_dir, uint64_t cache_bytes,
+                    std::optional<std::vector<std::string>> fallback_urls,
+                    std::optional<std::string> job) {
   Result<std::unique_ptr<ShardSource>> opened = [&]() -> Result<std::unique_ptr<ShardSource>> {
     py::gil_scoped_release release;
     GANTRY_ASSIGN_OR_RETURN(data::DatasetLocation d, data::LocateDataset(url, {}));
     data::ShardSourceOptions options;
     options.verify_hashes = verify_hashes;
     if (wds_samples) options.wds_shard_samples = *wds_samples;
+    if (cache_dir) options.cache.dir = *cache_dir;
+    options.cache.capacity_bytes = cache_bytes;
+    if (fallback_urls) options.fallback_urls = *fallback_urls;
+    if (job) options.job = *job;
     return data::OpenShardSource(std::move(d), options);
   }();
   return PySource{std::shared_ptr<ShardSource>(Unwrap(std::move(opened))), url};
@@ -59,10 +70,18 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
 class PyReader {
  public:
   PyReader(const PySource& source, const OrderOptions& options, uint64_t epoch,
-           const data::Slot& slot, uint64_t start)
+           const data::Slot& slot, uint64_t start, uint32_t read_ahead)
       : source_(source.source),
         order_(Unwrap(EpochOrder::Create(source_->shard_samples(), options, epoch))),
-        it_(Unwrap(SampleIterator::Create(*source_, order_, slot, start))) {}
+        it_(Unwrap(SampleIterator::Create(
+            *source_, order_, slot, start,
+            data::ReadAheadOptions{read_ahead, std::min<uint32_t>(read_ahead, 2)}))) {}
+  // The read-ahead's threads are joined without the GIL: a fetch in flight may take a while,
+  // and it never needs the GIL itself.
+  ~PyReader() {
+    py::gil_scoped_release release;
+    it_.StopReadAhead();
+  }
 
   uint64_t remaining() const { return it_.remaining(); }
   uint64_t shards_read() const { return it_.shards_read(); }
@@ -100,7 +119,9 @@ void DefineDataModule(py::module_& m) {
   py::class_<PySource>(m, "DataSource",
                        "A dataset's shards (MDS or WebDataset) at a store URL, for DataReader")
       .def(py::init(&OpenSource), py::arg("url"), py::arg("wds_shard_samples") = py::none(),
-           py::arg("verify_hashes") = false)
+           py::arg("verify_hashes") = false, py::arg("cache_dir") = py::none(),
+           py::arg("cache_bytes") = 0, py::arg("fallback_urls") = py::none(),
+           py::arg("job") = py::none())
       .def_readonly("url", &PySource::url)
       .def_property_readonly(
           "format", [](const PySource& s) { return data::DatasetFormatName(s.source->format()); })
@@ -115,19 +136,50 @@ void DefineDataModule(py::module_& m) {
                        "One reader's samples of one epoch, in the global order (docs/data.md)")
       .def(py::init([](const PySource& source, uint64_t seed, bool shuffle, uint64_t window,
                        uint64_t epoch, uint32_t world, uint32_t rank, uint32_t workers,
-                       uint32_t worker, uint64_t batch, uint64_t start) {
+                       uint32_t worker, uint64_t batch, uint64_t start, uint32_t read_ahead) {
              return std::make_unique<PyReader>(source, OrderOptions{seed, shuffle, window}, epoch,
                                                data::Slot{world, rank, workers, worker, batch},
-                                               start);
+                                               start, read_ahead);
            }),
            py::arg("source"), py::kw_only(), py::arg("seed") = 0, py::arg("shuffle") = true,
            py::arg("window") = uint64_t{1} << 18, py::arg("epoch") = 0, py::arg("world") = 1,
            py::arg("rank") = 0, py::arg("workers") = 0, py::arg("worker") = 0, py::arg("batch") = 1,
-           py::arg("start") = 0)
+           py::arg("start") = 0, py::arg("read_ahead") = 4)
       .def_property_readonly("remaining", &PyReader::remaining)
       .def_property_readonly("shards_read", &PyReader::shards_read)
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })
       .def("__next__", &PyReader::Next);
+
+  m.def(
+      "data_stats",
+      [](const std::string& url, std::optional<std::string> job) {
+        const data::DataStats s = data::LoaderMetrics::For(MetricsRegistry::Default(), url,
+                                                           job ? *job : data::DefaultJobId())
+                                      ->Snapshot();
+        py::dict d;
+        d["bytes_cache"] = s.bytes_cache;
+        d["bytes_peer"] = s.bytes_peer;
+        d["bytes_durable"] = s.bytes_durable;
+        d["shards_cache"] = s.shards_cache;
+        d["shards_peer"] = s.shards_peer;
+        d["shards_durable"] = s.shards_durable;
+        d["cache_hit_ratio"] = s.hit_ratio;
+        d["cache_damaged"] = s.cache_damaged;
+        d["source_damaged"] = s.source_damaged;
+        d["uncached"] = s.uncached;
+        d["evictions"] = s.evictions;
+        d["samples"] = s.samples;
+        d["stall_seconds"] = s.stall_seconds;
+        d["active_seconds"] = s.active_seconds;
+        d["samples_per_second"] = s.samples_per_second;
+        d["read_ahead_depth"] = s.read_ahead_depth;
+        return d;
+      },
+      py::arg("url"), py::arg("job") = py::none(),
+      "The loader's metrics for (dataset URL, job) in this process (docs/data.md)");
+  m.def(
+      "metrics_text", [] { return MetricsRegistry::Default().PrometheusText(); },
+      "This process's metrics registry in the Prometheus text format");
 
   m.def(
       "slot_samples",

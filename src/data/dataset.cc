@@ -90,6 +90,9 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
     GANTRY_ASSIGN_OR_RETURN(d.store, OpenObjectStore(parts.first, o));
     d.format = DatasetFormat::kWebDataset;
     d.wds_shards.push_back(parts.second);
+    Result<ObjectInfo> head = d.store->Head(parts.second);
+    if (!head.ok()) return Status(head.status().code(), url + ": " + head.status().message());
+    d.wds_shard_bytes.push_back(head->size);
     return d;
   }
   GANTRY_ASSIGN_OR_RETURN(d.store, OpenObjectStore(url, o));
@@ -106,7 +109,10 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
     return NotFound(url + ": no dataset here (neither index.json nor .tar shards)");
   }
   d.format = DatasetFormat::kWebDataset;
-  for (ObjectInfo& s : shards) d.wds_shards.push_back(std::move(s.key));
+  for (ObjectInfo& s : shards) {
+    d.wds_shards.push_back(std::move(s.key));
+    d.wds_shard_bytes.push_back(s.size);
+  }
   return d;
 }
 

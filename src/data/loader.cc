@@ -3,16 +3,261 @@
 #include "gantry/data/loader.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "codec.h"
 #include "gantry/data/mds.h"
 
 namespace gantry::data {
 namespace {
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A cache pin that keeps its cache alive: a shard's bytes may outlive the source (a Sample
+// holds them), and the pin is dropped before the cache it points into.
+struct CachePin {
+  std::shared_ptr<ShardCache> cache;
+  ShardCache::Pin pin;
+};
+
+// What a fetched copy of a shard must be: its size and, where the index records any, one hash.
+struct Expected {
+  std::string key;  // in every source
+  std::optional<uint64_t> bytes;
+  std::string hash_algo;  // "" when no hash is checked
+  std::string hash_hex;
+};
+
+// The digest to check a copy with: the fastest of those the index records that this build
+// computes (the xxhash family before the cryptographic ones), or none.
+std::pair<std::string, std::string> PickHash(const std::map<std::string, std::string>& hashes) {
+  static const char* kPreference[] = {"xxh3_64", "xxh64", "xxh3_128", "xxh128", "xxh32",
+                                      "blake2b", "md5",   "sha1",     "sha256"};
+  for (const char* algo : kPreference) {
+    auto it = hashes.find(algo);
+    if (it != hashes.end()) return {it->first, it->second};
+  }
+  for (const auto& [algo, hex] : hashes) {
+    if (internal::IsKnownDigest(algo)) return {algo, hex};
+  }
+  return {};
+}
+
+Status CheckCopy(std::string_view bytes, const Expected& e, const std::string& where) {
+  if (e.bytes && bytes.size() != *e.bytes) {
+    return DataLoss(where + ": " + std::to_string(bytes.size()) + " bytes, the index says " +
+                    std::to_string(*e.bytes) + (bytes.size() < *e.bytes ? " (cut short)" : ""));
+  }
+  if (!e.hash_algo.empty()) {
+    GANTRY_ASSIGN_OR_RETURN(std::string got, internal::HexDigest(e.hash_algo, bytes));
+    if (got != e.hash_hex) {
+      return DataLoss(where + ": " + e.hash_algo + " hash mismatch: index says " + e.hash_hex +
+                      ", copy has " + got);
+    }
+  }
+  return Status::Ok();
+}
+
+// Fetches a shard's stored bytes: cache, then each source in order (see ShardSource::Read).
+class Fetcher {
+ public:
+  // `fingerprint` names this version of the dataset (its shards' names, sizes and hashes): the
+  // cache keys on it with the URL, so a dataset rewritten in place under the same URL gets a
+  // fresh cache folder instead of stale copies, and a hit needs no hash beyond the trailer's.
+  Status Init(DatasetLocation& dataset, const ShardSourceOptions& options,
+              const std::string& fingerprint) {
+    url_ = dataset.url;
+    limits_ = options.limits;
+    MetricsRegistry& registry =
+        options.metrics != nullptr ? *options.metrics : MetricsRegistry::Default();
+    metrics_ = LoaderMetrics::For(registry, dataset.url, options.job);
+    sources_.push_back(
+        Source{dataset.url, nullptr, dataset.store.get(), KindOf(*dataset.store), Status::Ok()});
+    StoreOptions o = options.store_options;
+    o.create_root = false;
+    for (const std::string& url : options.fallback_urls) {
+      Source src{url, nullptr, nullptr, FetchSource::kDurable, Status::Ok()};
+      Result<std::unique_ptr<ObjectStore>> opened = OpenObjectStore(url, o);
+      if (opened.ok()) {
+        src.owned = std::move(*opened);
+        src.store = src.owned.get();
+        src.kind = KindOf(*src.store);
+      } else {
+        // Kept, so a read names it; the other sources still serve.
+        src.open_error = opened.status();
+      }
+      sources_.push_back(std::move(src));
+    }
+    if (!options.cache.dir.empty()) {
+      GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ShardCache> cache,
+                              ShardCache::Open(options.cache, dataset.url, fingerprint));
+      cache_ = std::move(cache);
+    }
+    return Status::Ok();
+  }
+
+  LoaderMetrics* metrics() const { return metrics_.get(); }
+
+  // The shard's stored bytes, checked against `e`, and its pin when the cache holds it.
+  Result<std::string> Fetch(uint32_t shard, const Expected& e, std::shared_ptr<CachePin>& pin_out) {
+    const std::string where = "shard '" + e.key + "'";
+    if (e.bytes && *e.bytes > limits_.max_shard_bytes) {
+      return ResourceExhausted(where + ": " + std::to_string(*e.bytes) +
+                               " bytes is more than the limit of " +
+                               std::to_string(limits_.max_shard_bytes));
+    }
+    if (cache_ == nullptr) {
+      FetchSource kind;
+      GANTRY_ASSIGN_OR_RETURN(std::string bytes, FromSources(e, where, kind));
+      metrics_->AddFetch(kind, bytes.size());
+      return bytes;
+    }
+    // Pinned before the lookup, so no evictor deletes it between the lookup and its use.
+    auto pin = std::make_shared<CachePin>();
+    pin->cache = cache_;
+    GANTRY_ASSIGN_OR_RETURN(pin->pin, cache_->PinShard(shard));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> hit, Lookup(shard, e, where));
+    if (!hit) {
+      // One fetcher per shard on the node: whoever waited here finds the winner's copy.
+      GANTRY_ASSIGN_OR_RETURN(ShardCache::FetchLock lock, cache_->LockFetch(shard));
+      GANTRY_ASSIGN_OR_RETURN(hit, Lookup(shard, e, where));
+      if (!hit) {
+        FetchSource kind;
+        GANTRY_ASSIGN_OR_RETURN(std::string bytes, FromSources(e, where, kind));
+        metrics_->AddFetch(kind, bytes.size());
+        const ShardCacheCounters before = cache_->counters();
+        Status put = cache_->Put(shard, e.key, bytes);
+        metrics_->AddEvictions(cache_->counters().evictions - before.evictions);
+        if (put.code() == StatusCode::kResourceExhausted) {
+          metrics_->AddUncached();  // the window's pins fill the cache: served from memory
+          pin.reset();
+        } else if (!put.ok()) {
+          return Status(put.code(), where + ": " + put.message());
+        }
+        pin_out = std::move(pin);
+        return bytes;
+      }
+    }
+    metrics_->AddFetch(FetchSource::kCache, hit->size());
+    pin_out = std::move(pin);
+    return std::move(*hit);
+  }
+
+ private:
+  struct Source {
+    std::string url;
+    std::unique_ptr<ObjectStore> owned;
+    ObjectStore* store = nullptr;
+    FetchSource kind = FetchSource::kDurable;
+    Status open_error;
+  };
+
+  static FetchSource KindOf(ObjectStore& store) {
+    return store.backend() == "http" ? FetchSource::kPeer : FetchSource::kDurable;
+  }
+
+  // The cached copy if intact; nullopt when there is none (a damaged one is deleted, counted
+  // and treated as none, so it is fetched again).
+  Result<std::optional<std::string>> Lookup(uint32_t shard, const Expected& e,
+                                            const std::string& where) {
+    Result<std::string> got = cache_->Get(shard, e.key);
+    if (got.ok()) {
+      // The trailer's checksum proved the copy is what was cached, and it was checked against
+      // the index (hash included) before it was; the folder is this version's (fingerprint).
+      // The size is checked again for free.
+      if (!e.bytes || got->size() == *e.bytes) return std::optional<std::string>(std::move(*got));
+      metrics_->AddCacheDamaged();
+      return std::optional<std::string>();
+    }
+    if (got.status().code() == StatusCode::kDataLoss) {
+      metrics_->AddCacheDamaged();
+      return std::optional<std::string>();
+    }
+    if (got.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+    return Status(got.status().code(), where + ": " + got.status().message());
+  }
+
+  Result<std::string> FromSources(const Expected& e, const std::string& where, FetchSource& kind) {
+    std::string problems;
+    bool damaged = false, all_missing = true;
+    StatusCode other = StatusCode::kOk;
+    auto note = [&](const Source& src, const Status& s) {
+      problems += (problems.empty() ? "" : "; ") + src.url + ": " + s.message();
+      if (s.code() == StatusCode::kDataLoss) damaged = true;
+      if (s.code() != StatusCode::kNotFound) all_missing = false;
+      if (s.code() != StatusCode::kNotFound && s.code() != StatusCode::kDataLoss &&
+          other == StatusCode::kOk) {
+        other = s.code();
+      }
+    };
+    for (const Source& src : sources_) {
+      if (!src.open_error.ok()) {
+        note(src, src.open_error);
+        continue;
+      }
+      // The size first: a copy bigger than the index says is not fetched at all, so memory is
+      // bounded by the index (and max_shard_bytes).
+      Result<ObjectInfo> head = src.store->Head(e.key);
+      if (!head.ok()) {
+        note(src, head.status());
+        continue;
+      }
+      if (e.bytes && head->size != *e.bytes) {
+        metrics_->AddSourceDamaged();
+        note(src,
+             DataLoss(std::to_string(head->size) + " bytes, the index says " +
+                      std::to_string(*e.bytes) + (head->size < *e.bytes ? " (cut short)" : "")));
+        continue;
+      }
+      if (head->size > limits_.max_shard_bytes) {
+        return ResourceExhausted(where + " is " + std::to_string(head->size) +
+                                 " bytes, more than the limit of " +
+                                 std::to_string(limits_.max_shard_bytes));
+      }
+      Result<std::string> bytes = src.store->Get(e.key);
+      if (!bytes.ok()) {
+        note(src, bytes.status());
+        continue;
+      }
+      Status check = CheckCopy(*bytes, e, "copy");
+      if (!check.ok()) {
+        metrics_->AddSourceDamaged();
+        note(src, check);
+        continue;
+      }
+      kind = src.kind;
+      return std::move(*bytes);
+    }
+    const StatusCode code = damaged       ? StatusCode::kDataLoss
+                            : all_missing ? StatusCode::kNotFound
+                                          : other;
+    return Status(code, where + ": " + problems);
+  }
+
+  std::string url_;
+  ReadLimits limits_;
+  std::vector<Source> sources_;
+  std::shared_ptr<ShardCache> cache_;
+  std::shared_ptr<LoaderMetrics> metrics_;
+};
+
 class MdsLoaded final : public LoadedShard {
  public:
-  MdsLoaded(MdsShard shard, const MdsShardInfo& info)
-      : shard_(std::move(shard)), columns_(info.columns) {
+  MdsLoaded(MdsShard shard, const MdsShardInfo& info, std::shared_ptr<CachePin> pin)
+      : shard_(std::move(shard)), columns_(info.columns), pin_(std::move(pin)) {
     for (size_t c = 0; c < columns_.size(); ++c) {
       if (columns_[c].name == "__key__") key_column_ = c;
     }
@@ -35,6 +280,7 @@ class MdsLoaded final : public LoadedShard {
   // the source) alive.
   std::vector<MdsColumn> columns_;
   size_t key_column_ = SIZE_MAX;
+  std::shared_ptr<CachePin> pin_;  // the cached copy stays while the shard is in use
 };
 
 class MdsSource final : public ShardSource {
@@ -45,6 +291,15 @@ class MdsSource final : public ShardSource {
     options_.verify_hashes = options.verify_hashes;
     for (const MdsShardInfo& s : index_.shards) samples_.push_back(s.samples);
   }
+  Status Init(const ShardSourceOptions& options) {
+    std::string fingerprint = "mds";
+    for (const MdsShardInfo& info : index_.shards) {
+      fingerprint += "\n" + info.stored().basename + " " + std::to_string(info.stored().bytes) +
+                     " " + std::to_string(info.samples);
+      for (const auto& [algo, hex] : info.stored().hashes) fingerprint += " " + algo + ":" + hex;
+    }
+    return fetcher_.Init(dataset_, options, fingerprint);
+  }
   DatasetFormat format() const override { return DatasetFormat::kMds; }
   const std::vector<uint64_t>& shard_samples() const override { return samples_; }
   std::string ShardName(uint32_t shard) const override {
@@ -52,20 +307,35 @@ class MdsSource final : public ShardSource {
   }
   Result<std::shared_ptr<const LoadedShard>> Read(uint32_t shard) override {
     const MdsShardInfo& info = index_.shards[shard];
-    GANTRY_ASSIGN_OR_RETURN(MdsShard parsed, ReadMdsShard(*dataset_.store, "", info, options_));
-    return std::shared_ptr<const LoadedShard>(std::make_shared<MdsLoaded>(std::move(parsed), info));
+    const std::string where = "shard '" + info.stored().basename + "'";
+    if (info.raw.bytes > options_.limits.max_shard_bytes) {
+      return ResourceExhausted(where + ": " + std::to_string(info.raw.bytes) +
+                               " bytes is more than the limit of " +
+                               std::to_string(options_.limits.max_shard_bytes));
+    }
+    Expected e{info.stored().basename, info.stored().bytes, "", ""};
+    std::tie(e.hash_algo, e.hash_hex) = PickHash(info.stored().hashes);
+    std::shared_ptr<CachePin> pin;
+    GANTRY_ASSIGN_OR_RETURN(std::string stored, fetcher_.Fetch(shard, e, pin));
+    GANTRY_ASSIGN_OR_RETURN(MdsShard parsed,
+                            DecodeMdsShard(std::move(stored), info, options_, where));
+    return std::shared_ptr<const LoadedShard>(
+        std::make_shared<MdsLoaded>(std::move(parsed), info, std::move(pin)));
   }
+  LoaderMetrics* metrics() override { return fetcher_.metrics(); }
 
  private:
   DatasetLocation dataset_;
   MdsIndex index_;
   MdsReadOptions options_;
   std::vector<uint64_t> samples_;
+  Fetcher fetcher_;
 };
 
 class WdsLoaded final : public LoadedShard {
  public:
-  explicit WdsLoaded(WdsShard shard) : shard_(std::move(shard)) {}
+  WdsLoaded(WdsShard shard, std::shared_ptr<CachePin> pin)
+      : shard_(std::move(shard)), pin_(std::move(pin)) {}
   uint64_t size() const override { return shard_.samples().size(); }
   Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const override {
     const WdsSample& s = shard_.samples()[i];
@@ -77,30 +347,50 @@ class WdsLoaded final : public LoadedShard {
 
  private:
   WdsShard shard_;
+  std::shared_ptr<CachePin> pin_;
 };
 
 class WdsSource final : public ShardSource {
  public:
   WdsSource(DatasetLocation dataset, std::vector<uint64_t> samples, const ReadLimits& limits)
       : dataset_(std::move(dataset)), samples_(std::move(samples)), limits_(limits) {}
+  Status Init(const ShardSourceOptions& options) {
+    std::string fingerprint = "wds";
+    for (size_t i = 0; i < dataset_.wds_shards.size(); ++i) {
+      fingerprint += "\n" + dataset_.wds_shards[i] + " " + std::to_string(samples_[i]);
+      if (i < dataset_.wds_shard_bytes.size()) {
+        fingerprint += " " + std::to_string(dataset_.wds_shard_bytes[i]);
+      }
+    }
+    return fetcher_.Init(dataset_, options, fingerprint);
+  }
   DatasetFormat format() const override { return DatasetFormat::kWebDataset; }
   const std::vector<uint64_t>& shard_samples() const override { return samples_; }
   std::string ShardName(uint32_t shard) const override { return dataset_.wds_shards[shard]; }
   Result<std::shared_ptr<const LoadedShard>> Read(uint32_t shard) override {
-    GANTRY_ASSIGN_OR_RETURN(WdsShard parsed,
-                            ReadWdsShard(*dataset_.store, dataset_.wds_shards[shard], limits_));
+    // A tar carries no hash: a copy is checked against the listed size (and, when parsed, every
+    // member header's checksum and the gzip CRCs).
+    Expected e{dataset_.wds_shards[shard], std::nullopt, "", ""};
+    if (shard < dataset_.wds_shard_bytes.size()) e.bytes = dataset_.wds_shard_bytes[shard];
+    std::shared_ptr<CachePin> pin;
+    GANTRY_ASSIGN_OR_RETURN(std::string stored, fetcher_.Fetch(shard, e, pin));
+    GANTRY_ASSIGN_OR_RETURN(
+        WdsShard parsed, WdsShard::Parse(std::move(stored), dataset_.wds_shards[shard], limits_));
     if (parsed.samples().size() != samples_[shard]) {
       return DataLoss(dataset_.url + ": shard " + dataset_.wds_shards[shard] + " holds " +
                       std::to_string(parsed.samples().size()) + " samples, not the " +
                       std::to_string(samples_[shard]) + " the order was built on");
     }
-    return std::shared_ptr<const LoadedShard>(std::make_shared<WdsLoaded>(std::move(parsed)));
+    return std::shared_ptr<const LoadedShard>(
+        std::make_shared<WdsLoaded>(std::move(parsed), std::move(pin)));
   }
+  LoaderMetrics* metrics() override { return fetcher_.metrics(); }
 
  private:
   DatasetLocation dataset_;
   std::vector<uint64_t> samples_;
   ReadLimits limits_;
+  Fetcher fetcher_;
 };
 
 }  // namespace
@@ -109,8 +399,9 @@ Result<std::unique_ptr<ShardSource>> OpenShardSource(DatasetLocation dataset,
                                                      const ShardSourceOptions& options) {
   if (dataset.format == DatasetFormat::kMds) {
     GANTRY_ASSIGN_OR_RETURN(MdsIndex index, ReadMdsIndex(*dataset.store, ""));
-    return std::unique_ptr<ShardSource>(
-        std::make_unique<MdsSource>(std::move(dataset), std::move(index), options));
+    auto source = std::make_unique<MdsSource>(std::move(dataset), std::move(index), options);
+    GANTRY_RETURN_IF_ERROR(source->Init(options));
+    return std::unique_ptr<ShardSource>(std::move(source));
   }
   std::vector<uint64_t> samples = options.wds_shard_samples;
   if (!samples.empty() && samples.size() != dataset.wds_shards.size()) {
@@ -118,14 +409,21 @@ Result<std::unique_ptr<ShardSource>> OpenShardSource(DatasetLocation dataset,
                            " shard sample counts given for " +
                            std::to_string(dataset.wds_shards.size()) + " shards");
   }
+  if (!dataset.wds_shard_bytes.empty() &&
+      dataset.wds_shard_bytes.size() != dataset.wds_shards.size()) {
+    return InvalidArgument(dataset.url + ": " + std::to_string(dataset.wds_shard_bytes.size()) +
+                           " shard sizes for " + std::to_string(dataset.wds_shards.size()) +
+                           " shards");
+  }
   if (samples.empty()) {
     for (const std::string& key : dataset.wds_shards) {
       GANTRY_ASSIGN_OR_RETURN(WdsShard shard, ReadWdsShard(*dataset.store, key, options.limits));
       samples.push_back(shard.samples().size());
     }
   }
-  return std::unique_ptr<ShardSource>(
-      std::make_unique<WdsSource>(std::move(dataset), std::move(samples), options.limits));
+  auto source = std::make_unique<WdsSource>(std::move(dataset), std::move(samples), options.limits);
+  GANTRY_RETURN_IF_ERROR(source->Init(options));
+  return std::unique_ptr<ShardSource>(std::move(source));
 }
 
 const SampleField* Sample::Find(std::string_view name) const {
@@ -135,8 +433,157 @@ const SampleField* Sample::Find(std::string_view name) const {
   return nullptr;
 }
 
+uint32_t ReadAheadDepth(double fetch_seconds, double consume_seconds, uint32_t max_shards) {
+  const double ratio = std::max(fetch_seconds, 0.0) / std::max(consume_seconds, 1e-9);
+  const double want = std::ceil(std::min(ratio, 1e6)) + 1;
+  return static_cast<uint32_t>(
+      std::clamp<double>(want, 1, static_cast<double>(std::max<uint32_t>(1, max_shards))));
+}
+
+// The read-ahead: plans the shards its slot needs next, in the order it first needs them
+// (scanning the slot's positions forward, each once per epoch), and fetches them on its own
+// threads, up to the depth ReadAheadOptions' rule gives.
+class SampleIterator::ReadAhead {
+ public:
+  ReadAhead(ShardSource& source, const EpochOrder& order, SlotPositions positions, uint64_t next,
+            const ReadAheadOptions& options)
+      : source_(source),
+        order_(order),
+        positions_(positions),
+        options_(options),
+        cursor_(next),
+        depth_(std::min<uint32_t>(2, options.max_shards)) {
+    const uint32_t threads = std::max<uint32_t>(1, std::min(options.threads, options.max_shards));
+    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~ReadAhead() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // Plans up to the depth; the consumer is at position index `next`.
+  void Advance(uint64_t next) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cursor_ = std::max(cursor_, next);
+      // Bounded per call so Next stays O(1) amortized: each position is scanned once.
+      for (int scanned = 0;
+           scanned < 4096 && cursor_ < positions_.size() && plan_.size() + entries_.size() < depth_;
+           ++scanned) {
+        const uint32_t shard = order_.At(positions_[cursor_++]).shard;
+        if (planned_.insert(shard).second) plan_.push_back(shard);
+      }
+    }
+    cv_.notify_all();
+  }
+
+  // The shard's result if it was planned (waiting for it if in flight), else nullopt (fetch it
+  // directly). Each planned shard is handed out once.
+  std::optional<Result<std::shared_ptr<const LoadedShard>>> Take(uint32_t shard) {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Not planned yet: the caller fetches it, and the planner must not fetch it again.
+    if (planned_.insert(shard).second) return std::nullopt;
+    while (true) {
+      auto it = entries_.find(shard);
+      if (it != entries_.end() && it->second.done) {
+        auto result = std::move(it->second.result);
+        entries_.erase(it);
+        lock.unlock();
+        cv_.notify_all();
+        return result;
+      }
+      if (it == entries_.end()) {
+        auto p = std::find(plan_.begin(), plan_.end(), shard);
+        if (p == plan_.end()) return std::nullopt;  // handed out before (an error, retried)
+        // Needed now: to the front of the plan, past the depth limit if it must.
+        plan_.erase(p);
+        plan_.push_front(shard);
+        urgent_ = shard;
+        cv_.notify_all();
+      }
+      cv_.wait(lock);
+    }
+  }
+
+  // The consumer spent `seconds` (not stalled) on its previous shard.
+  uint64_t ObserveConsumer(double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    consume_s_ = consume_s_ < 0 ? seconds : 0.7 * consume_s_ + 0.3 * seconds;
+    Resize();
+    return depth_;
+  }
+
+ private:
+  struct Entry {
+    bool done = false;
+    Result<std::shared_ptr<const LoadedShard>> result = Status::Ok();
+  };
+
+  void Resize() {
+    if (fetch_s_ < 0 || consume_s_ < 0) return;
+    depth_ = ReadAheadDepth(fetch_s_, consume_s_, options_.max_shards);
+  }
+
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      // Within the depth, or the one the consumer waits for.
+      while (!stop_ && (plan_.empty() || (entries_.size() >= depth_ && plan_.front() != urgent_))) {
+        cv_.wait(lock);
+      }
+      if (stop_) return;
+      const uint32_t shard = plan_.front();
+      plan_.pop_front();
+      entries_.emplace(shard, Entry{});
+      lock.unlock();
+      const int64_t start = NowNs();
+      Result<std::shared_ptr<const LoadedShard>> result = source_.Read(shard);
+      const double seconds = static_cast<double>(NowNs() - start) / 1e9;
+      lock.lock();
+      if (result.ok()) {
+        fetch_s_ = fetch_s_ < 0 ? seconds : 0.7 * fetch_s_ + 0.3 * seconds;
+        Resize();
+      }
+      Entry& e = entries_[shard];
+      e.done = true;
+      e.result = std::move(result);
+      cv_.notify_all();
+    }
+  }
+
+  ShardSource& source_;
+  const EpochOrder& order_;  // the iterator's, which outlives this
+  const SlotPositions positions_;
+  const ReadAheadOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t cursor_;                              // next position index to plan from
+  std::deque<uint32_t> plan_;                    // planned, not started
+  std::unordered_map<uint32_t, Entry> entries_;  // started, not yet taken
+  std::unordered_set<uint32_t> planned_;         // every shard ever planned this epoch
+  uint32_t depth_;
+  uint32_t urgent_ = UINT32_MAX;
+  double fetch_s_ = -1;  // moving averages; -1: not measured yet
+  double consume_s_ = -1;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+SampleIterator::SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions)
+    : source_(&source), order_(std::move(order)), positions_(positions) {}
+SampleIterator::SampleIterator(SampleIterator&&) noexcept = default;
+SampleIterator& SampleIterator::operator=(SampleIterator&&) noexcept = default;
+SampleIterator::~SampleIterator() = default;
+
+void SampleIterator::StopReadAhead() { ahead_.reset(); }
+
 Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOrder& order,
-                                              const Slot& slot, uint64_t start) {
+                                              const Slot& slot, uint64_t start,
+                                              const ReadAheadOptions& read_ahead) {
   if (order.num_shards() != source.shard_samples().size()) {
     return InvalidArgument("the order has " + std::to_string(order.num_shards()) +
                            " shards; the dataset has " +
@@ -144,12 +591,47 @@ Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOr
   }
   GANTRY_ASSIGN_OR_RETURN(SlotPositions positions,
                           SlotPositions::Create(slot, start, order.size()));
-  return SampleIterator(source, order, positions);
+  SampleIterator it(source, order, positions);
+  if (read_ahead.max_shards > 0 && positions.size() > 0) {
+    // The order it reads is the iterator's own copy, on the heap with it: moving the iterator
+    // moves the pointer, not the order.
+    it.order_heap_ = std::make_unique<EpochOrder>(order);
+    it.ahead_ = std::make_unique<ReadAhead>(source, *it.order_heap_, positions, 0, read_ahead);
+  }
+  return it;
+}
+
+Result<std::shared_ptr<const LoadedShard>> SampleIterator::Obtain(uint32_t shard) {
+  const int64_t start = NowNs();
+  std::optional<Result<std::shared_ptr<const LoadedShard>>> ready;
+  if (ahead_ != nullptr) ready = ahead_->Take(shard);
+  Result<std::shared_ptr<const LoadedShard>> result =
+      ready ? std::move(*ready) : source_->Read(shard);
+  const int64_t end = NowNs();
+  const double stall = static_cast<double>(end - start) / 1e9;
+  if (LoaderMetrics* m = source_->metrics()) m->AddStall(stall);
+  if (result.ok()) {
+    // The consumer's own time on the previous shard: wall time since it reached it, less what
+    // it spent stalled since.
+    if (last_shard_ns_ != 0 && ahead_ != nullptr) {
+      const double spent = static_cast<double>(start - last_shard_ns_) / 1e9 - stall_since_shard_;
+      const uint64_t depth = ahead_->ObserveConsumer(std::max(spent, 0.0));
+      if (LoaderMetrics* m = source_->metrics()) m->SetReadAheadDepth(depth);
+    }
+    last_shard_ns_ = end;
+    stall_since_shard_ = 0;
+  } else {
+    stall_since_shard_ += stall;
+  }
+  return result;
 }
 
 Result<bool> SampleIterator::Next(Sample& out) {
+  const int64_t entered = NowNs();
+  if (last_next_ns_ == 0) last_next_ns_ = entered;
   if (next_ >= positions_.size()) {
     held_.clear();
+    ahead_.reset();  // nothing more to read: stop its threads
     return false;
   }
   const uint64_t p = positions_[next_];
@@ -163,10 +645,11 @@ Result<bool> SampleIterator::Next(Sample& out) {
       ++it;
     }
   }
+  if (ahead_ != nullptr) ahead_->Advance(next_);
   const SampleRef ref = order_.At(p);
   auto it = held_.find(ref.shard);
   if (it == held_.end()) {
-    GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedShard> shard, source_->Read(ref.shard));
+    GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedShard> shard, Obtain(ref.shard));
     ++shards_read_;
     if (shard->size() != source_->shard_samples()[ref.shard]) {
       return DataLoss("shard " + source_->ShardName(ref.shard) + " holds " +
@@ -181,6 +664,11 @@ Result<bool> SampleIterator::Next(Sample& out) {
   out.shard = it->second;
   GANTRY_RETURN_IF_ERROR(it->second->Get(ref.index, out.key, out.fields));  // names the shard
   ++next_;
+  const int64_t now = NowNs();
+  if (LoaderMetrics* m = source_->metrics()) {
+    m->AddSamples(1, static_cast<double>(now - last_next_ns_) / 1e9);
+  }
+  last_next_ns_ = now;
   return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "gantry/common/thread_annotations.h"
 #include "gantry/data/mds.h"
 #include "gantry/storage/memory_store.h"
 
@@ -25,12 +26,14 @@ class CountingStore final : public ObjectStore {
   Status Put(std::string_view key, std::string_view data, const PutOptions& options) override {
     return inner_->Put(key, data, options);
   }
+  // Thread-safe, as every ObjectStore must be: the iterator's read-ahead fetches on its own
+  // threads.
   Result<std::string> Get(std::string_view key) override {
-    ++(*reads_)[std::string(key)];
+    Count(key);
     return inner_->Get(key);
   }
   Result<std::string> GetRange(std::string_view key, uint64_t offset, uint64_t length) override {
-    ++(*reads_)[std::string(key)];
+    Count(key);
     return inner_->GetRange(key, offset, length);
   }
   Result<ObjectInfo> Head(std::string_view key) override { return inner_->Head(key); }
@@ -40,7 +43,12 @@ class CountingStore final : public ObjectStore {
   Status Delete(std::string_view key) override { return inner_->Delete(key); }
 
  private:
+  void Count(std::string_view key) {
+    MutexLock lock(mu_);
+    ++(*reads_)[std::string(key)];
+  }
   std::unique_ptr<ObjectStore> inner_;
+  Mutex mu_;
   std::shared_ptr<std::map<std::string, int>> reads_;
 };
 

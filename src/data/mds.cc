@@ -323,6 +323,17 @@ Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
                     std::to_string(stored.bytes) +
                     (bytes->size() < stored.bytes ? " (cut short)" : ""));
   }
+  return DecodeMdsShard(std::move(*bytes), info, options, where);
+}
+
+Result<MdsShard> DecodeMdsShard(std::string stored, const MdsShardInfo& info,
+                                const MdsReadOptions& options, const std::string& where) {
+  if (stored.size() != info.stored().bytes) {
+    return DataLoss(where + ": " + std::to_string(stored.size()) + " bytes, the index says " +
+                    std::to_string(info.stored().bytes) +
+                    (stored.size() < info.stored().bytes ? " (cut short)" : ""));
+  }
+  const std::string* bytes = &stored;
   if (options.verify_hashes && info.zip)
     GANTRY_RETURN_IF_ERROR(CheckHashes(*info.zip, *bytes, where));
   std::string raw;
@@ -347,7 +358,7 @@ Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
                       " bytes, the index says " + std::to_string(info.raw.bytes));
     }
   } else {
-    raw = std::move(*bytes);
+    raw = std::move(stored);
   }
   if (options.verify_hashes) GANTRY_RETURN_IF_ERROR(CheckHashes(info.raw, raw, where));
   return MdsShard::Parse(std::move(raw), info, where);

@@ -37,6 +37,9 @@ struct DatasetLocation {
   std::unique_ptr<ObjectStore> store;
   DatasetFormat format = DatasetFormat::kMds;
   std::vector<std::string> wds_shards;  // WebDataset: the shard keys, in order
+  // WebDataset: each shard's size as listed (what a fetched copy is checked against, as a tar
+  // carries no hash). Empty when the location was built by hand: sizes are then not checked.
+  std::vector<uint64_t> wds_shard_bytes;
 };
 
 // `url` names a folder holding index.json (MDS) or .tar/.tar.gz/.tgz shards (WebDataset), or a

@@ -18,8 +18,15 @@
 // its first position, and it holds at most the shards overlapping one shuffle window (those
 // its next positions can come from), dropping each once the window has passed its end.
 //
-// A ShardSource is thread-compatible (one iterator per thread, or a lock around Read); a
-// SampleIterator is a movable value for one thread. Samples hold their shard's bytes alive.
+// Shards come from the dataset's URL, or from further sources (fallback_urls: a peer, the
+// durable tier) when the first one lacks a shard or holds a damaged copy, and through a
+// node-local ShardCache (shard_cache.h) when one is configured: fetched once per node, shared by
+// every process on it, pinned while in a reader's window. A SampleIterator reads ahead: it
+// fetches the next shards its positions need on background threads, as many as measured
+// throughput calls for (ReadAheadOptions). What it did is counted in LoaderMetrics.
+//
+// ShardSource::Read is thread-safe (the read-ahead threads call it); a SampleIterator is a
+// movable value for one thread. Samples hold their shard's bytes (and its cache pin) alive.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +36,12 @@
 #include <string_view>
 #include <vector>
 
+#include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
 #include "gantry/data/dataset.h"
+#include "gantry/data/loader_metrics.h"
 #include "gantry/data/order.h"
+#include "gantry/data/shard_cache.h"
 
 namespace gantry::data {
 
@@ -59,10 +69,15 @@ class ShardSource {
   // Samples per shard, in the dataset's order: what EpochOrder is built from.
   virtual const std::vector<uint64_t>& shard_samples() const = 0;
   virtual std::string ShardName(uint32_t shard) const = 0;
-  // Fetches and parses one shard. NotFound or DataLoss name it; a WebDataset shard holding
-  // another number of samples than shard_samples() says is DataLoss (the order depends on it,
-  // so no sample is skipped or invented).
+  // Fetches and parses one shard: from the cache when it holds an intact copy, else from the
+  // first source holding one of the size (and hash, where the index records one) it should
+  // have, caching it. NotFound names a shard no source has; DataLoss names one that every source
+  // holding it has damaged (with each source's problem). A WebDataset shard holding another
+  // number of samples than shard_samples() says is DataLoss (the order depends on it, so no
+  // sample is skipped or invented). Thread-safe.
   virtual Result<std::shared_ptr<const LoadedShard>> Read(uint32_t shard) = 0;
+  // Where this source counts what it reads (never null for sources OpenShardSource made).
+  virtual LoaderMetrics* metrics() { return nullptr; }
 };
 
 struct ShardSourceOptions {
@@ -72,6 +87,17 @@ struct ShardSourceOptions {
   // `gantry data inspect --json --shards`). Empty: every shard is read once at open to count
   // them, because a tar holds no index. Must have one entry per shard.
   std::vector<uint64_t> wds_shard_samples;
+  // The node-local shard cache; an empty dir means none (every read goes to the sources).
+  ShardCacheOptions cache;
+  // Further sources of the same shards under the same keys, tried in order after the dataset's
+  // own URL for a shard missing or damaged there: e.g. a peer's agent ("http://node7:7070/..."),
+  // then the durable tier. http:// sources count as peers in the metrics, others as durable.
+  std::vector<std::string> fallback_urls;
+  StoreOptions store_options;  // for opening fallback_urls
+  // Metrics: series labelled {dataset: the URL, job} in this registry. Default:
+  // MetricsRegistry::Default().
+  MetricsRegistry* metrics = nullptr;
+  std::string job = DefaultJobId();
 };
 
 // Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.
@@ -89,6 +115,21 @@ struct Sample {
   const SampleField* Find(std::string_view name) const;
 };
 
+// How far a SampleIterator reads ahead. The depth in use (shards fetched or being fetched
+// that the consumer has not reached yet) follows measured throughput:
+//   depth = clamp(ceil(fetch_seconds / consume_seconds) + 1, 1, max_shards)
+// where fetch_seconds is the moving average time to fetch and parse one shard and
+// consume_seconds the moving average time the consumer spends on one shard's worth of its
+// positions (not counting its stalls): enough shards in flight that the next is ready when the
+// consumer gets there, plus one. It starts at min(2, max_shards) before anything is measured.
+// The shards read ahead are held in memory (and pinned in the cache) until consumed.
+struct ReadAheadOptions {
+  uint32_t max_shards = 4;  // 0: no read-ahead, each shard is fetched when first needed
+  uint32_t threads = 2;     // fetches in flight at once (at most max_shards)
+};
+// The rule above: the depth for the measured averages (seconds per shard), at least 1.
+uint32_t ReadAheadDepth(double fetch_seconds, double consume_seconds, uint32_t max_shards);
+
 // One reader's samples of one epoch: the positions SlotPositions gives `slot` from `start`,
 // each read from the shard EpochOrder names.
 class SampleIterator {
@@ -96,12 +137,20 @@ class SampleIterator {
   // `source` must outlive the iterator. InvalidArgument for a bad slot, start past the epoch's
   // end, or an order built for another number of shards than the source has.
   static Result<SampleIterator> Create(ShardSource& source, const EpochOrder& order,
-                                       const Slot& slot, uint64_t start);
+                                       const Slot& slot, uint64_t start,
+                                       const ReadAheadOptions& read_ahead = {});
+  SampleIterator(SampleIterator&&) noexcept;
+  SampleIterator& operator=(SampleIterator&&) noexcept;
+  ~SampleIterator();  // stops the read-ahead (waits for fetches in flight)
 
   // Fills `out` with the next sample and returns true, or returns false at the end of this
   // reader's share. An error (a missing or damaged shard) leaves the iterator where it was, so
   // Next may be called again (the shard is fetched again).
   Result<bool> Next(Sample& out);
+
+  // Stops the read-ahead and waits for its fetches in flight (what the destructor does); Next
+  // then fetches each shard when it needs it.
+  void StopReadAhead();
 
   uint64_t remaining() const { return positions_.size() - next_; }
   uint64_t shards_read() const { return shards_read_; }  // fetches, over the iterator's life
@@ -109,8 +158,10 @@ class SampleIterator {
   size_t max_shards_held() const { return max_held_; }
 
  private:
-  SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions)
-      : source_(&source), order_(std::move(order)), positions_(positions) {}
+  class ReadAhead;
+  SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions);
+  // The shard, from the read-ahead or fetched here; counts the consumer's stall.
+  Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
 
   ShardSource* source_;
   EpochOrder order_;
@@ -119,6 +170,11 @@ class SampleIterator {
   std::map<uint32_t, std::shared_ptr<const LoadedShard>> held_;  // by dataset shard
   uint64_t shards_read_ = 0;
   size_t max_held_ = 0;
+  std::unique_ptr<EpochOrder> order_heap_;  // the read-ahead's view of the order
+  std::unique_ptr<ReadAhead> ahead_;
+  int64_t last_next_ns_ = 0;      // when Next last returned (0: not yet), for active time
+  int64_t last_shard_ns_ = 0;     // when the consumer last reached a new shard
+  double stall_since_shard_ = 0;  // stall seconds since then
 };
 
 }  // namespace gantry::data

@@ -107,6 +107,12 @@ struct MdsReadOptions {
 Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
                               const MdsShardInfo& info, const MdsReadOptions& options);
 
+// ReadMdsShard after the fetch: `stored` is the shard object's bytes (from any source, or a
+// cache), checked against the index's size (and hashes, when asked), then decompressed and
+// parsed. `where` names the shard in errors.
+Result<MdsShard> DecodeMdsShard(std::string stored, const MdsShardInfo& info,
+                                const MdsReadOptions& options, const std::string& where);
+
 // The byte size of one value of a fixed-size encoding ("int" 8, "float32" 4,
 // "ndarray:uint8:3,4" 12), nullopt for a variable-size one ("str", "bytes", "jpeg", "ndarray"),
 // InvalidArgument for an encoding MDS does not define.

@@ -1,0 +1,242 @@
+"""gantry.data.StreamingDataset with a node-local shard cache: one cached copy shared by separate
+processes, a cache smaller than the dataset, a damaged cached shard fetched again, a damaged or
+missing source shard failing loudly by name (or served from a fallback source), and stats()."""
+
+import multiprocessing
+import os
+import shutil
+import subprocess
+import time
+import unittest
+
+from util import SOURCE_DIR, TempDirTestCase
+
+from gantry import data as gdata
+from gantry.data import StreamingDataset
+
+HASHED = os.path.join(SOURCE_DIR, "testdata", "datasets", "mds", "hashed")  # sha1 + xxh64
+
+
+def shard_files(folder):
+    return sorted(f for f in os.listdir(folder) if f.startswith("shard."))
+
+
+def cached_files(cache_dir):
+    out = []
+    for root, _, files in os.walk(cache_dir):
+        out.extend(os.path.join(root, f) for f in files if f[:1].isdigit())
+    return sorted(out)
+
+
+def flip_byte(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def read_in_child(url, cache_dir, job, start, results):
+    """A separate process: waits for the start signal, reads the epoch, reports keys and stats."""
+    start.wait()
+    ds = StreamingDataset(url, cache_dir=cache_dir, job=job, decode=False, seed=1)
+    keys = [s["__key__"] for s in ds]
+    results.put((sorted(keys), ds.stats()))
+
+
+class SharedCacheTest(TempDirTestCase):
+    def setUp(self):
+        super().setUp()
+        self.data = self.path("data")
+        shutil.copytree(HASHED, self.data)
+        self.shards = shard_files(self.data)
+        self.dataset_bytes = sum(os.path.getsize(os.path.join(self.data, f))
+                                 for f in self.shards)
+        self.keys = sorted(s["__key__"] for s in StreamingDataset(self.data, decode=False,
+                                                                  shuffle=False))
+
+    def test_processes_share_one_cached_copy(self):
+        ctx = multiprocessing.get_context("spawn")
+        start, results = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=read_in_child,
+                             args=(self.data, self.path("cache"), "shared", start, results))
+                 for _ in range(3)]
+        for p in procs:
+            p.start()
+        start.set()  # all at once, so they race for the same shards
+        got = [results.get(timeout=90) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+            self.assertEqual(p.exitcode, 0)
+        for keys, _ in got:
+            self.assertEqual(keys, self.keys)
+        stats = [s for _, s in got]
+        # Each shard came from the durable tier once on the node; the others read the cache.
+        self.assertEqual(sum(s["shards_durable"] for s in stats), len(self.shards))
+        self.assertEqual(sum(s["bytes_durable"] for s in stats), self.dataset_bytes)
+        self.assertEqual(sum(s["shards_cache"] for s in stats), 2 * len(self.shards))
+        self.assertEqual(len(cached_files(self.path("cache"))), len(self.shards))
+
+    def test_small_cache_reads_each_shard_once_per_epoch_within_budget(self):
+        largest = max(os.path.getsize(os.path.join(self.data, f)) for f in self.shards)
+        budget = 3 * (largest + 16)
+        self.assertLess(budget, self.dataset_bytes)
+        ds = StreamingDataset(self.data, cache_dir=self.path("cache"), cache_bytes=budget,
+                              job="small", decode=False, window=100, read_ahead=1)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            before = ds.stats()
+            self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
+            after = ds.stats()
+            read = (after["shards_durable"] + after["shards_cache"]
+                    - before["shards_durable"] - before["shards_cache"])
+            self.assertEqual(read, len(self.shards))
+            self.assertEqual(after["uncached"], 0)
+            self.assertLessEqual(sum(os.path.getsize(f)
+                                     for f in cached_files(self.path("cache"))), budget)
+        self.assertGreater(ds.stats()["evictions"], 0)
+
+    def test_cache_from_the_environment(self):
+        os.environ["GANTRY_DATA_CACHE_DIR"] = self.path("envcache")
+        os.environ["GANTRY_DATA_CACHE_BYTES"] = "1G"
+        try:
+            ds = StreamingDataset(self.data, job="env", decode=False)
+        finally:
+            del os.environ["GANTRY_DATA_CACHE_DIR"]
+            del os.environ["GANTRY_DATA_CACHE_BYTES"]
+        self.assertEqual(ds.cache_dir, self.path("envcache"))
+        self.assertEqual(ds.cache_bytes, 1 << 30)
+        list(ds)
+        self.assertEqual(len(cached_files(self.path("envcache"))), len(self.shards))
+        with self.assertRaises(gdata.InvalidArgumentError):
+            StreamingDataset(self.data, cache_bytes="lots")
+
+    def test_damaged_cached_shard_is_fetched_again(self):
+        ds = StreamingDataset(self.data, cache_dir=self.path("cache"), job="damaged-cache",
+                              decode=False)
+        first = [s["__key__"] for s in ds]
+        flip_byte(cached_files(self.path("cache"))[2], 100)
+        second = [s["__key__"] for s in ds]
+        self.assertEqual(second, first)
+        stats = ds.stats()
+        self.assertEqual(stats["cache_damaged"], 1)
+        self.assertEqual(stats["shards_durable"], len(self.shards) + 1)
+        self.assertEqual(stats["shards_cache"], len(self.shards) - 1)
+
+    def test_damaged_source_shard_is_data_loss_naming_it_or_read_from_fallback(self):
+        mirror = self.path("mirror")
+        shutil.copytree(self.data, mirror)
+        flip_byte(os.path.join(self.data, "shard.00003.mds"), 500)  # same size: the hash tells
+        ds = StreamingDataset(self.data, cache_dir=self.path("cache"), job="damaged-source",
+                              decode=False, shuffle=False)
+        with self.assertRaises(gdata.DataLossError) as caught:
+            list(ds)
+        self.assertIn("shard.00003.mds", str(caught.exception))
+        self.assertIn("hash mismatch", str(caught.exception))
+        ds = StreamingDataset(self.data, cache_dir=self.path("cache"), job="damaged-source",
+                              decode=False, fallback_urls=[mirror])
+        self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
+        self.assertEqual(ds.stats()["source_damaged"], 2)  # once failing, once before the mirror
+
+    def test_peer_then_durable_fallbacks(self):
+        """A damaged shard comes from a peer's gantry-agent; one the peer lacks, from the next
+        source (the durable copy); bytes are counted by where they came from."""
+        agent = os.path.join(os.path.dirname(os.path.dirname(gdata._gantry.__file__)),
+                             "apps", "gantry-agent", "gantry-agent")
+        if not os.access(agent, os.X_OK):
+            self.skipTest(f"{agent} is not built")
+        peer_root, durable = self.path("peer"), self.path("durable")
+        shutil.copytree(self.data, durable)
+        os.makedirs(peer_root)
+        shutil.copy(os.path.join(self.data, "shard.00003.mds"), peer_root)  # the peer has one
+        flip_byte(os.path.join(self.data, "shard.00003.mds"), 500)
+        flip_byte(os.path.join(self.data, "shard.00006.mds"), 500)
+        port_file = self.path("agent-port")
+        proc = subprocess.Popen([agent, "--root", peer_root, "--listen", "127.0.0.1:0",
+                                 "--port-file", port_file, "--allow-unauthenticated"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(500):
+                if os.path.exists(port_file):
+                    break
+                time.sleep(0.01)
+            with open(port_file) as f:
+                peer = f"http://127.0.0.1:{f.read().strip()}"
+            ds = StreamingDataset(self.data, job="peer", decode=False,
+                                  fallback_urls=[peer, durable])
+            self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        size = lambda f: os.path.getsize(os.path.join(durable, f))
+        stats = ds.stats()
+        self.assertEqual(stats["source_damaged"], 2)
+        self.assertEqual(stats["shards_peer"], 1)
+        self.assertEqual(stats["bytes_peer"], size("shard.00003.mds"))
+        self.assertEqual(stats["shards_durable"], len(self.shards) - 1)
+        self.assertEqual(stats["bytes_durable"], self.dataset_bytes - size("shard.00003.mds"))
+
+    def test_stats_gather_dataloader_workers(self):
+        import torch.utils.data
+        for context in ("fork", "spawn"):
+            with self.subTest(context=context):
+                cache = self.path("cache-" + context)
+                ds = StreamingDataset(self.data, cache_dir=cache, job="workers-" + context,
+                                      decode=False, batch_size=4)
+                for epoch in range(2):
+                    ds.set_epoch(epoch)
+                    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                                         collate_fn=list,
+                                                         multiprocessing_context=context)
+                    keys = sorted(s["__key__"] for batch in loader for s in batch)
+                    self.assertEqual(keys, self.keys)
+                    s = ds.stats()
+                    self.assertEqual(s["samples"], (epoch + 1) * len(self.keys))
+                    # Each shard came from the durable tier once on the node, in the first
+                    # epoch; the second read only the cache.
+                    self.assertEqual(s["shards_durable"], len(self.shards))
+                    self.assertEqual(s["bytes_durable"], self.dataset_bytes)
+                self.assertGreater(s["bytes_cache"], 0)
+                self.assertGreater(s["samples_per_second"], 0)
+                self.assertAlmostEqual(
+                    s["cache_hit_ratio"],
+                    s["bytes_cache"] / (s["bytes_cache"] + s["bytes_durable"]))
+                copy = __import__("copy").deepcopy(ds)  # no workers being started: no sharing
+                self.assertIsNone(copy._worker_stats)
+
+    def test_missing_shard_is_not_found_naming_it(self):
+        ds = StreamingDataset(self.data, decode=False, shuffle=False, job="missing")
+        os.remove(os.path.join(self.data, "shard.00004.mds"))
+        with self.assertRaises(gdata.NotFoundError) as caught:
+            list(ds)
+        self.assertIn("shard.00004.mds", str(caught.exception))
+
+    def test_stats_of_a_small_run(self):
+        ds = StreamingDataset(self.data, cache_dir=self.path("cache"), job="stats",
+                              decode=False, batch_size=4)
+        empty = ds.stats()
+        self.assertEqual(empty["samples"], 0)
+        self.assertEqual(empty["cache_hit_ratio"], 0.0)
+        n = sum(1 for _ in ds)
+        s = ds.stats()
+        self.assertEqual(s["samples"], n)
+        self.assertEqual(s["bytes_durable"], self.dataset_bytes)
+        self.assertEqual(s["bytes_cache"], 0)
+        self.assertEqual(s["bytes_peer"], 0)
+        self.assertEqual(s["shards_durable"], len(self.shards))
+        ds.set_epoch(1)
+        self.assertEqual(sum(1 for _ in ds), n)
+        s = ds.stats()
+        self.assertEqual(s["samples"], 2 * n)
+        self.assertEqual(s["bytes_cache"], self.dataset_bytes)
+        self.assertAlmostEqual(s["cache_hit_ratio"], 0.5)
+        self.assertGreater(s["stall_seconds"], 0.0)
+        self.assertLessEqual(s["stall_seconds"], s["active_seconds"])
+        self.assertAlmostEqual(s["samples_per_second"], 2 * n / s["active_seconds"])
+        text = gdata._gantry.metrics_text()
+        self.assertIn(f'gantry_data_samples_total{{dataset="{self.data}",job="stats"}} {2 * n}',
+                      text)
+
+
+if __name__ == "__main__":
+    unittest.main()
