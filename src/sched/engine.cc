@@ -622,7 +622,23 @@ class Engine::Impl {
     }
     ++stats_.placements_tried;
     if (placement_->Place(job, free_, caps, &scratch_)) {
-      if (PlacementAdmitted(job, scratch_)) return true;
+      avoid_.clear();
+      for (int tries = 0;; ++tries) {
+        const size_t named = avoid_.size();
+        if (PlacementAdmitted(job, scratch_, &avoid_)) return true;
+        if (tries == 3 || avoid_.size() == named) break;
+        // Again, off the nodes the refusal named (and within `caps`).
+        if (!retry_caps_) retry_caps_ = std::make_unique<NodeCaps>(cluster_.nodes().size());
+        retry_caps_->Clear();
+        if (caps != nullptr) {
+          for (NodeIndex n : caps->touched()) retry_caps_->Set(n, caps->cap(n));
+        }
+        for (const auto& [first, end] : avoid_) {
+          for (NodeIndex n = first; n < end; ++n) retry_caps_->Set(n, 0);
+        }
+        ++stats_.placements_tried;
+        if (!placement_->Place(job, free_, retry_caps_.get(), &scratch_)) break;
+      }
       power_refused_ = true;
       MarkShapeFailed(job, mode + 2);
       return false;
@@ -631,9 +647,10 @@ class Engine::Impl {
     return false;
   }
 
-  bool PlacementAdmitted(const JobRequest& job, const Placement& p) {
+  bool PlacementAdmitted(const JobRequest& job, const Placement& p,
+                         std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
     for (const auto& a : admission_) {
-      if (!a->AdmitPlacement(job, p)) return false;
+      if (!a->AdmitPlacement(job, p, avoid)) return false;
     }
     return true;
   }
@@ -915,7 +932,8 @@ class Engine::Impl {
     }
     if (!fits) return false;
     // Power caps are checked with the victims still drawing: conservative, never over a cap.
-    if (!PlacementAdmitted(job, scratch_)) {
+    avoid_.clear();
+    if (!PlacementAdmitted(job, scratch_, &avoid_)) {
       power_refused_ = true;
       return false;
     }
@@ -1006,6 +1024,8 @@ class Engine::Impl {
   bool per_job_admission_ = false;
   AdmissionDecision decision_;
   bool power_refused_ = false;  // the last placement tried was refused by AdmitPlacement
+  std::vector<std::pair<NodeIndex, NodeIndex>> avoid_;  // node ranges refusals named
+  std::unique_ptr<NodeCaps> retry_caps_;                // caps of a placement tried again
   std::vector<JobIndex> victims_;
   JobRequest narrowed_;
 };

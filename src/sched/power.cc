@@ -57,7 +57,7 @@ int64_t PowerMeter::MinAddedMilliwatts(int gpus, uint32_t mask) const {
   return least == INT64_MAX ? 0 : gpus * least;
 }
 
-bool PowerMeter::Fits(const Placement& p, std::string* why) const {
+bool PowerMeter::Fits(const Placement& p, std::string* why, std::vector<DomainIndex>* over) const {
   if (cluster_cap_mw_ > 0) {
     const int64_t after = cluster_mw_ + AddedMilliwatts(p);
     if (after > cluster_cap_mw_) {
@@ -84,17 +84,19 @@ bool PowerMeter::Fits(const Placement& p, std::string* why) const {
       }
     }
   }
+  bool fits = true;
   for (const auto& [d, added] : scratch_) {
     const int64_t after = domain_mw_[d] + added;
     if (after > domain_cap_mw_[d]) {
-      if (why != nullptr) {
+      if (why != nullptr && fits) {
         *why = "domain " + cluster_.domains()[d].name + " would draw " + FormatWatts(after) +
                ", over its " + FormatWatts(domain_cap_mw_[d]) + " cap";
       }
-      return false;
+      if (over != nullptr) over->push_back(d);
+      fits = false;
     }
   }
-  return true;
+  return fits;
 }
 
 void PowerMeter::Add(const Placement& p, int sign) {

@@ -2,7 +2,8 @@
 // topology domain it touches stay within their power caps (cluster spec `power:`,
 // docs/formats/cluster.md#power). It decides on the placement the placement plugin chose
 // (AdmissionPlugin::AdmitPlacement), so a cap on one rack holds back only jobs placed there. A
-// refused job waits with reason kPower; like a job over its quota it holds no reservation.
+// refused job waits with reason kPower; like a job over its quota it holds no reservation. A
+// placement refused for a domain's cap is tried again off that domain (engine.cc, TryPlace).
 //
 // The engine adds this plugin to every profile when the cluster has caps (engine.cc, Init), so
 // a cap holds whichever profile runs; a profile may also name it.
@@ -22,9 +23,17 @@ class PowerAdmission final : public AdmissionPlugin {
   std::string_view name() const override { return "power"; }
   int Headroom(int) const override { return INT_MAX; }
 
-  bool AdmitPlacement(const JobRequest& job, const Placement& placement) override {
+  // A domain over its cap is named in `avoid`, so that the engine tries the job elsewhere: a
+  // full rack does not hold back a job that another rack has power for.
+  bool AdmitPlacement(const JobRequest& job, const Placement& placement,
+                      std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) override {
     std::string why;
-    if (meter_.Fits(placement, &why)) return true;
+    over_.clear();
+    if (meter_.Fits(placement, &why, &over_)) return true;
+    for (DomainIndex d : over_) {
+      const Domain& dom = meter_.cluster().domains()[d];
+      if (avoid != nullptr) avoid->emplace_back(dom.first_node, dom.end_node);
+    }
     refusals_[job.index] = std::move(why);
     return false;
   }
@@ -61,6 +70,7 @@ class PowerAdmission final : public AdmissionPlugin {
   const int64_t idle_mw_;  // the cluster's draw with every GPU idle
   std::unordered_map<JobIndex, Placement> running_;
   std::unordered_map<JobIndex, std::string> refusals_;  // the last refusal of each pending job
+  std::vector<DomainIndex> over_;
 };
 
 }  // namespace

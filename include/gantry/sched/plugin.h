@@ -177,9 +177,14 @@ class AdmissionPlugin {
   }
   // Whether `job` may start on `placement`, which the placement plugin chose after every
   // plugin admitted the job: for limits that depend on where a job lands (the "power" plugin's
-  // caps on the cluster and on topology domains). A refusal keeps the job pending with reason
-  // kPower. Default: yes.
-  virtual bool AdmitPlacement(const JobRequest& job, const Placement& placement) { return true; }
+  // caps on the cluster and on topology domains). On a refusal the plugin may append node
+  // ranges [first, end) to `avoid` (a rack at its cap): the engine then places the job once
+  // more off every range named so far, a few times at most. A final refusal keeps the job
+  // pending with reason kPower. Default: yes.
+  virtual bool AdmitPlacement(const JobRequest& job, const Placement& placement,
+                              std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
+    return true;
+  }
   // False when no state of the cluster would ever admit `job` (larger than anything its team
   // could get): it then waits with reason kQuota for ever, as Kueue leaves such a workload
   // pending.

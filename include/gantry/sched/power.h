@@ -30,8 +30,10 @@ class PowerMeter {
   static int64_t Milliwatts(double watts) { return std::llround(watts * 1000.0); }
 
   // Whether starting a job on `p` keeps the cluster and every capped domain within its cap.
-  // When it does not and `why` is given, `why` says which cap and by how much.
-  bool Fits(const Placement& p, std::string* why = nullptr) const;
+  // When it does not: `why` (if given) says which cap, and `over` (if given) gets every capped
+  // domain that would be over its cap.
+  bool Fits(const Placement& p, std::string* why = nullptr,
+            std::vector<DomainIndex>* over = nullptr) const;
   // The placement's GPUs turn busy (sign +1) or idle again (sign -1).
   void Add(const Placement& p, int sign);
 
