@@ -832,8 +832,11 @@ class Engine::Impl {
           Start(j, now, Reason::kStartedHead, starts);
           continue;
         }
-        if (power_refused_) {  // like quota: waits without becoming the head
+        if (power_refused_) {
+          // Power is shared like GPUs: in strict order nobody passes it. With backfill it
+          // holds no reservation (power is not reserved), as a job over its quota holds none.
           st.status.reason = Reason::kPower;
+          if (mode == BackfillMode::kNone) break;
           continue;
         }
         st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;

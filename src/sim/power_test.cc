@@ -79,7 +79,8 @@ std::vector<Time> Starts(const SimResult& r) {
 
 // A t=0 4 GPUs 100 s: n0, 4 busy (3280 W).
 // B t=0 2 GPUs  50 s: fits n1, but 6 busy would draw 760 + 6 x 630 = 4540 W > 3910: waits.
-// C t=0 1 GPU   10 s: 5 busy = 3910 W, exactly the cap: starts at 0 (B holds no reservation).
+// C t=0 1 GPU   10 s: 5 busy = 3910 W, exactly the cap: with EASY backfill it starts at 0 (B
+//                     holds no reservation; power is not reserved).
 // At 10 C ends; B still needs 6 busy. At 100 A ends: B starts, ends at 150.
 // Energy (busy watts x GPUs x seconds): A 700 x 4 x 100 = 280000 J, B 700 x 2 x 50 = 70000 J,
 // C 700 x 10 = 7000 J; jobs 357000 J. The cluster draws 3910 W over [0, 10), 3280 W over
@@ -88,7 +89,7 @@ std::vector<Time> Starts(const SimResult& r) {
 TEST(PowerScenario, ClusterCapHoldsJobsBackAndEnergyAddsUp) {
   const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
   const Workload w = MakeWorkload({{0, 4, 100, 100}, {0, 2, 50, 50}, {0, 1, 10, 10}});
-  const SimResult r = Simulated(c, w);
+  const SimResult r = Simulated(c, w, "fifo-easy");
   EXPECT_EQ(Starts(r), (std::vector<Time>{0, 100, 0}));
   EXPECT_DOUBLE_EQ(r.outcomes[0].energy_kwh, 280000 / 3.6e6);
   EXPECT_DOUBLE_EQ(r.outcomes[1].energy_kwh, 70000 / 3.6e6);
@@ -112,14 +113,22 @@ TEST(PowerScenario, ClusterCapHoldsJobsBackAndEnergyAddsUp) {
 
   // Without the cap B starts at once, and the peak is 6 busy GPUs... then 7 with C.
   const Cluster uncapped = Parse(std::string(kTwoNodes) + "power: {node_watts: 100}\n");
-  const SimResult u = Simulated(uncapped, w);
+  const SimResult u = Simulated(uncapped, w, "fifo-easy");
   EXPECT_EQ(Starts(u), (std::vector<Time>{0, 0, 0}));
   EXPECT_DOUBLE_EQ(u.peak_watts, 760 + 7 * 630);
 }
 
+// Strict FIFO: power is shared like GPUs, so nobody passes B while it waits for power: C starts
+// with B when A ends at 100 (2 + 1 busy GPUs).
+TEST(PowerScenario, StrictFifoLetsNobodyPassAJobWaitingForPower) {
+  const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
+  const Workload w = MakeWorkload({{0, 4, 100, 100}, {0, 2, 50, 50}, {0, 1, 10, 10}});
+  EXPECT_EQ(Starts(Simulated(c, w, "fifo")), (std::vector<Time>{0, 100, 100}));
+}
+
 // Every built-in profile gets the power plugin when the cluster has a cap, named or not. The
-// order differs (the oracles start C and B, the shortest, first, then A must wait), but in each
-// one of the three jobs waits for power: 4 + 2 + 1 GPUs busy would draw 5170 W.
+// order differs (the oracles start C and B, the shortest, first, then A must wait; strict FIFO
+// holds C behind B), but in each some job waits: 4 + 2 + 1 GPUs busy would draw 5170 W.
 TEST(PowerScenario, EveryBuiltinProfileHoldsTheCap) {
   const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
   const Workload w = MakeWorkload({{0, 4, 100, 100}, {0, 2, 50, 50}, {0, 1, 10, 10}});
@@ -132,7 +141,7 @@ TEST(PowerScenario, EveryBuiltinProfileHoldsTheCap) {
     EXPECT_LE(r->peak_watts, 3910) << p.name;
     int waited = 0;
     for (const JobOutcome& out : r->outcomes) waited += out.start > 0;
-    EXPECT_EQ(waited, 1) << p.name;
+    EXPECT_GE(waited, 1) << p.name;
   }
 }
 
