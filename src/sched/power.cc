@@ -57,6 +57,12 @@ int64_t PowerMeter::MinAddedMilliwatts(int gpus, uint32_t mask) const {
   return least == INT64_MAX ? 0 : gpus * least;
 }
 
+int64_t PowerMeter::BusyGpusLeft(uint32_t mask) const {
+  const int64_t per_gpu = MinAddedMilliwatts(1, mask);
+  if (cluster_cap_mw_ == 0 || per_gpu <= 0) return INT64_MAX;
+  return std::max<int64_t>(0, cluster_cap_mw_ - cluster_mw_) / per_gpu;
+}
+
 bool PowerMeter::Fits(const Placement& p, std::string* why, std::vector<DomainIndex>* over) const {
   if (cluster_cap_mw_ > 0) {
     const int64_t after = cluster_mw_ + AddedMilliwatts(p);

@@ -103,6 +103,10 @@ TEST(PowerScenario, ClusterCapHoldsJobsBackAndEnergyAddsUp) {
   ASSERT_EQ(s.teams.size(), 1u);
   EXPECT_NEAR(s.teams[0].energy_kwh, 357000 / 3.6e6, 1e-12);
   EXPECT_EQ(s.cap_watts, 3910);
+  // B waited 100 s with 3 or 4 GPUs idle, but with power for 0, then 1 more GPU: not a
+  // fragmentation wait.
+  EXPECT_EQ(r.frag_wait_job_seconds, 0);
+  EXPECT_EQ(r.total_wait_job_seconds, 100);
 
   const nlohmann::ordered_json j = SummaryToJson(r);
   EXPECT_EQ(j["power"]["peak_watts"], 3910);

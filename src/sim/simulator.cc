@@ -62,14 +62,17 @@ class PendingByTypes {
   void Busy(const Placement& p, int sign) {
     for (const Slot& s : p) busy_of_type_[c_.nodes()[s.node].gpu_type] += sign * s.gpus;
   }
-  // Pending jobs asking for no more than the idle GPUs of their types.
-  int64_t FragWaiting() const {
+  // Pending jobs asking for no more than the idle GPUs of their types. Under a cluster power
+  // cap only as many as the cap has power for count: a job waiting for power waits for that,
+  // not for fragmentation.
+  int64_t FragWaiting(const PowerMeter& power) const {
     int64_t n = 0;
     for (const auto& [mask, fenwick] : groups_) {
       int64_t idle = 0;
       for (size_t t = 0; t < gpus_of_type_.size(); ++t) {
         if ((mask >> t) & 1u) idle += gpus_of_type_[t] - busy_of_type_[t];
       }
+      idle = std::min(idle, power.BusyGpusLeft(mask));
       n += fenwick.PrefixSum(static_cast<int>(idle));
     }
     return n;
@@ -489,7 +492,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       const double dt = static_cast<double>(now - prev);
       result.busy_gpu_seconds += dt * static_cast<double>(busy);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
-      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting());
+      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting(power));
       result.fragmented_gpu_seconds += dt * fragmentation.total();
       result.energy_joules += dt * static_cast<double>(power.cluster_mw()) / 1000.0;
       while (next_sample < now) {

@@ -42,6 +42,9 @@ class PowerMeter {
   int64_t AddedMilliwatts(const Placement& p) const;
   // The least a job of `gpus` GPUs of the types in `mask` adds to the draw.
   int64_t MinAddedMilliwatts(int gpus, uint32_t mask) const;
+  // How many more GPUs of the types in `mask` the cluster's cap has power for (domain caps
+  // aside); INT64_MAX without a cluster cap.
+  int64_t BusyGpusLeft(uint32_t mask) const;
 
   int64_t cluster_mw() const { return cluster_mw_; }
   int64_t cluster_cap_mw() const { return cluster_cap_mw_; }  // 0: no cap
