@@ -313,3 +313,59 @@ TEST(CliSim, PackingExperimentWritesCsvAndChart) {
   EXPECT_EQ(bad.code, 3) << bad.output;
   EXPECT_NE(bad.output.find("unknown policy 'random'"), std::string::npos) << bad.output;
 }
+
+// The bundled power-capped cluster: every profile holds the cluster's 50 kW and each rack's
+// 14 kW at every start (--check-invariants checks each), while the same trace uncapped peaks
+// above 50 kW; jobs.csv's energy column adds up to the summary's job energy; `gantry cluster
+// show` reports the caps.
+TEST(CliSim, PowerCapsHoldAndEnergyIsReported) {
+  const std::string power_cluster = kSource + "/data/clusters/philly-256-power.yaml";
+  const fs::path d = TempDir("power");
+  CliRun r = RunCli("sim --cluster " + power_cluster + " --trace " + kSample +
+                    " --format philly --profile fifo,slurm-like --check-invariants --json "
+                    "--no-report --out " +
+                    d.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.size(), 2u);
+  for (const auto& s : j) {
+    const auto& p = s["power"];
+    EXPECT_EQ(p["cap_watts"].get<double>(), 50000);
+    EXPECT_LE(p["peak_watts"].get<double>(), 50000);
+    ASSERT_EQ(p["domains"].size(), 4u);
+    for (const auto& dom : p["domains"]) {
+      EXPECT_LE(dom["peak_watts"].get<double>(), dom["cap_watts"].get<double>());
+    }
+    EXPECT_GT(p["job_energy_kwh"].get<double>(), 0);
+    EXPECT_GT(p["energy_kwh"].get<double>(), p["job_energy_kwh"].get<double>());
+    EXPECT_EQ(s["jobs_completed"].get<int64_t>(), s["jobs"].get<int64_t>());
+  }
+  // jobs.csv: the last column, summed, is the summary's job energy.
+  std::istringstream csv(ReadFile(d / "fifo" / "jobs.csv"));
+  std::string line;
+  ASSERT_TRUE(std::getline(csv, line));
+  EXPECT_EQ(line.substr(line.rfind(',') + 1), "energy_kwh");
+  double sum = 0;
+  while (std::getline(csv, line)) sum += std::stod(line.substr(line.rfind(',') + 1));
+  EXPECT_NEAR(sum, j[0]["power"]["job_energy_kwh"].get<double>(), 1.0);
+
+  CliRun u = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+                    " --format philly --profile fifo --json --no-report --out " +
+                    TempDir("power_uncapped").string());
+  ASSERT_EQ(u.code, 0) << u.output;
+  auto uj = nlohmann::json::parse(u.output);
+  EXPECT_GT(uj[0]["power"]["peak_watts"].get<double>(), 50000);
+  EXPECT_EQ(uj[0]["power"]["cap_watts"], nullptr);
+
+  CliRun show = RunCli("cluster show " + power_cluster);
+  ASSERT_EQ(show.code, 0) << show.output;
+  EXPECT_NE(show.output.find("power:      17.3 kW idle with 300 W per node; cap 50.0 kW, 4 "
+                             "domains capped"),
+            std::string::npos)
+      << show.output;
+  CliRun show_json = RunCli("cluster show " + power_cluster + " --json");
+  ASSERT_EQ(show_json.code, 0) << show_json.output;
+  auto cj = nlohmann::json::parse(show_json.output);
+  EXPECT_EQ(cj["power"]["cap_watts"].get<double>(), 50000);
+  EXPECT_EQ(cj["power"]["domains"].size(), 4u);
+}

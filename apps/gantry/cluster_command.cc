@@ -149,6 +149,22 @@ nlohmann::ordered_json ToJson(const Cluster& c, bool with_nodes) {
     teams.push_back(std::move(entry));
   }
   out["teams"] = teams;
+  // The power section, only when the spec has one (older outputs unchanged).
+  const PowerSpec& power = c.power();
+  if (power.has_caps() || power.capped_clock() || power.node_watts > 0) {
+    json caps = json::array();
+    for (size_t d = 0; d < power.domain_cap_watts.size(); ++d) {
+      if (power.domain_cap_watts[d] > 0) {
+        caps.push_back({{"domain", c.domains()[d].name}, {"cap_watts", power.domain_cap_watts[d]}});
+      }
+    }
+    out["power"] = {{"cap_watts", power.cap_watts > 0 ? json(power.cap_watts) : json(nullptr)},
+                    {"node_watts", power.node_watts},
+                    {"idle_watts", c.IdleWatts()},
+                    {"domains", caps},
+                    {"capped_watts_factor", power.capped_watts_factor},
+                    {"capped_slowdown", power.capped_slowdown}};
+  }
   out["quota_sum_gpus"] = t.quota_sum;
   out["default_quota_gpus"] =
       c.default_quota_gpus() == kNoQuota ? json(nullptr) : json(c.default_quota_gpus());
@@ -184,6 +200,20 @@ void PrintText(const Cluster& c, bool with_nodes, std::ostream& out) {
   }
   out << "  GPU power:  " << Format("%.1f", t.idle_watts / 1000) << " kW idle, "
       << Format("%.1f", t.busy_watts / 1000) << " kW peak (all GPUs busy)\n";
+  const PowerSpec& power = c.power();
+  if (power.has_caps() || power.capped_clock() || power.node_watts > 0) {
+    int capped = 0;
+    for (double w : power.domain_cap_watts) capped += w > 0;
+    out << "  power:      " << Format("%.1f", c.IdleWatts() / 1000) << " kW idle with "
+        << Format("%.0f", power.node_watts) << " W per node; cap "
+        << (power.cap_watts > 0 ? Format("%.1f", power.cap_watts / 1000) + " kW" : "none") << ", "
+        << Plural(capped, "domain") << " capped";
+    if (power.capped_clock()) {
+      out << "; capped clock: busy watts x" << Format("%g", power.capped_watts_factor)
+          << ", run times x" << Format("%g", power.capped_slowdown);
+    }
+    out << "\n";
+  }
 
   if (c.levels().empty()) {
     out << "topology: flat (no levels)\n";

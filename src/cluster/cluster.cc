@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <unordered_set>
 
 namespace gantry {
@@ -15,6 +16,27 @@ bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+double Cluster::BusyWatts(GpuTypeIndex t) const {
+  const GpuType& type = gpu_types_[t];
+  if (power_.capped_watts_factor == 1) return type.busy_watts;
+  return std::max(type.idle_watts, type.busy_watts * power_.capped_watts_factor);
+}
+
+double Cluster::IdleWatts() const {
+  double w = 0;
+  for (const Node& n : nodes_) w += power_.node_watts + n.gpus * gpu_types_[n.gpu_type].idle_watts;
+  return w;
+}
+
+double Cluster::IdleWatts(DomainIndex d) const {
+  double w = 0;
+  for (NodeIndex i = domains_[d].first_node; i < domains_[d].end_node; ++i) {
+    const Node& n = nodes_[i];
+    w += power_.node_watts + n.gpus * gpu_types_[n.gpu_type].idle_watts;
+  }
+  return w;
+}
 
 int Cluster::GpusOfTypes(uint32_t mask) const {
   int total = 0;
@@ -205,7 +227,69 @@ Result<Cluster> ClusterBuilder::Build() && {
       }
     }
   }
+  GANTRY_RETURN_IF_ERROR(BuildPower());
   return std::move(cluster_);
+}
+
+// Resolves the domain and level caps into PowerSpec::domain_cap_watts and checks the model: a
+// cap below what its part of the cluster draws with every GPU idle is broken from the start.
+Status ClusterBuilder::BuildPower() {
+  PowerSpec& p = cluster_.power_;
+  const auto watts = [](double w) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g W", w);
+    return std::string(buf);
+  };
+  if (!(p.capped_watts_factor > 0 && p.capped_watts_factor <= 1)) {
+    return InvalidArgument("power: the capped clock's watts factor must be in (0, 1]");
+  }
+  if (!(p.capped_slowdown >= 1)) {
+    return InvalidArgument("power: the capped clock's slowdown must be at least 1");
+  }
+  if (p.cap_watts < 0 || p.node_watts < 0) {
+    return InvalidArgument("power: caps and node watts must not be negative");
+  }
+  p.domain_cap_watts.clear();
+  std::vector<double> caps(cluster_.domains_.size(), 0);
+  const auto cap = [&](DomainIndex d, double w) {
+    caps[d] = caps[d] > 0 ? std::min(caps[d], w) : w;
+  };
+  for (const auto& [name, w] : domain_caps_) {
+    if (w <= 0) return InvalidArgument("power: the cap of domain '" + name + "' must be above 0");
+    bool found = false;
+    for (size_t d = 0; d < caps.size(); ++d) {
+      if (cluster_.domains_[d].name == name) {
+        cap(static_cast<DomainIndex>(d), w);
+        found = true;
+      }
+    }
+    if (!found) return InvalidArgument("power: no domain is named '" + name + "'");
+  }
+  for (const auto& [level, w] : level_caps_) {
+    if (w <= 0) return InvalidArgument("power: the cap of level '" + level + "' must be above 0");
+    const auto it = std::find(cluster_.levels_.begin(), cluster_.levels_.end(), level);
+    if (it == cluster_.levels_.end())
+      return InvalidArgument("power: no level is named '" + level + "'");
+    const int l = static_cast<int>(it - cluster_.levels_.begin());
+    for (size_t d = 0; d < caps.size(); ++d) {
+      if (cluster_.domains_[d].level == l) cap(static_cast<DomainIndex>(d), w);
+    }
+  }
+  for (size_t d = 0; d < caps.size(); ++d) {
+    if (caps[d] <= 0) continue;
+    const double idle = cluster_.IdleWatts(static_cast<DomainIndex>(d));
+    if (caps[d] < idle) {
+      return InvalidArgument("power: the cap of domain '" + cluster_.domains_[d].name + "' (" +
+                             watts(caps[d]) + ") is below what it draws idle (" + watts(idle) +
+                             ")");
+    }
+    p.domain_cap_watts = caps;
+  }
+  if (p.cap_watts > 0 && p.cap_watts < cluster_.IdleWatts()) {
+    return InvalidArgument("power: the cluster's cap (" + watts(p.cap_watts) +
+                           ") is below what it draws idle (" + watts(cluster_.IdleWatts()) + ")");
+  }
+  return Status::Ok();
 }
 
 }  // namespace gantry

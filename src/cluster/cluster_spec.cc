@@ -250,6 +250,7 @@ class SpecReader {
   Status ReadQos(const YAML::Node& root);
   Status ReadQueueSettings(const YAML::Node& t, Team& team);
   Status ReadCohorts(const YAML::Node& root);
+  Status ReadPower(const YAML::Node& root);
   // A Kueue enum value: one of `names` (as Kueue spells them), its index.
   Result<std::optional<int>> OptEnum(const YAML::Node& map, const std::string& field,
                                      const std::vector<std::string>& names) {
@@ -304,8 +305,19 @@ Status SpecReader::ReadGpuTypes(const YAML::Node& root) {
     GANTRY_ASSIGN_OR_RETURN(type.name, ReqString(t, "name", what));
     GANTRY_ASSIGN_OR_RETURN(int64_t memory, ReqInt(t, "memory_gb", what, 0, 1 << 20));
     type.memory_gb = static_cast<int>(memory);
-    GANTRY_ASSIGN_OR_RETURN(type.idle_watts, ReqNumber(t, "idle_watts", what, 0));
-    GANTRY_ASSIGN_OR_RETURN(type.busy_watts, ReqNumber(t, "busy_watts", what, 0));
+    // Watts default to the catalog's model of a known type (KnownGpuTypes: vendor TDPs).
+    const GpuType* known = nullptr;
+    for (const GpuType& k : KnownGpuTypes()) {
+      if (EqualsIgnoreCase(k.name, type.name)) known = &k;
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::optional<double> idle, OptNumber(t, "idle_watts", 0));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<double> busy, OptNumber(t, "busy_watts", 0));
+    if (known == nullptr && !idle)
+      return Missing(t, "idle_watts", what + " of a type Gantry does not know");
+    if (known == nullptr && !busy)
+      return Missing(t, "busy_watts", what + " of a type Gantry does not know");
+    type.idle_watts = idle ? *idle : known->idle_watts;
+    type.busy_watts = busy ? *busy : known->busy_watts;
     if (type.busy_watts < type.idle_watts) {
       return Error(t["busy_watts"], "busy_watts", "is below idle_watts");
     }
@@ -696,11 +708,64 @@ Status SpecReader::ReadCohorts(const YAML::Node& root) {
   return Status::Ok();
 }
 
+Status SpecReader::ReadPower(const YAML::Node& root) {
+  const YAML::Node p = Get(root, "power");
+  if (!p.IsDefined()) return Status::Ok();
+  const std::string what = "the power section";
+  GANTRY_RETURN_IF_ERROR(CheckMap(p, what, {"cap_watts", "node_watts", "domains", "capped_clock"}));
+  PowerSpec power;
+  GANTRY_ASSIGN_OR_RETURN(std::optional<double> cap, OptNumber(p, "cap_watts", 0));
+  if (cap && *cap <= 0) return Error(p["cap_watts"], "cap_watts", "must be above 0");
+  power.cap_watts = cap.value_or(0);
+  GANTRY_ASSIGN_OR_RETURN(std::optional<double> node_watts, OptNumber(p, "node_watts", 0));
+  power.node_watts = node_watts.value_or(0);
+  const YAML::Node clock = Get(p, "capped_clock");
+  if (clock.IsDefined()) {
+    const std::string cwhat = "power.capped_clock";
+    GANTRY_RETURN_IF_ERROR(CheckMap(clock, cwhat, {"watts_factor", "slowdown"}));
+    GANTRY_ASSIGN_OR_RETURN(power.capped_watts_factor, ReqNumber(clock, "watts_factor", cwhat, 0));
+    if (power.capped_watts_factor <= 0 || power.capped_watts_factor > 1) {
+      return Error(clock["watts_factor"], "watts_factor", "must be above 0 and at most 1");
+    }
+    GANTRY_ASSIGN_OR_RETURN(power.capped_slowdown, ReqNumber(clock, "slowdown", cwhat, 1));
+  }
+  GANTRY_ASSIGN_OR_RETURN(YAML::Node domains, OptList(p, "domains"));
+  for (const YAML::Node& d : domains) {
+    const std::string dwhat = "a power.domains entry";
+    GANTRY_RETURN_IF_ERROR(CheckMap(d, dwhat, {"name", "level", "cap_watts"}));
+    GANTRY_ASSIGN_OR_RETURN(double w, ReqNumber(d, "cap_watts", dwhat, 0));
+    if (w <= 0) return Error(d["cap_watts"], "cap_watts", "must be above 0");
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> name, OptString(d, "name"));
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> level, OptString(d, "level"));
+    if (name.has_value() == level.has_value()) {
+      return Error(d, "name",
+                   "give a domain's name or a level (every domain of it), not " +
+                       std::string(name ? "both" : "neither"));
+    }
+    if (name) {
+      if (domain_lines_.count(*name) == 0) {
+        return Error(d["name"], "name", "no domain is named " + Quote(*name));
+      }
+      builder_->CapDomainPower(*name, w);
+    } else {
+      if (std::find(levels_.begin(), levels_.end(), *level) == levels_.end()) {
+        return Error(d["level"], "level",
+                     "unknown level " + Quote(*level) + " (levels: " + Join(levels_) + ")");
+      }
+      builder_->CapLevelPower(*level, w);
+    }
+  }
+  context_mark_ = p.Mark();
+  builder_->SetPower(std::move(power));
+  return Status::Ok();
+}
+
 Result<Cluster> SpecReader::Read(const YAML::Node& root) {
   if (!root.IsDefined() || root.IsNull()) return Error(root, "", "the cluster spec is empty");
-  GANTRY_RETURN_IF_ERROR(CheckMap(root, "the cluster spec",
-                                  {"name", "description", "levels", "gpu_types", "topology",
-                                   "nodes", "teams", "default_quota_gpus", "qos", "cohorts"}));
+  GANTRY_RETURN_IF_ERROR(
+      CheckMap(root, "the cluster spec",
+               {"name", "description", "levels", "gpu_types", "topology", "nodes", "teams",
+                "default_quota_gpus", "qos", "cohorts", "power"}));
   const YAML::Mark root_mark = root.Mark();
   GANTRY_ASSIGN_OR_RETURN(std::string name, ReqString(root, "name", "the cluster spec"));
   GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> description, OptString(root, "description"));
@@ -734,6 +799,7 @@ Result<Cluster> SpecReader::Read(const YAML::Node& root) {
   GANTRY_ASSIGN_OR_RETURN(std::optional<int64_t> default_quota,
                           OptInt(root, "default_quota_gpus", 0, 1 << 30));
   if (default_quota) builder_->SetDefaultQuota(static_cast<int>(*default_quota));
+  GANTRY_RETURN_IF_ERROR(ReadPower(root));
 
   Result<Cluster> cluster = std::move(*builder_).Build();
   context_mark_ = root_mark;

@@ -29,6 +29,7 @@ struct TeamAccumulator {
   double slowdown_sum = 0;
   int64_t jobs = 0;
   int64_t completed = 0;
+  double energy_kwh = 0;
 };
 
 }  // namespace
@@ -61,7 +62,9 @@ void Summarize(SimResult& result) {
     if (job.team >= 0 && static_cast<size_t>(job.team) < acc.size()) {
       team = &acc[static_cast<size_t>(job.team)];
       ++team->jobs;
+      team->energy_kwh += o.energy_kwh;  // every run's, also of jobs that did not complete
     }
+    s.job_energy_kwh += o.energy_kwh;
     if (o.cancelled) {
       ++s.jobs_cancelled;
       continue;
@@ -162,6 +165,7 @@ void Summarize(SimResult& result) {
     }
     ts.jobs = a.jobs;
     ts.jobs_completed = a.completed;
+    ts.energy_kwh = a.energy_kwh;
     ts.gpu_hours = a.gpu_seconds / 3600.0;
     ts.share_of_usage = all_gpu_seconds > 0 ? a.gpu_seconds / all_gpu_seconds : 0;
     if (ts.quota_gpus > 0 && s.makespan > 0) {
@@ -181,6 +185,16 @@ void Summarize(SimResult& result) {
                         ? (jain_sum * jain_sum) / (static_cast<double>(jain_n) * jain_sum_sq)
                         : 0;
   s.share_fairness = report_internal::ShareFairness(result, &s.contended_fraction);
+  s.energy_kwh = result.energy_joules / 3.6e6;
+  s.idle_energy_kwh = std::max(0.0, s.energy_kwh - s.job_energy_kwh);
+  s.peak_watts = result.peak_watts;
+  s.domain_power = result.domain_power;
+  if (result.cluster != nullptr) {
+    const PowerSpec& p = result.cluster->power();
+    s.cap_watts = p.cap_watts;
+    s.capped_watts_factor = p.capped_watts_factor;
+    s.capped_slowdown = p.capped_slowdown;
+  }
   result.summary = std::move(s);
 }
 
@@ -260,9 +274,33 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
     tj["quota_utilization"] = Round6(t.quota_utilization);
     tj["mean_wait_s"] = Round6(t.mean_wait_s);
     tj["mean_slowdown"] = Round6(t.mean_slowdown);
+    tj["energy_kwh"] = Round6(t.energy_kwh);
     teams.push_back(std::move(tj));
   }
   j["teams"] = std::move(teams);
+  nlohmann::ordered_json power;
+  power["energy_kwh"] = Round6(s.energy_kwh);
+  power["job_energy_kwh"] = Round6(s.job_energy_kwh);
+  power["idle_energy_kwh"] = Round6(s.idle_energy_kwh);
+  power["peak_watts"] = Round6(s.peak_watts);
+  if (s.cap_watts > 0) {
+    power["cap_watts"] = Round6(s.cap_watts);
+  } else {
+    power["cap_watts"] = nullptr;
+  }
+  nlohmann::ordered_json domains = nlohmann::ordered_json::array();
+  for (const DomainPower& d : s.domain_power) {
+    nlohmann::ordered_json dj;
+    dj["domain"] = d.domain;
+    dj["cap_watts"] = Round6(d.cap_watts);
+    dj["peak_watts"] = Round6(d.peak_watts);
+    domains.push_back(std::move(dj));
+  }
+  power["domains"] = std::move(domains);
+  power["capped_clock"] = s.capped_slowdown != 1 || s.capped_watts_factor != 1;
+  power["capped_watts_factor"] = Round6(s.capped_watts_factor);
+  power["capped_slowdown"] = Round6(s.capped_slowdown);
+  j["power"] = std::move(power);
   nlohmann::ordered_json perf;
   perf["wall_seconds"] = Round6(result.perf.wall_seconds);
   perf["events"] = result.perf.events;

@@ -24,6 +24,7 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddPriority("partition", NewPartition));
   add(r.AddAdmission("quota", NewQuota));
   add(r.AddAdmission("kueue", NewKueue));
+  add(r.AddAdmission("power", NewPower));
   add(r.AddPlacement("first-fit", NewFirstFit));
   add(r.AddPlacement("best-fit", NewBestFit));
   add(r.AddPlacement("topology", NewTopology));

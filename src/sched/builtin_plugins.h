@@ -28,6 +28,8 @@ Result<std::unique_ptr<PriorityFactor>> NewPartition(const PluginArgs& args,
 Result<std::unique_ptr<AdmissionPlugin>> NewQuota(const PluginArgs& args, const PluginContext& ctx);
 Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args,
                                                           const PluginContext& ctx);
+// power_admission.cc: power caps per cluster and topology domain
+Result<std::unique_ptr<AdmissionPlugin>> NewPower(const PluginArgs& args, const PluginContext& ctx);
 // kueue.cc: ClusterQueues, cohorts, borrowing, lending, flavors, preemption, fair sharing
 Result<std::unique_ptr<AdmissionPlugin>> NewKueue(const PluginArgs& args, const PluginContext& ctx);
 // placement.cc: index-driven fast paths of filter + score (filter_score.h); each also takes a

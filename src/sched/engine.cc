@@ -44,6 +44,8 @@ const char* ReasonName(Reason r) {
       return "NodeDown";
     case Reason::kPreempted:
       return "Preempted";
+    case Reason::kPower:
+      return "Power";
   }
   return "Unknown";
 }
@@ -173,6 +175,15 @@ class Engine::Impl {
       auto a = registry.CreateAdmission(spec.name, spec.args, ctx);
       if (!a.ok()) return a.status().WithContext("profile '" + profile_.name + "'");
       per_job_admission_ = per_job_admission_ || (*a)->per_job();
+      admission_.push_back(std::move(a).value());
+    }
+    // A power cap holds whichever profile runs: the "power" plugin joins any profile that does not
+    // name it when the cluster has caps.
+    if (cluster_.power().has_caps() &&
+        std::none_of(admission_.begin(), admission_.end(),
+                     [](const auto& a) { return a->name() == "power"; })) {
+      auto a = registry.CreateAdmission("power", PluginArgs("power", {}), ctx);
+      if (!a.ok()) return a.status().WithContext("profile '" + profile_.name + "'");
       admission_.push_back(std::move(a).value());
     }
     auto p = registry.CreatePlacement(profile_.placement.name, profile_.placement.args, ctx);
@@ -600,12 +611,48 @@ class Engine::Impl {
 
   // Forced inline into RunCycle: with the driver operations in this file GCC's choices cost the
   // simulator about 0.5% more instructions (measured with callgrind on a 100k-job trace).
+  // A placement some admission plugin refuses (a power cap) sets power_refused_ and is memoized
+  // as mode + 2: within a cycle the draw only grows, so the same shape stays refused.
   [[gnu::always_inline]] bool TryPlace(const JobRequest& job, int mode, const NodeCaps* caps) {
+    power_refused_ = false;
     if (ShapeFailed(job, mode)) return false;
+    if (ShapeFailed(job, mode + 2)) {
+      power_refused_ = true;
+      return false;
+    }
     ++stats_.placements_tried;
-    if (placement_->Place(job, free_, caps, &scratch_)) return true;
+    if (placement_->Place(job, free_, caps, &scratch_)) {
+      avoid_.clear();
+      for (int tries = 0;; ++tries) {
+        const size_t named = avoid_.size();
+        if (PlacementAdmitted(job, scratch_, &avoid_)) return true;
+        if (tries == 3 || avoid_.size() == named) break;
+        // Again, off the nodes the refusal named (and within `caps`).
+        if (!retry_caps_) retry_caps_ = std::make_unique<NodeCaps>(cluster_.nodes().size());
+        retry_caps_->Clear();
+        if (caps != nullptr) {
+          for (NodeIndex n : caps->touched()) retry_caps_->Set(n, caps->cap(n));
+        }
+        for (const auto& [first, end] : avoid_) {
+          for (NodeIndex n = first; n < end; ++n) retry_caps_->Set(n, 0);
+        }
+        ++stats_.placements_tried;
+        if (!placement_->Place(job, free_, retry_caps_.get(), &scratch_)) break;
+      }
+      power_refused_ = true;
+      MarkShapeFailed(job, mode + 2);
+      return false;
+    }
     MarkShapeFailed(job, mode);
     return false;
+  }
+
+  bool PlacementAdmitted(const JobRequest& job, const Placement& p,
+                         std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
+    for (const auto& a : admission_) {
+      if (!a->AdmitPlacement(job, p, avoid)) return false;
+    }
+    return true;
   }
 
   // True when the job would fit by GPU counts alone (no topology, no reservation caps): then
@@ -771,10 +818,11 @@ class Engine::Impl {
             st.status.reason = Reason::kQuota;
             continue;
           }
+          power_refused_ = false;
           if (!PreemptAndStart(j, *admitted, now, head < 0 ? nullptr : &caps_,
                                head < 0 ? Reason::kStartedHead : Reason::kStartedBackfill,
                                starts)) {
-            st.status.reason = Reason::kQuota;
+            st.status.reason = power_refused_ ? Reason::kPower : Reason::kQuota;
           }
           continue;
         }
@@ -782,6 +830,13 @@ class Engine::Impl {
       if (head < 0) {
         if (TryPlace(*admitted, 0, nullptr)) {
           Start(j, now, Reason::kStartedHead, starts);
+          continue;
+        }
+        if (power_refused_) {
+          // Power is shared like GPUs: in strict order nobody passes it. With backfill it
+          // holds no reservation (power is not reserved), as a job over its quota holds none.
+          st.status.reason = Reason::kPower;
+          if (mode == BackfillMode::kNone) break;
           continue;
         }
         st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
@@ -820,8 +875,9 @@ class Engine::Impl {
           }
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
-          st.status.reason =
-              FitsIgnoringTopology(*admitted) ? Reason::kReservation : Reason::kResources;
+          st.status.reason = power_refused_                    ? Reason::kPower
+                             : FitsIgnoringTopology(*admitted) ? Reason::kReservation
+                                                               : Reason::kResources;
           st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
         }
       } else {
@@ -830,6 +886,8 @@ class Engine::Impl {
         if (t <= now && TryPlace(*admitted, 0, nullptr)) {
           profile_steps_.Reserve(now, now + length, job.gpus);
           Start(j, now, Reason::kStartedBackfill, starts);
+        } else if (t <= now && power_refused_) {
+          st.status.reason = Reason::kPower;
         } else {
           ReserveConservative(st, now);
         }
@@ -876,6 +934,12 @@ class Engine::Impl {
       }
     }
     if (!fits) return false;
+    // Power caps are checked with the victims still drawing: conservative, never over a cap.
+    avoid_.clear();
+    if (!PlacementAdmitted(job, scratch_, &avoid_)) {
+      power_refused_ = true;
+      return false;
+    }
     for (JobIndex v : victims) {
       EndRunning(v, now);
       JobStatus& vs = state_[v].status;
@@ -962,6 +1026,9 @@ class Engine::Impl {
   // its types narrowed to the admitted flavor.
   bool per_job_admission_ = false;
   AdmissionDecision decision_;
+  bool power_refused_ = false;  // the last placement tried was refused by AdmitPlacement
+  std::vector<std::pair<NodeIndex, NodeIndex>> avoid_;  // node ranges refusals named
+  std::unique_ptr<NodeCaps> retry_caps_;                // caps of a placement tried again
   std::vector<JobIndex> victims_;
   JobRequest narrowed_;
 };
@@ -1031,6 +1098,12 @@ std::string Engine::Impl::Explain(JobIndex j) const {
       return out;
     case Reason::kTopology:
       return "enough GPUs are free, but not inside one allowed topology domain";
+    case Reason::kPower:
+      out = "waiting for power";
+      for (const auto& a : admission_) {
+        if (a->name() == "power") out += ": " + a->Explain(job);
+      }
+      return out;
     case Reason::kReservation:
       return "GPUs are free, but starting now would delay the reservation of job " +
              (st.blocked_by >= 0 ? state_[st.blocked_by].job->id : std::string("?"));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ class InvariantChecker {
         unavailable_(c.nodes().size(), false),
         kueue_(kueue_quotas) {
     if (kueue_) BuildKueueTree();
+    if (c.power().has_caps()) BuildPower();
   }
 
   Status OnStart(const Job& job, Time now, const Placement& p) {
@@ -128,6 +130,10 @@ class InvariantChecker {
     }
     team_used_[job.team] += job.gpus;
     running_[job.index] = {job.id, seen, -1};
+    if (power_) {
+      AddPower(p, +1);
+      if (check_quota) GANTRY_RETURN_IF_ERROR(CheckPower(who));
+    }
     if (kueue_) {
       const int f = FlavorOf(job.team, p);
       running_[job.index].flavor = f;
@@ -159,6 +165,7 @@ class InvariantChecker {
 
   void OnFinish(const Job& job, const Placement& p) {
     for (const Slot& s : p) used_[s.node] -= s.gpus;
+    if (power_) AddPower(p, -1);
     team_used_[job.team] -= job.gpus;
     auto it = running_.find(job.index);
     if (it != running_.end() && it->second.flavor >= 0) {
@@ -208,6 +215,58 @@ class InvariantChecker {
       kueue_root_[t] = root;
     }
   }
+  // Power caps: the draw of the cluster and of every capped domain, in whole milliwatts, from
+  // the spec's model (cluster.h PowerSpec) with this checker's own sums: idle draw of every node
+  // below, plus busy-above-idle watts of the GPUs in use there.
+  static int64_t Mw(double watts) { return std::llround(watts * 1000.0); }
+  void BuildPower() {
+    power_ = true;
+    const PowerSpec& spec = cluster_.power();
+    const auto node_idle = [&](const Node& n) {
+      return Mw(spec.node_watts) + n.gpus * Mw(cluster_.gpu_types()[n.gpu_type].idle_watts);
+    };
+    for (const Node& n : cluster_.nodes()) cluster_mw_ += node_idle(n);
+    cluster_cap_mw_ = spec.cap_watts > 0 ? Mw(spec.cap_watts) : 0;
+    domain_mw_.assign(cluster_.domains().size(), 0);
+    domain_cap_mw_.assign(cluster_.domains().size(), 0);
+    for (size_t d = 0; d < cluster_.domains().size(); ++d) {
+      const Domain& dom = cluster_.domains()[d];
+      for (NodeIndex n = dom.first_node; n < dom.end_node; ++n) {
+        domain_mw_[d] += node_idle(cluster_.nodes()[n]);
+      }
+      if (!spec.domain_cap_watts.empty() && spec.domain_cap_watts[d] > 0) {
+        domain_cap_mw_[d] = Mw(spec.domain_cap_watts[d]);
+      }
+    }
+  }
+  void AddPower(const Placement& p, int sign) {
+    for (const Slot& s : p) {
+      const Node& node = cluster_.nodes()[s.node];
+      const int64_t added = sign * s.gpus *
+                            (Mw(cluster_.BusyWatts(node.gpu_type)) -
+                             Mw(cluster_.gpu_types()[node.gpu_type].idle_watts));
+      cluster_mw_ += added;
+      for (DomainIndex d = node.domain; d >= 0; d = cluster_.domains()[d].parent) {
+        domain_mw_[d] += added;
+      }
+    }
+  }
+  // Every cap, after a start: O(domains), in test builds only.
+  Status CheckPower(const std::string& who) const {
+    if (cluster_cap_mw_ > 0 && cluster_mw_ > cluster_cap_mw_) {
+      return Internal(who + "the cluster draws " + std::to_string(cluster_mw_) +
+                      " mW, over its cap of " + std::to_string(cluster_cap_mw_) + " mW");
+    }
+    for (size_t d = 0; d < domain_mw_.size(); ++d) {
+      if (domain_cap_mw_[d] > 0 && domain_mw_[d] > domain_cap_mw_[d]) {
+        return Internal(who + "domain " + cluster_.domains()[d].name + " draws " +
+                        std::to_string(domain_mw_[d]) + " mW, over its cap of " +
+                        std::to_string(domain_cap_mw_[d]) + " mW");
+      }
+    }
+    return Status::Ok();
+  }
+
   int FlavorOf(int team, const Placement& p) const {
     if (p.empty()) return -1;
     const uint32_t type = 1u << cluster_.nodes()[p.front().node].gpu_type;
@@ -259,6 +318,9 @@ class InvariantChecker {
   std::vector<std::vector<KueueFlavor>> kueue_flavors_;  // per team, in its order
   std::vector<std::vector<int>> kueue_used_;             // per team and flavor
   std::vector<std::string> kueue_root_;                  // per team: its root cohort, or ""
+  bool power_ = false;                                   // the cluster has power caps
+  int64_t cluster_mw_ = 0, cluster_cap_mw_ = 0;
+  std::vector<int64_t> domain_mw_, domain_cap_mw_;
   struct Running {
     std::string id;
     std::vector<NodeIndex> nodes;

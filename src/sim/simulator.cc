@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <queue>
 #include <set>
 
 #include "gantry/sched/engine.h"
 #include "gantry/sched/fragmentation.h"
+#include "gantry/sched/power.h"
 #include "gantry/sim/failures.h"
 #include "invariant_checker.h"
 
@@ -60,14 +62,17 @@ class PendingByTypes {
   void Busy(const Placement& p, int sign) {
     for (const Slot& s : p) busy_of_type_[c_.nodes()[s.node].gpu_type] += sign * s.gpus;
   }
-  // Pending jobs asking for no more than the idle GPUs of their types.
-  int64_t FragWaiting() const {
+  // Pending jobs asking for no more than the idle GPUs of their types. Under a cluster power
+  // cap only as many as the cap has power for count: a job waiting for power waits for that,
+  // not for fragmentation.
+  int64_t FragWaiting(const PowerMeter& power) const {
     int64_t n = 0;
     for (const auto& [mask, fenwick] : groups_) {
       int64_t idle = 0;
       for (size_t t = 0; t < gpus_of_type_.size(); ++t) {
         if ((mask >> t) & 1u) idle += gpus_of_type_[t] - busy_of_type_[t];
       }
+      idle = std::min(idle, power.BusyGpusLeft(mask));
       n += fenwick.PrefixSum(static_cast<int>(idle));
     }
     return n;
@@ -141,6 +146,20 @@ class TraceRuntimeOracle final : public RuntimeOracle {
   const std::vector<Job>& jobs_;
 };
 
+// Under a capped clock (PowerSpec::capped_slowdown) every job runs that many times as long, and
+// its time limit stretches with it (a site that slows its clocks raises its limits).
+std::vector<Job> StretchedJobs(const std::vector<Job>& jobs, double slowdown) {
+  std::vector<Job> out = jobs;
+  const auto stretch = [slowdown](Duration d) {
+    return static_cast<Duration>(std::ceil(static_cast<double>(d) * slowdown));
+  };
+  for (Job& j : out) {
+    j.run_time = stretch(j.run_time);
+    if (j.time_limit > 0 && j.time_limit < kInfiniteTime) j.time_limit = stretch(j.time_limit);
+  }
+  return out;
+}
+
 int64_t PeakRssKb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -153,14 +172,17 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
                            const Workload& workload, const Profile& profile,
                            const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  const TraceRuntimeOracle oracle(workload.jobs);
+  const double slowdown = cluster.power().capped_slowdown;
+  const std::vector<Job> stretched =
+      slowdown != 1 ? StretchedJobs(workload.jobs, slowdown) : std::vector<Job>();
+  const std::vector<Job>& jobs = slowdown != 1 ? stretched : workload.jobs;
+  const TraceRuntimeOracle oracle(jobs);
   EngineOptions engine_options;
   engine_options.oracle = &oracle;
   engine_options.users = &workload.users;
   engine_options.queues = &workload.queues;
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(cluster, teams, profile, engine_options));
-  const auto& jobs = workload.jobs;
   SimResult result;
   result.profile = profile.name;
   result.workload = &workload;
@@ -200,6 +222,15 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   PendingByTypes pending_by_types(cluster);
   FragmentationSum fragmentation(cluster, jobs);
   std::vector<Placement> started_on(jobs.size());  // the current run's placement, per job
+  // Energy: the meter follows the draw; each run's busy watts are charged to its job when it
+  // ends, the rest of the draw (idle GPUs, node_watts) to the cluster.
+  PowerMeter power(cluster);
+  std::vector<Time> run_start(jobs.size(), 0);
+  std::vector<double> job_joules(jobs.size(), 0);
+  result.peak_watts = static_cast<double>(power.cluster_mw()) / 1000.0;
+  std::vector<int64_t> domain_peak_mw(power.capped_domains().empty() ? 0
+                                                                     : cluster.domains().size());
+  for (DomainIndex d : power.capped_domains()) domain_peak_mw[d] = power.domain_mw(d);
   std::vector<StartDecision> starts;
 
   const Time first = jobs.empty() ? 0 : jobs[order.front()].submit;
@@ -217,12 +248,16 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   int64_t next_progress = 0;
   Time prev = first;
 
+  Time now = first;
   const auto end_running = [&](const Job& job) {
     --running;
     busy -= job.gpus;
     team_busy[job.team] -= job.gpus;
     pending_by_types.Busy(started_on[job.index], -1);
     fragmentation.Busy(started_on[job.index], -1);
+    job_joules[job.index] += static_cast<double>(power.BusyMilliwatts(started_on[job.index])) /
+                             1000.0 * static_cast<double>(now - run_start[job.index]);
+    power.Add(started_on[job.index], -1);
   };
   // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
   // restart cost the current run pays first.
@@ -232,7 +267,6 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   std::vector<Duration> restart_penalty(interruptible ? jobs.size() : 0, 0);
   const CheckpointModel& ckpt = options.checkpoints;
 
-  Time now = first;
   std::vector<JobIndex> interrupted;
   std::vector<const Job*> interrupted_jobs;
   std::vector<Placement> interrupted_placements;
@@ -458,8 +492,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       const double dt = static_cast<double>(now - prev);
       result.busy_gpu_seconds += dt * static_cast<double>(busy);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
-      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting());
+      result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting(power));
       result.fragmented_gpu_seconds += dt * fragmentation.total();
+      result.energy_joules += dt * static_cast<double>(power.cluster_mw()) / 1000.0;
       while (next_sample < now) {
         result.samples.push_back({next_sample, static_cast<int32_t>(busy),
                                   static_cast<int32_t>(pending), static_cast<int32_t>(running),
@@ -565,7 +600,17 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       started_on[d.job] = d.placement;
       pending_by_types.Busy(d.placement, 1);
       fragmentation.Busy(d.placement, 1);
+      run_start[d.job] = now;
+      power.Add(d.placement, +1);
+      for (const Slot& slot : d.placement) {
+        for (DomainIndex dom = cluster.nodes()[slot.node].domain;
+             dom >= 0 && !domain_peak_mw.empty(); dom = cluster.domains()[dom].parent) {
+          domain_peak_mw[dom] = std::max(domain_peak_mw[dom], power.domain_mw(dom));
+        }
+      }
     }
+    result.peak_watts =
+        std::max(result.peak_watts, static_cast<double>(power.cluster_mw()) / 1000.0);
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {
         GANTRY_RETURN_IF_ERROR(checker.CheckFree(d.placement, engine->free_index()));
@@ -580,6 +625,11 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
                             static_cast<int32_t>(running), team_busy});
   if (!sprio_done) take_sprio();
   if (options.progress) options.progress(1.0);
+  for (size_t j = 0; j < jobs.size(); ++j) result.outcomes[j].energy_kwh = job_joules[j] / 3.6e6;
+  for (DomainIndex d : power.capped_domains()) {
+    result.domain_power.push_back({cluster.domains()[d].name, cluster.power().domain_cap_watts[d],
+                                   static_cast<double>(domain_peak_mw[d]) / 1000.0});
+  }
 
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

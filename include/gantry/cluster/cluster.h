@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gantry/common/status.h"
@@ -131,6 +132,23 @@ struct Qos {
   std::vector<std::string> preempt;
 };
 
+// The power model and caps of a cluster (docs/formats/cluster.md#power). A GPU's watts come
+// from its GpuType (idle_watts, busy_watts); this holds what is cluster-wide. A spec without a
+// `power` section has no caps and full clocks: energy is still reported, nothing is limited.
+struct PowerSpec {
+  double cap_watts = 0;   // the whole cluster's cap; 0: none
+  double node_watts = 0;  // each node's draw besides its GPUs (CPUs, memory, NICs, fans)
+  // Capped clock: a busy GPU draws max(idle_watts, busy_watts * capped_watts_factor) and every
+  // job runs capped_slowdown times as long. 1 and 1: full clocks.
+  double capped_watts_factor = 1;
+  double capped_slowdown = 1;
+  // Each domain's cap (indexed like Cluster::domains()); 0: none. Empty when no domain has one.
+  // ClusterBuilder::Build fills it from CapDomainPower and CapLevelPower.
+  std::vector<double> domain_cap_watts;
+  bool capped_clock() const { return capped_watts_factor != 1 || capped_slowdown != 1; }
+  bool has_caps() const { return cap_watts > 0 || !domain_cap_watts.empty(); }
+};
+
 class Cluster {
  public:
   const std::string& name() const { return name_; }
@@ -153,6 +171,12 @@ class Cluster {
   int default_quota_gpus() const { return default_quota_gpus_; }
   // Kueue cohorts named in the spec (cohorts that teams name without listing them are roots).
   const std::vector<Cohort>& cohorts() const { return cohorts_; }
+  const PowerSpec& power() const { return power_; }
+  // Watts one busy GPU of type `t` draws (at the capped clock when the spec has one).
+  double BusyWatts(GpuTypeIndex t) const;
+  // What the whole cluster, or one domain, draws with every GPU idle: idle GPUs plus node_watts.
+  double IdleWatts() const;
+  double IdleWatts(DomainIndex d) const;
 
   int total_gpus() const { return total_gpus_; }
   int max_gpus_per_node() const { return max_gpus_per_node_; }
@@ -176,6 +200,7 @@ class Cluster {
   std::vector<Account> accounts_;
   std::vector<Qos> qos_;
   std::vector<Cohort> cohorts_;
+  PowerSpec power_;
   int default_quota_gpus_ = kNoQuota;
   int total_gpus_ = 0;
   int max_gpus_per_node_ = 0;
@@ -200,12 +225,27 @@ class ClusterBuilder {
   Status AddQos(Qos qos);
   void AddCohort(Cohort cohort) { cluster_.cohorts_.push_back(std::move(cohort)); }
   void SetDefaultQuota(int gpus) { cluster_.default_quota_gpus_ = gpus; }
+  // The power model (its domain_cap_watts is ignored: caps of domains come from the two calls
+  // below). Checked at Build: factor in (0, 1], slowdown >= 1, every cap at least the idle draw
+  // below it.
+  void SetPower(PowerSpec power) { cluster_.power_ = std::move(power); }
+  // A cap on the domain called `domain`, or on every domain of level `level`; where several
+  // apply to one domain the lowest holds. Names are checked at Build.
+  void CapDomainPower(std::string domain, double watts) {
+    domain_caps_.emplace_back(std::move(domain), watts);
+  }
+  void CapLevelPower(std::string level, double watts) {
+    level_caps_.emplace_back(std::move(level), watts);
+  }
 
   // Checks the whole (every domain closed, names unique, at least one node) and returns it.
   Result<Cluster> Build() &&;
 
  private:
+  Status BuildPower();
+
   Cluster cluster_;
+  std::vector<std::pair<std::string, double>> domain_caps_, level_caps_;
   std::vector<DomainIndex> open_;
   Status first_error_;
 };

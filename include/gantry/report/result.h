@@ -30,6 +30,7 @@ struct JobOutcome {
   int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
   bool held = false;             // interrupted once more after max_requeues: held, not requeued
   int32_t preemptions = 0;       // runs ended by preemption (each requeued; not in requeues)
+  double energy_kwh = 0;         // busy watts of its GPUs x run time, summed over all its runs
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -51,6 +52,14 @@ struct TeamSummary {
   double quota_utilization = 0;  // gpu_hours / (quota * makespan); 0 without quota
   double mean_wait_s = 0;
   double mean_slowdown = 0;  // mean bounded slowdown of the team's jobs
+  double energy_kwh = 0;     // its jobs' energy (JobOutcome::energy_kwh), every run
+};
+
+// A capped topology domain's cap and the most it drew.
+struct DomainPower {
+  std::string domain;
+  double cap_watts = 0;
+  double peak_watts = 0;
 };
 
 struct SimSummary {
@@ -98,6 +107,18 @@ struct SimSummary {
   double total_wait_job_hours = 0;
   double frag_wait_fraction = 0;
   std::vector<TeamSummary> teams;
+
+  // Power (cluster spec `power:`): energy drawn from the first submit to the last event, the
+  // part charged to jobs (their GPUs' busy watts), the rest (idle GPUs, node baseline), the
+  // highest draw, the caps and the capped clock (a slowdown of 1: full clocks).
+  double energy_kwh = 0;
+  double job_energy_kwh = 0;
+  double idle_energy_kwh = 0;
+  double peak_watts = 0;
+  double cap_watts = 0;  // 0: no cluster cap
+  double capped_watts_factor = 1;
+  double capped_slowdown = 1;
+  std::vector<DomainPower> domain_power;
 };
 
 // Wall-clock measurements of the run; the only non-deterministic part of a result.
@@ -133,6 +154,11 @@ struct SimResult {
   // time spent restarting (loading a checkpoint) before useful work resumed.
   double lost_gpu_seconds = 0;
   double restart_gpu_seconds = 0;
+  // The cluster's draw integrated over the run (joules), its highest value, and the most each
+  // capped domain drew.
+  double energy_joules = 0;
+  double peak_watts = 0;
+  std::vector<DomainPower> domain_power;
   SimSummary summary;  // filled by Summarize()
   SimPerf perf;
 };
@@ -144,8 +170,8 @@ void Summarize(SimResult& result);
 // key order is fixed and the text is byte-identical across runs.
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
-// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions (header documented in
-// docs/formats/outputs.md).
+// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh (header
+// documented in docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
 // A self-contained HTML page comparing the results side by side (Vega-Lite charts, inlined).

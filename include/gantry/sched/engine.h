@@ -66,6 +66,7 @@ enum class Reason : uint8_t {
   kCancelled,        // ended by Cancel
   kNodeDown,         // ended because a node it ran on went down; the driver may Requeue it
   kPreempted,        // ended so that a job admission preferred could start; may be Requeued
+  kPower,            // where it fits, starting would put the cluster or a domain over a power cap
 };
 const char* ReasonName(Reason r);
 

@@ -5,7 +5,9 @@
 //   admission    AdmissionPlugin  may this job start now as far as policy goes, on which GPU
 //                                 types, and which running jobs must be preempted first
 //                                 (quota; Kueue ClusterQueues with cohorts, borrowing,
-//                                 lending, flavors, reclaim and fair sharing: kueue.cc)
+//                                 lending, flavors, reclaim and fair sharing: kueue.cc;
+//                                 power caps per cluster and topology domain, checked on the
+//                                 chosen placement: power_admission.cc)
 //   placement    PlacementPlugin  which GPUs on which nodes: a filter (GPU type, shape,
 //                                 reservation caps) shared by all, then a weighted sum of
 //                                 ScorePlugins ranks the nodes that pass. first-fit, best-fit
@@ -172,6 +174,16 @@ class AdmissionPlugin {
     out->gpu_type_mask = job.gpu_type_mask;
     out->victims.clear();
     return job.gpus <= Headroom(job.team);
+  }
+  // Whether `job` may start on `placement`, which the placement plugin chose after every
+  // plugin admitted the job: for limits that depend on where a job lands (the "power" plugin's
+  // caps on the cluster and on topology domains). On a refusal the plugin may append node
+  // ranges [first, end) to `avoid` (a rack at its cap): the engine then places the job once
+  // more off every range named so far, a few times at most. A final refusal keeps the job
+  // pending with reason kPower. Default: yes.
+  virtual bool AdmitPlacement(const JobRequest& job, const Placement& placement,
+                              std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
+    return true;
   }
   // False when no state of the cluster would ever admit `job` (larger than anything its team
   // could get): it then waits with reason kQuota for ever, as Kueue leaves such a workload
