@@ -171,6 +171,176 @@ TEST(PreemptionTest, MinRunTimeProtectsAYoungJob) {
   EXPECT_EQ(h.Schedule(6000), "");
 }
 
+// Priority preemption on one node of 8, quota admission (no quotas). lo1 (4 GPUs, QoS 0) runs
+// since t=0 and checkpointed at 3600; lo2 (4 GPUs, QoS 0) since t=1000; mid (QoS 1) runs
+// nothing. At t=3700 hi (4 GPUs, QoS 2) does not fit: one low job must go.
+std::string ByPriority(const std::string& preemption) {
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, 1.0}}, MakeProfile("quota", preemption));
+  h.Submit("lo1", "a", 4, 0, 0);
+  std::string log = h.Schedule(0);
+  h.Submit("lo2", "a", 4, 0, 1000);
+  log += " " + h.Schedule(1000);
+  h.Submit("hi", "a", 4, 2, 3700);
+  log += " " + h.Schedule(3700);
+  return log;
+}
+
+TEST(PreemptionTest, PriorityPreemptionTakesTheCheapestLowerPriorityJob) {
+  // Without a preemption mode nothing is preempted: hi waits for GPUs.
+  EXPECT_EQ(ByPriority("checkpoint-aware"), "+lo1 +lo2 ");
+  EXPECT_EQ(ByPriority("{plugin: kueue-order, args: {mode: priority}}"), "+lo1 +lo2 lo2>hi +hi");
+  EXPECT_EQ(ByPriority("{plugin: checkpoint-aware, args: {mode: priority}}"),
+            "+lo1 +lo2 lo1>hi +hi");
+  // A job of equal priority is never a victim.
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority}}"));
+  h.Submit("x", "a", 8, 1, 0);
+  h.Schedule(0);
+  h.Submit("y", "a", 8, 1, 10);
+  EXPECT_EQ(h.Schedule(10), "");
+  EXPECT_EQ(h.status("y").reason, Reason::kResources);
+}
+
+// QoS preemption (Slurm's preempt/qos): only the QOS in the preemptor's preempt list are
+// victims, whatever the levels. high (level 2) may preempt scavenger (level 0) but not normal
+// (level 1); normal may preempt nobody.
+TEST(PreemptionTest, QosPreemptListsSayWhoMayPreemptWhom) {
+  std::vector<Qos> qos = {{"scavenger", 0, 0, 1.0, {}},
+                          {"normal", 1, 10, 1.0, {}},
+                          {"high", 2, 100, 1.0, {"scavenger"}}};
+  Harness h(MakeCluster(8, qos), {Team{"a", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: qos}}"));
+  h.Submit("n1", "a", 4, 1, 0);
+  h.Submit("s1", "a", 4, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+n1 +s1");
+  h.Submit("n2", "a", 4, 1, 10);
+  EXPECT_EQ(h.Schedule(10), "");  // normal preempts nobody, not even scavenger
+  h.Submit("h1", "a", 8, 2, 20);
+  // h1 needs all 8 GPUs, but normal jobs are not in its list: nothing is preempted.
+  EXPECT_EQ(h.Schedule(20), "");
+  h.Submit("h2", "a", 4, 2, 30);
+  EXPECT_EQ(h.Schedule(30), "");  // h1 (head, blocked) goes first: h2 is not the head
+}
+
+TEST(PreemptionTest, QosPreemptionOfTheHeadJob) {
+  std::vector<Qos> qos = {{"scavenger", 0, 0, 1.0, {}},
+                          {"normal", 1, 10, 1.0, {}},
+                          {"high", 2, 100, 1.0, {"scavenger"}}};
+  Harness h(MakeCluster(8, qos), {Team{"a", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: qos}}"));
+  h.Submit("n1", "a", 4, 1, 0);
+  h.Submit("s1", "a", 2, 0, 0);
+  h.Submit("s2", "a", 2, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+n1 +s1 +s2");
+  h.Submit("h1", "a", 2, 2, 100);
+  // One scavenger job is enough; both started at 0 and lost alike: the higher index goes.
+  EXPECT_EQ(h.Schedule(100), "s2>h1 +h1");
+}
+
+// GraceTime: the victim is signalled and keeps its GPUs; the preemptor waits (reason
+// kPreempting, its placement booked) and starts when the victim ends.
+TEST(PreemptionTest, GraceTimeDelaysThePreemptorUntilTheVictimEnds) {
+  Harness h(
+      MakeCluster(8), {Team{"a", kNoQuota, 1.0}},
+      MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}"));
+  h.Submit("lo", "a", 6, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+lo");
+  h.Submit("hi", "a", 8, 1, 1000);
+  EXPECT_EQ(h.Schedule(1000), "lo~hi@1120");
+  EXPECT_EQ(h.status("lo").phase, JobStatus::Phase::kRunning);
+  EXPECT_EQ(h.status("lo").grace_end, 1120);
+  EXPECT_EQ(h.status("hi").reason, Reason::kPreempting);
+  EXPECT_NE(h.Explain("lo").find("signalled for preemption so that job hi"), std::string::npos)
+      << h.Explain("lo");
+  EXPECT_NE(h.Explain("hi").find("by t=1120"), std::string::npos) << h.Explain("hi");
+  // The 2 idle GPUs are booked for hi: a small job submitted meanwhile does not take them.
+  EXPECT_EQ(h.engine().free_index().free(0), 0);
+  h.Submit("small", "a", 2, 0, 1050);
+  EXPECT_EQ(h.Schedule(1050), "");
+  h.Finish("lo", 1120);
+  EXPECT_EQ(h.status("lo").reason, Reason::kPreempted);
+  EXPECT_EQ(h.Schedule(1120), "+hi");
+  EXPECT_EQ(h.engine().placement(1), (Placement{{0, 8}}));
+  EXPECT_EQ(h.status("hi").start, 1120);
+}
+
+// Through the simulator, one node of 8 and hourly checkpoints with a 300 s restart: lo (8 GPUs,
+// QoS 0, 5000 s of work) from t=0; hi (8 GPUs, QoS 1, 500 s) at t=1000.
+SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000) {
+  Workload w;
+  w.teams = {"a"};
+  w.users = {"u"};
+  w.queues = {"q"};
+  const auto add = [&](const std::string& id, int qos, Time submit, Duration run) {
+    Job j;
+    j.index = static_cast<JobIndex>(w.jobs.size());
+    j.id = id;
+    j.gpus = 8;
+    j.qos = qos;
+    j.submit = submit;
+    j.run_time = run;
+    j.time_limit = 100000;
+    w.jobs.push_back(j);
+  };
+  add("lo", 0, 0, lo_run);
+  add("hi", 1, 1000, 500);
+  SimOptions options;
+  options.check_invariants = true;
+  options.checkpoints = {3600, 300};
+  auto r = Simulate(MakeCluster(8), {Team{"a", kNoQuota, 1.0}}, w, MakeProfile("quota", preemption),
+                    options);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : SimResult{};
+}
+
+TEST(PreemptionTest, SimulatorWithoutGraceLosesTheWorkSinceTheLastCheckpoint) {
+  const SimResult r = SimulateGrace("{plugin: checkpoint-aware, args: {mode: priority}}");
+  EXPECT_EQ(r.outcomes[1].start, 1000);
+  EXPECT_EQ(r.outcomes[0].preemptions, 1);
+  // lo ran 1000 s, no checkpoint yet: all of it is lost.
+  EXPECT_DOUBLE_EQ(r.preemption_lost_gpu_seconds, 8.0 * 1000);
+  EXPECT_DOUBLE_EQ(r.outcomes[0].preemption_lost_gpu_seconds, 8.0 * 1000);
+  // lo restarts at 1500 from scratch after its 300 s restart.
+  EXPECT_EQ(r.outcomes[0].start, 1500);
+  EXPECT_EQ(r.outcomes[0].end, 1500 + 300 + 5000);
+  EXPECT_DOUBLE_EQ(r.preemption_restart_gpu_seconds, 8.0 * 300);
+  EXPECT_EQ(r.summary.preemption_plugin, "checkpoint-aware");
+  EXPECT_DOUBLE_EQ(r.summary.preemption_lost_gpu_hours, 8000.0 / 3600);
+}
+
+TEST(PreemptionTest, SimulatorGraceTimeBoundsTheLostWork) {
+  const SimResult r =
+      SimulateGrace("{plugin: checkpoint-aware, args: {mode: priority, grace_time: 2m}}");
+  // hi waits out lo's 120 s of grace; lo's final checkpoint at the signal (t=1000) saves its
+  // 1000 s: it loses only the 120 s it ran in grace.
+  EXPECT_EQ(r.outcomes[1].start, 1120);
+  EXPECT_EQ(r.outcomes[1].end, 1620);
+  EXPECT_EQ(r.outcomes[0].preemptions, 1);
+  EXPECT_DOUBLE_EQ(r.preemption_lost_gpu_seconds, 8.0 * 120);
+  EXPECT_DOUBLE_EQ(r.lost_gpu_seconds, 8.0 * 120);
+  EXPECT_EQ(r.outcomes[0].start, 1620);
+  EXPECT_EQ(r.outcomes[0].end, 1620 + 300 + 4000);
+  EXPECT_EQ(r.summary.preemptions, 1);
+}
+
+TEST(PreemptionTest, SimulatorAVictimThatEndsWithinItsGraceIsNotPreempted) {
+  const SimResult r = SimulateGrace(
+      "{plugin: checkpoint-aware, args: {mode: priority, grace_time: 2m}}", /*lo_run=*/1050);
+  EXPECT_EQ(r.outcomes[0].end, 1050);
+  EXPECT_EQ(r.outcomes[0].preemptions, 0);
+  EXPECT_EQ(r.outcomes[1].start, 1050);
+  EXPECT_EQ(r.preemptions, 0);
+  EXPECT_DOUBLE_EQ(r.lost_gpu_seconds, 0);
+}
+
+TEST(PreemptionTest, SimulatorWakesUpWhenTheMinimumRunTimePasses) {
+  const SimResult r =
+      SimulateGrace("{plugin: checkpoint-aware, args: {mode: priority, min_run_time: 25m}}");
+  // No event at t=1500, yet hi preempts lo then: lo has run its 1500 s.
+  EXPECT_EQ(r.outcomes[1].start, 1500);
+  EXPECT_DOUBLE_EQ(r.preemption_lost_gpu_seconds, 8.0 * 1500);
+}
+
 // Bad plugin arguments are errors naming the plugin and the argument.
 TEST(PreemptionTest, ArgumentsAreChecked) {
   const Cluster c = MakeCluster(8);

@@ -30,6 +30,8 @@ struct JobOutcome {
   int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
   bool held = false;             // interrupted once more after max_requeues: held, not requeued
   int32_t preemptions = 0;       // runs ended by preemption (each requeued; not in requeues)
+  // GPU-seconds of work its preempted runs lost (done since their last checkpoint).
+  double preemption_lost_gpu_seconds = 0;
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -80,6 +82,11 @@ struct SimSummary {
   int64_t preemptions = 0;
   int64_t jobs_preempted = 0;
   int32_t max_preemptions_per_job = 0;
+  // The profile's preemption plugin, and what preemption cost: work lost since the victims'
+  // last checkpoints, and the restarts of their next runs (both also in lost/restart above).
+  std::string preemption_plugin;
+  double preemption_lost_gpu_hours = 0;
+  double preemption_restart_gpu_hours = 0;
   Time makespan = 0;  // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
@@ -129,7 +136,11 @@ struct SimResult {
   // time spent restarting (loading a checkpoint) before useful work resumed.
   double lost_gpu_seconds = 0;
   double restart_gpu_seconds = 0;
-  SimSummary summary;  // filled by Summarize()
+  // The share of those two due to preemption (the rest: node failures and down events).
+  double preemption_lost_gpu_seconds = 0;
+  double preemption_restart_gpu_seconds = 0;
+  std::string preemption_plugin;  // the profile's
+  SimSummary summary;             // filled by Summarize()
   SimPerf perf;
 };
 
