@@ -250,12 +250,15 @@ class Engine::Impl {
 
   void EndRunning(JobIndex j, Time now) {
     JobState& s = state_[j];
-    for (const Slot& slot : s.placement) ReleaseSlot(slot);
-    // A signalled victim left admission and the preemption plugin at its signal.
-    if (!s.signalled) {
-      for (auto& a : admission_) a->OnJobEnded(*s.job, now);
-      preemption_->OnJobEnded(*s.job, now);
+    for (const Slot& slot : s.placement) {
+      // A signalled victim's GPUs that its preemptor will take stay booked for it.
+      const int kept = s.signalled ? KeepForPreemptor(s.status.preempted_by, slot) : 0;
+      if (slot.gpus > kept) ReleaseSlot({slot.node, slot.gpus - kept});
     }
+    // A signalled victim left the preemption plugin (no victim twice) at its signal; it holds
+    // its quota until now.
+    for (auto& a : admission_) a->OnJobEnded(*s.job, now);
+    if (!s.signalled) preemption_->OnJobEnded(*s.job, now);
     for (auto& f : factors_) f->OnJobEnded(*s.job, now);
     if (min_run_time_ > 0) by_start_.erase({s.status.start, j});
     s.signalled = false;
@@ -945,7 +948,9 @@ class Engine::Impl {
 
   // GraceTime: decision_.victims keep running, signalled to end by now + grace; `j` leaves its
   // queue and waits with the placement in scratch_. The GPUs of that placement that no victim
-  // holds are booked for it now; quota moves from the victims to `j` in admission's books.
+  // holds are booked for it now, and so is its quota: until the victims end, both count in
+  // admission's books (the victims still hold their GPUs), so nobody else is admitted on the
+  // quota the preemption frees.
   void SignalVictims(JobIndex j, Time now, std::vector<StartDecision>* starts) {
     JobState& s = state_[j];
     const JobRequest& job = *s.job;
@@ -972,7 +977,6 @@ class Engine::Impl {
       vs.signalled = true;
       vs.status.grace_end = end_by;
       vs.status.preempted_by = j;
-      for (auto& a : admission_) a->OnJobEnded(*vs.job, now);
       preemption_->OnJobEnded(*vs.job, now);
     }
     for (auto& a : admission_) a->OnJobStarted(job, w.placement, now);
@@ -1020,6 +1024,33 @@ class Engine::Impl {
       }
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     }
+  }
+
+  // A signalled victim of `preemptor` gives back `slot`: how many of those GPUs the preemptor's
+  // placement still needs on that node (up) and now keeps booked.
+  int KeepForPreemptor(JobIndex preemptor, const Slot& slot) {
+    if (nodes_not_up_ != 0 && node_state_[slot.node] != NodeState::kUp) return 0;
+    for (WaitingPreemptor& w : waiting_) {
+      if (w.job != preemptor) continue;
+      int need = 0;
+      for (const Slot& p : w.placement) {
+        if (p.node == slot.node) need += p.gpus;
+      }
+      Slot* held = nullptr;
+      for (Slot& h : w.held) {
+        if (h.node == slot.node) held = &h;
+      }
+      const int have = held ? held->gpus : 0;
+      const int take = std::min(slot.gpus, need - have);
+      if (take <= 0) return 0;
+      if (held) {
+        held->gpus += take;
+      } else {
+        w.held.push_back({slot.node, take});
+      }
+      return take;
+    }
+    return 0;
   }
 
   // A waiting preemptor was cancelled: its booked GPUs and quota go back.
@@ -1162,7 +1193,9 @@ class Engine::Impl {
     JobIndex job;
     std::vector<JobIndex> victims;
     Placement placement;  // where it starts
-    Placement held;       // the part of it booked at the signal (not the victims' GPUs)
+    // What of it is booked for it: GPUs idle at the signal, then what its victims give back as
+    // they end (KeepForPreemptor); all of it once the last victim ended.
+    Placement held;
   };
   std::vector<WaitingPreemptor> waiting_;
   // Running jobs by start, with a minimum run time: when the next one may be preempted.

@@ -390,7 +390,7 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
   // Excluded victims: a job that preempted this one, a job preempted enough already, a job the
   // preemption plugin protects (minimum run time).
   const auto loops = [&](JobIndex r) {
-    if (preemption_ != nullptr && !preemption_->MayPreempt(r, now)) return true;
+    if (preemption_ != nullptr && !preemption_->MayPreempt(r, job.index, now)) return true;
     if (static_cast<size_t>(r) < preempted_by_.size() &&
         static_cast<int>(preempted_by_[r].size()) >= max_preemptions_) {
       return true;

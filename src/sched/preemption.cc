@@ -58,11 +58,16 @@ class TrackingPreemption : public PreemptionPlugin {
   Duration min_run_time() const override { return args_.min_run_time; }
   Duration grace_time() const override { return args_.grace_time; }
 
-  bool MayPreempt(JobIndex v, Time now) const override {
+  bool MayPreempt(JobIndex v, JobIndex preemptor, Time now) const override {
     if (static_cast<size_t>(v) >= runs_.size() || !runs_[v].running) return false;
     const Run& r = runs_[v];
     if (now - r.start < args_.min_run_time) return false;
-    return static_cast<int>(r.preempted_by.size()) < args_.max_preemptions;
+    if (static_cast<int>(r.preempted_by.size()) >= args_.max_preemptions) return false;
+    if (static_cast<size_t>(preemptor) < runs_.size()) {
+      const std::vector<JobIndex>& mine = runs_[preemptor].preempted_by;
+      if (std::find(mine.begin(), mine.end(), v) != mine.end()) return false;
+    }
+    return true;
   }
 
   std::vector<JobIndex> SelectVictims(const JobRequest& blocked, Time now) override {
@@ -70,9 +75,6 @@ class TrackingPreemption : public PreemptionPlugin {
     if (args_.mode == Mode::kNone) return out;
     const Qos* mine = args_.mode == Mode::kQos ? cluster_.FindQos(blocked.qos) : nullptr;
     if (args_.mode == Mode::kQos && (mine == nullptr || mine->preempt.empty())) return out;
-    const std::vector<JobIndex>* preempted_me = static_cast<size_t>(blocked.index) < runs_.size()
-                                                    ? &runs_[blocked.index].preempted_by
-                                                    : nullptr;
     for (JobIndex v : running_) {
       const JobRequest& job = *runs_[v].job;
       if (args_.mode == Mode::kPriority) {
@@ -84,12 +86,7 @@ class TrackingPreemption : public PreemptionPlugin {
           continue;
         }
       }
-      if (!MayPreempt(v, now)) continue;
-      if (preempted_me != nullptr &&
-          std::find(preempted_me->begin(), preempted_me->end(), v) != preempted_me->end()) {
-        continue;
-      }
-      out.push_back(v);
+      if (MayPreempt(v, blocked.index, now)) out.push_back(v);
     }
     // Lowest QoS first (Slurm preempts the least important jobs first), then this plugin's order.
     std::sort(out.begin(), out.end(), [&](JobIndex a, JobIndex b) {

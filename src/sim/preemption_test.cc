@@ -4,9 +4,12 @@
 // signalled victims, which lose at most the work done in the grace period).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
+#include <queue>
 
+#include "gantry/common/rng.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sim/simulator.h"
 
@@ -264,6 +267,28 @@ TEST(PreemptionTest, GraceTimeDelaysThePreemptorUntilTheVictimEnds) {
   EXPECT_EQ(h.status("hi").start, 1120);
 }
 
+// Regression: of two victims, the one that ends first (it completed within its grace) gives its
+// GPUs to the waiting preemptor, not to whoever comes next; the preemptor then starts when the
+// other victim ends. (Its GPUs used to go back to the free pool, a small job took them, and the
+// preemptor's placement was gone when its last victim ended.)
+TEST(PreemptionTest, GraceTimeAVictimEndingEarlyKeepsItsGpusForThePreemptor) {
+  Harness h(
+      MakeCluster(8), {Team{"a", kNoQuota, 1.0}},
+      MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}"));
+  h.Submit("v1", "a", 4, 0, 0);
+  h.Submit("v2", "a", 4, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+v1 +v2");
+  h.Submit("hi", "a", 8, 1, 1000);
+  EXPECT_EQ(h.Schedule(1000), "v2~hi@1120 v1~hi@1120");
+  h.Submit("small", "a", 4, 0, 1000);
+  h.Finish("v1", 1050);
+  EXPECT_EQ(h.Schedule(1050), "");
+  EXPECT_EQ(h.engine().free_index().free(0), 0);
+  h.Finish("v2", 1120);
+  EXPECT_EQ(h.Schedule(1120), "+hi");
+  EXPECT_EQ(h.status("small").phase, JobStatus::Phase::kPending);
+}
+
 // Through the simulator, one node of 8 and hourly checkpoints with a 300 s restart: lo (8 GPUs,
 // QoS 0, 5000 s of work) from t=0; hi (8 GPUs, QoS 1, 500 s) at t=1000.
 SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000) {
@@ -339,6 +364,173 @@ TEST(PreemptionTest, SimulatorWakesUpWhenTheMinimumRunTimePasses) {
   // No event at t=1500, yet hi preempts lo then: lo has run its 1500 s.
   EXPECT_EQ(r.outcomes[1].start, 1500);
   EXPECT_DOUBLE_EQ(r.preemption_lost_gpu_seconds, 8.0 * 1500);
+}
+
+// Random workloads under priority and QoS preemption (QOS preempt lists drawn at random, cycles
+// included), with and without GraceTime and a minimum run time. For every run:
+//  - the simulator's invariant checker holds (no GPU double-booked, the engine's free GPUs are
+//    the checker's, with a waiting preemptor's booked GPUs; quotas held);
+//  - no preemption loop: if A preempted B, B never later preempts A;
+//  - no job is preempted more than max_preemptions (5) times;
+//  - every victim ran at least the minimum run time before it was preempted or signalled;
+//  - a signalled victim ends by its grace end, and its preemptor starts when the last of its
+//    victims ended.
+TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
+  int64_t preemptions = 0, signals = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rng rng(seed);
+    std::vector<Qos> qos;
+    for (int level = 0; level < 3; ++level) {
+      Qos q{"q" + std::to_string(level), level, level * 10, 1.0, {}};
+      for (int other = 0; other < 3; ++other) {
+        if (other != level && rng.Below(2)) q.preempt.push_back("q" + std::to_string(other));
+      }
+      qos.push_back(std::move(q));
+    }
+    ClusterBuilder b("prop", {});
+    ASSERT_TRUE(b.AddGpuType({"H100", 80, 70, 700}).ok());
+    ASSERT_TRUE(b.AddNode({.name = "n0", .gpu_type = 0, .gpus = 8}).ok());
+    ASSERT_TRUE(b.AddNode({.name = "n1", .gpu_type = 0, .gpus = 8}).ok());
+    for (Qos& q : qos) ASSERT_TRUE(b.AddQos(q).ok());
+    auto cluster = std::move(b).Build();
+    ASSERT_TRUE(cluster.ok());
+    const Duration grace = std::vector<Duration>{0, 60, 600}[rng.Below(3)];
+    const Duration min_run = std::vector<Duration>{0, 300}[rng.Below(2)];
+    const std::string mode = rng.Below(2) ? "qos" : "priority";
+    const std::string plugin = rng.Below(2) ? "checkpoint-aware" : "kueue-order";
+    const Profile profile =
+        MakeProfile("quota", "{plugin: " + plugin + ", args: {mode: " + mode +
+                                 ", grace_time: " + std::to_string(grace) +
+                                 ", min_run_time: " + std::to_string(min_run) + "}}");
+    const std::vector<Team> teams = {Team{"a", kNoQuota, 1.0}, Team{"b", 10, 1.0}};
+    Workload w;
+    w.teams = {"a", "b"};
+    w.users = {"u"};
+    w.queues = {"q"};
+    for (int i = 0; i < 100; ++i) {
+      Job j;
+      j.id = "j" + std::to_string(i);
+      j.team = static_cast<int32_t>(rng.Below(2));
+      j.gpus = 1 + static_cast<int32_t>(rng.Below(8));
+      j.qos = static_cast<int32_t>(rng.Below(3));
+      j.submit = static_cast<Time>(rng.Below(20000));
+      j.run_time = 100 + static_cast<Duration>(rng.Below(4000));
+      j.time_limit = 10000;
+      j.checkpoint_interval = rng.Below(2) ? 600 : 0;
+      w.jobs.push_back(j);
+    }
+    std::stable_sort(w.jobs.begin(), w.jobs.end(),
+                     [](const Job& x, const Job& y) { return x.submit < y.submit; });
+    for (size_t i = 0; i < w.jobs.size(); ++i) w.jobs[i].index = static_cast<JobIndex>(i);
+
+    SimOptions options;
+    options.check_invariants = true;
+    auto sim = Simulate(*cluster, teams, w, profile, options);
+    ASSERT_TRUE(sim.ok()) << "seed " << seed << ": " << sim.status().ToString();
+    preemptions += sim->preemptions;
+    // With GraceTime, a victim's lost work is at most the grace on each of its GPUs.
+    if (grace > 0) {
+      for (size_t j = 0; j < w.jobs.size(); ++j) {
+        if (w.jobs[j].checkpoint_interval == 0) continue;  // no final checkpoint either
+        EXPECT_LE(sim->outcomes[j].preemption_lost_gpu_seconds,
+                  static_cast<double>(sim->outcomes[j].preemptions) * w.jobs[j].gpus * grace)
+            << "seed " << seed << " job " << w.jobs[j].id;
+      }
+    }
+
+    // The same workload through a small driver that records who preempted whom, and when.
+    auto engine = Engine::Create(*cluster, teams, profile);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    Engine& e = **engine;
+    std::vector<std::pair<JobIndex, JobIndex>> preempted;
+    std::vector<int> count(w.jobs.size(), 0);
+    std::vector<Time> end(w.jobs.size(), -1), natural_end(w.jobs.size(), -1);
+    std::vector<Time> run_start(w.jobs.size(), -1), signalled(w.jobs.size(), -1);
+    std::map<JobIndex, std::vector<JobIndex>> waiting;  // preemptor -> its signalled victims
+    using Event = std::pair<Time, JobIndex>;
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> finishes;
+    size_t next = 0;
+    std::vector<StartDecision> starts;
+    Time now = 0;
+    while (next < w.jobs.size() || !finishes.empty()) {
+      const Time wakeup = e.NextWakeup(now);
+      now = next < w.jobs.size() ? w.jobs[next].submit : kInfiniteTime;
+      if (!finishes.empty()) now = std::min({now, finishes.top().first, wakeup});
+      Time last_victim_end = -1;
+      while (!finishes.empty() && finishes.top().first == now) {
+        const JobIndex j = finishes.top().second;
+        finishes.pop();
+        if (end[j] != now || e.status(j).phase != JobStatus::Phase::kRunning) continue;
+        ASSERT_TRUE(e.Finish(j, now).ok());
+        if (signalled[j] >= 0) {
+          EXPECT_LE(now, signalled[j] + grace);
+          last_victim_end = now;
+          if (now < natural_end[j]) {
+            ASSERT_TRUE(e.Requeue(j, now).ok());
+          }
+        }
+        signalled[j] = -1;
+      }
+      while (next < w.jobs.size() && w.jobs[next].submit == now) {
+        ASSERT_TRUE(e.Submit(w.jobs[next], now).ok());
+        ++next;
+      }
+      starts.clear();
+      e.Schedule(now, &starts);
+      for (const StartDecision& d : starts) {
+        for (JobIndex v : d.preempted) {
+          EXPECT_GE(now - run_start[v], min_run) << "seed " << seed;
+          preempted.emplace_back(v, d.job);
+          ++count[v];
+        }
+        if (d.reason == Reason::kPreempting) {
+          ++signals;
+          EXPECT_EQ(d.victims_end_by, now + grace);
+          waiting[d.job] = d.preempted;
+          for (JobIndex v : d.preempted) {
+            signalled[v] = now;
+            if (end[v] > d.victims_end_by) {
+              end[v] = d.victims_end_by;
+              finishes.push({end[v], v});
+            }
+          }
+          continue;
+        }
+        // With GraceTime victims are only ever signalled.
+        if (grace > 0) {
+          EXPECT_TRUE(d.preempted.empty()) << "seed " << seed;
+        }
+        for (JobIndex v : d.preempted) {
+          end[v] = -1;
+          ASSERT_TRUE(e.Requeue(v, now).ok());
+        }
+        auto it = waiting.find(d.job);
+        if (it != waiting.end()) {
+          // Started the moment its last victim ended (a victim may be running again already:
+          // requeued, it may restart in the same cycle, after its preemptor).
+          EXPECT_EQ(now, last_victim_end) << "seed " << seed;
+          waiting.erase(it);
+        }
+        run_start[d.job] = now;
+        end[d.job] = natural_end[d.job] = now + w.jobs[d.job].run_time;
+        finishes.push({end[d.job], d.job});
+      }
+    }
+    preemptions += static_cast<int64_t>(preempted.size());
+    for (size_t i = 0; i < preempted.size(); ++i) {
+      for (size_t k = i + 1; k < preempted.size(); ++k) {
+        EXPECT_FALSE(preempted[k].first == preempted[i].second &&
+                     preempted[k].second == preempted[i].first)
+            << "seed " << seed << ": " << w.jobs[preempted[i].second].id << " preempted "
+            << w.jobs[preempted[i].first].id << ", then the other way round";
+      }
+    }
+    for (size_t j = 0; j < count.size(); ++j) {
+      EXPECT_LE(count[j], 5) << "seed " << seed << " job " << w.jobs[j].id;
+    }
+  }
+  EXPECT_GT(preemptions, 100);
+  EXPECT_GT(signals, 20);
 }
 
 // Bad plugin arguments are errors naming the plugin and the argument.

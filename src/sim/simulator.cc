@@ -239,6 +239,51 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   std::vector<Time> natural_end(jobs.size(), -1);
   std::vector<bool> after_preemption(jobs.size(), false);
   std::vector<Placement> held_for(jobs.size());
+  std::vector<JobIndex> signalled_for(jobs.size(), -1);  // a signalled victim's preemptor
+  std::vector<JobIndex> waiting_preemptors;
+  std::vector<Placement> planned_for(jobs.size());  // a waiting preemptor's placement
+  // A waiting preemptor started, went back to its queue, or was cancelled: its booking ends.
+  const auto end_wait = [&](JobIndex p) {
+    auto it = std::find(waiting_preemptors.begin(), waiting_preemptors.end(), p);
+    if (it == waiting_preemptors.end()) return;
+    waiting_preemptors.erase(it);
+    checker.Hold(held_for[p], -1);
+    held_for[p].clear();
+    planned_for[p].clear();
+  };
+  // The engine keeps a signalled victim's GPUs that its preemptor needs booked when it ends
+  // (Engine::Impl::KeepForPreemptor): the checker's books follow.
+  const auto keep_for_preemptor = [&](JobIndex v) {
+    const JobIndex p = signalled_for[v];
+    signalled_for[v] = -1;
+    if (p < 0) return;
+    if (std::find(waiting_preemptors.begin(), waiting_preemptors.end(), p) ==
+        waiting_preemptors.end()) {
+      return;
+    }
+    Placement kept;
+    for (const Slot& slot : started_on[v]) {
+      if (engine->node_state(slot.node) != NodeState::kUp) continue;
+      int need = 0;
+      const Placement& planned = planned_for[p];
+      for (const Slot& ps : planned) {
+        if (ps.node == slot.node) need += ps.gpus;
+      }
+      Slot* held = nullptr;
+      for (Slot& h : held_for[p]) {
+        if (h.node == slot.node) held = &h;
+      }
+      const int take = std::min(slot.gpus, need - (held ? held->gpus : 0));
+      if (take <= 0) continue;
+      if (held) {
+        held->gpus += take;
+      } else {
+        held_for[p].push_back({slot.node, take});
+      }
+      kept.push_back({slot.node, take});
+    }
+    checker.Hold(kept, 1);
+  };
 
   Time now = first;
   std::vector<JobIndex> interrupted;
@@ -311,6 +356,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       lose_run(j, -1);
       after_preemption[j] = false;
       signalled_at[j] = -1;  // a signalled victim on the node is interrupted, not preempted
+      keep_for_preemptor(j);
       if (o.requeues >= options.max_requeues) {
         // Slurm's MaxBatchRequeue: interrupted once too often, the job is held, not requeued.
         // It also bounds a run whose failures come faster than its jobs can finish.
@@ -356,10 +402,13 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     if (phase == JobStatus::Phase::kPending) {
       pending_by_types.Pending(job, -1);
       --pending;
+      end_wait(j);
     } else if (phase == JobStatus::Phase::kRunning) {
       if (options.check_invariants) {
         GANTRY_RETURN_IF_ERROR(checker.OnCancelRunning(job, engine->placement(j)));
       }
+      signalled_at[j] = -1;
+      keep_for_preemptor(j);
       end_running(job);
       o.end = now;
       o.killed_at_limit = false;
@@ -524,12 +573,14 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
         const Time signal = signalled_at[j];
         signalled_at[j] = -1;
         GANTRY_RETURN_IF_ERROR(preempt_job(j, signal));
+        keep_for_preemptor(j);
         continue;
       }
       signalled_at[j] = -1;  // signalled, but it completed within its GraceTime
       if (options.check_invariants) checker.OnFinish(job, engine->placement(j));
       GANTRY_RETURN_IF_ERROR(engine->Finish(j, now));
       end_running(job);
+      keep_for_preemptor(j);
       ++processed;
     }
     while (next_submit < order.size() && jobs[order[next_submit]].submit == now) {
@@ -591,9 +642,12 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
         }
         checker.Hold(held, 1);
         held_for[d.job] = std::move(held);
+        planned_for[d.job] = d.placement;
+        waiting_preemptors.push_back(d.job);
         for (JobIndex v : d.preempted) {
           JobOutcome& vo = result.outcomes[v];
           signalled_at[v] = now;
+          signalled_for[v] = d.job;
           if (vo.end > d.victims_end_by) {
             vo.end = d.victims_end_by;
             finishes.push({vo.end, v});
@@ -601,10 +655,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
         }
         continue;
       }
-      if (!held_for[d.job].empty()) {
-        checker.Hold(held_for[d.job], -1);
-        held_for[d.job].clear();
-      }
+      end_wait(d.job);
       for (JobIndex victim : d.preempted) GANTRY_RETURN_IF_ERROR(preempt_job(victim, -1));
       if (options.check_invariants) {
         GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement));
@@ -637,6 +688,15 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       started_on[d.job] = d.placement;
       pending_by_types.Busy(d.placement, 1);
       fragmentation.Busy(d.placement, 1);
+    }
+    // A waiting preemptor whose placement could not be used any more is back in its queue.
+    for (size_t i = 0; i < waiting_preemptors.size();) {
+      const JobIndex p = waiting_preemptors[i];
+      if (engine->status(p).reason != Reason::kPreempting) {
+        end_wait(p);
+      } else {
+        ++i;
+      }
     }
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {

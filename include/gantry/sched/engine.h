@@ -35,11 +35,11 @@
 // ended at once: they are signalled (status().grace_end), keep running and keep their GPUs,
 // and the engine returns a StartDecision with reason kPreempting and the planned placement.
 // The GPUs of that placement not held by victims are booked for the preemptor at once, so no
-// other job takes them; quota (admission) moves from the victims to the preemptor at the
-// signal. When the driver has reported every victim ended (Finish: reason kPreempted; the
-// driver Requeues it unless it completed; Cancel or Down also count), the next cycle starts
-// the preemptor on that placement, before anything else. If the placement can no longer be
-// used (a node went down or was drained meanwhile), the job goes back to its queue.
+// other job takes them, and so is its quota: until the victims end, both they and the
+// preemptor count in admission's books. When the driver has reported every victim ended (Finish:
+// reason kPreempted; the driver Requeues it unless it completed; Cancel or Down also count), the
+// next cycle starts the preemptor on that placement, before anything else. If the placement can no
+// longer be used (a node went down or was drained meanwhile), the job goes back to its queue.
 //
 //   auto engine = Engine::Create(cluster, teams, profile);
 //   engine->Submit(job, now);

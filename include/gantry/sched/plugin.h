@@ -221,9 +221,10 @@ class PreemptionPlugin {
   virtual bool orders_victims() const { return false; }
   // Lower is preempted first among victims admission ranks alike.
   virtual double VictimKey(JobIndex victim, Time now) const { return 0; }
-  // Whether `victim` (running) may be preempted at `now` (false while it is younger than the
-  // minimum run time, or preempted too often already).
-  virtual bool MayPreempt(JobIndex victim, Time now) const { return true; }
+  // Whether `victim` (running) may be preempted by `preemptor` at `now`: false while it is
+  // younger than the minimum run time, once it was preempted too often, and when it once
+  // preempted `preemptor` (no preemption loops).
+  virtual bool MayPreempt(JobIndex victim, JobIndex preemptor, Time now) const { return true; }
   // Slurm's PreemptExemptTime: a job runs at least this long before it may be preempted.
   virtual Duration min_run_time() const { return 0; }
   // Slurm's GraceTime: a victim is signalled and keeps running this long (it may take a final
