@@ -18,8 +18,10 @@
 //
 // Preemption (classic): candidates are jobs of the same CQ allowed by withinClusterQueue, and
 // jobs of other CQs of the tree that are borrowing on the flavor, allowed by
-// reclaimWithinCohort. They are tried other-CQ first, lowest priority first, most recently
-// started first; after the preemptor fits, earlier picks it does not need are given back
+// reclaimWithinCohort. They are tried other-CQ first, lowest priority first, then in the
+// profile's preemption plugin's order (Kueue's own without one: most recently started first;
+// checkpoint-aware: cheapest first), skipping runs the plugin protects (minimum run time);
+// after the preemptor fits, earlier picks it does not need are given back
 // (the minimal set). As Kueue does, a CQ preempts in the cohort without borrowing when it is
 // under its nominal quota; otherwise (or when that fails) it preempts only its own jobs and may
 // borrow; borrowWithinCohort=LowerPriority lets it reclaim while borrowing, from jobs below its

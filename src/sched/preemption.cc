@@ -13,13 +13,19 @@
 // checkpoints every `interval` seconds of useful work (its own JobRequest::checkpoint_interval,
 // else the plugin's default_interval, which should match the simulator's --checkpoint-model).
 // A job that checkpointed a moment ago is therefore nearly free to preempt; one just before its
-// next checkpoint costs a whole interval of work on every GPU. The restart cost is the job's own
-// JobRequest::restart_cost when it declares one; else it depends on where its checkpoint is
-// restored from (argument `tier`): node-local NVMe (`local`, restart_local, default 60 s: the
-// preempted job restarts where its shards are cached), a peer's memory or disk (`peer`,
-// restart_peer, 120 s: Gemini-style replicas pulled over the network), or the durable tier
-// (`durable`, restart_durable, 300 s: S3/Ceph, the simulator's default restart cost). With
-// per_gpu: true the order is by cost per GPU (lost work + restart) instead of the total.
+// next checkpoint costs a whole interval of work on every GPU. With GraceTime the victim saves a
+// final checkpoint when signalled, so it loses only what it does during the grace. The restart
+// cost is the job's own JobRequest::restart_cost when it declares one; else it depends on where
+// its checkpoint is restored from (argument `tier`): node-local NVMe (`local`, restart_local,
+// default 60 s: the preempted job restarts where its shards are cached), a peer's memory or disk
+// (`peer`, restart_peer, 120 s: Gemini-style replicas pulled over the network), or the durable
+// tier (`durable`, the default; restart_durable, 300 s: S3/Ceph, the simulator's default
+// restart cost).
+//
+// Victims are taken in order of cost per GPU they free (per_gpu: true, the default): the
+// preemptor needs GPUs, and the cheapest GPUs are those of jobs that just checkpointed, whatever
+// their size. per_gpu: false orders by total cost, which favours small victims and then needs
+// more of them; on the Philly comparison (docs/scheduling.md) it saves less.
 //
 // Both take the common arguments:
 //   mode            none | priority | qos: what SelectVictims offers a blocked job. priority: any
@@ -161,7 +167,7 @@ struct CheckpointArgs {
   Duration restart_local = 60;
   Duration restart_peer = 120;
   Duration restart_durable = 300;
-  bool per_gpu = false;
+  bool per_gpu = true;
 };
 
 class CheckpointAware final : public TrackingPreemption {
@@ -269,7 +275,7 @@ Result<std::unique_ptr<PreemptionPlugin>> NewCheckpointAware(const PluginArgs& a
   GANTRY_ASSIGN_OR_RETURN(ck.restart_local, args.DurationArg("restart_local", 60));
   GANTRY_ASSIGN_OR_RETURN(ck.restart_peer, args.DurationArg("restart_peer", 120));
   GANTRY_ASSIGN_OR_RETURN(ck.restart_durable, args.DurationArg("restart_durable", 300));
-  GANTRY_ASSIGN_OR_RETURN(ck.per_gpu, args.Bool("per_gpu", false));
+  GANTRY_ASSIGN_OR_RETURN(ck.per_gpu, args.Bool("per_gpu", true));
   for (Duration d : {ck.default_interval, ck.restart_local, ck.restart_peer, ck.restart_durable}) {
     if (d < 0 || d >= kInfiniteTime) {
       return InvalidArgument(
