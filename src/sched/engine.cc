@@ -588,7 +588,11 @@ class Engine::Impl {
       const JobIndex j = aging_.top().second;
       aging_.pop();
       JobState& s = state_[j];
-      if (s.status.phase != JobStatus::Phase::kPending || s.old) continue;
+      // A preemptor waiting for its victims (GraceTime) is in no queue until it starts.
+      if (s.status.phase != JobStatus::Phase::kPending || s.old ||
+          s.status.reason == Reason::kPreempting) {
+        continue;
+      }
       Queues(s.job->team, false).erase({s.key, s.job->submit, j});
       s.old = true;
       s.key = s.static_score + age_rate_ * static_cast<double>(max_age_);
@@ -652,8 +656,7 @@ class Engine::Impl {
     return free_.NodesWithFree(job.gpu_type_mask, s.gpus_per_node) >= s.nodes;
   }
 
-  // `admitted`: admission and the preemption plugin already booked the job (at its victims'
-  // signal, GraceTime).
+  // `admitted`: admission already booked the job (at its victims' signal, GraceTime).
   void Start(JobIndex j, Time now, Reason reason, std::vector<StartDecision>* starts,
              bool admitted = false) {
     JobState& s = state_[j];
@@ -1018,9 +1021,9 @@ class Engine::Impl {
         Start(j, now, Reason::kStartedHead, starts, /*admitted=*/true);
       } else {
         for (auto& a : admission_) a->OnJobEnded(*s.job, now);
-        s.status.reason = Reason::kPriority;
         s.status.reserved_start = kInfiniteTime;
-        Queues(s.job->team, s.old).insert({s.key, s.job->submit, j});
+        --pending_;  // AddPending counts it again, keyed for its age now
+        AddPending(s, now);
       }
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     }

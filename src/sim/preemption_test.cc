@@ -290,6 +290,35 @@ TEST(PreemptionTest, GraceTimeAVictimEndingEarlyKeepsItsGpusForThePreemptor) {
   EXPECT_EQ(h.status("small").phase, JobStatus::Phase::kPending);
 }
 
+// Regression: a preemptor waiting out its victims' GraceTime is in no queue; aging past the age
+// factor's max_age used to put it back in one, where the next cycle examined it again and
+// overwrote its reason (Preempting became Resources).
+TEST(PreemptionTest, GraceTimeAWaitingPreemptorDoesNotAgeBackIntoItsQueue) {
+  auto profiles = ParseProfiles(
+      "profiles:\n"
+      "  p:\n"
+      "    priority:\n"
+      "      - {plugin: qos, weight: 1000, args: {max_qos: 3}}\n"
+      "      - {plugin: age, weight: 1, args: {max_age: 50}}\n"
+      "    admission: [quota]\n"
+      "    placement: first-fit\n"
+      "    backfill: {mode: easy, max_jobs: 500}\n"
+      "    preemption: {plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}\n",
+      "test.yaml");
+  ASSERT_TRUE(profiles.ok()) << profiles.status().ToString();
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, 1.0}}, profiles->front());
+  h.Submit("lo", "a", 8, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+lo");
+  h.Submit("hi", "a", 8, 1, 1000);
+  EXPECT_EQ(h.Schedule(1000), "lo~hi@1120");
+  h.Submit("other", "a", 1, 0, 1060);  // hi is 60 s old now: past max_age
+  EXPECT_EQ(h.Schedule(1060), "");
+  EXPECT_EQ(h.status("hi").reason, Reason::kPreempting);
+  h.Finish("lo", 1120);
+  EXPECT_EQ(h.Schedule(1120), "+hi");
+  EXPECT_EQ(h.engine().pending_count(), 1);  // other
+}
+
 // Through the simulator, one node of 8 and hourly checkpoints with a 300 s restart: lo (8 GPUs,
 // QoS 0, 5000 s of work) from t=0; hi (8 GPUs, QoS 1, 500 s) at t=1000.
 SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000) {
