@@ -319,6 +319,35 @@ TEST(PreemptionTest, GraceTimeAWaitingPreemptorDoesNotAgeBackIntoItsQueue) {
   EXPECT_EQ(h.engine().pending_count(), 1);  // other
 }
 
+// GraceTime when the planned placement is lost: the preemptor's node is drained while it waits;
+// when its victim has ended it goes back to its queue (nothing else can be preempted), and
+// starts there once the node is up again.
+TEST(PreemptionTest, GraceTimeAPreemptorWhosePlacementIsGoneWaitsAgain) {
+  ClusterBuilder b("two", {});
+  ASSERT_TRUE(b.AddGpuType({"H100", 80, 70, 700}).ok());
+  ASSERT_TRUE(b.AddNode({.name = "n0", .gpu_type = 0, .gpus = 4}).ok());
+  ASSERT_TRUE(b.AddNode({.name = "n1", .gpu_type = 0, .gpus = 4}).ok());
+  auto cluster = std::move(b).Build();
+  ASSERT_TRUE(cluster.ok());
+  Harness h(
+      *cluster, {Team{"a", kNoQuota, 1.0}},
+      MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}"));
+  h.Submit("lo", "a", 4, 0, 0);
+  h.Submit("top", "a", 4, 2, 0);
+  EXPECT_EQ(h.Schedule(0), "+top +lo");
+  EXPECT_EQ(h.engine().placement(0), (Placement{{1, 4}}));
+  h.Submit("hi", "a", 4, 1, 100);
+  EXPECT_EQ(h.Schedule(100), "lo~hi@220");
+  ASSERT_TRUE(h.engine().Drain(1, 150).ok());
+  h.Finish("lo", 220);
+  EXPECT_EQ(h.Schedule(220), "");
+  EXPECT_EQ(h.status("hi").reason, Reason::kResources);
+  EXPECT_EQ(h.engine().free_index().free(1), 0);  // drained: what lo gave back is withheld
+  ASSERT_TRUE(h.engine().Up(1, 300).ok());
+  EXPECT_EQ(h.Schedule(300), "+hi");
+  EXPECT_EQ(h.engine().placement(2), (Placement{{1, 4}}));
+}
+
 // Through the simulator, one node of 8 and hourly checkpoints with a 300 s restart: lo (8 GPUs,
 // QoS 0, 5000 s of work) from t=0; hi (8 GPUs, QoS 1, 500 s) at t=1000.
 SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000) {
