@@ -51,7 +51,8 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
   buf.reserve(kFlushBytes + 4096);
   buf +=
       "id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,bounded_slowdown,"
-      "backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh\n";
+      "backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh,"
+      "preemption_lost_gpu_hours\n";
   const std::string empty;
   for (size_t i = 0; i < w.jobs.size(); ++i) {
     const Job& job = w.jobs[i];
@@ -92,6 +93,8 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
     AppendInt(buf, o.preemptions);
     buf += ',';
     AppendFixed(buf, o.energy_kwh, 6);
+    buf += ',';
+    AppendFixed(buf, o.preemption_lost_gpu_seconds / 3600.0, 4);
     buf += '\n';
     if (buf.size() >= kFlushBytes) {
       GANTRY_RETURN_IF_ERROR(file.Append(buf));

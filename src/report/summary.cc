@@ -105,6 +105,9 @@ void Summarize(SimResult& result) {
     if (o.preemptions > 0) ++s.jobs_preempted;
     s.max_preemptions_per_job = std::max(s.max_preemptions_per_job, o.preemptions);
   }
+  s.preemption_plugin = result.preemption_plugin;
+  s.preemption_lost_gpu_hours = result.preemption_lost_gpu_seconds / 3600.0;
+  s.preemption_restart_gpu_hours = result.preemption_restart_gpu_seconds / 3600.0;
   s.lost_gpu_hours = result.lost_gpu_seconds / 3600.0;
   s.restart_gpu_hours = result.restart_gpu_seconds / 3600.0;
   s.goodput =
@@ -236,6 +239,9 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["preemptions"] = s.preemptions;
   j["jobs_preempted"] = s.jobs_preempted;
   j["max_preemptions_per_job"] = s.max_preemptions_per_job;
+  j["preemption_plugin"] = s.preemption_plugin;
+  j["preemption_lost_gpu_hours"] = Round6(s.preemption_lost_gpu_hours);
+  j["preemption_restart_gpu_hours"] = Round6(s.preemption_restart_gpu_hours);
   j["lost_gpu_hours"] = Round6(s.lost_gpu_hours);
   j["restart_gpu_hours"] = Round6(s.restart_gpu_hours);
   j["goodput"] = Round6(s.goodput);

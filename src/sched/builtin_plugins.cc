@@ -37,6 +37,8 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddScore("fgd", NewFgdScore));
   add(r.AddScore("scarcity", NewScarcityScore));
   add(r.AddPreemption("none", NewNoPreemption));
+  add(r.AddPreemption("kueue-order", NewKueueOrder));
+  add(r.AddPreemption("checkpoint-aware", NewCheckpointAware));
   if (!s.ok()) {
     std::fprintf(stderr, "gantry: built-in plugins clash: %s\n", s.ToString().c_str());
     std::abort();

@@ -30,6 +30,12 @@ Result<std::unique_ptr<PreemptionPlugin>> NewNoPreemption(const PluginArgs& args
                                                           const PluginContext& ctx);
 // power_admission.cc: power caps per cluster and topology domain
 Result<std::unique_ptr<AdmissionPlugin>> NewPower(const PluginArgs& args, const PluginContext& ctx);
+// preemption.cc: victim order (Kueue's, or by checkpoint cost), minimum run time, GraceTime,
+// priority/QoS preemption
+Result<std::unique_ptr<PreemptionPlugin>> NewKueueOrder(const PluginArgs& args,
+                                                        const PluginContext& ctx);
+Result<std::unique_ptr<PreemptionPlugin>> NewCheckpointAware(const PluginArgs& args,
+                                                             const PluginContext& ctx);
 // kueue.cc: ClusterQueues, cohorts, borrowing, lending, flavors, preemption, fair sharing
 Result<std::unique_ptr<AdmissionPlugin>> NewKueue(const PluginArgs& args, const PluginContext& ctx);
 // placement.cc: index-driven fast paths of filter + score (filter_score.h); each also takes a

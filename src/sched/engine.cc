@@ -46,6 +46,8 @@ const char* ReasonName(Reason r) {
       return "Preempted";
     case Reason::kPower:
       return "Power";
+    case Reason::kPreempting:
+      return "Preempting";
   }
   return "Unknown";
 }
@@ -192,6 +194,10 @@ class Engine::Impl {
     auto pre = registry.CreatePreemption(profile_.preemption.name, profile_.preemption.args, ctx);
     if (!pre.ok()) return pre.status().WithContext("profile '" + profile_.name + "'");
     preemption_ = std::move(pre).value();
+    for (auto& a : admission_) a->SetPreemption(preemption_.get());
+    preempts_ = preemption_->preempts();
+    grace_time_ = preemption_->grace_time();
+    min_run_time_ = preemption_->min_run_time();
     return Status::Ok();
   }
 
@@ -247,15 +253,26 @@ class Engine::Impl {
         state_[j].status.phase != JobStatus::Phase::kRunning) {
       return InvalidArgument("Finish(" + std::to_string(j) + "): the job is not running");
     }
+    const bool signalled = state_[j].signalled;
     EndRunning(j, now);
+    if (signalled) state_[j].status.reason = Reason::kPreempted;
     return Status::Ok();
   }
 
   void EndRunning(JobIndex j, Time now) {
     JobState& s = state_[j];
-    for (const Slot& slot : s.placement) ReleaseSlot(slot);
+    for (const Slot& slot : s.placement) {
+      // A signalled victim's GPUs that its preemptor will take stay booked for it.
+      const int kept = s.signalled ? KeepForPreemptor(s.status.preempted_by, slot) : 0;
+      if (slot.gpus > kept) ReleaseSlot({slot.node, slot.gpus - kept});
+    }
+    // A signalled victim left the preemption plugin (no victim twice) at its signal; it holds
+    // its quota until now.
     for (auto& a : admission_) a->OnJobEnded(*s.job, now);
+    if (!s.signalled) preemption_->OnJobEnded(*s.job, now);
     for (auto& f : factors_) f->OnJobEnded(*s.job, now);
+    if (min_run_time_ > 0) by_start_.erase({s.status.start, j});
+    s.signalled = false;
     team_running_[s.job->team] -= s.job->gpus;
     running_by_end_.erase({s.status.expected_end, j});
     ++running_epoch_;
@@ -278,6 +295,7 @@ class Engine::Impl {
     if (phase == JobStatus::Phase::kPending) {
       JobState& s = state_[j];
       Queues(s.job->team, s.old).erase({s.key, s.job->submit, j});
+      if (s.status.reason == Reason::kPreempting) DropWaitingPreemptor(j, now);
       --pending_;
       s.status.phase = JobStatus::Phase::kDone;
       dirty_ = true;  // the head of the queue may have changed
@@ -379,6 +397,7 @@ class Engine::Impl {
     JobState& s = state_[j];
     s.status = JobStatus();
     s.placement.clear();
+    s.resumed = true;  // its next run restores a checkpoint first
     AddPending(s, now);
     return Status::Ok();
   }
@@ -437,6 +456,8 @@ class Engine::Impl {
     }
     for (auto& a : admission_) a->OnJobStarted(job, placement, start);
     for (auto& f : factors_) f->OnJobStarted(job, now);
+    preemption_->OnJobStarted(job, start, false);
+    if (min_run_time_ > 0) by_start_.insert({start, job.index});
     team_running_[job.team] += job.gpus;
     s.status = JobStatus();
     s.status.phase = JobStatus::Phase::kRunning;
@@ -459,13 +480,26 @@ class Engine::Impl {
       ComputeTeamScores();
       if (rekey_on_refresh_) RekeyPending();
     }
+    // A running job passing its minimum run time may be preempted now: worth a cycle.
+    if (!dirty_ && min_run_time_ > 0 && pending_ > 0) {
+      auto it = by_start_.lower_bound({last_cycle_ - min_run_time_ + 1, -1});
+      if (it != by_start_.end() && it->first <= now - min_run_time_) dirty_ = true;
+    }
     if (!dirty_) return;
     dirty_ = false;
+    last_cycle_ = now;
     ++stats_.cycles;
     AgeJobs(now);
-    // Per-job admission may preempt, so a full cluster is no reason to skip the cycle.
-    if (pending_ == 0 || (free_.total_free() == 0 && !per_job_admission_)) return;
+    if (!waiting_.empty()) StartWaitingPreemptors(now, starts);
+    // Preemption may make room, so a full cluster is no reason to skip the cycle.
+    if (pending_ == 0 || (free_.total_free() == 0 && !per_job_admission_ && !preempts_)) return;
     RunCycle(now, starts);
+  }
+
+  Time NextWakeup(Time now) const {
+    if (min_run_time_ <= 0 || pending_ == 0) return kInfiniteTime;
+    auto it = by_start_.lower_bound({now - min_run_time_ + 1, -1});
+    return it == by_start_.end() ? kInfiniteTime : it->first + min_run_time_;
   }
 
   const JobStatus& status(JobIndex j) const {
@@ -494,7 +528,9 @@ class Engine::Impl {
     JobStatus status;
     double static_score = 0;
     double key = 0;
-    bool old = false;  // aged past max_age: in the team's "old" queue
+    bool old = false;        // aged past max_age: in the team's "old" queue
+    bool resumed = false;    // requeued: its next run restores a checkpoint first
+    bool signalled = false;  // running, signalled for preemption (GraceTime)
     Placement placement;
   };
 
@@ -563,7 +599,11 @@ class Engine::Impl {
       const JobIndex j = aging_.top().second;
       aging_.pop();
       JobState& s = state_[j];
-      if (s.status.phase != JobStatus::Phase::kPending || s.old) continue;
+      // A preemptor waiting for its victims (GraceTime) is in no queue until it starts.
+      if (s.status.phase != JobStatus::Phase::kPending || s.old ||
+          s.status.reason == Reason::kPreempting) {
+        continue;
+      }
       Queues(s.job->team, false).erase({s.key, s.job->submit, j});
       s.old = true;
       s.key = s.static_score + age_rate_ * static_cast<double>(max_age_);
@@ -663,13 +703,19 @@ class Engine::Impl {
     return free_.NodesWithFree(job.gpu_type_mask, s.gpus_per_node) >= s.nodes;
   }
 
-  void Start(JobIndex j, Time now, Reason reason, std::vector<StartDecision>* starts) {
+  // `admitted`: admission already booked the job (at its victims' signal, GraceTime).
+  void Start(JobIndex j, Time now, Reason reason, std::vector<StartDecision>* starts,
+             bool admitted = false) {
     JobState& s = state_[j];
     const JobRequest& job = *s.job;
     Queues(job.team, s.old).erase({s.key, job.submit, j});
     s.placement = scratch_;
     for (const Slot& slot : s.placement) free_.Allocate(slot.node, slot.gpus);
-    for (auto& a : admission_) a->OnJobStarted(job, s.placement, now);
+    if (!admitted) {
+      for (auto& a : admission_) a->OnJobStarted(job, s.placement, now);
+    }
+    preemption_->OnJobStarted(job, now, s.resumed);
+    if (min_run_time_ > 0) by_start_.insert({now, j});
     for (auto& f : factors_) f->OnJobStarted(job, now);
     team_running_[job.team] += job.gpus;
     s.status.phase = JobStatus::Phase::kRunning;
@@ -777,7 +823,7 @@ class Engine::Impl {
     int examined = 0;
     const int max_jobs = profile_.max_jobs_per_cycle;
     const BackfillMode mode = profile_.backfill;
-    while (!heap.empty() && (free_.total_free() > 0 || per_job_admission_)) {
+    while (!heap.empty() && (free_.total_free() > 0 || per_job_admission_ || preempts_)) {
       if (max_jobs > 0 && examined >= max_jobs) break;
       std::pop_heap(heap.begin(), heap.end());
       Stream s = heap.back();
@@ -839,9 +885,10 @@ class Engine::Impl {
           if (mode == BackfillMode::kNone) break;
           continue;
         }
+        // Priority/QoS preemption (the profile's preemption plugin) for the head job.
+        if (preempts_ && PreemptForHead(j, *admitted, now, starts)) continue;
         st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
         head = j;
-        preemption_->SelectVictims(job, now);    // extension point; "none" picks no victims
         if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
         if (mode == BackfillMode::kEasy) {
           // The reservation (shadow time and caps, less what long backfills took since) stays
@@ -914,25 +961,15 @@ class Engine::Impl {
 
   // Ends decision_.victims and starts `j` (placed as `job`, its flavor's types) if, with the
   // victims' GPUs counted free, it fits on nodes (under `caps` when given). Nothing changes when
-  // it does not fit: quota alone never preempts a job for a start that cannot happen.
+  // it does not fit: quota alone never preempts a job for a start that cannot happen. With
+  // GraceTime the victims are signalled instead and `j` waits for them (SignalVictims).
   bool PreemptAndStart(JobIndex j, const JobRequest& job, Time now, const NodeCaps* caps,
                        Reason reason, std::vector<StartDecision>* starts) {
     const std::vector<JobIndex>& victims = decision_.victims;
-    const auto up = [&](NodeIndex n) {
-      return nodes_not_up_ == 0 || node_state_[n] == NodeState::kUp;
-    };
-    for (JobIndex v : victims) {
-      for (const Slot& slot : state_[v].placement) {
-        if (up(slot.node)) free_.Release(slot.node, slot.gpus);
-      }
-    }
+    ReleaseVictims(victims, +1);
     ++stats_.placements_tried;
     const bool fits = placement_->Place(job, free_, caps, &scratch_);
-    for (JobIndex v : victims) {
-      for (const Slot& slot : state_[v].placement) {
-        if (up(slot.node)) free_.Allocate(slot.node, slot.gpus);
-      }
-    }
+    ReleaseVictims(victims, -1);
     if (!fits) return false;
     // Power caps are checked with the victims still drawing: conservative, never over a cap.
     avoid_.clear();
@@ -940,21 +977,208 @@ class Engine::Impl {
       power_refused_ = true;
       return false;
     }
+    if (caps != nullptr) {
+      for (const Slot& slot : scratch_) {
+        if (caps_.cap(slot.node) != INT_MAX) caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
+      }
+    }
+    for (JobIndex v : victims) preemption_->OnPreempted(v, j, now);
+    if (grace_time_ > 0) {
+      SignalVictims(j, now, starts);
+      return true;
+    }
     for (JobIndex v : victims) {
       EndRunning(v, now);
       JobStatus& vs = state_[v].status;
       vs.reason = Reason::kPreempted;
       vs.preempted_by = j;
     }
-    if (caps != nullptr) {
-      for (const Slot& slot : scratch_) {
-        if (caps_.cap(slot.node) != INT_MAX) caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
-      }
-    }
     failed_.clear();  // capacity grew: shapes that failed this cycle may fit now
     Start(j, now, reason, starts);
     starts->back().preempted = victims;
     return true;
+  }
+
+  // sign +1: the victims' GPUs (on nodes that are up) count as free; -1 undoes it.
+  void ReleaseVictims(const std::vector<JobIndex>& victims, int sign) {
+    for (JobIndex v : victims) {
+      for (const Slot& slot : state_[v].placement) {
+        if (nodes_not_up_ != 0 && node_state_[slot.node] != NodeState::kUp) continue;
+        if (sign > 0) {
+          free_.Release(slot.node, slot.gpus);
+        } else {
+          free_.Allocate(slot.node, slot.gpus);
+        }
+      }
+    }
+  }
+
+  // GraceTime: decision_.victims keep running, signalled to end by now + grace; `j` leaves its
+  // queue and waits with the placement in scratch_. The GPUs of that placement that no victim
+  // holds are booked for it now, and so is its quota: until the victims end, both count in
+  // admission's books (the victims still hold their GPUs), so nobody else is admitted on the
+  // quota the preemption frees.
+  void SignalVictims(JobIndex j, Time now, std::vector<StartDecision>* starts) {
+    JobState& s = state_[j];
+    const JobRequest& job = *s.job;
+    WaitingPreemptor w;
+    w.job = j;
+    w.victims = decision_.victims;
+    w.placement = scratch_;
+    for (const Slot& slot : scratch_) {
+      int from_victims = 0;
+      for (JobIndex v : w.victims) {
+        for (const Slot& vs : state_[v].placement) {
+          if (vs.node == slot.node) from_victims += vs.gpus;
+        }
+      }
+      const int held = slot.gpus - std::min(slot.gpus, from_victims);
+      if (held > 0) {
+        free_.Allocate(slot.node, held);
+        w.held.push_back({slot.node, held});
+      }
+    }
+    const Time end_by = now + grace_time_;
+    for (JobIndex v : w.victims) {
+      JobState& vs = state_[v];
+      vs.signalled = true;
+      vs.status.grace_end = end_by;
+      vs.status.preempted_by = j;
+      preemption_->OnJobEnded(*vs.job, now);
+    }
+    for (auto& a : admission_) a->OnJobStarted(job, w.placement, now);
+    Queues(job.team, s.old).erase({s.key, job.submit, j});
+    s.status.reason = Reason::kPreempting;
+    s.status.reserved_start = end_by;
+    s.status.blocked_by = -1;
+    starts->push_back({j, now, w.placement, Reason::kPreempting, w.victims, end_by});
+    waiting_.push_back(std::move(w));
+    ++running_epoch_;  // free capacity shrank: reservations must be recomputed
+  }
+
+  // Starts, on their planned placements, the waiting preemptors whose victims have all ended;
+  // one whose placement cannot be used any more goes back to its queue.
+  void StartWaitingPreemptors(Time now, std::vector<StartDecision>* starts) {
+    for (size_t i = 0; i < waiting_.size();) {
+      WaitingPreemptor& w = waiting_[i];
+      bool ended = true;
+      for (JobIndex v : w.victims) {
+        if (state_[v].status.phase == JobStatus::Phase::kRunning && state_[v].signalled) {
+          ended = false;
+        }
+      }
+      if (!ended) {
+        ++i;
+        continue;
+      }
+      const JobIndex j = w.job;
+      for (const Slot& h : w.held) ReleaseSlot(h);
+      bool usable = true;
+      for (const Slot& slot : w.placement) {
+        if (node_state_[slot.node] != NodeState::kUp || free_.free(slot.node) < slot.gpus) {
+          usable = false;
+        }
+      }
+      JobState& s = state_[j];
+      if (usable) {
+        scratch_ = w.placement;
+        Start(j, now, Reason::kStartedHead, starts, /*admitted=*/true);
+      } else {
+        for (auto& a : admission_) a->OnJobEnded(*s.job, now);
+        s.status.reserved_start = kInfiniteTime;
+        --pending_;  // AddPending counts it again, keyed for its age now
+        AddPending(s, now);
+      }
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  // A signalled victim of `preemptor` gives back `slot`: how many of those GPUs the preemptor's
+  // placement still needs on that node (up) and now keeps booked.
+  int KeepForPreemptor(JobIndex preemptor, const Slot& slot) {
+    if (nodes_not_up_ != 0 && node_state_[slot.node] != NodeState::kUp) return 0;
+    for (WaitingPreemptor& w : waiting_) {
+      if (w.job != preemptor) continue;
+      int need = 0;
+      for (const Slot& p : w.placement) {
+        if (p.node == slot.node) need += p.gpus;
+      }
+      Slot* held = nullptr;
+      for (Slot& h : w.held) {
+        if (h.node == slot.node) held = &h;
+      }
+      const int have = held ? held->gpus : 0;
+      const int take = std::min(slot.gpus, need - have);
+      if (take <= 0) return 0;
+      if (held) {
+        held->gpus += take;
+      } else {
+        w.held.push_back({slot.node, take});
+      }
+      return take;
+    }
+    return 0;
+  }
+
+  // A waiting preemptor was cancelled: its booked GPUs and quota go back.
+  void DropWaitingPreemptor(JobIndex j, Time now) {
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      if (waiting_[i].job != j) continue;
+      for (const Slot& h : waiting_[i].held) ReleaseSlot(h);
+      for (auto& a : admission_) a->OnJobEnded(*state_[j].job, now);
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+      ++running_epoch_;
+      return;
+    }
+  }
+
+  // Priority/QoS preemption for the head job `j` (placed as `job`), which does not fit: the
+  // fewest of the plugin's candidates, in its order, with which it fits on nodes; then
+  // PreemptAndStart. False when no set of candidates makes it fit.
+  bool PreemptForHead(JobIndex j, const JobRequest& job, Time now,
+                      std::vector<StartDecision>* starts) {
+    std::vector<JobIndex> candidates = preemption_->SelectVictims(*state_[j].job, now);
+    if (candidates.empty()) return false;
+    const uint32_t mask = job.gpu_type_mask;
+    const auto& nodes = cluster_.nodes();
+    std::vector<JobIndex> taken;
+    int usable = free_.FreeOfTypes(mask);
+    bool fits = false;
+    for (JobIndex v : candidates) {
+      const JobState& vs = state_[v];
+      if (vs.status.phase != JobStatus::Phase::kRunning || vs.signalled) continue;
+      int gain = 0;
+      for (const Slot& slot : vs.placement) {
+        if ((mask >> nodes[slot.node].gpu_type) & 1u) gain += slot.gpus;
+      }
+      if (gain == 0) continue;  // GPUs of no use to this job
+      taken.push_back(v);
+      ReleaseVictims({v}, +1);
+      usable += gain;
+      if (usable < job.gpus) continue;
+      ++stats_.placements_tried;
+      if (placement_->Place(job, free_, nullptr, &scratch_)) {
+        fits = true;
+        break;
+      }
+    }
+    if (fits) {
+      // Give back earlier picks the job does not need, last first (keeps the cheapest set the
+      // order allows).
+      for (int i = static_cast<int>(taken.size()) - 2; i >= 0; --i) {
+        ReleaseVictims({taken[i]}, -1);
+        ++stats_.placements_tried;
+        if (placement_->Place(job, free_, nullptr, &scratch_)) {
+          taken.erase(taken.begin() + i);
+        } else {
+          ReleaseVictims({taken[i]}, +1);
+        }
+      }
+    }
+    ReleaseVictims(taken, -1);
+    if (!fits) return false;
+    decision_.victims = taken;
+    return PreemptAndStart(j, job, now, nullptr, Reason::kStartedHead, starts);
   }
 
   void ReserveConservative(JobState& st, Time now) {
@@ -1031,6 +1255,22 @@ class Engine::Impl {
   std::unique_ptr<NodeCaps> retry_caps_;                // caps of a placement tried again
   std::vector<JobIndex> victims_;
   JobRequest narrowed_;
+  // The preemption plugin's settings, and jobs waiting for signalled victims (GraceTime).
+  bool preempts_ = false;
+  Duration grace_time_ = 0;
+  Duration min_run_time_ = 0;
+  struct WaitingPreemptor {
+    JobIndex job;
+    std::vector<JobIndex> victims;
+    Placement placement;  // where it starts
+    // What of it is booked for it: GPUs idle at the signal, then what its victims give back as
+    // they end (KeepForPreemptor); all of it once the last victim ended.
+    Placement held;
+  };
+  std::vector<WaitingPreemptor> waiting_;
+  // Running jobs by start, with a minimum run time: when the next one may be preempted.
+  std::set<std::pair<Time, JobIndex>> by_start_;
+  Time last_cycle_ = 0;
 };
 
 std::string Engine::Impl::Explain(JobIndex j) const {
@@ -1053,6 +1293,12 @@ std::string Engine::Impl::Explain(JobIndex j) const {
       }
       [[fallthrough]];
     case JobStatus::Phase::kRunning: {
+      if (st.phase == JobStatus::Phase::kRunning && st.grace_end >= 0) {
+        return "signalled for preemption so that job " +
+               (st.preempted_by >= 0 ? state_[st.preempted_by].job->id : std::string("?")) +
+               " can start; runs on (GraceTime) until t=" + std::to_string(st.grace_end) +
+               " at the latest";
+      }
       if (st.reason == Reason::kAdopted) {
         std::snprintf(buf, sizeof buf, "adopted: running since t=%lld on %zu node(s)",
                       static_cast<long long>(st.start), s.placement.size());
@@ -1070,6 +1316,11 @@ std::string Engine::Impl::Explain(JobIndex j) const {
     }
     default:
       break;
+  }
+  if (st.reason == Reason::kPreempting) {
+    return "preempting: its victims were signalled and it starts on their GPUs once they end, "
+           "by t=" +
+           std::to_string(st.reserved_start) + " (GraceTime)";
   }
   // A team at its quota has its queue skipped without touching its jobs, so ask admission now
   // rather than trusting the last recorded reason.
@@ -1144,6 +1395,7 @@ Status Engine::Adopt(const JobRequest& job, const Placement& placement, Time sta
 void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
   impl_->Schedule(now, starts);
 }
+Time Engine::NextWakeup(Time now) const { return impl_->NextWakeup(now); }
 const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
 const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
 std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }

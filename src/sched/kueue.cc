@@ -18,8 +18,10 @@
 //
 // Preemption (classic): candidates are jobs of the same CQ allowed by withinClusterQueue, and
 // jobs of other CQs of the tree that are borrowing on the flavor, allowed by
-// reclaimWithinCohort. They are tried other-CQ first, lowest priority first, most recently
-// started first; after the preemptor fits, earlier picks it does not need are given back
+// reclaimWithinCohort. They are tried other-CQ first, lowest priority first, then in the
+// profile's preemption plugin's order (Kueue's own without one: most recently started first;
+// checkpoint-aware: cheapest first), skipping runs the plugin protects (minimum run time);
+// after the preemptor fits, earlier picks it does not need are given back
 // (the minimal set). As Kueue does, a CQ preempts in the cohort without borrowing when it is
 // under its nominal quota; otherwise (or when that fails) it preempts only its own jobs and may
 // borrow; borrowWithinCohort=LowerPriority lets it reclaim while borrowing, from jobs below its
@@ -80,6 +82,7 @@ class KueueAdmission final : public AdmissionPlugin {
   void OnJobStarted(const JobRequest& job, const Placement& placement, Time now) override;
   void OnJobEnded(const JobRequest& job, Time now) override;
   std::string Explain(const JobRequest& job) const override;
+  void SetPreemption(const PreemptionPlugin* preemption) override { preemption_ = preemption; }
 
  private:
   // A ClusterQueue (nodes [0, teams)) or a cohort.
@@ -152,7 +155,7 @@ class KueueAdmission final : public AdmissionPlugin {
     }
     return {a, b};
   }
-  std::vector<JobIndex> FindVictims(const JobRequest& job, int cq, int f);
+  std::vector<JobIndex> FindVictims(const JobRequest& job, int cq, int f, Time now);
   std::vector<JobIndex> Minimal(const std::vector<JobIndex>& candidates, int cq, int f, int gpus,
                                 bool allow_borrowing, int threshold);
   std::vector<JobIndex> FairVictims(const std::vector<JobIndex>& candidates, int cq, int f,
@@ -169,6 +172,7 @@ class KueueAdmission final : public AdmissionPlugin {
   const bool fair_;
   const std::vector<Strategy> strategies_;
   const int max_preemptions_;
+  const PreemptionPlugin* preemption_ = nullptr;  // the profile's: victim order, min run time
   std::vector<QNode> nodes_;
   std::vector<uint32_t> flavor_masks_;      // 0: "*" (every type); 1 + t: GPU type t
   std::vector<int64_t> quota_;              // [node][flavor]: nominal (CQ) or what children lend
@@ -312,7 +316,7 @@ bool KueueAdmission::CanEverAdmit(const JobRequest& job) const {
   return false;
 }
 
-bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) {
+bool KueueAdmission::Admit(const JobRequest& job, Time now, AdmissionDecision* out) {
   out->victims.clear();
   const int cq = job.team;
   const QNode& q = nodes_[cq];
@@ -323,7 +327,9 @@ bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) 
     return true;
   }
   const QueueSettings& settings = teams_[cq].queue;
+  // A minimum run time makes decisions change with the clock alone: nothing is remembered.
   const bool cacheable =
+      (preemption_ == nullptr || preemption_->min_run_time() == 0) &&
       settings.within_cluster_queue != WithinClusterQueue::kLowerOrNewerEqualPriority &&
       (static_cast<size_t>(job.index) >= preempted_by_.size() || preempted_by_[job.index].empty());
   const Refused key{cq, job.gpu_type_mask, job.gpus, job.qos};
@@ -348,7 +354,7 @@ bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) 
       }
       continue;
     }
-    std::vector<JobIndex> victims = FindVictims(job, cq, f);
+    std::vector<JobIndex> victims = FindVictims(job, cq, f, now);
     if (victims.empty()) continue;
     if (settings.when_can_preempt == FlavorFungibility::kPreempt) {
       chosen = f;
@@ -376,15 +382,17 @@ bool KueueAdmission::Admit(const JobRequest& job, Time, AdmissionDecision* out) 
   return true;
 }
 
-std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq, int f) {
+std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq, int f, Time now) {
   const QueueSettings& settings = teams_[cq].queue;
   const int priority = job.qos;
   std::vector<JobIndex> candidates;
   static const std::vector<JobIndex> kNone;
   const std::vector<JobIndex>& preempted_me =
       static_cast<size_t>(job.index) < preempted_by_.size() ? preempted_by_[job.index] : kNone;
-  // Excluded victims: a job that preempted this one, a job preempted enough already.
+  // Excluded victims: a job that preempted this one, a job preempted enough already, a job the
+  // preemption plugin protects (minimum run time).
   const auto loops = [&](JobIndex r) {
+    if (preemption_ != nullptr && !preemption_->MayPreempt(r, job.index, now)) return true;
     if (static_cast<size_t>(r) < preempted_by_.size() &&
         static_cast<int>(preempted_by_[r].size()) >= max_preemptions_) {
       return true;
@@ -423,14 +431,29 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
     }
   }
   if (candidates.empty()) return {};
-  // Other CQs first, lowest priority first, most recently started first.
+  // Other CQs first, lowest priority first; then the preemption plugin's order (cheapest
+  // first for checkpoint-aware), or Kueue's own: most recently started first.
+  const bool plugin_orders = preemption_ != nullptr && preemption_->orders_victims();
+  std::vector<std::pair<JobIndex, double>> keys;
+  if (plugin_orders) {
+    for (JobIndex r : candidates) keys.emplace_back(r, preemption_->VictimKey(r, now));
+    std::sort(keys.begin(), keys.end());
+  }
+  const auto key_of = [&](JobIndex r) {
+    return std::lower_bound(keys.begin(), keys.end(), std::make_pair(r, -HUGE_VAL))->second;
+  };
   std::sort(candidates.begin(), candidates.end(), [&](JobIndex a, JobIndex b) {
     const Run& x = runs_[a];
     const Run& y = runs_[b];
     const bool xo = x.cq != cq, yo = y.cq != cq;
     if (xo != yo) return xo;
     if (x.priority != y.priority) return x.priority < y.priority;
-    if (x.start != y.start) return x.start > y.start;
+    if (plugin_orders) {
+      const double kx = key_of(a), ky = key_of(b);
+      if (kx != ky) return kx < ky;
+    } else if (x.start != y.start) {
+      return x.start > y.start;
+    }
     return a > b;
   });
   if (fair_) return FairVictims(candidates, cq, f, job.gpus);

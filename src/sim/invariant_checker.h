@@ -50,6 +50,12 @@ class InvariantChecker {
     return Status::Ok();
   }
 
+  // GPUs the engine books for a preemptor waiting for its signalled victims (GraceTime): no
+  // job runs there, but they are not free. sign -1 gives them back (before it starts).
+  void Hold(const Placement& p, int sign) {
+    for (const Slot& s : p) used_[s.node] += sign * s.gpus;
+  }
+
   void OnDrain(NodeIndex n) { unavailable_[n] = true; }
   void OnUp(NodeIndex n) { unavailable_[n] = false; }
   // The engine said Down(n) ended `interrupted`: that must be exactly the jobs running on n.

@@ -44,7 +44,7 @@ Team Cq(const std::string& name, std::vector<FlavorQuota> quotas, const std::str
   return t;
 }
 
-Profile KueueProfile(const std::string& admission_args = "") {
+Profile KueueProfile(const std::string& admission_args = "", const std::string& preemption = "") {
   const std::string yaml =
       "profiles:\n"
       "  k:\n"
@@ -55,7 +55,8 @@ Profile KueueProfile(const std::string& admission_args = "") {
       (admission_args.empty() ? std::string() : ", args: {" + admission_args + "}") +
       "}]\n"
       "    placement: best-fit\n"
-      "    backfill: {mode: easy, max_jobs: 500}\n";
+      "    backfill: {mode: easy, max_jobs: 500}\n" +
+      (preemption.empty() ? std::string() : "    preemption: " + preemption + "\n");
   auto p = ParseProfiles(yaml, "test.yaml");
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? p->front() : Profile{};
@@ -595,7 +596,7 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
   // borrowed quota is reclaimed each time it restarts), and without the no-loop rule pairs of
   // jobs preempt each other in turn.
   constexpr int kMaxPreemptions = 5;
-  int64_t total_preemptions = 0;
+  int64_t total_preemptions = 0, signals = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     Rng rng(seed);
     Cluster cluster = MakeCluster(16, 8, {{"left", "root"}, {"right", "root"}});
@@ -618,7 +619,19 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
       teams.push_back(std::move(team));
     }
     const bool fair = seed % 2 == 0;
-    const Profile profile = KueueProfile(fair ? "fair_sharing: true" : "");
+    // Every victim order, with and without a minimum run time and GraceTime.
+    const char* preemptions[] = {
+        "",
+        "checkpoint-aware",
+        "{plugin: checkpoint-aware, args: {min_run_time: 500, grace_time: 60}}",
+        "{plugin: kueue-order, args: {grace_time: 300}}",
+        "{plugin: checkpoint-aware, args: {min_run_time: 1000, per_gpu: true}}",
+    };
+    const std::string preemption = preemptions[(seed / 2) % 5];
+    const Duration grace = preemption.find("grace_time: 60") != std::string::npos    ? 60
+                           : preemption.find("grace_time: 300") != std::string::npos ? 300
+                                                                                     : 0;
+    const Profile profile = KueueProfile(fair ? "fair_sharing: true" : "", preemption);
     Workload w;
     for (const Team& t : teams) w.teams.push_back(t.name);
     w.users = {"u"};
@@ -656,14 +669,24 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
     std::priority_queue<Event, std::vector<Event>, std::greater<>> finishes;
     size_t next = 0;
     std::vector<StartDecision> starts;
+    std::vector<Time> natural_end(w.jobs.size(), -1), run_start(w.jobs.size(), -1);
+    std::vector<Time> signalled(w.jobs.size(), -1);
+    Time now = 0;
     while (next < w.jobs.size() || !finishes.empty()) {
-      Time now = next < w.jobs.size() ? w.jobs[next].submit : kInfiniteTime;
-      if (!finishes.empty()) now = std::min(now, finishes.top().first);
+      const Time wakeup = (*engine)->NextWakeup(now);
+      now = next < w.jobs.size() ? w.jobs[next].submit : kInfiniteTime;
+      if (!finishes.empty()) now = std::min({now, finishes.top().first, wakeup});
       while (!finishes.empty() && finishes.top().first == now) {
         const JobIndex j = finishes.top().second;
         finishes.pop();
         if (end[j] == now && (*engine)->status(j).phase == JobStatus::Phase::kRunning) {
           ASSERT_TRUE((*engine)->Finish(j, now).ok());
+          if (signalled[j] >= 0 && now < natural_end[j]) {
+            // The end of its GraceTime: preempted.
+            EXPECT_EQ(now, signalled[j] + grace);
+            ASSERT_TRUE((*engine)->Requeue(j, now).ok());
+          }
+          signalled[j] = -1;
         }
       }
       while (next < w.jobs.size() && w.jobs[next].submit == now) {
@@ -673,13 +696,37 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
       starts.clear();
       (*engine)->Schedule(now, &starts);
       for (const StartDecision& d : starts) {
+        if (d.reason == Reason::kPreempting) {
+          ++signals;
+          EXPECT_GT(grace, 0) << "seed " << seed;
+          EXPECT_EQ(d.victims_end_by, now + grace);
+          for (JobIndex v : d.preempted) {
+            preempted.emplace_back(v, d.job);
+            ++count[v];
+            signalled[v] = now;
+            if (end[v] > d.victims_end_by) {
+              end[v] = d.victims_end_by;
+              finishes.push({end[v], v});
+            }
+          }
+          continue;
+        }
         for (JobIndex v : d.preempted) {
           preempted.emplace_back(v, d.job);
           ++count[v];
           end[v] = -1;
           ASSERT_TRUE((*engine)->Requeue(v, now).ok());
         }
-        end[d.job] = now + w.jobs[d.job].run_time;
+        for (JobIndex v : d.preempted) {
+          // The minimum run time held: the victim ran at least that long.
+          const Duration min_run = preemption.find("min_run_time: 500") != std::string::npos ? 500
+                                   : preemption.find("min_run_time: 1000") != std::string::npos
+                                       ? 1000
+                                       : 0;
+          EXPECT_GE(now - run_start[v], min_run) << "seed " << seed;
+        }
+        run_start[d.job] = now;
+        end[d.job] = natural_end[d.job] = now + w.jobs[d.job].run_time;
         finishes.push({end[d.job], d.job});
       }
     }
@@ -698,8 +745,9 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
       EXPECT_LE(count[j], kMaxPreemptions) << "seed " << seed << " job " << w.jobs[j].id;
     }
   }
-  // The workloads do preempt: the property is not vacuous.
+  // The workloads do preempt, with GraceTime too: the property is not vacuous.
   EXPECT_GT(total_preemptions, 40);
+  EXPECT_GT(signals, 10);
 }
 
 }  // namespace

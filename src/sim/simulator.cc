@@ -189,6 +189,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   result.cluster = &cluster;
   result.teams = teams;
   result.outcomes.resize(jobs.size());
+  result.preemption_plugin = profile.preemption.name;
 
   std::vector<JobIndex> order(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -266,6 +267,58 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   std::vector<Duration> work_saved(interruptible ? jobs.size() : 0, 0);
   std::vector<Duration> restart_penalty(interruptible ? jobs.size() : 0, 0);
   const CheckpointModel& ckpt = options.checkpoints;
+  // GraceTime (the engine's kPreempting decisions): when each signalled victim was signalled
+  // (-1: not signalled), when its run would have ended unsignalled, whether a job's current
+  // run restarts after a preemption, and the GPUs booked for each waiting preemptor.
+  std::vector<Time> signalled_at(jobs.size(), -1);
+  std::vector<Time> natural_end(jobs.size(), -1);
+  std::vector<bool> after_preemption(jobs.size(), false);
+  std::vector<Placement> held_for(jobs.size());
+  std::vector<JobIndex> signalled_for(jobs.size(), -1);  // a signalled victim's preemptor
+  std::vector<JobIndex> waiting_preemptors;
+  std::vector<Placement> planned_for(jobs.size());  // a waiting preemptor's placement
+  // A waiting preemptor started, went back to its queue, or was cancelled: its booking ends.
+  const auto end_wait = [&](JobIndex p) {
+    auto it = std::find(waiting_preemptors.begin(), waiting_preemptors.end(), p);
+    if (it == waiting_preemptors.end()) return;
+    waiting_preemptors.erase(it);
+    checker.Hold(held_for[p], -1);
+    held_for[p].clear();
+    planned_for[p].clear();
+  };
+  // The engine keeps a signalled victim's GPUs that its preemptor needs booked when it ends
+  // (Engine::Impl::KeepForPreemptor): the checker's books follow.
+  const auto keep_for_preemptor = [&](JobIndex v) {
+    const JobIndex p = signalled_for[v];
+    signalled_for[v] = -1;
+    if (p < 0) return;
+    if (std::find(waiting_preemptors.begin(), waiting_preemptors.end(), p) ==
+        waiting_preemptors.end()) {
+      return;
+    }
+    Placement kept;
+    for (const Slot& slot : started_on[v]) {
+      if (engine->node_state(slot.node) != NodeState::kUp) continue;
+      int need = 0;
+      const Placement& planned = planned_for[p];
+      for (const Slot& ps : planned) {
+        if (ps.node == slot.node) need += ps.gpus;
+      }
+      Slot* held = nullptr;
+      for (Slot& h : held_for[p]) {
+        if (h.node == slot.node) held = &h;
+      }
+      const int take = std::min(slot.gpus, need - (held ? held->gpus : 0));
+      if (take <= 0) continue;
+      if (held) {
+        held->gpus += take;
+      } else {
+        held_for[p].push_back({slot.node, take});
+      }
+      kept.push_back({slot.node, take});
+    }
+    checker.Hold(kept, 1);
+  };
 
   std::vector<JobIndex> interrupted;
   std::vector<const Job*> interrupted_jobs;
@@ -284,8 +337,10 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     return Status::Ok();
   };
   // An interrupted run (node down, preemption) ends now: the work since its last checkpoint is
-  // lost; the next run resumes from it after the restart cost.
-  const auto lose_run = [&](JobIndex j) {
+  // lost; the next run resumes from it after the restart cost. A victim signalled at
+  // `final_checkpoint` (GraceTime, >= 0) saved a final checkpoint then, if the job checkpoints
+  // at all: it loses only the work done since. Returns the GPU-seconds of work lost.
+  const auto lose_run = [&](JobIndex j, Time final_checkpoint) {
     const Job& job = jobs[j];
     JobOutcome& o = result.outcomes[j];
     const Duration elapsed = now - o.start;
@@ -294,15 +349,24 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     const Duration booked = std::min(restart_penalty[j], o.end - o.start);
     const Duration useful = elapsed - overhead;
     const Duration interval = job.checkpoint_interval > 0 ? job.checkpoint_interval : ckpt.interval;
-    const Duration saved = interval > 0 ? useful / interval * interval : 0;
+    Duration saved = interval > 0 ? useful / interval * interval : 0;
+    if (interval > 0 && final_checkpoint >= 0) {
+      const Duration at_signal =
+          std::max<Duration>(0, final_checkpoint - o.start - restart_penalty[j]);
+      saved = std::max(saved, std::min(useful, at_signal));
+    }
     work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
     restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;
     const double gpus = static_cast<double>(job.gpus);
-    result.lost_gpu_seconds += gpus * static_cast<double>(useful - saved);
-    result.restart_gpu_seconds -= gpus * static_cast<double>(booked - overhead);
+    const double lost = gpus * static_cast<double>(useful - saved);
+    result.lost_gpu_seconds += lost;
+    const double unused_restart = gpus * static_cast<double>(booked - overhead);
+    result.restart_gpu_seconds -= unused_restart;
+    if (after_preemption[j]) result.preemption_restart_gpu_seconds -= unused_restart;
     o.start = o.end = -1;
     o.killed_at_limit = o.backfilled = false;
     end_running(job);
+    return lost;
   };
   // Down: the jobs running there end now and go back to the queue with their submit time. Work
   // since the last checkpoint is lost; the next run resumes from it after the restart cost.
@@ -323,7 +387,10 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     for (JobIndex j : interrupted) {
       const Job& job = jobs[j];
       JobOutcome& o = result.outcomes[j];
-      lose_run(j);
+      lose_run(j, -1);
+      after_preemption[j] = false;
+      signalled_at[j] = -1;  // a signalled victim on the node is interrupted, not preempted
+      keep_for_preemptor(j);
       if (o.requeues >= options.max_requeues) {
         // Slurm's MaxBatchRequeue: interrupted once too often, the job is held, not requeued.
         // It also bounds a run whose failures come faster than its jobs can finish.
@@ -340,15 +407,21 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   };
   // Preempted: the run ends as an interrupted one does, and the job is always requeued (as
   // Kueue requeues an evicted workload); its preemptions are counted, not its requeues.
-  const auto preempt_job = [&](JobIndex j) -> Status {
+  const auto make_interruptible = [&] {
     if (!interruptible) {
       interruptible = true;
       work_saved.assign(jobs.size(), 0);
       restart_penalty.assign(jobs.size(), 0);
     }
+  };
+  const auto preempt_job = [&](JobIndex j, Time final_checkpoint) -> Status {
+    make_interruptible();
     const Job& job = jobs[j];
     if (options.check_invariants) checker.OnFinish(job, engine->placement(j));
-    lose_run(j);
+    const double lost = lose_run(j, final_checkpoint);
+    result.preemption_lost_gpu_seconds += lost;
+    result.outcomes[j].preemption_lost_gpu_seconds += lost;
+    after_preemption[j] = true;
     ++result.outcomes[j].preemptions;
     ++result.preemptions;
     GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
@@ -363,10 +436,13 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     if (phase == JobStatus::Phase::kPending) {
       pending_by_types.Pending(job, -1);
       --pending;
+      end_wait(j);
     } else if (phase == JobStatus::Phase::kRunning) {
       if (options.check_invariants) {
         GANTRY_RETURN_IF_ERROR(checker.OnCancelRunning(job, engine->placement(j)));
       }
+      signalled_at[j] = -1;
+      keep_for_preemptor(j);
       end_running(job);
       o.end = now;
       o.killed_at_limit = false;
@@ -479,11 +555,15 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
 
   while (next_submit < order.size() || !finishes.empty() || next_event < events.size() ||
          model_matters()) {
+    // A running job passing the profile's minimum run time may be preempted: a cycle then.
+    const Time wakeup = engine->NextWakeup(now);
     now = kInfiniteTime;
     if (next_submit < order.size()) now = jobs[order[next_submit]].submit;
     if (!finishes.empty()) now = std::min(now, finishes.top().first);
     if (next_event < events.size()) now = std::min(now, events[next_event].at);
     if (model_matters()) now = std::min(now, model_events.top().at);
+    // Only while jobs run (a wake-up is a running job coming of age), so the loop still ends.
+    if (!finishes.empty()) now = std::min(now, wakeup);
     // Everything at or before the sprio instant has happened: its state is the instant's.
     if (!sprio_done && now > options.sprio_at) take_sprio();
 
@@ -522,9 +602,20 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
         continue;
       }
       const Job& job = jobs[j];
+      if (signalled_at[j] >= 0 && now < natural_end[j]) {
+        // A signalled victim at the end of its GraceTime: preempted, with its final checkpoint.
+        GANTRY_RETURN_IF_ERROR(engine->Finish(j, now));
+        const Time signal = signalled_at[j];
+        signalled_at[j] = -1;
+        GANTRY_RETURN_IF_ERROR(preempt_job(j, signal));
+        keep_for_preemptor(j);
+        continue;
+      }
+      signalled_at[j] = -1;  // signalled, but it completed within its GraceTime
       if (options.check_invariants) checker.OnFinish(job, engine->placement(j));
       GANTRY_RETURN_IF_ERROR(engine->Finish(j, now));
       end_running(job);
+      keep_for_preemptor(j);
       ++processed;
     }
     while (next_submit < order.size() && jobs[order[next_submit]].submit == now) {
@@ -570,7 +661,37 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     if (!starts.empty()) model_events_since_start = 0;
     for (const StartDecision& d : starts) {
       const Job& job = jobs[d.job];
-      for (JobIndex victim : d.preempted) GANTRY_RETURN_IF_ERROR(preempt_job(victim));
+      if (d.reason == Reason::kPreempting) {
+        // GraceTime: the victims run on until d.victims_end_by (or their own end, if sooner);
+        // the preemptor's GPUs that no victim holds are booked for it now.
+        make_interruptible();
+        Placement held;
+        for (const Slot& slot : d.placement) {
+          int from_victims = 0;
+          for (JobIndex v : d.preempted) {
+            for (const Slot& vs : started_on[v]) {
+              if (vs.node == slot.node) from_victims += vs.gpus;
+            }
+          }
+          if (slot.gpus > from_victims) held.push_back({slot.node, slot.gpus - from_victims});
+        }
+        checker.Hold(held, 1);
+        held_for[d.job] = std::move(held);
+        planned_for[d.job] = d.placement;
+        waiting_preemptors.push_back(d.job);
+        for (JobIndex v : d.preempted) {
+          JobOutcome& vo = result.outcomes[v];
+          signalled_at[v] = now;
+          signalled_for[v] = d.job;
+          if (vo.end > d.victims_end_by) {
+            vo.end = d.victims_end_by;
+            finishes.push({vo.end, v});
+          }
+        }
+        continue;
+      }
+      end_wait(d.job);
+      for (JobIndex victim : d.preempted) GANTRY_RETURN_IF_ERROR(preempt_job(victim, -1));
       if (options.check_invariants) {
         GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement));
       }
@@ -583,10 +704,12 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       o.killed_at_limit = to_run > limit;
       o.start = now;
       o.end = now + std::min(to_run, limit);
+      natural_end[d.job] = o.end;
       if (interruptible && restart_penalty[d.job] > 0) {
-        result.restart_gpu_seconds +=
-            static_cast<double>(job.gpus) *
-            static_cast<double>(std::min(restart_penalty[d.job], o.end - now));
+        const double restart = static_cast<double>(job.gpus) *
+                               static_cast<double>(std::min(restart_penalty[d.job], o.end - now));
+        result.restart_gpu_seconds += restart;
+        if (after_preemption[d.job]) result.preemption_restart_gpu_seconds += restart;
       }
       o.nodes_spanned = static_cast<int32_t>(d.placement.size());
       o.span_level = SpanLevel(cluster, d.placement);
@@ -611,6 +734,15 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     }
     result.peak_watts =
         std::max(result.peak_watts, static_cast<double>(power.cluster_mw()) / 1000.0);
+    // A waiting preemptor whose placement could not be used any more is back in its queue.
+    for (size_t i = 0; i < waiting_preemptors.size();) {
+      const JobIndex p = waiting_preemptors[i];
+      if (engine->status(p).reason != Reason::kPreempting) {
+        end_wait(p);
+      } else {
+        ++i;
+      }
+    }
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {
         GANTRY_RETURN_IF_ERROR(checker.CheckFree(d.placement, engine->free_index()));

@@ -31,6 +31,8 @@ struct JobOutcome {
   bool held = false;             // interrupted once more after max_requeues: held, not requeued
   int32_t preemptions = 0;       // runs ended by preemption (each requeued; not in requeues)
   double energy_kwh = 0;         // busy watts of its GPUs x run time, summed over all its runs
+  // GPU-seconds of work its preempted runs lost (done since their last checkpoint).
+  double preemption_lost_gpu_seconds = 0;
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -89,6 +91,11 @@ struct SimSummary {
   int64_t preemptions = 0;
   int64_t jobs_preempted = 0;
   int32_t max_preemptions_per_job = 0;
+  // The profile's preemption plugin, and what preemption cost: work lost since the victims'
+  // last checkpoints, and the restarts of their next runs (both also in lost/restart above).
+  std::string preemption_plugin;
+  double preemption_lost_gpu_hours = 0;
+  double preemption_restart_gpu_hours = 0;
   Time makespan = 0;  // last end minus first submit
   double jct_mean = 0, jct_p50 = 0, jct_p95 = 0, jct_p99 = 0;
   double wait_mean = 0, wait_p50 = 0, wait_p95 = 0, wait_p99 = 0;
@@ -159,7 +166,11 @@ struct SimResult {
   double energy_joules = 0;
   double peak_watts = 0;
   std::vector<DomainPower> domain_power;
-  SimSummary summary;  // filled by Summarize()
+  // The share of those two due to preemption (the rest: node failures and down events).
+  double preemption_lost_gpu_seconds = 0;
+  double preemption_restart_gpu_seconds = 0;
+  std::string preemption_plugin;  // the profile's
+  SimSummary summary;             // filled by Summarize()
   SimPerf perf;
 };
 
@@ -170,7 +181,8 @@ void Summarize(SimResult& result);
 // key order is fixed and the text is byte-identical across runs.
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
-// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh (header
+// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh,
+// preemption_lost_gpu_hours (header
 // documented in docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);

@@ -28,6 +28,19 @@
 // fails them. A job no state of the cluster could ever admit (larger than anything its team
 // could get) stays pending with reason kQuota; Explain says so.
 //
+// The profile's preemption plugin (plugin.h) orders admission's victims (checkpoint-aware:
+// cheapest first) and protects young runs (minimum run time); it may also offer victims by
+// priority or QoS for the highest-priority job that does not fit, of which the engine ends the
+// fewest, in its order, with which the job fits on nodes. With GraceTime the victims are not
+// ended at once: they are signalled (status().grace_end), keep running and keep their GPUs,
+// and the engine returns a StartDecision with reason kPreempting and the planned placement.
+// The GPUs of that placement not held by victims are booked for the preemptor at once, so no
+// other job takes them, and so is its quota: until the victims end, both they and the
+// preemptor count in admission's books. When the driver has reported every victim ended (Finish:
+// reason kPreempted; the driver Requeues it unless it completed; Cancel or Down also count), the
+// next cycle starts the preemptor on that placement, before anything else. If the placement can no
+// longer be used (a node went down or was drained meanwhile), the job goes back to its queue.
+//
 //   auto engine = Engine::Create(cluster, teams, profile);
 //   engine->Submit(job, now);
 //   std::vector<StartDecision> starts;
@@ -67,6 +80,7 @@ enum class Reason : uint8_t {
   kNodeDown,         // ended because a node it ran on went down; the driver may Requeue it
   kPreempted,        // ended so that a job admission preferred could start; may be Requeued
   kPower,            // where it fits, starting would put the cluster or a domain over a power cap
+  kPreempting,       // its victims were signalled (GraceTime); it starts once they have ended
 };
 const char* ReasonName(Reason r);
 
@@ -74,10 +88,15 @@ struct StartDecision {
   JobIndex job;
   Time time;
   Placement placement;
-  Reason reason;  // kStartedHead or kStartedBackfill
+  Reason reason;  // kStartedHead or kStartedBackfill; kPreempting: not a start (below)
   // Running jobs the engine ended (reason kPreempted) so that this one could start, in the
   // order they were chosen; the driver Requeues or fails them. Empty without preemption.
   std::vector<JobIndex> preempted;
+  // With GraceTime (reason kPreempting) the job has not started: `preempted` were signalled and
+  // keep running until `victims_end_by` at the latest; the driver tells the engine when each
+  // ends (Finish). `placement` is where the job will start, in a later decision, in the first
+  // cycle after the last victim ended. -1 for a start.
+  Time victims_end_by = -1;
 };
 
 struct JobStatus {
@@ -89,6 +108,9 @@ struct JobStatus {
   Time start = -1;
   Time expected_end = -1;      // start + time limit
   JobIndex preempted_by = -1;  // for kPreempted: the job that started in its place
+  // A running job signalled for preemption (GraceTime): it must end by then; preempted_by names
+  // the preemptor. -1 otherwise.
+  Time grace_end = -1;
 };
 
 // A node's availability for new placements. Jobs already running on a drained node go on.
@@ -161,6 +183,10 @@ class Engine {
   // Runs one scheduling cycle at `now` and appends the jobs it starts. Cheap when nothing
   // changed since the previous cycle.
   void Schedule(Time now, std::vector<StartDecision>* starts);
+  // When a cycle could next start or preempt without any other event: the first instant after
+  // `now` a running job passes the profile's minimum run time while jobs wait (it may then be
+  // preempted). kInfiniteTime when there is none. A driver calls Schedule then.
+  Time NextWakeup(Time now) const;
 
   const JobStatus& status(JobIndex job) const;
   const Placement& placement(JobIndex job) const;

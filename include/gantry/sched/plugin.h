@@ -18,8 +18,10 @@
 //                                 least-free, most-free, fgd, scarcity; next data
 //                                 locality)
 //   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
-//   preemption   PreemptionPlugin hook called for a blocked head job (only "none" today; later
-//                                 checkpoint-aware victim selection)
+//   preemption   PreemptionPlugin victim order and eligibility for admission's preemptions, and
+//                                 priority/QoS preemption for a blocked head job, GraceTime and
+//                                 minimum run time (none, kueue-order, checkpoint-aware:
+//                                 preemption.cc)
 //
 // Plugins are created per engine from a Profile (profile.h) through the registry (registry.h)
 // and are used only from the engine's serial scheduling loop, so they need no locking.
@@ -150,6 +152,8 @@ class PriorityFactor {
   virtual std::string Describe(const JobRequest& job) const;
 };
 
+class PreemptionPlugin;
+
 // What an admission plugin decided for one job that it admits.
 struct AdmissionDecision {
   uint32_t gpu_type_mask = kAnyGpuType;  // types it may be placed on (its flavor), within its own
@@ -195,15 +199,55 @@ class AdmissionPlugin {
   virtual void OnJobEnded(const JobRequest& job, Time now) = 0;
   // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
   virtual std::string Explain(const JobRequest& job) const = 0;
+  // The profile's preemption plugin (owned by the engine, set once before the first cycle): a
+  // plugin that names victims orders them and checks their eligibility through it.
+  virtual void SetPreemption(const PreemptionPlugin* preemption) {}
 };
 
-// A candidate set of running jobs to preempt so that a blocked job can start.
+// Preemption: which running jobs may be preempted, in which order, and how
+// (src/sched/preemption.cc, docs/architecture.md "Preemption").
+//
+// Two paths preempt. Admission (the "kueue" plugin) names victims for quota reclaim and fair
+// sharing; among candidates its policy ranks alike (Kueue: other ClusterQueues first, lower
+// priority first) it asks this plugin for the order (VictimKey) and whether a job may be a
+// victim yet (MayPreempt: minimum run time). And for the highest-priority job that does not fit
+// on nodes, the engine asks SelectVictims for running jobs it may preempt by priority or QoS
+// (Slurm's PreemptType=preempt/qos), cheapest first; the engine takes the fewest of them, in
+// that order, with which the job fits.
+//
+// The engine tells the plugin of every start and end (and of each preemption), so the plugin
+// knows each running job's current run: when it started, and whether it resumed from a
+// checkpoint.
 class PreemptionPlugin {
  public:
   virtual ~PreemptionPlugin() = default;
   virtual std::string_view name() const = 0;
-  // Returns victims for `blocked` (empty: none). Called for the highest-priority blocked job.
+  // Running jobs the engine may preempt so that `blocked` (the highest-priority job that does
+  // not fit) can start, most preferred victim first (empty: none). Called once per cycle for
+  // the head job when preempts() is true.
   virtual std::vector<JobIndex> SelectVictims(const JobRequest& blocked, Time now) = 0;
+  // True when SelectVictims may return victims (priority or QoS preemption is configured): the
+  // engine then runs cycles on a full cluster too.
+  virtual bool preempts() const { return false; }
+  // True when VictimKey orders admission's victims; false leaves admission its own order.
+  virtual bool orders_victims() const { return false; }
+  // Lower is preempted first among victims admission ranks alike.
+  virtual double VictimKey(JobIndex victim, Time now) const { return 0; }
+  // Whether `victim` (running) may be preempted by `preemptor` at `now`: false while it is
+  // younger than the minimum run time, once it was preempted too often, and when it once
+  // preempted `preemptor` (no preemption loops).
+  virtual bool MayPreempt(JobIndex victim, JobIndex preemptor, Time now) const { return true; }
+  // Slurm's PreemptExemptTime: a job runs at least this long before it may be preempted.
+  virtual Duration min_run_time() const { return 0; }
+  // Slurm's GraceTime: a victim is signalled and keeps running this long (it may take a final
+  // checkpoint) before its GPUs go to the preemptor. 0: victims end at once.
+  virtual Duration grace_time() const { return 0; }
+  // `resumed`: the run restores a checkpoint first (the job was preempted or interrupted before).
+  virtual void OnJobStarted(const JobRequest& job, Time start, bool resumed) {}
+  // The run ended (finished, cancelled, interrupted, or signalled for preemption).
+  virtual void OnJobEnded(const JobRequest& job, Time now) {}
+  // `victim` was preempted so that `preemptor` could start.
+  virtual void OnPreempted(JobIndex victim, JobIndex preemptor, Time now) {}
 };
 
 }  // namespace gantry
