@@ -32,6 +32,8 @@ const char* ReasonName(Reason r) {
       return "Reservation";
     case Reason::kTopology:
       return "Topology";
+    case Reason::kFragmentation:
+      return "Fragmentation";
     case Reason::kStartedHead:
       return "StartedInOrder";
     case Reason::kStartedBackfill:
@@ -146,7 +148,8 @@ class Engine::Impl {
         node_state_(cluster.nodes().size(), NodeState::kUp),
         held_(cluster.nodes().size(), 0),
         team_running_(teams_.size(), 0),
-        queues_(teams_.size()) {}
+        queues_(teams_.size()),
+        quota_marked_(teams_.size(), 0) {}
 
   Status Init() {
     const PluginRegistry& registry =
@@ -212,7 +215,7 @@ class Engine::Impl {
   [[gnu::always_inline]] void AddPending(JobState& s, Time now) {
     const JobRequest& job = *s.job;
     s.status.phase = JobStatus::Phase::kPending;
-    s.status.reason = Reason::kPriority;
+    s.status.reason = quota_marked_[job.team] ? Reason::kQuota : Reason::kPriority;
     double static_score = 0;
     for (size_t i = 0; i < factors_.size(); ++i)
       static_score += weights_[i] * factors_[i]->JobValue(job);
@@ -440,6 +443,7 @@ class Engine::Impl {
   }
 
   void Schedule(Time now, std::vector<StartDecision>* starts) {
+    changes_.clear();
     if (!refreshed_ || now >= next_refresh_) {
       TeamUsageView view{&teams_, &team_running_};
       for (auto& f : factors_) f->Refresh(now, view);
@@ -452,10 +456,16 @@ class Engine::Impl {
     dirty_ = false;
     ++stats_.cycles;
     AgeJobs(now);
-    // Per-job admission may preempt, so a full cluster is no reason to skip the cycle.
-    if (pending_ == 0 || (free_.total_free() == 0 && !per_job_admission_)) return;
+    if (pending_ == 0) return;
+    // A full cluster starts nothing, but the cycle still runs: the head's reason and estimate,
+    // and under conservative backfill every examined job's, follow the plan at every instant.
+    ++cycle_;
+    touched_.clear();
     RunCycle(now, starts);
+    SettleReasons();
   }
+
+  const std::vector<JobIndex>& status_changes() const { return changes_; }
 
   const JobStatus& status(JobIndex j) const {
     static const JobStatus kUnknown;
@@ -485,7 +495,81 @@ class Engine::Impl {
     double key = 0;
     bool old = false;  // aged past max_age: in the team's "old" queue
     Placement placement;
+    // The cycle that last examined the job, and its reason and estimate before that cycle.
+    uint64_t touched = 0;
+    Reason prev_reason = Reason::kNone;
+    Time prev_reserved = kInfiniteTime;
   };
+
+  // The cycle examines `j`: remember its reason and estimate before, to report a change.
+  void Touch(JobState& s, JobIndex j) {
+    if (s.touched == cycle_) return;
+    s.touched = cycle_;
+    s.prev_reason = s.status.reason;
+    s.prev_reserved = s.status.reserved_start;
+    touched_.push_back(j);
+  }
+
+  // Sets a pending job's reason outside of an examination, reporting a change.
+  void SetUnexamined(JobState& s, JobIndex j, Reason r) {
+    JobStatus& st = s.status;
+    if (st.reason == r && st.reserved_start >= kInfiniteTime && st.blocked_by < 0) return;
+    st.reason = r;
+    st.reserved_start = kInfiniteTime;
+    st.blocked_by = -1;
+    changes_.push_back(j);
+  }
+
+  // A team with no quota headroom has its queue skipped, so its jobs are never examined: they
+  // are all marked Quota when the team reaches its quota and Priority again when it drops below
+  // (O(team's queue) per such change, never per cycle).
+  void MarkQuotaTeam(int team, bool at_quota) {
+    if (static_cast<bool>(quota_marked_[team]) == at_quota) return;
+    quota_marked_[team] = at_quota;
+    for (bool old : {false, true}) {
+      for (const QueueKey& k : Queues(team, old)) {
+        JobState& s = state_[k.job];
+        if (at_quota) {
+          SetUnexamined(s, k.job, Reason::kQuota);
+        } else if (s.status.reason == Reason::kQuota) {
+          SetUnexamined(s, k.job, Reason::kPriority);
+        }
+      }
+    }
+  }
+
+  // After a cycle: jobs the previous cycle examined and this one did not lose what it said
+  // (Priority, or Quota in a team at its quota); the changes of examined jobs are reported.
+  void SettleReasons() {
+    // Starts during the cycle may have brought teams to their quota.
+    for (size_t t = 0; t < queues_.size(); ++t) {
+      if (!quota_marked_[t] && Headroom(static_cast<int>(t)) <= 0) {
+        MarkQuotaTeam(static_cast<int>(t), true);
+      }
+    }
+    for (JobIndex j : prev_touched_) {
+      JobState& s = state_[j];
+      if (s.touched == cycle_ || s.status.phase != JobStatus::Phase::kPending) continue;
+      SetUnexamined(s, j, quota_marked_[s.job->team] ? Reason::kQuota : Reason::kPriority);
+    }
+    for (JobIndex j : touched_) {
+      const JobState& s = state_[j];
+      if (s.status.phase == JobStatus::Phase::kPending &&
+          (s.status.reason != s.prev_reason || s.status.reserved_start != s.prev_reserved)) {
+        changes_.push_back(j);
+      }
+    }
+    prev_touched_.swap(touched_);
+  }
+
+  // Why a job that did not fit on free GPUs waits: enough free in one domain's reach but not
+  // inside one (Topology), enough free in total but not in its per-node shape (Fragmentation),
+  // or not enough free GPUs of its types (Resources).
+  Reason BlockedReason(const JobRequest& job) const {
+    if (FitsIgnoringTopology(job)) return Reason::kTopology;
+    if (free_.FreeOfTypes(job.gpu_type_mask) >= job.gpus) return Reason::kFragmentation;
+    return Reason::kResources;
+  }
 
   // Each team has two queues: jobs younger than max_age, whose age term still grows (key =
   // static - rate * submit, the common rate * now added at comparison), and older ones whose
@@ -721,7 +805,9 @@ class Engine::Impl {
     std::vector<Stream>& heap = heap_;
     heap.clear();
     for (size_t t = 0; t < queues_.size(); ++t) {
-      if (Headroom(static_cast<int>(t)) <= 0) continue;
+      const bool at_quota = Headroom(static_cast<int>(t)) <= 0;
+      MarkQuotaTeam(static_cast<int>(t), at_quota);
+      if (at_quota) continue;
       PushStream(heap, static_cast<int>(t), false, queues_[t].young.begin(), now);
       PushStream(heap, static_cast<int>(t), true, queues_[t].old.begin(), now);
     }
@@ -730,8 +816,14 @@ class Engine::Impl {
     int examined = 0;
     const int max_jobs = profile_.max_jobs_per_cycle;
     const BackfillMode mode = profile_.backfill;
-    while (!heap.empty() && (free_.total_free() > 0 || per_job_admission_)) {
+    while (!heap.empty()) {
       if (max_jobs > 0 && examined >= max_jobs) break;
+      // Nothing can start on a full cluster; the head still gets its reason and estimate, and
+      // conservative backfill goes on planning.
+      if (free_.total_free() == 0 && !per_job_admission_ && head >= 0 &&
+          mode != BackfillMode::kConservative) {
+        break;
+      }
       std::pop_heap(heap.begin(), heap.end());
       Stream s = heap.back();
       heap.pop_back();
@@ -745,6 +837,7 @@ class Engine::Impl {
       const JobRequest& job = *st.job;
       ++examined;
       ++stats_.jobs_examined;
+      Touch(st, j);
       st.status.blocked_by = -1;
       st.status.reserved_start = kInfiniteTime;
       if (job.gpus > headroom) {
@@ -784,10 +877,12 @@ class Engine::Impl {
           Start(j, now, Reason::kStartedHead, starts);
           continue;
         }
-        st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
+        st.status.reason = BlockedReason(*admitted);
         head = j;
-        preemption_->SelectVictims(job, now);    // extension point; "none" picks no victims
-        if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
+        preemption_->SelectVictims(job, now);  // extension point; "none" picks no victims
+        // Strict order: nobody passes the head, and there is no plan, hence no estimate (the
+        // walk over running jobs would cost FIFO's cycle half again).
+        if (mode == BackfillMode::kNone) break;
         if (mode == BackfillMode::kEasy) {
           // The reservation (shadow time and caps, less what long backfills took since) stays
           // exact while the head is the same job and no running job ended or started ahead of
@@ -820,8 +915,8 @@ class Engine::Impl {
           }
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
-          st.status.reason =
-              FitsIgnoringTopology(*admitted) ? Reason::kReservation : Reason::kResources;
+          const Reason r = BlockedReason(*admitted);
+          st.status.reason = r == Reason::kTopology ? Reason::kReservation : r;
           st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
         }
       } else {
@@ -831,6 +926,10 @@ class Engine::Impl {
           profile_steps_.Reserve(now, now + length, job.gpus);
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
+          // The plan says now but no nodes fit: the layout's fault. A later window: what
+          // would fit now waits for higher-priority reservations.
+          const Reason r = BlockedReason(*admitted);
+          st.status.reason = t > now && r == Reason::kTopology ? Reason::kReservation : r;
           ReserveConservative(st, now);
         }
       }
@@ -903,9 +1002,6 @@ class Engine::Impl {
       profile_steps_.Reserve(t, t + length, job.gpus);
     }
     st.status.reserved_start = t;
-    if (st.status.reason != Reason::kResources && st.status.reason != Reason::kTopology) {
-      st.status.reason = Reason::kResources;
-    }
   }
 
   const Cluster& cluster_;
@@ -964,6 +1060,11 @@ class Engine::Impl {
   AdmissionDecision decision_;
   std::vector<JobIndex> victims_;
   JobRequest narrowed_;
+  // Reason bookkeeping (status_changes): the cycle count, the jobs this and the previous cycle
+  // examined, the changes of the last Schedule call, and which teams are marked at quota.
+  uint64_t cycle_ = 0;
+  std::vector<JobIndex> touched_, prev_touched_, changes_;
+  std::vector<uint8_t> quota_marked_;
 };
 
 std::string Engine::Impl::Explain(JobIndex j) const {
@@ -1018,22 +1119,26 @@ std::string Engine::Impl::Explain(JobIndex j) const {
       if (a->per_job()) return "waiting for quota: " + a->Explain(job);
     }
   }
+  const std::string estimate =
+      st.reserved_start < kInfiniteTime
+          ? "; expected to start by t=" + std::to_string(st.reserved_start) +
+                " (if running jobs end at their time limits)"
+          : std::string();
   switch (st.reason) {
     case Reason::kQuota:
       return "waiting for quota";
     case Reason::kResources:
-      out = "highest-priority job that does not fit: waiting for " + std::to_string(job.gpus) +
-            " GPUs";
-      if (st.reserved_start < kInfiniteTime) {
-        out += "; expected to start by t=" + std::to_string(st.reserved_start) +
-               " (if running jobs end at their time limits)";
-      }
-      return out;
+      return "waiting for " + std::to_string(job.gpus) + " GPUs of its types to be free" + estimate;
     case Reason::kTopology:
-      return "enough GPUs are free, but not inside one allowed topology domain";
+      return "enough GPUs are free, but not inside one allowed topology domain" + estimate;
+    case Reason::kFragmentation:
+      return "enough GPUs are free in total, but no " + std::to_string(ShapeOf(job).nodes) +
+             " node(s) have room for its shape" + estimate;
     case Reason::kReservation:
-      return "GPUs are free, but starting now would delay the reservation of job " +
-             (st.blocked_by >= 0 ? state_[st.blocked_by].job->id : std::string("?"));
+      return "GPUs are free, but starting now would delay the reservation of " +
+             (st.blocked_by >= 0 ? "job " + state_[st.blocked_by].job->id
+                                 : std::string("higher-priority jobs")) +
+             estimate;
     default:
       break;
   }
@@ -1072,6 +1177,7 @@ void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
   impl_->Schedule(now, starts);
 }
 const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
+const std::vector<JobIndex>& Engine::status_changes() const { return impl_->status_changes(); }
 const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
 std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }
 std::vector<PriorityTerm> Engine::PriorityTerms(JobIndex job, Time now) const {
