@@ -51,7 +51,7 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
   buf.reserve(kFlushBytes + 4096);
   buf +=
       "id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,bounded_slowdown,"
-      "backfilled,killed_at_limit,cancelled,requeues,preemptions\n";
+      "backfilled,killed_at_limit,cancelled,requeues,preemptions,reason,first_estimate\n";
   const std::string empty;
   for (size_t i = 0; i < w.jobs.size(); ++i) {
     const Job& job = w.jobs[i];
@@ -90,6 +90,10 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
     AppendInt(buf, o.requeues);
     buf += ',';
     AppendInt(buf, o.preemptions);
+    buf += ',';
+    buf.append(o.reason);
+    buf += ',';
+    if (o.first_estimate >= 0) AppendInt(buf, o.first_estimate);
     buf += '\n';
     if (buf.size() >= kFlushBytes) {
       GANTRY_RETURN_IF_ERROR(file.Append(buf));

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 
+#include "gantry/report/result.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
+#include "gantry/sim/simulator.h"
 
 namespace gantry {
 namespace {
@@ -196,6 +198,57 @@ TEST(WhyPending, TeamAtQuotaMarksEveryJob) {
   ASSERT_TRUE(h.engine().Finish(3, 10).ok());
   ASSERT_TRUE(h.engine().Finish(0, 10).ok());
   EXPECT_EQ(h.Schedule(10), "BC");
+}
+
+// The simulator records reasons and estimates, and measures the estimates. One node of 4, EASY:
+// A (run 60, limit 100) starts at 0; B waits with estimate 100 (A's limit) and starts at 60:
+// off by 40. C, submitted at 10 to a full cluster, is not examined behind the head (Priority,
+// no estimate); at 60 it is the head with estimate 160 (B's limit) and starts at 110 when B
+// ends: off by 50. Two jobs with an estimate; median (nearest rank) 40, p90 50.
+TEST(WhyPending, SimulatorRecordsHistoryAndEstimateAccuracy) {
+  const Cluster c = FlatCluster(1, 4);
+  Workload w;
+  w.teams = {"a"};
+  w.users = {"u"};
+  w.queues = {"q"};
+  const auto add = [&](Time submit, int gpus, Duration run, Duration limit) {
+    JobRequest r = MakeJob(static_cast<JobIndex>(w.jobs.size()), submit, gpus, 1, limit);
+    Job j;
+    static_cast<JobRequest&>(j) = r;
+    j.run_time = run;
+    w.jobs.push_back(j);
+  };
+  add(0, 4, 60, 100);
+  add(0, 4, 50, 100);
+  add(10, 2, 10, 200);
+  SimOptions o;
+  o.check_invariants = true;
+  o.history_of = {2};
+  auto r = Simulate(c, {{"a", kNoQuota, 1.0}}, w, FromYaml("easy"), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::vector<JobOutcome>& out = r->outcomes;
+  EXPECT_EQ(out[0].start, 0);
+  EXPECT_EQ(out[0].reason, "");  // started at its submit instant
+  EXPECT_EQ(out[0].first_estimate, -1);
+  EXPECT_EQ(out[1].start, 60);
+  EXPECT_EQ(out[1].reason, "Resources");
+  EXPECT_EQ(out[1].first_estimate, 100);
+  EXPECT_EQ(out[2].start, 110);
+  EXPECT_EQ(out[2].reason, "Resources");
+  EXPECT_EQ(out[2].first_estimate, 160);
+  EXPECT_EQ(r->summary.jobs_with_estimate, 2);
+  EXPECT_EQ(r->summary.estimate_error_p50, 40);
+  EXPECT_EQ(r->summary.estimate_error_p90, 50);
+  std::string h;
+  for (const ReasonChange& e : r->history) {
+    EXPECT_EQ(e.job, 2);
+    h +=
+        std::to_string(e.t) + " " + std::string(e.reason) + " " + std::to_string(e.estimate) + "\n";
+  }
+  EXPECT_EQ(h,
+            "10 Priority -1\n"
+            "60 Resources 160\n"
+            "110 StartedInOrder -1\n");
 }
 
 }  // namespace

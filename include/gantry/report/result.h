@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
@@ -30,6 +31,23 @@ struct JobOutcome {
   int32_t requeues = 0;          // runs a node going down ended; start/end are the last run's
   bool held = false;             // interrupted once more after max_requeues: held, not requeued
   int32_t preemptions = 0;       // runs ended by preemption (each requeued; not in requeues)
+  // Why it waited: the last reason it had while pending before it (last) started, or why it
+  // never started (the engine's ReasonName, a static string; empty if never pending).
+  std::string_view reason;
+  // The scheduler's first start estimate while it waited for its first start (-1: it never had
+  // one), and that first start (-1: never started), for estimate accuracy.
+  Time first_estimate = -1;
+  Time first_start = -1;
+};
+
+// One entry of a job's reason history (gantry sim --explain): at `t` the job's reason became
+// `reason` with start estimate `estimate` (-1: none). Submits, every change of reason or
+// estimate while pending, starts and ends by the driver are recorded; nothing else.
+struct ReasonChange {
+  JobIndex job = -1;
+  Time t = 0;
+  std::string_view reason;  // ReasonName, a static string
+  Time estimate = -1;
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -93,6 +111,10 @@ struct SimSummary {
   double frag_wait_job_hours = 0;
   double total_wait_job_hours = 0;
   double frag_wait_fraction = 0;
+  // Start estimate accuracy: over jobs that had an estimate before their first start and then
+  // started, |first estimate - first start| (seconds), median and 90th percentile.
+  int64_t jobs_with_estimate = 0;
+  double estimate_error_p50 = 0, estimate_error_p90 = 0;
   std::vector<TeamSummary> teams;
 };
 
@@ -112,6 +134,8 @@ struct SimResult {
   std::vector<Team> teams;           // indexed like Job::team
   std::vector<JobOutcome> outcomes;  // indexed like Workload::jobs
   std::vector<TimeSample> samples;
+  // The reason histories of the jobs SimOptions::history_of names, in time order.
+  std::vector<ReasonChange> history;
   // Job-seconds waited while enough GPUs were free in total, and all job-seconds waited.
   double frag_wait_job_seconds = 0;
   double total_wait_job_seconds = 0;
@@ -140,8 +164,8 @@ void Summarize(SimResult& result);
 // key order is fixed and the text is byte-identical across runs.
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
-// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions (header documented in
-// docs/formats/outputs.md).
+// bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,reason,first_estimate
+// (header documented in docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
 // A self-contained HTML page comparing the results side by side (Vega-Lite charts, inlined).
