@@ -77,9 +77,9 @@ struct ShapeKey {
 };
 
 // Free GPUs over future time, as a step function, for conservative backfill: running jobs give
-// their GPUs back at their expected end; each reservation takes its GPUs over its window. This
-// is a whole-cluster GPU count (the textbook conservative backfill); node-level fit is checked
-// only for jobs that start now.
+// their GPUs back at their expected end; each reservation takes its GPUs over its window. A
+// whole-cluster count: a necessary condition only, which finds candidate start times fast; the
+// per-node plan (NodePlan) decides whether the job fits there.
 class FreeProfile {
  public:
   void Reset(Time now, int free_now) {
@@ -96,15 +96,18 @@ class FreeProfile {
     const size_t j = to >= kInfiniteTime ? steps_.size() : Split(to);
     for (size_t k = i; k < j; ++k) steps_[k].free -= gpus;
   }
-  // Earliest step time t >= now with at least `gpus` free throughout [t, t + length).
-  Time EarliestStart(int gpus, Duration length) const {
-    size_t i = 0;
+  // Earliest step time t >= `from` with at least `gpus` free throughout [t, t + length).
+  Time EarliestStart(int gpus, Duration length, Time from) const {
+    // The step holding `from`: the last one beginning at or before it.
+    auto it = std::upper_bound(steps_.begin(), steps_.end(), from,
+                               [](Time v, const Step& s) { return v < s.t; });
+    size_t i = it == steps_.begin() ? 0 : static_cast<size_t>(it - steps_.begin()) - 1;
     while (i < steps_.size()) {
       if (steps_[i].free < gpus) {
         ++i;
         continue;
       }
-      const Time start = steps_[i].t;
+      const Time start = std::max(steps_[i].t, from);
       const Time end = start + length;
       size_t j = i;
       while (j < steps_.size() && steps_[j].t < end && steps_[j].free >= gpus) ++j;
@@ -112,6 +115,12 @@ class FreeProfile {
       i = j + 1;  // any start in [i, j] overlaps the short step j
     }
     return kInfiniteTime;
+  }
+  // The first step time after t (kInfiniteTime if none).
+  Time NextStepAfter(Time t) const {
+    auto it = std::upper_bound(steps_.begin(), steps_.end(), t,
+                               [](Time v, const Step& s) { return v < s.t; });
+    return it == steps_.end() ? kInfiniteTime : it->t;
   }
 
  private:
@@ -131,6 +140,77 @@ class FreeProfile {
   std::vector<Step> steps_;
 };
 
+// Conservative backfill's plan per node, as Slurm's: each node's free GPUs over future time are
+// what is free now plus the changes at event times: running jobs give their GPUs back at their
+// expected ends, and each reservation takes GPUs of a set of nodes over its window. A job may
+// use a node's GPUs over [t, t + length) only up to the least that node has free in that window,
+// so no job ever takes GPUs that a reservation holds. Only nodes with events are stored.
+class NodePlan {
+ public:
+  explicit NodePlan(size_t nodes) : events_(nodes), stamp_(nodes, 0) {}
+  void Clear() {
+    for (NodeIndex n : nodes_) events_[n].clear();
+    nodes_.clear();
+    ++epoch_;
+  }
+  // From `t` on, node n has `delta` more GPUs free.
+  void Add(NodeIndex n, Time t, int delta) {
+    if (stamp_[n] != epoch_) {
+      stamp_[n] = epoch_;
+      nodes_.push_back(n);
+    }
+    std::vector<Event>& ev = events_[n];
+    auto it =
+        std::upper_bound(ev.begin(), ev.end(), t, [](Time v, const Event& e) { return v < e.t; });
+    ev.insert(it, Event{t, delta});
+  }
+  // The fewest GPUs node n has free at any instant of [from, to), given `free_now`.
+  int MinFree(NodeIndex n, int free_now, Time from, Time to) const {
+    int f = free_now;
+    const std::vector<Event>& ev = events_[n];
+    size_t i = 0;
+    for (; i < ev.size() && ev[i].t <= from; ++i) f += ev[i].delta;
+    int least = f;
+    for (; i < ev.size() && ev[i].t < to; ++i) {
+      f += ev[i].delta;
+      least = std::min(least, f);
+    }
+    return least;
+  }
+  // The earliest t >= now at which node n has at least `g` GPUs free throughout [t, t + length)
+  // (kInfiniteTime if never). O(events of n): one pass over its runs of enough free GPUs.
+  Time EarliestRun(NodeIndex n, int free_now, Time now, Duration length, int g) const {
+    const std::vector<Event>& ev = events_[n];
+    int f = free_now;
+    size_t i = 0;
+    for (; i < ev.size() && ev[i].t <= now; ++i) f += ev[i].delta;
+    Time run = f >= g ? now : kInfiniteTime;  // where the current run of f >= g began
+    for (; i < ev.size(); ++i) {
+      if (run < kInfiniteTime && ev[i].t - run >= length) return run;
+      f += ev[i].delta;
+      // Several events at one instant: judge the level after the last of them.
+      if (i + 1 < ev.size() && ev[i + 1].t == ev[i].t) continue;
+      if (f < g) {
+        run = kInfiniteTime;
+      } else if (run >= kInfiniteTime) {
+        run = ev[i].t;
+      }
+    }
+    return run;
+  }
+  const std::vector<NodeIndex>& nodes() const { return nodes_; }
+
+ private:
+  struct Event {
+    Time t;
+    int delta;
+  };
+  std::vector<std::vector<Event>> events_;
+  std::vector<NodeIndex> nodes_;  // nodes with events
+  std::vector<uint64_t> stamp_;
+  uint64_t epoch_ = 1;
+};
+
 }  // namespace
 
 class Engine::Impl {
@@ -144,6 +224,8 @@ class Engine::Impl {
         profile_(profile),
         options_(options),
         free_(cluster),
+        plan_free_(cluster),
+        node_plan_(cluster.nodes().size()),
         caps_(cluster.nodes().size()),
         node_state_(cluster.nodes().size(), NodeState::kUp),
         held_(cluster.nodes().size(), 0),
@@ -787,16 +869,109 @@ class Engine::Impl {
   // there (held_), so they never count.
   void BuildFreeProfile(Time now) {
     profile_steps_.Reset(now, free_.total_free());
+    node_plan_.Clear();
     for (const auto& [end, r] : running_by_end_) {
       const JobState& s = state_[r];
-      int gpus = s.job->gpus;
-      if (nodes_not_up_ > 0) {
-        gpus = 0;
-        for (const Slot& slot : s.placement) {
-          if (node_state_[slot.node] == NodeState::kUp) gpus += slot.gpus;
-        }
+      int gpus = 0;
+      for (const Slot& slot : s.placement) {
+        if (nodes_not_up_ > 0 && node_state_[slot.node] != NodeState::kUp) continue;
+        gpus += slot.gpus;
+        node_plan_.Add(slot.node, std::max(end, now), slot.gpus);
       }
       if (gpus > 0) profile_steps_.AddFrom(std::max(end, now), gpus);
+    }
+    // plan_free_ starts as free_; PlanWindow changes only the nodes the plan has events on.
+    for (size_t n = 0; n < cluster_.nodes().size(); ++n) {
+      SetPlanFree(static_cast<NodeIndex>(n), free_.free(static_cast<NodeIndex>(n)));
+    }
+  }
+
+  void SetPlanFree(NodeIndex n, int v) {
+    const int c = plan_free_.free(n);
+    if (v < c) plan_free_.Allocate(n, c - v);
+    if (v > c) plan_free_.Release(n, v - c);
+  }
+
+  // Conservative backfill: the earliest window where `job` fits the per-node plan. Candidate
+  // start times come from the cluster-wide count (a necessary condition); at each, every node
+  // offers the least it has free over the whole window, and the placement plugin chooses among
+  // those. Starts the job when that window opens now; otherwise reserves the nodes it chose.
+  // Returns true when it started.
+  bool PlanConservative(JobIndex j, const JobRequest& job, Time now,
+                        std::vector<StartDecision>* starts) {
+    JobStatus& st = state_[j].status;
+    const Duration length = std::max<Duration>(job.time_limit, 1);
+    const JobShape shape = ShapeOf(job);
+    const int g = shape.any ? 1 : shape.gpus_per_node;
+    Time from = now;
+    if (!shape.any) {
+      // No start before `shape.nodes` nodes could each hold their part for the whole window:
+      // jump to the k-th earliest such time (nodes without plan events hold what is free now).
+      int ready_now = free_.NodesWithFree(job.gpu_type_mask, g);
+      runs_.clear();
+      for (NodeIndex n : node_plan_.nodes()) {
+        if (!((job.gpu_type_mask >> free_.gpu_type(n)) & 1u)) continue;
+        if (free_.free(n) >= g) --ready_now;
+        const Time e = node_plan_.EarliestRun(n, free_.free(n), now, length, g);
+        if (e < kInfiniteTime) runs_.push_back(e);
+      }
+      const int more = shape.nodes - ready_now;  // nodes still needed from those with events
+      if (more > 0) {
+        if (more > static_cast<int>(runs_.size())) {
+          st.reserved_start = kInfiniteTime;
+          return false;
+        }
+        std::nth_element(runs_.begin(), runs_.begin() + (more - 1), runs_.end());
+        from = std::max(from, runs_[more - 1]);
+      }
+    }
+    while (true) {
+      Time t = profile_steps_.EarliestStart(job.gpus, length, from);
+      if (t >= kInfiniteTime) {
+        st.reserved_start = kInfiniteTime;
+        return false;
+      }
+      t = std::max(t, now);
+      // What each node with plan events offers over the window, and whether the job's shape
+      // could fit those offers by counts (the other nodes offer what is free now): only then
+      // is the placement plugin asked.
+      offers_.clear();
+      int fits_nodes = free_.NodesWithFree(job.gpu_type_mask, g);
+      int fits_gpus = free_.FreeOfTypes(job.gpu_type_mask);
+      for (NodeIndex n : node_plan_.nodes()) {
+        const int now_free = free_.free(n);
+        int v = node_plan_.MinFree(n, now_free, t, t + length);
+        // A job past its expected end still holds its GPUs now: a start now takes only what
+        // is free.
+        if (t <= now) v = std::min(v, now_free);
+        v = std::max(0, v);
+        offers_.emplace_back(n, v);
+        if ((job.gpu_type_mask >> free_.gpu_type(n)) & 1u) {
+          fits_nodes += (v >= g) - (now_free >= g);
+          fits_gpus += v - now_free;
+        }
+      }
+      if (shape.any ? fits_gpus < job.gpus : fits_nodes < shape.nodes) {
+        from = profile_steps_.NextStepAfter(t);
+        continue;
+      }
+      for (const auto& [n, v] : offers_) SetPlanFree(n, v);
+      ++stats_.placements_tried;
+      if (placement_->Place(job, plan_free_, nullptr, &scratch_)) {
+        profile_steps_.Reserve(t, t + length, job.gpus);
+        if (t <= now) {
+          for (const Slot& slot : scratch_) node_plan_.Add(slot.node, now + length, slot.gpus);
+          Start(j, now, Reason::kStartedBackfill, starts);
+          return true;
+        }
+        for (const Slot& slot : scratch_) {
+          node_plan_.Add(slot.node, t, -slot.gpus);
+          node_plan_.Add(slot.node, t + length, slot.gpus);
+        }
+        st.reserved_start = t;
+        return false;
+      }
+      from = profile_steps_.NextStepAfter(t);
     }
   }
 
@@ -898,7 +1073,7 @@ class Engine::Impl {
           st.status.reserved_start = shadow;
         } else {
           BuildFreeProfile(now);
-          ReserveConservative(st, now);
+          PlanConservative(j, *admitted, now, starts);
         }
         continue;
       }
@@ -920,18 +1095,11 @@ class Engine::Impl {
           st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
         }
       } else {
-        const Duration length = std::max<Duration>(job.time_limit, 1);
-        const Time t = profile_steps_.EarliestStart(job.gpus, length);
-        if (t <= now && TryPlace(*admitted, 0, nullptr)) {
-          profile_steps_.Reserve(now, now + length, job.gpus);
-          Start(j, now, Reason::kStartedBackfill, starts);
-        } else {
-          // The plan says now but no nodes fit: the layout's fault. A later window: what
-          // would fit now waits for higher-priority reservations.
-          const Reason r = BlockedReason(*admitted);
-          st.status.reason = t > now && r == Reason::kTopology ? Reason::kReservation : r;
-          ReserveConservative(st, now);
-        }
+        // Why it cannot start now, unless the plan starts it: what would fit on the free
+        // GPUs waits for higher-priority reservations.
+        const Reason r = BlockedReason(*admitted);
+        st.status.reason = r == Reason::kTopology ? Reason::kReservation : r;
+        PlanConservative(j, *admitted, now, starts);
       }
     }
   }
@@ -992,23 +1160,17 @@ class Engine::Impl {
     return true;
   }
 
-  void ReserveConservative(JobState& st, Time now) {
-    const JobRequest& job = *st.job;
-    const Duration length = std::max<Duration>(job.time_limit, 1);
-    Time t = profile_steps_.EarliestStart(job.gpus, length);
-    if (t < kInfiniteTime) {
-      // A job that fits by count but not by node layout now reserves from now on.
-      if (t < now) t = now;
-      profile_steps_.Reserve(t, t + length, job.gpus);
-    }
-    st.status.reserved_start = t;
-  }
-
   const Cluster& cluster_;
   std::vector<Team> teams_;
   Profile profile_;
   EngineOptions options_;
   FreeIndex free_;
+  // Conservative backfill: the per-node plan, and a free index holding, for one candidate
+  // window, what each node may give a job (free_ where the plan has no events).
+  FreeIndex plan_free_;
+  NodePlan node_plan_;
+  std::vector<std::pair<NodeIndex, int>> offers_;  // per candidate window: (node, GPUs)
+  std::vector<Time> runs_;                         // per planned job: nodes' earliest windows
   NodeCaps caps_;
   std::vector<NodeState> node_state_;
   int nodes_not_up_ = 0;  // the hot paths skip node_state_ while every node is up

@@ -251,5 +251,52 @@ TEST(WhyPending, SimulatorRecordsHistoryAndEstimateAccuracy) {
             "110 StartedInOrder -1\n");
 }
 
+// Conservative backfill plans per node. The case that went wrong with a cluster-wide count: A
+// and B leave one GPU free on each node, so H (2 GPUs on one node) fits by count but on no
+// node. The count plan reserved those 2 GPUs for H from now on, so nothing could backfill
+// while H waited: S (1 GPU, 10 s) waited until t=100. The per-node plan reserves a node for H
+// when one has room (t=100, n0 by first-fit) and S starts now on n0, ending long before.
+TEST(WhyPending, ConservativeReservesNodesNotCounts) {
+  Harness h(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, FromYaml("conservative"));
+  const JobRequest a = MakeJob(0, 0, 3, 1, 100), b = MakeJob(1, 0, 3, 1, 100),
+                   hd = MakeJob(2, 0, 2, 1, 100), s = MakeJob(3, 1, 1, 1, 10);
+  h.Submit(a);
+  h.Submit(b);
+  h.Submit(hd);
+  EXPECT_EQ(h.Schedule(0), "AB");
+  EXPECT_EQ(h.engine().placement(0), (Placement{{0, 3}}));
+  EXPECT_EQ(h.engine().placement(1), (Placement{{1, 3}}));
+  EXPECT_EQ(h.reason(2), Reason::kFragmentation);
+  EXPECT_EQ(h.estimate(2), 100);
+  h.Submit(s);
+  EXPECT_EQ(h.Schedule(1), "D");
+  EXPECT_EQ(h.engine().placement(3), (Placement{{0, 1}}));
+  EXPECT_EQ(h.engine().status(3).reason, Reason::kStartedBackfill);
+  EXPECT_EQ(h.estimate(2), 100);
+}
+
+// A reservation holds its nodes over its window: H (2 nodes of 4) reserves n0 and n1 at t=300,
+// when B ends. T (2 GPUs for 500 s) fits on n1's free GPUs now but would still run at 300: it
+// waits (Reservation) and plans after H, at 400. U (2 GPUs for 50 s) ends before 300: it starts
+// now on n1.
+TEST(WhyPending, ConservativeReservationHoldsItsNodes) {
+  Harness h(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, FromYaml("conservative"));
+  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 2, 1, 300),
+                   hd = MakeJob(2, 0, 8, 2, 100), t = MakeJob(3, 0, 2, 1, 500),
+                   u = MakeJob(4, 0, 2, 1, 50);
+  h.Submit(a);
+  h.Submit(b);
+  EXPECT_EQ(h.Schedule(0), "AB");
+  h.Submit(hd);
+  h.Submit(t);
+  h.Submit(u);
+  EXPECT_EQ(h.Schedule(1), "E");
+  EXPECT_EQ(h.engine().placement(4), (Placement{{1, 2}}));
+  EXPECT_EQ(h.reason(2), Reason::kResources);
+  EXPECT_EQ(h.estimate(2), 300);
+  EXPECT_EQ(h.reason(3), Reason::kReservation);
+  EXPECT_EQ(h.estimate(3), 400);
+}
+
 }  // namespace
 }  // namespace gantry
