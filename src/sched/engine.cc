@@ -28,6 +28,8 @@ const char* ReasonName(Reason r) {
       return "Resources";
     case Reason::kQuota:
       return "Quota";
+    case Reason::kCohort:
+      return "Cohort";
     case Reason::kReservation:
       return "Reservation";
     case Reason::kTopology:
@@ -1025,6 +1027,9 @@ class Engine::Impl {
       if (per_job_admission_) {
         if (!AdmitJob(job, now)) {
           st.status.reason = Reason::kQuota;
+          for (const auto& a : admission_) {
+            if (a->WaitsForCohort(job)) st.status.reason = Reason::kCohort;
+          }
           continue;
         }
         if (decision_.gpu_type_mask != job.gpu_type_mask) {
@@ -1276,9 +1281,14 @@ std::string Engine::Impl::Explain(JobIndex j) const {
     }
     if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
   }
-  if (st.reason == Reason::kQuota && per_job_admission_) {
+  if ((st.reason == Reason::kQuota || st.reason == Reason::kCohort) && per_job_admission_) {
     for (const auto& a : admission_) {
-      if (a->per_job()) return "waiting for quota: " + a->Explain(job);
+      if (a->per_job()) {
+        return (st.reason == Reason::kCohort
+                    ? "waiting for its cohort (others use the quota it could borrow or lent): "
+                    : "waiting for quota: ") +
+               a->Explain(job);
+      }
     }
   }
   const std::string estimate =

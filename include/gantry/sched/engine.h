@@ -56,10 +56,13 @@ namespace gantry {
 // every instant: a job the last cycle did not examine is kPriority (kQuota when its team is at
 // its quota), whatever an earlier cycle said.
 enum class Reason : uint8_t {
-  kNone,         // not yet considered
-  kPriority,     // higher-priority jobs go first; not examined this cycle
-  kResources,    // highest-priority blocked job: waits for GPUs, holds a reservation
-  kQuota,        // its team's quota is used up (Slurm: AssocGrpGRES)
+  kNone,       // not yet considered
+  kPriority,   // higher-priority jobs go first; not examined this cycle
+  kResources,  // highest-priority blocked job: waits for GPUs, holds a reservation
+  kQuota,      // its team's quota is used up (Slurm: AssocGrpGRES)
+  // Its ClusterQueue's own quota (and borrowing limit) would admit it, but the cohort's other
+  // queues use what it could borrow or what it lent (Kueue: insufficient unused quota in cohort)
+  kCohort,
   kReservation,  // would delay a higher-priority job's reservation, cannot backfill
   kTopology,     // enough GPUs are free but not inside one allowed topology domain
   // Enough GPUs of its types are free in total, but no nodes have room for its per-node shape
