@@ -600,6 +600,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       fragmentation.Busy(d.placement, 1);
     }
     for (JobIndex j : engine->status_changes()) {
+      if (options.check_invariants) {
+        GANTRY_RETURN_IF_ERROR(InvariantChecker::CheckPending(jobs[j], engine->status(j), now));
+      }
       if (engine->status(j).phase == JobStatus::Phase::kPending) record_status(j);
     }
     if (options.check_invariants) {

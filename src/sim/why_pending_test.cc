@@ -8,6 +8,7 @@
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
 #include "gantry/sim/simulator.h"
+#include "invariant_checker.h"
 
 namespace gantry {
 namespace {
@@ -296,6 +297,24 @@ TEST(WhyPending, ConservativeReservationHoldsItsNodes) {
   EXPECT_EQ(h.estimate(2), 300);
   EXPECT_EQ(h.reason(3), Reason::kReservation);
   EXPECT_EQ(h.estimate(3), 400);
+}
+
+// The checker's rule for pending jobs: a waiting reason, and no estimate in the past.
+TEST(WhyPending, CheckerRejectsBadPendingStatus) {
+  Job job;
+  job.id = "j";
+  job.submit = 10;
+  JobStatus st;
+  st.phase = JobStatus::Phase::kPending;
+  st.reason = Reason::kResources;
+  st.reserved_start = 50;
+  EXPECT_TRUE(InvariantChecker::CheckPending(job, st, 20).ok());
+  EXPECT_EQ(InvariantChecker::CheckPending(job, st, 60).code(), StatusCode::kInternal);
+  st.reserved_start = kInfiniteTime;
+  st.reason = Reason::kStartedHead;
+  EXPECT_EQ(InvariantChecker::CheckPending(job, st, 20).code(), StatusCode::kInternal);
+  st.reason = Reason::kNone;
+  EXPECT_EQ(InvariantChecker::CheckPending(job, st, 20).code(), StatusCode::kInternal);
 }
 
 }  // namespace
