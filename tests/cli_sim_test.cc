@@ -221,6 +221,61 @@ TEST(CliSim, OverQuotaJobStaysPendingUnlessStrict) {
   EXPECT_NE(r.output.find("has a quota of 4"), std::string::npos) << r.output;
 }
 
+// --explain JOB: the job's reasons and estimates under each profile, as text and in --json; an
+// unknown id is bad input. The second job waits behind the first on a one-node cluster.
+TEST(CliSim, ExplainPrintsAJobsReasonHistory) {
+  const fs::path d = TempDir("explain");
+  const fs::path cluster = d / "c.yaml";
+  std::ofstream(cluster) << "name: c\n"
+                         << "gpu_types: [{name: P100, memory_gb: 16, idle_watts: 30, "
+                            "busy_watts: 250}]\n"
+                         << "nodes: [{count: 1, gpu_type: P100, gpus: 8}]\n";
+  const fs::path trace = d / "t.csv";
+  std::ofstream(trace) << "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                       << "2017-10-01 00:00:00,600.0,8,4800.0,t\n"
+                       << "2017-10-01 00:01:00,60.0,8,480.0,t\n";
+  const std::string base = "sim --cluster " + cluster.string() + " --trace " + trace.string() +
+                           " --format philly --profile fifo-easy --no-report --out " +
+                           (d / "out").string();
+  CliRun r = RunCli(base);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream csv(ReadFile(d / "out" / "fifo-easy" / "jobs.csv"));
+  std::string header, first, second;
+  std::getline(csv, header);
+  std::getline(csv, first);
+  std::getline(csv, second);
+  EXPECT_NE(header.find(",reason,first_estimate"), std::string::npos) << header;
+  const std::string id = second.substr(0, second.find(','));
+  // The second job waited for the first's GPUs, with the first's time limit as its estimate.
+  EXPECT_NE(second.find(",Resources,"), std::string::npos) << second;
+  EXPECT_NE(r.output.find("fifo-easy            start estimates: 1 jobs had one"),
+            std::string::npos)
+      << r.output;
+
+  r = RunCli(base + " --explain " + id);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("fifo-easy: job " + id + " (8 GPUs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Resources       estimate t="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("StartedInOrder"), std::string::npos) << r.output;
+
+  r = RunCli(base + " --explain " + id + " --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  const auto& h = j.at(0).at("explain");
+  EXPECT_EQ(h.at("job"), id);
+  ASSERT_EQ(h.at("history").size(), 3u) << h.dump();
+  EXPECT_EQ(h["history"][0]["reason"], "Priority");
+  EXPECT_TRUE(h["history"][0]["estimate"].is_null());
+  EXPECT_EQ(h["history"][1]["reason"], "Resources");
+  EXPECT_TRUE(h["history"][1]["estimate"].is_number());
+  EXPECT_EQ(h["history"][2]["reason"], "StartedInOrder");
+  EXPECT_EQ(j.at(0).at("jobs_with_estimate"), 1);
+
+  r = RunCli(base + " --explain no-such-job");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("no-such-job"), std::string::npos) << r.output;
+}
+
 // Regression: 250 MB of blank lines aborted the importer with std::bad_alloc (it reserved a Job
 // per newline). Here 24 MB of them under a 1 GiB address-space limit, which that reservation
 // (about 3 GB) exceeds: the run must end with exit 3 and a message. Sanitizer builds reserve

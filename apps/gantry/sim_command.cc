@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "commands.h"
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/progress.h"
+#include "gantry/common/time.h"
 #include "gantry/common/units.h"
 #include "gantry/report/result.h"
 #include "gantry/sched/profile.h"
@@ -49,7 +51,54 @@ struct SimArgs {
   std::string packing_policies = "first-fit,best-fit,fgd";
   bool round_fractional = false;
   int mig_slices = 0;
+  std::string explain;  // a job id: print its history of reasons and estimates
 };
+
+// A start estimate or reason time for humans: t=SECONDS.
+std::string At(Time t) { return "t=" + std::to_string(t); }
+
+// --explain: the job's reasons and estimates over time, one line per change.
+void PrintHistory(const SimResult& r, const Job& job) {
+  std::printf("%s: job %s (%d GPUs, team %s), submitted %s\n", r.profile.c_str(), job.id.c_str(),
+              job.gpus,
+              job.team >= 0 && static_cast<size_t>(job.team) < r.teams.size()
+                  ? r.teams[job.team].name.c_str()
+                  : "?",
+              At(job.submit).c_str());
+  for (const ReasonChange& c : r.history) {
+    if (c.job != job.index) continue;
+    std::printf("  %-12s %-15s%s\n", At(c.t).c_str(), std::string(c.reason).c_str(),
+                c.estimate >= 0 ? (" estimate " + At(c.estimate)).c_str() : "");
+  }
+  const JobOutcome& o = r.outcomes[job.index];
+  if (o.first_estimate >= 0 && o.first_start >= 0) {
+    std::printf("  first estimate %s, first start %s: off by %lld s\n",
+                At(o.first_estimate).c_str(), At(o.first_start).c_str(),
+                static_cast<long long>(std::llabs(o.first_start - o.first_estimate)));
+  } else if (o.first_start < 0) {
+    std::printf("  never started\n");
+  }
+}
+
+nlohmann::ordered_json HistoryJson(const SimResult& r, const Job& job) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::array();
+  for (const ReasonChange& c : r.history) {
+    if (c.job != job.index) continue;
+    nlohmann::ordered_json e;
+    e["t"] = c.t;
+    e["reason"] = std::string(c.reason);
+    if (c.estimate >= 0) {
+      e["estimate"] = c.estimate;
+    } else {
+      e["estimate"] = nullptr;
+    }
+    h.push_back(std::move(e));
+  }
+  nlohmann::ordered_json out;
+  out["job"] = job.id;
+  out["history"] = std::move(h);
+  return out;
+}
 
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;
@@ -185,6 +234,16 @@ int RunSim(const SimArgs& a) {
     checkpoints = *parsed;
   }
 
+  const Job* explained = nullptr;
+  if (!a.explain.empty()) {
+    for (const Job& job : workload->jobs) {
+      if (job.id == a.explain) explained = &job;
+    }
+    if (explained == nullptr) {
+      return Fail(NotFound("--explain: no job '" + a.explain + "' in " + a.trace));
+    }
+  }
+
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   if (ec) return Fail(IoError("cannot create output directory '" + a.out + "': " + ec.message()));
@@ -201,6 +260,7 @@ int RunSim(const SimArgs& a) {
     so.failures = failures;
     so.checkpoints = checkpoints;
     so.max_requeues = a.max_requeues;
+    if (explained != nullptr) so.history_of.push_back(explained->index);
     std::vector<SprioRow> sprio_rows;
     if (!a.sprio_at.empty()) {
       auto at = ParseDurationSeconds(a.sprio_at);
@@ -241,8 +301,10 @@ int RunSim(const SimArgs& a) {
   }
   if (a.json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const auto& r : results)
+    for (const auto& r : results) {
       out.push_back(nlohmann::ordered_json::parse(SummaryToJson(r).dump()));
+      if (explained != nullptr) out.back()["explain"] = HistoryJson(r, *explained);
+    }
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("%s: %zu jobs on %s (%d GPUs)\n", workload->source.c_str(), workload->jobs.size(),
@@ -269,6 +331,22 @@ int RunSim(const SimArgs& a) {
                   static_cast<long long>(workload->stats.fractional_gpu_rounded));
     }
     std::printf("%s", SummaryTable(ptrs).c_str());
+    for (const auto& r : results) {
+      const SimSummary& s = r.summary;
+      std::printf(
+          "%-20s start estimates: %lld jobs had one; |first estimate - start| median %s, "
+          "p90 %s\n",
+          r.profile.c_str(), static_cast<long long>(s.jobs_with_estimate),
+          s.jobs_with_estimate > 0
+              ? FormatDuration(static_cast<Duration>(s.estimate_error_p50)).c_str()
+              : "-",
+          s.jobs_with_estimate > 0
+              ? FormatDuration(static_cast<Duration>(s.estimate_error_p90)).c_str()
+              : "-");
+    }
+    if (explained != nullptr) {
+      for (const auto& r : results) PrintHistory(r, *explained);
+    }
     for (const auto& r : results) {
       std::printf("%-20s simulated in %.2f s (%lld events, %.0f events/s)\n", r.profile.c_str(),
                   r.perf.wall_seconds, static_cast<long long>(r.perf.events),
@@ -332,6 +410,9 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--sprio", args->sprio,
                   "File name for --sprio-at, inside each profile's output directory")
       ->default_str("sprio.txt");
+  sim->add_option("--explain", args->explain,
+                  "Print this job's history of pending reasons and start estimates, per profile "
+                  "(with --json: an \"explain\" object in each profile's summary)");
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
   sim->add_flag(
       "--skip-bad", args->skip_bad,

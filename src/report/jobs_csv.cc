@@ -52,7 +52,7 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
   buf +=
       "id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,bounded_slowdown,"
       "backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh,"
-      "preemption_lost_gpu_hours\n";
+      "preemption_lost_gpu_hours,reason,first_estimate\n";
   const std::string empty;
   for (size_t i = 0; i < w.jobs.size(); ++i) {
     const Job& job = w.jobs[i];
@@ -95,6 +95,10 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
     AppendFixed(buf, o.energy_kwh, 6);
     buf += ',';
     AppendFixed(buf, o.preemption_lost_gpu_seconds / 3600.0, 4);
+    buf += ',';
+    buf.append(o.reason);
+    buf += ',';
+    if (o.first_estimate >= 0) AppendInt(buf, o.first_estimate);
     buf += '\n';
     if (buf.size() >= kFlushBytes) {
       GANTRY_RETURN_IF_ERROR(file.Append(buf));

@@ -250,19 +250,22 @@ TEST(JobsCsvTest, ExactContent) {
   o1.preemptions = 3;
   o1.energy_kwh = 2.5;
   o1.preemption_lost_gpu_seconds = 5400;
+  o1.reason = "Resources";
+  o1.first_estimate = 90;
   JobOutcome o2;
   o2.cancelled = true;
+  o2.reason = "Quota";
   r.outcomes = {o0, o1, o2};
   const std::string path = MakeTempDir() + "/jobs.csv";
   ASSERT_TRUE(WriteJobsCsv(r, path).ok());
   EXPECT_EQ(ReadFile(path),
             "id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,"
             "bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,"
-            "energy_kwh,preemption_lost_gpu_hours\n"
-            "1,vision,alice,8,1,-1,5,5,6,0,1,1.0000,0,0,0,0,0,0.000000,0.0000\n"
+            "energy_kwh,preemption_lost_gpu_hours,reason,first_estimate\n"
+            "1,vision,alice,8,1,-1,5,5,6,0,1,1.0000,0,0,0,0,0,0.000000,0.0000,,\n"
             "\"job,2\",nlp,\"bob \"\"the\"\" builder\",16,2,0,7,100,200,93,193,1.9300,1,1,0,2,3,"
-            "2.500000,1.5000\n"
-            "3,nlp,alice,1,0,-1,9,,,,,,0,0,1,0,0,0.000000,0.0000\n");
+            "2.500000,1.5000,Resources,90\n"
+            "3,nlp,alice,1,0,-1,9,,,,,,0,0,1,0,0,0.000000,0.0000,Quota,\n");
   // No temporary file is left beside it.
   EXPECT_NE(access((path + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ void Summarize(SimResult& result) {
   if (w != nullptr) team_count = std::max(team_count, w->teams.size());
   std::vector<TeamAccumulator> acc(team_count);
 
-  std::vector<double> waits, jcts, slowdowns;
+  std::vector<double> waits, jcts, slowdowns, estimate_errors;
   waits.reserve(n);
   jcts.reserve(n);
   slowdowns.reserve(n);
@@ -57,6 +58,9 @@ void Summarize(SimResult& result) {
     if (!any_submit || job.submit < min_submit) min_submit = job.submit;
     any_submit = true;
     if (o.backfilled) ++s.jobs_backfilled;
+    if (o.first_estimate >= 0 && o.first_start >= 0) {
+      estimate_errors.push_back(static_cast<double>(std::abs(o.first_start - o.first_estimate)));
+    }
     if (o.killed_at_limit) ++s.jobs_killed_at_limit;
     TeamAccumulator* team = nullptr;
     if (job.team >= 0 && static_cast<size_t>(job.team) < acc.size()) {
@@ -122,6 +126,10 @@ void Summarize(SimResult& result) {
   std::sort(waits.begin(), waits.end());
   std::sort(jcts.begin(), jcts.end());
   std::sort(slowdowns.begin(), slowdowns.end());
+  std::sort(estimate_errors.begin(), estimate_errors.end());
+  s.jobs_with_estimate = static_cast<int64_t>(estimate_errors.size());
+  s.estimate_error_p50 = NearestRank(estimate_errors, 0.50);
+  s.estimate_error_p90 = NearestRank(estimate_errors, 0.90);
   s.wait_p50 = NearestRank(waits, 0.50);
   s.wait_p95 = NearestRank(waits, 0.95);
   s.wait_p99 = NearestRank(waits, 0.99);
@@ -264,6 +272,9 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   j["total_wait_job_hours"] = Round6(s.total_wait_job_hours);
   j["frag_wait_fraction"] = Round6(s.frag_wait_fraction);
   j["fragmented_gpu_share"] = Round6(s.fragmented_gpu_share);
+  j["jobs_with_estimate"] = s.jobs_with_estimate;
+  j["estimate_error_p50_s"] = Round6(s.estimate_error_p50);
+  j["estimate_error_p90_s"] = Round6(s.estimate_error_p90);
   nlohmann::ordered_json teams = nlohmann::ordered_json::array();
   for (const TeamSummary& t : s.teams) {
     nlohmann::ordered_json tj;

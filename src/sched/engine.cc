@@ -28,10 +28,14 @@ const char* ReasonName(Reason r) {
       return "Resources";
     case Reason::kQuota:
       return "Quota";
+    case Reason::kCohort:
+      return "Cohort";
     case Reason::kReservation:
       return "Reservation";
     case Reason::kTopology:
       return "Topology";
+    case Reason::kFragmentation:
+      return "Fragmentation";
     case Reason::kStartedHead:
       return "StartedInOrder";
     case Reason::kStartedBackfill:
@@ -79,9 +83,9 @@ struct ShapeKey {
 };
 
 // Free GPUs over future time, as a step function, for conservative backfill: running jobs give
-// their GPUs back at their expected end; each reservation takes its GPUs over its window. This
-// is a whole-cluster GPU count (the textbook conservative backfill); node-level fit is checked
-// only for jobs that start now.
+// their GPUs back at their expected end; each reservation takes its GPUs over its window. A
+// whole-cluster count: a necessary condition only, which finds candidate start times fast; the
+// per-node plan (NodePlan) decides whether the job fits there.
 class FreeProfile {
  public:
   void Reset(Time now, int free_now) {
@@ -98,15 +102,18 @@ class FreeProfile {
     const size_t j = to >= kInfiniteTime ? steps_.size() : Split(to);
     for (size_t k = i; k < j; ++k) steps_[k].free -= gpus;
   }
-  // Earliest step time t >= now with at least `gpus` free throughout [t, t + length).
-  Time EarliestStart(int gpus, Duration length) const {
-    size_t i = 0;
+  // Earliest step time t >= `from` with at least `gpus` free throughout [t, t + length).
+  Time EarliestStart(int gpus, Duration length, Time from) const {
+    // The step holding `from`: the last one beginning at or before it.
+    auto it = std::upper_bound(steps_.begin(), steps_.end(), from,
+                               [](Time v, const Step& s) { return v < s.t; });
+    size_t i = it == steps_.begin() ? 0 : static_cast<size_t>(it - steps_.begin()) - 1;
     while (i < steps_.size()) {
       if (steps_[i].free < gpus) {
         ++i;
         continue;
       }
-      const Time start = steps_[i].t;
+      const Time start = std::max(steps_[i].t, from);
       const Time end = start + length;
       size_t j = i;
       while (j < steps_.size() && steps_[j].t < end && steps_[j].free >= gpus) ++j;
@@ -114,6 +121,12 @@ class FreeProfile {
       i = j + 1;  // any start in [i, j] overlaps the short step j
     }
     return kInfiniteTime;
+  }
+  // The first step time after t (kInfiniteTime if none).
+  Time NextStepAfter(Time t) const {
+    auto it = std::upper_bound(steps_.begin(), steps_.end(), t,
+                               [](Time v, const Step& s) { return v < s.t; });
+    return it == steps_.end() ? kInfiniteTime : it->t;
   }
 
  private:
@@ -133,6 +146,77 @@ class FreeProfile {
   std::vector<Step> steps_;
 };
 
+// Conservative backfill's plan per node, as Slurm's: each node's free GPUs over future time are
+// what is free now plus the changes at event times: running jobs give their GPUs back at their
+// expected ends, and each reservation takes GPUs of a set of nodes over its window. A job may
+// use a node's GPUs over [t, t + length) only up to the least that node has free in that window,
+// so no job ever takes GPUs that a reservation holds. Only nodes with events are stored.
+class NodePlan {
+ public:
+  explicit NodePlan(size_t nodes) : events_(nodes), stamp_(nodes, 0) {}
+  void Clear() {
+    for (NodeIndex n : nodes_) events_[n].clear();
+    nodes_.clear();
+    ++epoch_;
+  }
+  // From `t` on, node n has `delta` more GPUs free.
+  void Add(NodeIndex n, Time t, int delta) {
+    if (stamp_[n] != epoch_) {
+      stamp_[n] = epoch_;
+      nodes_.push_back(n);
+    }
+    std::vector<Event>& ev = events_[n];
+    auto it =
+        std::upper_bound(ev.begin(), ev.end(), t, [](Time v, const Event& e) { return v < e.t; });
+    ev.insert(it, Event{t, delta});
+  }
+  // The fewest GPUs node n has free at any instant of [from, to), given `free_now`.
+  int MinFree(NodeIndex n, int free_now, Time from, Time to) const {
+    int f = free_now;
+    const std::vector<Event>& ev = events_[n];
+    size_t i = 0;
+    for (; i < ev.size() && ev[i].t <= from; ++i) f += ev[i].delta;
+    int least = f;
+    for (; i < ev.size() && ev[i].t < to; ++i) {
+      f += ev[i].delta;
+      least = std::min(least, f);
+    }
+    return least;
+  }
+  // The earliest t >= now at which node n has at least `g` GPUs free throughout [t, t + length)
+  // (kInfiniteTime if never). O(events of n): one pass over its runs of enough free GPUs.
+  Time EarliestRun(NodeIndex n, int free_now, Time now, Duration length, int g) const {
+    const std::vector<Event>& ev = events_[n];
+    int f = free_now;
+    size_t i = 0;
+    for (; i < ev.size() && ev[i].t <= now; ++i) f += ev[i].delta;
+    Time run = f >= g ? now : kInfiniteTime;  // where the current run of f >= g began
+    for (; i < ev.size(); ++i) {
+      if (run < kInfiniteTime && ev[i].t - run >= length) return run;
+      f += ev[i].delta;
+      // Several events at one instant: judge the level after the last of them.
+      if (i + 1 < ev.size() && ev[i + 1].t == ev[i].t) continue;
+      if (f < g) {
+        run = kInfiniteTime;
+      } else if (run >= kInfiniteTime) {
+        run = ev[i].t;
+      }
+    }
+    return run;
+  }
+  const std::vector<NodeIndex>& nodes() const { return nodes_; }
+
+ private:
+  struct Event {
+    Time t;
+    int delta;
+  };
+  std::vector<std::vector<Event>> events_;
+  std::vector<NodeIndex> nodes_;  // nodes with events
+  std::vector<uint64_t> stamp_;
+  uint64_t epoch_ = 1;
+};
+
 }  // namespace
 
 class Engine::Impl {
@@ -146,11 +230,14 @@ class Engine::Impl {
         profile_(profile),
         options_(options),
         free_(cluster),
+        plan_free_(cluster),
+        node_plan_(cluster.nodes().size()),
         caps_(cluster.nodes().size()),
         node_state_(cluster.nodes().size(), NodeState::kUp),
         held_(cluster.nodes().size(), 0),
         team_running_(teams_.size(), 0),
-        queues_(teams_.size()) {}
+        queues_(teams_.size()),
+        quota_marked_(teams_.size(), 0) {}
 
   Status Init() {
     const PluginRegistry& registry =
@@ -229,7 +316,7 @@ class Engine::Impl {
   [[gnu::always_inline]] void AddPending(JobState& s, Time now) {
     const JobRequest& job = *s.job;
     s.status.phase = JobStatus::Phase::kPending;
-    s.status.reason = Reason::kPriority;
+    s.status.reason = quota_marked_[job.team] ? Reason::kQuota : Reason::kPriority;
     double static_score = 0;
     for (size_t i = 0; i < factors_.size(); ++i)
       static_score += weights_[i] * factors_[i]->JobValue(job);
@@ -472,6 +559,7 @@ class Engine::Impl {
   }
 
   void Schedule(Time now, std::vector<StartDecision>* starts) {
+    changes_.clear();
     if (!refreshed_ || now >= next_refresh_) {
       TeamUsageView view{&teams_, &team_running_};
       for (auto& f : factors_) f->Refresh(now, view);
@@ -491,9 +579,14 @@ class Engine::Impl {
     ++stats_.cycles;
     AgeJobs(now);
     if (!waiting_.empty()) StartWaitingPreemptors(now, starts);
-    // Preemption may make room, so a full cluster is no reason to skip the cycle.
-    if (pending_ == 0 || (free_.total_free() == 0 && !per_job_admission_ && !preempts_)) return;
+    if (pending_ == 0) return;
+    // A full cluster starts nothing (unless preemption makes room), but the cycle still runs:
+    // the head's reason and estimate, and under conservative backfill every examined job's,
+    // follow the plan at every instant.
+    ++cycle_;
+    touched_.clear();
     RunCycle(now, starts);
+    SettleReasons();
   }
 
   Time NextWakeup(Time now) const {
@@ -501,6 +594,8 @@ class Engine::Impl {
     auto it = by_start_.lower_bound({now - min_run_time_ + 1, -1});
     return it == by_start_.end() ? kInfiniteTime : it->first + min_run_time_;
   }
+
+  const std::vector<JobIndex>& status_changes() const { return changes_; }
 
   const JobStatus& status(JobIndex j) const {
     static const JobStatus kUnknown;
@@ -532,7 +627,81 @@ class Engine::Impl {
     bool resumed = false;    // requeued: its next run restores a checkpoint first
     bool signalled = false;  // running, signalled for preemption (GraceTime)
     Placement placement;
+    // The cycle that last examined the job, and its reason and estimate before that cycle.
+    uint64_t touched = 0;
+    Reason prev_reason = Reason::kNone;
+    Time prev_reserved = kInfiniteTime;
   };
+
+  // The cycle examines `j`: remember its reason and estimate before, to report a change.
+  void Touch(JobState& s, JobIndex j) {
+    if (s.touched == cycle_) return;
+    s.touched = cycle_;
+    s.prev_reason = s.status.reason;
+    s.prev_reserved = s.status.reserved_start;
+    touched_.push_back(j);
+  }
+
+  // Sets a pending job's reason outside of an examination, reporting a change.
+  void SetUnexamined(JobState& s, JobIndex j, Reason r) {
+    JobStatus& st = s.status;
+    if (st.reason == r && st.reserved_start >= kInfiniteTime && st.blocked_by < 0) return;
+    st.reason = r;
+    st.reserved_start = kInfiniteTime;
+    st.blocked_by = -1;
+    changes_.push_back(j);
+  }
+
+  // A team with no quota headroom has its queue skipped, so its jobs are never examined: they
+  // are all marked Quota when the team reaches its quota and Priority again when it drops below
+  // (O(team's queue) per such change, never per cycle).
+  void MarkQuotaTeam(int team, bool at_quota) {
+    if (static_cast<bool>(quota_marked_[team]) == at_quota) return;
+    quota_marked_[team] = at_quota;
+    for (bool old : {false, true}) {
+      for (const QueueKey& k : Queues(team, old)) {
+        JobState& s = state_[k.job];
+        if (at_quota) {
+          SetUnexamined(s, k.job, Reason::kQuota);
+        } else if (s.status.reason == Reason::kQuota) {
+          SetUnexamined(s, k.job, Reason::kPriority);
+        }
+      }
+    }
+  }
+
+  // After a cycle: jobs the previous cycle examined and this one did not lose what it said
+  // (Priority, or Quota in a team at its quota); the changes of examined jobs are reported.
+  void SettleReasons() {
+    // Starts during the cycle may have brought teams to their quota.
+    for (size_t t = 0; t < queues_.size(); ++t) {
+      if (!quota_marked_[t] && Headroom(static_cast<int>(t)) <= 0) {
+        MarkQuotaTeam(static_cast<int>(t), true);
+      }
+    }
+    for (JobIndex j : prev_touched_) {
+      JobState& s = state_[j];
+      if (s.touched == cycle_ || s.status.phase != JobStatus::Phase::kPending) continue;
+      SetUnexamined(s, j, quota_marked_[s.job->team] ? Reason::kQuota : Reason::kPriority);
+    }
+    for (JobIndex j : touched_) {
+      const JobState& s = state_[j];
+      if (s.status.phase == JobStatus::Phase::kPending &&
+          (s.status.reason != s.prev_reason || s.status.reserved_start != s.prev_reserved)) {
+        changes_.push_back(j);
+      }
+    }
+    prev_touched_.swap(touched_);
+  }
+
+  // Why a job that did not fit on free GPUs waits: enough free in one domain's reach but not
+  // inside one (Topology), enough free in total but not in its per-node shape (Fragmentation),
+  // or not enough free GPUs of its types (Resources).
+  Reason BlockedReason(const JobRequest& job) const {
+    if (FitsIgnoringTopology(job)) return Reason::kTopology;
+    if (free_.FreeOfTypes(job.gpu_type_mask) >= job.gpus) return Reason::kFragmentation;
+    return Reason::kResources;
+  }
 
   // Each team has two queues: jobs younger than max_age, whose age term still grows (key =
   // static - rate * submit, the common rate * now added at comparison), and older ones whose
@@ -796,16 +965,120 @@ class Engine::Impl {
   // there (held_), so they never count.
   void BuildFreeProfile(Time now) {
     profile_steps_.Reset(now, free_.total_free());
+    node_plan_.Clear();
     for (const auto& [end, r] : running_by_end_) {
       const JobState& s = state_[r];
-      int gpus = s.job->gpus;
-      if (nodes_not_up_ > 0) {
-        gpus = 0;
-        for (const Slot& slot : s.placement) {
-          if (node_state_[slot.node] == NodeState::kUp) gpus += slot.gpus;
-        }
+      int gpus = 0;
+      for (const Slot& slot : s.placement) {
+        if (nodes_not_up_ > 0 && node_state_[slot.node] != NodeState::kUp) continue;
+        gpus += slot.gpus;
+        node_plan_.Add(slot.node, std::max(end, now), slot.gpus);
       }
       if (gpus > 0) profile_steps_.AddFrom(std::max(end, now), gpus);
+    }
+    // plan_free_ starts as free_; PlanWindow changes only the nodes the plan has events on.
+    for (size_t n = 0; n < cluster_.nodes().size(); ++n) {
+      SetPlanFree(static_cast<NodeIndex>(n), free_.free(static_cast<NodeIndex>(n)));
+    }
+  }
+
+  void SetPlanFree(NodeIndex n, int v) {
+    const int c = plan_free_.free(n);
+    if (v < c) plan_free_.Allocate(n, c - v);
+    if (v > c) plan_free_.Release(n, v - c);
+  }
+
+  // Conservative backfill: the earliest window where `job` fits the per-node plan. Candidate
+  // start times come from the cluster-wide count (a necessary condition); at each, every node
+  // offers the least it has free over the whole window, and the placement plugin chooses among
+  // those. Starts the job when that window opens now; otherwise reserves the nodes it chose.
+  // Returns true when it started.
+  bool PlanConservative(JobIndex j, const JobRequest& job, Time now,
+                        std::vector<StartDecision>* starts) {
+    JobStatus& st = state_[j].status;
+    const Duration length = std::max<Duration>(job.time_limit, 1);
+    const JobShape shape = ShapeOf(job);
+    const int g = shape.any ? 1 : shape.gpus_per_node;
+    Time from = now;
+    if (!shape.any) {
+      // No start before `shape.nodes` nodes could each hold their part for the whole window:
+      // jump to the k-th earliest such time (nodes without plan events hold what is free now).
+      int ready_now = free_.NodesWithFree(job.gpu_type_mask, g);
+      runs_.clear();
+      for (NodeIndex n : node_plan_.nodes()) {
+        if (!((job.gpu_type_mask >> free_.gpu_type(n)) & 1u)) continue;
+        if (free_.free(n) >= g) --ready_now;
+        const Time e = node_plan_.EarliestRun(n, free_.free(n), now, length, g);
+        if (e < kInfiniteTime) runs_.push_back(e);
+      }
+      const int more = shape.nodes - ready_now;  // nodes still needed from those with events
+      if (more > 0) {
+        if (more > static_cast<int>(runs_.size())) {
+          st.reserved_start = kInfiniteTime;
+          return false;
+        }
+        std::nth_element(runs_.begin(), runs_.begin() + (more - 1), runs_.end());
+        from = std::max(from, runs_[more - 1]);
+      }
+    }
+    while (true) {
+      Time t = profile_steps_.EarliestStart(job.gpus, length, from);
+      if (t >= kInfiniteTime) {
+        st.reserved_start = kInfiniteTime;
+        return false;
+      }
+      t = std::max(t, now);
+      // What each node with plan events offers over the window, and whether the job's shape
+      // could fit those offers by counts (the other nodes offer what is free now): only then
+      // is the placement plugin asked.
+      offers_.clear();
+      int fits_nodes = free_.NodesWithFree(job.gpu_type_mask, g);
+      int fits_gpus = free_.FreeOfTypes(job.gpu_type_mask);
+      for (NodeIndex n : node_plan_.nodes()) {
+        const int now_free = free_.free(n);
+        int v = node_plan_.MinFree(n, now_free, t, t + length);
+        // A job past its expected end still holds its GPUs now: a start now takes only what
+        // is free.
+        if (t <= now) v = std::min(v, now_free);
+        v = std::max(0, v);
+        offers_.emplace_back(n, v);
+        if ((job.gpu_type_mask >> free_.gpu_type(n)) & 1u) {
+          fits_nodes += (v >= g) - (now_free >= g);
+          fits_gpus += v - now_free;
+        }
+      }
+      if (shape.any ? fits_gpus < job.gpus : fits_nodes < shape.nodes) {
+        from = profile_steps_.NextStepAfter(t);
+        continue;
+      }
+      for (const auto& [n, v] : offers_) SetPlanFree(n, v);
+      ++stats_.placements_tried;
+      if (placement_->Place(job, plan_free_, nullptr, &scratch_)) {
+        if (t <= now) {
+          // A start now must also keep every power cap; power is not planned ahead, so a
+          // refused job waits without a reservation, as under EASY.
+          avoid_.clear();
+          if (!PlacementAdmitted(job, scratch_, &avoid_)) {
+            power_refused_ = true;
+            st.reason = Reason::kPower;
+            st.reserved_start = kInfiniteTime;
+            return false;
+          }
+        }
+        profile_steps_.Reserve(t, t + length, job.gpus);
+        if (t <= now) {
+          for (const Slot& slot : scratch_) node_plan_.Add(slot.node, now + length, slot.gpus);
+          Start(j, now, Reason::kStartedBackfill, starts);
+          return true;
+        }
+        for (const Slot& slot : scratch_) {
+          node_plan_.Add(slot.node, t, -slot.gpus);
+          node_plan_.Add(slot.node, t + length, slot.gpus);
+        }
+        st.reserved_start = t;
+        return false;
+      }
+      from = profile_steps_.NextStepAfter(t);
     }
   }
 
@@ -814,7 +1087,9 @@ class Engine::Impl {
     std::vector<Stream>& heap = heap_;
     heap.clear();
     for (size_t t = 0; t < queues_.size(); ++t) {
-      if (Headroom(static_cast<int>(t)) <= 0) continue;
+      const bool at_quota = Headroom(static_cast<int>(t)) <= 0;
+      MarkQuotaTeam(static_cast<int>(t), at_quota);
+      if (at_quota) continue;
       PushStream(heap, static_cast<int>(t), false, queues_[t].young.begin(), now);
       PushStream(heap, static_cast<int>(t), true, queues_[t].old.begin(), now);
     }
@@ -823,8 +1098,14 @@ class Engine::Impl {
     int examined = 0;
     const int max_jobs = profile_.max_jobs_per_cycle;
     const BackfillMode mode = profile_.backfill;
-    while (!heap.empty() && (free_.total_free() > 0 || per_job_admission_ || preempts_)) {
+    while (!heap.empty()) {
       if (max_jobs > 0 && examined >= max_jobs) break;
+      // Nothing can start on a full cluster; the head still gets its reason and estimate, and
+      // conservative backfill goes on planning.
+      if (free_.total_free() == 0 && !per_job_admission_ && head >= 0 &&
+          mode != BackfillMode::kConservative) {
+        break;
+      }
       std::pop_heap(heap.begin(), heap.end());
       Stream s = heap.back();
       heap.pop_back();
@@ -838,6 +1119,7 @@ class Engine::Impl {
       const JobRequest& job = *st.job;
       ++examined;
       ++stats_.jobs_examined;
+      Touch(st, j);
       st.status.blocked_by = -1;
       st.status.reserved_start = kInfiniteTime;
       if (job.gpus > headroom) {
@@ -850,6 +1132,9 @@ class Engine::Impl {
       if (per_job_admission_) {
         if (!AdmitJob(job, now)) {
           st.status.reason = Reason::kQuota;
+          for (const auto& a : admission_) {
+            if (a->WaitsForCohort(job)) st.status.reason = Reason::kCohort;
+          }
           continue;
         }
         if (decision_.gpu_type_mask != job.gpu_type_mask) {
@@ -887,9 +1172,11 @@ class Engine::Impl {
         }
         // Priority/QoS preemption (the profile's preemption plugin) for the head job.
         if (preempts_ && PreemptForHead(j, *admitted, now, starts)) continue;
-        st.status.reason = FitsIgnoringTopology(*admitted) ? Reason::kTopology : Reason::kResources;
+        st.status.reason = BlockedReason(*admitted);
         head = j;
-        if (mode == BackfillMode::kNone) break;  // strict order: nobody passes the head
+        // Strict order: nobody passes the head, and there is no plan, hence no estimate (the
+        // walk over running jobs would cost FIFO's cycle half again).
+        if (mode == BackfillMode::kNone) break;
         if (mode == BackfillMode::kEasy) {
           // The reservation (shadow time and caps, less what long backfills took since) stays
           // exact while the head is the same job and no running job ended or started ahead of
@@ -905,7 +1192,7 @@ class Engine::Impl {
           st.status.reserved_start = shadow;
         } else {
           BuildFreeProfile(now);
-          ReserveConservative(st, now);
+          PlanConservative(j, *admitted, now, starts);
         }
         continue;
       }
@@ -922,22 +1209,16 @@ class Engine::Impl {
           }
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
-          st.status.reason = power_refused_                    ? Reason::kPower
-                             : FitsIgnoringTopology(*admitted) ? Reason::kReservation
-                                                               : Reason::kResources;
+          const Reason r = power_refused_ ? Reason::kPower : BlockedReason(*admitted);
+          st.status.reason = r == Reason::kTopology ? Reason::kReservation : r;
           st.status.blocked_by = st.status.reason == Reason::kReservation ? head : -1;
         }
       } else {
-        const Duration length = std::max<Duration>(job.time_limit, 1);
-        const Time t = profile_steps_.EarliestStart(job.gpus, length);
-        if (t <= now && TryPlace(*admitted, 0, nullptr)) {
-          profile_steps_.Reserve(now, now + length, job.gpus);
-          Start(j, now, Reason::kStartedBackfill, starts);
-        } else if (t <= now && power_refused_) {
-          st.status.reason = Reason::kPower;
-        } else {
-          ReserveConservative(st, now);
-        }
+        // Why it cannot start now, unless the plan starts it: what would fit on the free
+        // GPUs waits for higher-priority reservations.
+        const Reason r = BlockedReason(*admitted);
+        st.status.reason = r == Reason::kTopology ? Reason::kReservation : r;
+        PlanConservative(j, *admitted, now, starts);
       }
     }
   }
@@ -1201,6 +1482,12 @@ class Engine::Impl {
   Profile profile_;
   EngineOptions options_;
   FreeIndex free_;
+  // Conservative backfill: the per-node plan, and a free index holding, for one candidate
+  // window, what each node may give a job (free_ where the plan has no events).
+  FreeIndex plan_free_;
+  NodePlan node_plan_;
+  std::vector<std::pair<NodeIndex, int>> offers_;  // per candidate window: (node, GPUs)
+  std::vector<Time> runs_;                         // per planned job: nodes' earliest windows
   NodeCaps caps_;
   std::vector<NodeState> node_state_;
   int nodes_not_up_ = 0;  // the hot paths skip node_state_ while every node is up
@@ -1271,6 +1558,11 @@ class Engine::Impl {
   // Running jobs by start, with a minimum run time: when the next one may be preempted.
   std::set<std::pair<Time, JobIndex>> by_start_;
   Time last_cycle_ = 0;
+  // Reason bookkeeping (status_changes): the cycle count, the jobs this and the previous cycle
+  // examined, the changes of the last Schedule call, and which teams are marked at quota.
+  uint64_t cycle_ = 0;
+  std::vector<JobIndex> touched_, prev_touched_, changes_;
+  std::vector<uint8_t> quota_marked_;
 };
 
 std::string Engine::Impl::Explain(JobIndex j) const {
@@ -1331,24 +1623,31 @@ std::string Engine::Impl::Explain(JobIndex j) const {
     }
     if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
   }
-  if (st.reason == Reason::kQuota && per_job_admission_) {
+  if ((st.reason == Reason::kQuota || st.reason == Reason::kCohort) && per_job_admission_) {
     for (const auto& a : admission_) {
-      if (a->per_job()) return "waiting for quota: " + a->Explain(job);
+      if (a->per_job()) {
+        return (st.reason == Reason::kCohort
+                    ? "waiting for its cohort (others use the quota it could borrow or lent): "
+                    : "waiting for quota: ") +
+               a->Explain(job);
+      }
     }
   }
+  const std::string estimate =
+      st.reserved_start < kInfiniteTime
+          ? "; expected to start by t=" + std::to_string(st.reserved_start) +
+                " (if running jobs end at their time limits)"
+          : std::string();
   switch (st.reason) {
     case Reason::kQuota:
       return "waiting for quota";
     case Reason::kResources:
-      out = "highest-priority job that does not fit: waiting for " + std::to_string(job.gpus) +
-            " GPUs";
-      if (st.reserved_start < kInfiniteTime) {
-        out += "; expected to start by t=" + std::to_string(st.reserved_start) +
-               " (if running jobs end at their time limits)";
-      }
-      return out;
+      return "waiting for " + std::to_string(job.gpus) + " GPUs of its types to be free" + estimate;
     case Reason::kTopology:
-      return "enough GPUs are free, but not inside one allowed topology domain";
+      return "enough GPUs are free, but not inside one allowed topology domain" + estimate;
+    case Reason::kFragmentation:
+      return "enough GPUs are free in total, but no " + std::to_string(ShapeOf(job).nodes) +
+             " node(s) have room for its shape" + estimate;
     case Reason::kPower:
       out = "waiting for power";
       for (const auto& a : admission_) {
@@ -1356,8 +1655,10 @@ std::string Engine::Impl::Explain(JobIndex j) const {
       }
       return out;
     case Reason::kReservation:
-      return "GPUs are free, but starting now would delay the reservation of job " +
-             (st.blocked_by >= 0 ? state_[st.blocked_by].job->id : std::string("?"));
+      return "GPUs are free, but starting now would delay the reservation of " +
+             (st.blocked_by >= 0 ? "job " + state_[st.blocked_by].job->id
+                                 : std::string("higher-priority jobs")) +
+             estimate;
     default:
       break;
   }
@@ -1397,6 +1698,7 @@ void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
 }
 Time Engine::NextWakeup(Time now) const { return impl_->NextWakeup(now); }
 const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
+const std::vector<JobIndex>& Engine::status_changes() const { return impl_->status_changes(); }
 const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
 std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }
 std::vector<PriorityTerm> Engine::PriorityTerms(JobIndex job, Time now) const {

@@ -79,6 +79,7 @@ class KueueAdmission final : public AdmissionPlugin {
   bool per_job() const override { return true; }
   bool Admit(const JobRequest& job, Time now, AdmissionDecision* out) override;
   bool CanEverAdmit(const JobRequest& job) const override;
+  bool WaitsForCohort(const JobRequest& job) const override;
   void OnJobStarted(const JobRequest& job, const Placement& placement, Time now) override;
   void OnJobEnded(const JobRequest& job, Time now) override;
   std::string Explain(const JobRequest& job) const override;
@@ -310,6 +311,20 @@ bool KueueAdmission::CanEverAdmit(const JobRequest& job) const {
   if (q.unlimited) return true;
   for (int f : q.flavors) {
     if ((flavor_masks_[f] & job.gpu_type_mask) && job.gpus <= Available(job.team, f, true)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Room for the job on some flavor if nobody else in the tree used anything: then only the
+// cohort's other members stand in its way.
+bool KueueAdmission::WaitsForCohort(const JobRequest& job) const {
+  const QNode& q = nodes_[job.team];
+  if (q.unlimited || q.parent < 0) return false;
+  for (int f : q.flavors) {
+    if ((flavor_masks_[f] & job.gpu_type_mask) &&
+        usage_[At(job.team, f)] + job.gpus <= Available(job.team, f, true)) {
       return true;
     }
   }

@@ -104,7 +104,10 @@ TEST(EngineOps, CancelPendingAndRunning) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(e.Submit(jobs[i], 0).ok());
   EXPECT_EQ(d.Schedule(0, jobs), (std::vector<JobIndex>{0, 1}));
   EXPECT_EQ(e.placement(0), (Placement{{0, 4}}));
-  EXPECT_EQ(e.status(2).reason, Reason::kPriority);  // no GPU left: not examined
+  // No GPU left, but the cycle still examines the head: it waits for resources, and A and B
+  // ending at their limits (t=100) make room for it.
+  EXPECT_EQ(e.status(2).reason, Reason::kResources);
+  EXPECT_EQ(e.status(2).reserved_start, 100);
 
   ASSERT_TRUE(e.Cancel(2, 10).ok());
   EXPECT_EQ(e.status(2).phase, JobStatus::Phase::kDone);

@@ -13,6 +13,7 @@
 
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/status.h"
+#include "gantry/sched/engine.h"
 #include "gantry/sched/free_index.h"
 #include "gantry/sched/plugin.h"
 #include "gantry/workload/job.h"
@@ -33,6 +34,31 @@ class InvariantChecker {
         kueue_(kueue_quotas) {
     if (kueue_) BuildKueueTree();
     if (c.power().has_caps()) BuildPower();
+  }
+
+  // A job the engine reports pending after a cycle has a reason a waiting job can have, and
+  // its start estimate, when it has one, is neither in the past nor before its submit.
+  static Status CheckPending(const Job& job, const JobStatus& st, Time now) {
+    if (st.phase != JobStatus::Phase::kPending) return Status::Ok();
+    switch (st.reason) {
+      case Reason::kPriority:
+      case Reason::kResources:
+      case Reason::kQuota:
+      case Reason::kCohort:
+      case Reason::kReservation:
+      case Reason::kTopology:
+      case Reason::kFragmentation:
+        break;
+      default:
+        return Internal("job " + job.id + " is pending with reason " + ReasonName(st.reason));
+    }
+    if (st.reserved_start < kInfiniteTime &&
+        (st.reserved_start < now || st.reserved_start < job.submit)) {
+      return Internal("job " + job.id + " is pending at t=" + std::to_string(now) +
+                      " with a start estimate in the past (t=" + std::to_string(st.reserved_start) +
+                      ")");
+    }
+    return Status::Ok();
   }
 
   Status OnStart(const Job& job, Time now, const Placement& p) {

@@ -171,7 +171,8 @@ TEST(KueueTest, CohortLendsUnusedQuotaAndTheLenderWaitsWithoutReclaim) {
   EXPECT_EQ(h.Schedule(0), "+a1");
   h.Submit("b1", "b", 4, 0, 1);  // b's nominal is 4, but 2 of them are lent out
   EXPECT_EQ(h.Schedule(1), "");
-  EXPECT_EQ(h.status("b1").reason, Reason::kQuota);
+  EXPECT_EQ(h.status("b1").reason, Reason::kCohort);  // its own quota would admit it
+  EXPECT_NE(h.Explain("b1").find("waiting for its cohort"), std::string::npos) << h.Explain("b1");
   h.Submit("b2", "b", 2, 0, 2);  // what b still has
   EXPECT_EQ(h.Schedule(2), "+b2");
   h.Finish("a1", 5);
@@ -211,7 +212,7 @@ TEST(KueueTest, ReclaimLowerPrioritySparesHigherPriorityBorrowers) {
   EXPECT_EQ(h.Schedule(1), "a2>b1 +b1");
   h.Submit("b2", "b", 2, 1, 2);
   EXPECT_EQ(h.Schedule(2), "");
-  EXPECT_EQ(h.status("b2").reason, Reason::kQuota);
+  EXPECT_EQ(h.status("b2").reason, Reason::kCohort);
 }
 
 // lendingLimit: a CQ lends at most that much of its unused nominal quota. A job larger than
@@ -362,7 +363,7 @@ TEST(KueueTest, HierarchicalCohortsLendAcrossSubtrees) {
   h.Submit("c1", "c", 1, 0, 1);
   h.Submit("b1", "b", 1, 0, 1);
   EXPECT_EQ(h.Schedule(1), "+c1");
-  EXPECT_EQ(h.status("b1").reason, Reason::kQuota);
+  EXPECT_EQ(h.status("b1").reason, Reason::kCohort);
 }
 
 // Fair sharing (Kueue's example shape: three CQs of nominal 3 in one cohort). `a` fills the

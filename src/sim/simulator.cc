@@ -320,6 +320,30 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     checker.Hold(kept, 1);
   };
 
+  // Reasons and estimates: the last recorded per job (only changes are recorded), and which jobs
+  // keep a whole history.
+  std::vector<Reason> last_reason(jobs.size(), Reason::kNone);
+  std::vector<Time> last_estimate(jobs.size(), -1);
+  std::vector<bool> keep_history(jobs.size(), false);
+  for (JobIndex j : options.history_of) {
+    if (j >= 0 && static_cast<size_t>(j) < jobs.size()) keep_history[j] = true;
+  }
+  const auto record = [&](JobIndex j, Reason reason, Time estimate) {
+    if (reason == last_reason[j] && estimate == last_estimate[j]) return;
+    last_reason[j] = reason;
+    last_estimate[j] = estimate;
+    JobOutcome& o = result.outcomes[j];
+    if (engine->status(j).phase == JobStatus::Phase::kPending) {
+      o.reason = ReasonName(reason);
+      if (estimate >= 0 && o.first_estimate < 0 && o.first_start < 0) o.first_estimate = estimate;
+    }
+    if (keep_history[j]) result.history.push_back({j, now, ReasonName(reason), estimate});
+  };
+  // The engine's current reason and estimate of `j` (pending, or ended by the driver).
+  const auto record_status = [&](JobIndex j) {
+    const JobStatus& st = engine->status(j);
+    record(j, st.reason, st.reserved_start < kInfiniteTime ? st.reserved_start : -1);
+  };
   std::vector<JobIndex> interrupted;
   std::vector<const Job*> interrupted_jobs;
   std::vector<Placement> interrupted_placements;
@@ -399,7 +423,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       }
       ++o.requeues;
       ++result.requeues;
+      record(j, Reason::kNodeDown, -1);
       GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
+      record_status(j);
       pending_by_types.Pending(job, 1);
       ++pending;
     }
@@ -424,7 +450,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     after_preemption[j] = true;
     ++result.outcomes[j].preemptions;
     ++result.preemptions;
+    record(j, Reason::kPreempted, -1);
     GANTRY_RETURN_IF_ERROR(engine->Requeue(j, now));
+    record_status(j);
     pending_by_types.Pending(job, 1);
     ++pending;
     return Status::Ok();
@@ -450,6 +478,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       return Status::Ok();  // it ended before the cancel came: scancel of a finished job
     }
     GANTRY_RETURN_IF_ERROR(engine->Cancel(j, now));
+    record_status(j);
     o.cancelled = true;
     return Status::Ok();
   };
@@ -621,6 +650,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     while (next_submit < order.size() && jobs[order[next_submit]].submit == now) {
       const Job& job = jobs[order[next_submit++]];
       GANTRY_RETURN_IF_ERROR(engine->Submit(job, now));
+      record_status(job.index);
       pending_by_types.Pending(job, 1);
       ++pending;
       ++processed;
@@ -702,7 +732,10 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       const Duration to_run =
           interruptible ? restart_penalty[d.job] + job.run_time - work_saved[d.job] : job.run_time;
       o.killed_at_limit = to_run > limit;
+      record(d.job, d.reason, -1);
       o.start = now;
+      if (o.first_start < 0) o.first_start = now;
+      if (now == job.submit) o.reason = {};  // it never waited
       o.end = now + std::min(to_run, limit);
       natural_end[d.job] = o.end;
       if (interruptible && restart_penalty[d.job] > 0) {
@@ -742,6 +775,12 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       } else {
         ++i;
       }
+    }
+    for (JobIndex j : engine->status_changes()) {
+      if (options.check_invariants) {
+        GANTRY_RETURN_IF_ERROR(InvariantChecker::CheckPending(jobs[j], engine->status(j), now));
+      }
+      if (engine->status(j).phase == JobStatus::Phase::kPending) record_status(j);
     }
     if (options.check_invariants) {
       for (const StartDecision& d : starts) {

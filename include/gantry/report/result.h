@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
@@ -33,6 +34,23 @@ struct JobOutcome {
   double energy_kwh = 0;         // busy watts of its GPUs x run time, summed over all its runs
   // GPU-seconds of work its preempted runs lost (done since their last checkpoint).
   double preemption_lost_gpu_seconds = 0;
+  // Why it waited: the last reason it had while pending before it (last) started, or why it
+  // never started (the engine's ReasonName, a static string; empty if never pending).
+  std::string_view reason;
+  // The scheduler's first start estimate while it waited for its first start (-1: it never had
+  // one), and that first start (-1: never started), for estimate accuracy.
+  Time first_estimate = -1;
+  Time first_start = -1;
+};
+
+// One entry of a job's reason history (gantry sim --explain): at `t` the job's reason became
+// `reason` with start estimate `estimate` (-1: none). Submits, every change of reason or
+// estimate while pending, starts and ends by the driver are recorded; nothing else.
+struct ReasonChange {
+  JobIndex job = -1;
+  Time t = 0;
+  std::string_view reason;  // ReasonName, a static string
+  Time estimate = -1;
 };
 
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
@@ -113,6 +131,10 @@ struct SimSummary {
   double frag_wait_job_hours = 0;
   double total_wait_job_hours = 0;
   double frag_wait_fraction = 0;
+  // Start estimate accuracy: over jobs that had an estimate before their first start and then
+  // started, |first estimate - first start| (seconds), median and 90th percentile.
+  int64_t jobs_with_estimate = 0;
+  double estimate_error_p50 = 0, estimate_error_p90 = 0;
   std::vector<TeamSummary> teams;
 
   // Power (cluster spec `power:`): energy drawn from the first submit to the last event, the
@@ -144,6 +166,8 @@ struct SimResult {
   std::vector<Team> teams;           // indexed like Job::team
   std::vector<JobOutcome> outcomes;  // indexed like Workload::jobs
   std::vector<TimeSample> samples;
+  // The reason histories of the jobs SimOptions::history_of names, in time order.
+  std::vector<ReasonChange> history;
   // Job-seconds waited while enough GPUs were free in total, and all job-seconds waited.
   double frag_wait_job_seconds = 0;
   double total_wait_job_seconds = 0;
@@ -182,8 +206,7 @@ void Summarize(SimResult& result);
 nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // One row per job: id,team,user,gpus,nodes_spanned,span_level,submit,start,end,wait,jct,
 // bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh,
-// preemption_lost_gpu_hours (header
-// documented in docs/formats/outputs.md).
+// preemption_lost_gpu_hours,reason,first_estimate (header documented in docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
 // A self-contained HTML page comparing the results side by side (Vega-Lite charts, inlined).

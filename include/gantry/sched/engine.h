@@ -65,14 +65,22 @@
 
 namespace gantry {
 
-// Why a job is where it is; Slurm's reason codes are the model.
+// Why a job is where it is; Slurm's reason codes are the model. Every pending job has one at
+// every instant: a job the last cycle did not examine is kPriority (kQuota when its team is at
+// its quota), whatever an earlier cycle said.
 enum class Reason : uint8_t {
-  kNone,             // not yet considered
-  kPriority,         // higher-priority jobs go first; not examined this cycle
-  kResources,        // highest-priority blocked job: waits for GPUs, holds a reservation
-  kQuota,            // its team's quota is used up (Slurm: AssocGrpGRES)
-  kReservation,      // would delay a higher-priority job's reservation, cannot backfill
-  kTopology,         // enough GPUs are free but not inside one allowed topology domain
+  kNone,       // not yet considered
+  kPriority,   // higher-priority jobs go first; not examined this cycle
+  kResources,  // highest-priority blocked job: waits for GPUs, holds a reservation
+  kQuota,      // its team's quota is used up (Slurm: AssocGrpGRES)
+  // Its ClusterQueue's own quota (and borrowing limit) would admit it, but the cohort's other
+  // queues use what it could borrow or what it lent (Kueue: insufficient unused quota in cohort)
+  kCohort,
+  kReservation,  // would delay a higher-priority job's reservation, cannot backfill
+  kTopology,     // enough GPUs are free but not inside one allowed topology domain
+  // Enough GPUs of its types are free in total, but no nodes have room for its per-node shape
+  // (gpus_per_node on each of `nodes` nodes): the free GPUs are scattered.
+  kFragmentation,
   kStartedHead,      // started in priority order
   kStartedBackfill,  // started early by backfill without delaying any reservation
   kAdopted,          // running when the driver (re)started; told to the engine by Adopt
@@ -103,7 +111,13 @@ struct JobStatus {
   enum class Phase : uint8_t { kUnknown, kPending, kRunning, kDone };
   Phase phase = Phase::kUnknown;
   Reason reason = Reason::kNone;
-  Time reserved_start = kInfiniteTime;  // planned start (kResources / conservative reservations)
+  // The start estimate (squeue --start): when the reservation plan expects the job to start if
+  // running jobs end at their time limits. kInfiniteTime: no estimate, because the plan does not
+  // cover the job: backfill none has no plan; EASY plans only the highest-priority blocked job
+  // (the head); conservative plans every job the cycle examines (up to max_jobs); a job
+  // waiting for quota, or one no end of running jobs would make room for, has none. Recomputed
+  // by every cycle that examines the job.
+  Time reserved_start = kInfiniteTime;
   JobIndex blocked_by = -1;  // for kReservation: the job whose reservation it would delay
   Time start = -1;
   Time expected_end = -1;      // start + time limit
@@ -189,6 +203,11 @@ class Engine {
   Time NextWakeup(Time now) const;
 
   const JobStatus& status(JobIndex job) const;
+  // The pending jobs whose reason or start estimate the last Schedule call changed (a job may
+  // appear twice), so that a driver can record reason histories without scanning every pending
+  // job. Submit and Requeue set reason Priority (Quota when the team is known to be at its
+  // quota); a job stays out of this list until a cycle changes that.
+  const std::vector<JobIndex>& status_changes() const;
   const Placement& placement(JobIndex job) const;
   // A sentence for a human: why this job waits (or why it started where it did).
   std::string Explain(JobIndex job) const;

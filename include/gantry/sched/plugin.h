@@ -193,6 +193,10 @@ class AdmissionPlugin {
   // could get): it then waits with reason kQuota for ever, as Kueue leaves such a workload
   // pending.
   virtual bool CanEverAdmit(const JobRequest& job) const { return true; }
+  // For a job Admit refused: true when its own quota (and borrowing limit) would admit it and
+  // only what others in its cohort use stands in the way (Kueue's "insufficient unused quota
+  // in cohort"); the engine then says reason kCohort instead of kQuota.
+  virtual bool WaitsForCohort(const JobRequest& job) const { return false; }
   // The job started on `placement` at `start` (for an adopted job, when it really started); it
   // ended at `now`.
   virtual void OnJobStarted(const JobRequest& job, const Placement& placement, Time start) = 0;

@@ -54,6 +54,10 @@ struct SimOptions {
   // (gantry/sched/sprio.h). Factor values are those of the last priority recalculation.
   Time sprio_at = 0;
   std::vector<SprioRow>* sprio = nullptr;
+  // Jobs whose whole reason history to keep in SimResult::history (gantry sim --explain). Every
+  // job's last reason and first estimate are kept in its JobOutcome regardless; histories are
+  // kept only for these, so that memory stays bounded on large traces.
+  std::vector<JobIndex> history_of;
 };
 
 // Runs `workload` (resolved against `cluster`; `teams` from ResolveWorkload) under `profile`.
