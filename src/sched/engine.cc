@@ -682,6 +682,8 @@ class Engine::Impl {
     for (JobIndex j : prev_touched_) {
       JobState& s = state_[j];
       if (s.touched == cycle_ || s.status.phase != JobStatus::Phase::kPending) continue;
+      // A preemptor waiting out its victims' GraceTime is in no queue: its reason stands.
+      if (s.status.reason == Reason::kPreempting) continue;
       SetUnexamined(s, j, quota_marked_[s.job->team] ? Reason::kQuota : Reason::kPriority);
     }
     for (JobIndex j : touched_) {
@@ -1460,21 +1462,6 @@ class Engine::Impl {
     if (!fits) return false;
     decision_.victims = taken;
     return PreemptAndStart(j, job, now, nullptr, Reason::kStartedHead, starts);
-  }
-
-  void ReserveConservative(JobState& st, Time now) {
-    const JobRequest& job = *st.job;
-    const Duration length = std::max<Duration>(job.time_limit, 1);
-    Time t = profile_steps_.EarliestStart(job.gpus, length);
-    if (t < kInfiniteTime) {
-      // A job that fits by count but not by node layout now reserves from now on.
-      if (t < now) t = now;
-      profile_steps_.Reserve(t, t + length, job.gpus);
-    }
-    st.status.reserved_start = t;
-    if (st.status.reason != Reason::kResources && st.status.reason != Reason::kTopology) {
-      st.status.reason = Reason::kResources;
-    }
   }
 
   const Cluster& cluster_;

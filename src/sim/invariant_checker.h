@@ -48,6 +48,8 @@ class InvariantChecker {
       case Reason::kReservation:
       case Reason::kTopology:
       case Reason::kFragmentation:
+      case Reason::kPower:
+      case Reason::kPreempting:  // waiting out its victims' GraceTime
         break;
       default:
         return Internal("job " + job.id + " is pending with reason " + ReasonName(st.reason));

@@ -164,7 +164,8 @@ TEST(PreemptionTest, MinRunTimeProtectsAYoungJob) {
   h.Schedule(1000);
   h.Submit("b1", "b", 4, 0, 3700);
   EXPECT_EQ(h.Schedule(3700), "");  // a1 (3700 s) and a2 (2700 s) are both too young
-  EXPECT_EQ(h.status("b1").reason, Reason::kQuota);
+  // Its own queue's quota would admit it; the cohort's other member uses it.
+  EXPECT_EQ(h.status("b1").reason, Reason::kCohort);
   EXPECT_EQ(h.engine().NextWakeup(3700), 5000);  // a1 turns 5000 s old
   EXPECT_EQ(h.Schedule(4999), "");
   // Kueue's order would take a2 (newest), but only a1 may be preempted yet.
