@@ -23,6 +23,7 @@ class Controller::Impl {
       node_index_[cluster_.nodes()[i].name] = static_cast<NodeIndex>(i);
     }
     GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_));
+    overview_ = std::make_unique<OverviewTracker>(teams_, shared_team_);
     // Restart: every job the store has not seen end, reconciled with the resource manager.
     GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
     std::map<std::string, const RmJob*> by_id;
@@ -68,6 +69,9 @@ class Controller::Impl {
     snap->total_gpus = cluster_.total_gpus();
     snap->busy_gpus = snap->total_gpus - engine_->free_index().total_free();
     GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
+    GANTRY_RETURN_IF_ERROR(
+        overview_->Update(now, cluster_, engine_->free_index(), active, *store_));
+    snap->overview = overview_->Current();
     std::map<std::pair<std::string, std::string>, int> depth;  // (team, reason) -> jobs
     for (JobRecord& r : active) {
       JobView v;
@@ -335,6 +339,7 @@ class Controller::Impl {
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;
   std::set<std::pair<std::string, std::string>> queue_series_;
+  std::unique_ptr<OverviewTracker> overview_;
   mutable std::mutex snapshot_mu_;
   std::shared_ptr<const ControlSnapshot> snapshot_ = std::make_shared<ControlSnapshot>();
 };

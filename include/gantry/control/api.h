@@ -34,6 +34,9 @@ struct ApiOptions {
   bool metrics_need_token = false;
   int threads = 4;
   int read_timeout_s = 5;  // a client that sends nothing for this long is dropped
+  // Where the web page's chart library (Vega) is: a node_modules directory; empty:
+  // $GANTRY_WEB_DIR, else the build's web/node_modules.
+  std::string web_dir;
 };
 
 class ApiServer {

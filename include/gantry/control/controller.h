@@ -23,6 +23,7 @@
 #include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
+#include "gantry/control/overview.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
@@ -67,6 +68,7 @@ struct ControlSnapshot {
   std::vector<JobView> jobs;  // every active job, by submit time then id
   int total_gpus = 0;
   int busy_gpus = 0;
+  Overview overview;  // occupancy per domain, team usage and its history, recent decisions
 };
 
 struct CycleReport {
