@@ -1,7 +1,6 @@
 #include "control/web.h"
 
 #include <memory>
-#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>

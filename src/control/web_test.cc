@@ -4,14 +4,17 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/test_support.h"
 #include "gantry/cluster/cluster.h"
 #include "gantry/control/api.h"
+#include "gantry/control/controller.h"
 #include "gantry/control/overview.h"
 #include "gantry/sched/free_index.h"
+#include "gantry/sched/profile.h"
 
 namespace gantry::control {
 namespace {
@@ -159,6 +162,73 @@ TEST_F(OverviewTrackerTest, KeepsTheLastFiftyDecisionsAcrossABacklog) {
   EXPECT_EQ(o.decisions.back().job, "999");
   EXPECT_EQ(o.decisions.back().team, "vision");
   EXPECT_EQ(o.decisions[o.decisions.size() - 2].job, "179");
+}
+
+// A resource manager that starts every job it is asked to at once, and never ends one.
+class StartingRm : public ResourceManager {
+ public:
+  void Hold(const std::string& id, const std::string& team, int gpus) {
+    RmJob j;
+    j.request.id = id;
+    j.request.user = "u";
+    j.request.team = team;
+    j.request.queue = "gpu";
+    j.request.gpus = gpus;
+    j.request.gpus_per_node = gpus;
+    j.request.nodes = 1;
+    j.request.time_limit = 3600;
+    jobs_[id] = j;
+  }
+  Result<std::vector<RmJob>> Jobs() override {
+    std::vector<RmJob> out;
+    for (const auto& [id, j] : jobs_) out.push_back(j);
+    return out;
+  }
+  Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
+    RmJob& j = jobs_.at(id);
+    j.state = ObservedState::kRunning;
+    j.placement = placement;
+    return Status::Ok();
+  }
+
+ private:
+  std::map<std::string, RmJob> jobs_;
+};
+
+TEST_F(OverviewTrackerTest, TheControllerPublishesItWithEachSnapshot) {
+  Result<Profile> profile = FindProfile("fifo-easy", {});
+  ASSERT_TRUE(profile.ok());
+  StartingRm rm;
+  rm.Hold("1", "vision", 8);
+  rm.Hold("2", "nlp", 4);
+  auto ctl = Controller::Open(cluster_, *profile, store_.get(), &rm, 1000);
+  ASSERT_TRUE(ctl.ok()) << ctl.status().ToString();
+  ASSERT_TRUE((*ctl)->Cycle(1000).ok());
+  auto snap = (*ctl)->Snapshot();
+  const Overview& o = snap->overview;
+  int busy = 0;
+  for (const DomainOccupancy& d : o.occupancy) busy += d.busy_gpus;
+  EXPECT_EQ(busy, 12);
+  EXPECT_EQ(busy, snap->busy_gpus);
+  ASSERT_GE(o.teams.size(), 2u);
+  EXPECT_EQ(o.teams[0].team, "vision");
+  EXPECT_EQ(o.teams[0].running_gpus, 8);
+  EXPECT_EQ(o.teams[1].running_gpus, 4);
+  ASSERT_EQ(o.decisions.size(), 2u);
+  EXPECT_EQ(o.decisions[0].kind, "decide");
+  // Open sampled at 1000 (nothing running yet); the next sample waits kUsageSampleInterval.
+  ASSERT_EQ(o.history.size(), 1u);
+  EXPECT_EQ(o.history[0]->running_gpus[0], 0);
+  ASSERT_TRUE((*ctl)->Cycle(1000 + kUsageSampleInterval - 1).ok());
+  EXPECT_EQ((*ctl)->Snapshot()->overview.history.size(), 1u);
+  ASSERT_TRUE((*ctl)->Cycle(1000 + kUsageSampleInterval).ok());
+  snap = (*ctl)->Snapshot();
+  ASSERT_EQ(snap->overview.history.size(), 2u);
+  EXPECT_EQ(snap->overview.history[1]->running_gpus[0], 8);
+  EXPECT_EQ(snap->overview.history[1]->running_gpus[1], 4);
+  // The confirmed starts joined the decisions.
+  EXPECT_EQ(snap->overview.decisions.size(), 4u);
+  EXPECT_EQ(snap->overview.decisions.back().kind, "start");
 }
 
 // The API side: /v1/overview scoped by token, and the page.
