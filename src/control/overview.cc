@@ -42,9 +42,7 @@ Status OverviewTracker::Update(Time now, const Cluster& cluster, const FreeIndex
     now_.teams[t].quota_gpus = teams_[t].quota_gpus;
     team_index[teams_[t].name] = t;
   }
-  std::map<std::string, const JobRecord*> active_by_id;
   for (const JobRecord& r : active) {
-    active_by_id[r.id] = &r;
     auto it = team_index.find(r.team);
     const size_t t = it != team_index.end() ? it->second : static_cast<size_t>(shared_team_);
     if (t >= now_.teams.size()) continue;
@@ -82,22 +80,32 @@ Status OverviewTracker::Update(Time now, const Cluster& cluster, const FreeIndex
     decisions_.push_back(std::move(d));
     while (decisions_.size() > kRecentDecisions) decisions_.pop_front();
   }
-  // The job's team and size, looked up only for the decisions kept (at most kRecentDecisions
-  // reads however long the backlog was).
+  // The job's team and size, looked up only for the new decisions kept: at most
+  // kRecentDecisions, however long the backlog was; active jobs first, the store for ended ones.
+  std::map<std::string, const JobRecord*> wanted;
+  for (const Decision& d : decisions_) {
+    if (d.seq > first_new) wanted.emplace(d.job, nullptr);
+  }
+  if (!wanted.empty()) {
+    for (const JobRecord& r : active) {
+      auto it = wanted.find(r.id);
+      if (it != wanted.end()) it->second = &r;
+    }
+  }
   for (Decision& d : decisions_) {
     if (d.seq <= first_new) continue;
-    auto it = active_by_id.find(d.job);
-    if (it != active_by_id.end()) {
-      d.team = it->second->team;
-      d.gpus = it->second->gpus;
-      continue;
-    }
-    Result<JobRecord> r = store.Get(d.job);
-    if (r.ok()) {
+    const JobRecord* r = wanted[d.job];
+    if (r != nullptr) {
       d.team = r->team;
       d.gpus = r->gpus;
-    } else if (r.status().code() != StatusCode::kNotFound) {
-      return r.status();
+      continue;
+    }
+    Result<JobRecord> ended = store.Get(d.job);
+    if (ended.ok()) {
+      d.team = ended->team;
+      d.gpus = ended->gpus;
+    } else if (ended.status().code() != StatusCode::kNotFound) {
+      return ended.status();
     }
   }
   return Status::Ok();
