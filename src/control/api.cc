@@ -14,6 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "control/web.h"
+#include "gantry/report/chart_library.h"
+
 namespace gantry::control {
 
 namespace {
@@ -299,6 +302,13 @@ class ApiServer::Impl {
       for (const JobView* v : pending) jobs.push_back(JobJson(*v));
       Json(res, 200, {{"time", snap->time}, {"jobs", std::move(jobs)}});
     });
+    // The web page's feed: occupancy is cluster-wide, the rest the caller's team's (web.h).
+    server_.Get("/v1/overview", [this](const httplib::Request& req, httplib::Response& res) {
+      Caller c = Authenticate(req, res);
+      if (!c.authenticated) return;
+      Json(res, 200, web::OverviewJson(*snapshot_(), c.is_operator, c.team));
+    });
+    web::RegisterPage(server_, options_.web_dir.empty() ? ChartLibraryDir() : options_.web_dir);
     server_.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (options_.metrics_need_token && !Authenticate(req, res).authenticated) return;
       res.status = 200;

@@ -23,10 +23,10 @@ class Controller::Impl {
       node_index_[cluster_.nodes()[i].name] = static_cast<NodeIndex>(i);
     }
     GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_));
-    // Nodes first, so that a job the resource manager reports on a down node is requeued rather
-    // than adopted there.
+    overview_ = std::make_unique<OverviewTracker>(teams_, shared_team_);
     // Restart: every job the store has not seen end, reconciled with the resource manager
-    // (its writes in one commit).
+    // (its writes in one commit). Nodes first, so that a job the resource manager reports on a
+    // down node is requeued rather than adopted there.
     GANTRY_RETURN_IF_ERROR(store_->Batch([&]() -> Status {
       CycleReport unused;
       GANTRY_RETURN_IF_ERROR(ObserveNodes(now, &unused));
@@ -83,6 +83,9 @@ class Controller::Impl {
     snap->profile = profile_;
     GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
     BuildNodesAndTeams(active, now, snap.get());
+    GANTRY_RETURN_IF_ERROR(
+        overview_->Update(now, cluster_, engine_->free_index(), active, *store_));
+    snap->overview = overview_->Current();
     std::map<std::pair<std::string, std::string>, int> depth;  // (team, reason) -> jobs
     for (JobRecord& r : active) {
       JobView v;
@@ -556,6 +559,7 @@ class Controller::Impl {
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;
   std::set<std::pair<std::string, std::string>> queue_series_;
+  std::unique_ptr<OverviewTracker> overview_;
   mutable std::mutex snapshot_mu_;
   std::shared_ptr<const ControlSnapshot> snapshot_ = std::make_shared<ControlSnapshot>();
 };

@@ -3,21 +3,15 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gantry/common/text.h"
+#include "gantry/report/chart_library.h"
 #include "gantry/report/result.h"
 #include "report/report_internal.h"
-
-#ifndef GANTRY_WEB_DIR
-#define GANTRY_WEB_DIR ""
-#endif
 
 namespace gantry {
 namespace {
@@ -36,26 +30,6 @@ constexpr size_t kMaxCdfPoints = 200;
 constexpr size_t kMaxTeamsShown = 8;
 constexpr int kChartWidth = 560;
 constexpr int kChartHeight = 260;
-
-struct WebAsset {
-  const char* relative_path;
-  std::string content;
-};
-
-std::string WebDir() {
-  const char* env = std::getenv("GANTRY_WEB_DIR");
-  if (env != nullptr && env[0] != '\0') return env;
-  return GANTRY_WEB_DIR;
-}
-
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) return IoError("cannot read " + path);
-  return ss.str();
-}
 
 // Inlined text must not close the <script> element early; "<\/script" means the same inside JS
 // strings and JSON, and the minified libraries contain the sequence nowhere else.
@@ -453,21 +427,11 @@ Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const s
   }
   if (results.empty()) return InvalidArgument("WriteHtmlReport: no results to report");
 
-  const std::string web_dir = WebDir();
-  std::vector<WebAsset> assets = {{"vega/build/vega.min.js", ""},
-                                  {"vega-lite/build/vega-lite.min.js", ""},
-                                  {"vega-embed/build/vega-embed.min.js", ""}};
-  for (WebAsset& a : assets) {
-    const std::string file = web_dir + "/" + a.relative_path;
-    Result<std::string> content = ReadWholeFile(file);
-    if (!content.ok() || content->empty()) {
-      return FailedPrecondition(
-          "HTML report needs the chart library " + file +
-          ", which is missing: run scripts/setup (it runs `npm ci --prefix web`), or set "
-          "GANTRY_WEB_DIR to a node_modules directory holding vega, vega-lite and vega-embed");
-    }
-    a.content = std::move(content).value();
+  Result<std::vector<ChartLibraryFile>> library = LoadChartLibrary(ChartLibraryDir());
+  if (!library.ok()) {
+    return FailedPrecondition("HTML report: " + library.status().message());
   }
+  const std::vector<ChartLibraryFile>& assets = *library;
 
   std::vector<std::string> profiles;
   for (const SimResult* r : results) profiles.push_back(ProfileName(*r));
@@ -507,14 +471,14 @@ Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const s
 
   std::string html;
   size_t lib_bytes = 0;
-  for (const WebAsset& a : assets) lib_bytes += a.content.size();
+  for (const ChartLibraryFile& a : assets) lib_bytes += a.content.size();
   html.reserve(lib_bytes + 256 * 1024);
   html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>";
   html += EscapeMarkup(title);
   html += "</title>\n<style>";
   html += kStyle;
   html += "</style>\n";
-  for (const WebAsset& a : assets) {
+  for (const ChartLibraryFile& a : assets) {
     html += "<script>/* ";
     html += a.relative_path;
     html += " */\n";

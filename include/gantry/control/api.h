@@ -40,6 +40,9 @@ struct ApiOptions {
   // Cancels a job on behalf of `by` ("team physics", "operator"); called on the API's threads.
   // Null: DELETE answers 501. Its NotFound is 404, FailedPrecondition 409, others 503.
   std::function<Status(const std::string& id, const std::string& by)> cancel;
+  // Where the web page's chart library (Vega) is: a node_modules directory; empty:
+  // $GANTRY_WEB_DIR, else the build's web/node_modules.
+  std::string web_dir;
 };
 
 class ApiServer {

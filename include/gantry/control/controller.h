@@ -27,6 +27,7 @@
 #include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
+#include "gantry/control/overview.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
@@ -119,6 +120,7 @@ struct ControlSnapshot {
   Profile profile;              // the scheduling profile in use
   int total_gpus = 0;
   int busy_gpus = 0;
+  Overview overview;  // occupancy per domain, team usage and its history, recent decisions
 };
 
 struct CycleReport {
