@@ -184,12 +184,15 @@ class StartingRm : public ResourceManager {
     for (const auto& [id, j] : jobs_) out.push_back(j);
     return out;
   }
+  Result<std::vector<RmNode>> Nodes() override { return std::vector<RmNode>{}; }
   Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
     RmJob& j = jobs_.at(id);
     j.state = ObservedState::kRunning;
     j.placement = placement;
     return Status::Ok();
   }
+  Status Requeue(const std::string& id) override { return Unimplemented("not in this test"); }
+  Status Cancel(const std::string& id) override { return Unimplemented("not in this test"); }
 
  private:
   std::map<std::string, RmJob> jobs_;
