@@ -1,8 +1,8 @@
 // End-to-end tests of `gantry sim` as a user runs it: the real binary on the bundled data.
-#include <algorithm>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

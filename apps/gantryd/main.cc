@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
       "them on the chosen nodes, and serves the queue with reasons and start estimates over\n"
       "HTTP (docs/control.md, docs/openapi.yaml). Every accepted job and decision is written to\n"
       "the state database before it is acted on; a restarted gantryd picks up where it was."};
-  std::string cluster_spec, state_path, profile_name = "slurm-like", profiles_file;
+  std::string cluster_spec, state_path, profile_name = "gantry", profiles_file;
   std::vector<std::string> partitions;
   std::string slurm_conf, slurm_bin, listen = "127.0.0.1:8642", port_file, tokens_file,
                                      operator_token_file;

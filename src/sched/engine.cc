@@ -1098,10 +1098,20 @@ class Engine::Impl {
     JobIndex head = -1;  // the highest-priority job that could not start
     Time shadow = kInfiniteTime;
     int examined = 0;
+    int scanned = 0;
     const int max_jobs = profile_.max_jobs_per_cycle;
+    const int max_scan = profile_.max_scan_per_cycle;
     const BackfillMode mode = profile_.backfill;
+    int64_t tried_before = -1;  // placements tried before the previous job, if it may move
     while (!heap.empty()) {
+      // The previous job tried no placement: with max_scan it counts there, not in max_jobs.
+      if (tried_before >= 0 && stats_.placements_tried == tried_before) {
+        --examined;
+        ++scanned;
+      }
+      tried_before = -1;
       if (max_jobs > 0 && examined >= max_jobs) break;
+      if (max_scan > 0 && scanned >= max_scan) break;
       // Nothing can start on a full cluster; the head still gets its reason and estimate, and
       // conservative backfill goes on planning.
       if (free_.total_free() == 0 && !per_job_admission_ && head >= 0 &&
@@ -1121,6 +1131,7 @@ class Engine::Impl {
       const JobRequest& job = *st.job;
       ++examined;
       ++stats_.jobs_examined;
+      if (max_scan > 0) tried_before = stats_.placements_tried;
       Touch(st, j);
       st.status.blocked_by = -1;
       st.status.reserved_start = kInfiniteTime;

@@ -121,7 +121,11 @@ Result<Profile> ParseOne(const std::string& source, const std::string& name,
       if (!max_jobs.ok()) return max_jobs.status().WithContext(Where(source, v));
       if (*max_jobs < 0) return FieldError(source, v, f + ".backfill.max_jobs", "must be >= 0");
       p.max_jobs_per_cycle = static_cast<int>(*max_jobs);
-      Status known = b.args.CheckKnown({"max_jobs"});
+      auto max_scan = b.args.Integer("max_scan", 0);
+      if (!max_scan.ok()) return max_scan.status().WithContext(Where(source, v));
+      if (*max_scan < 0) return FieldError(source, v, f + ".backfill.max_scan", "must be >= 0");
+      p.max_scan_per_cycle = static_cast<int>(*max_scan);
+      Status known = b.args.CheckKnown({"max_jobs", "max_scan"});
       if (!known.ok()) return known.WithContext(Where(source, v));
     } else if (key == "priority_recalc_interval") {
       GANTRY_ASSIGN_OR_RETURN(std::string s, Scalar(source, v, f + "." + key));

@@ -319,3 +319,42 @@ TEST(WhyPending, CheckerRejectsBadPendingStatus) {
 
 }  // namespace
 }  // namespace gantry
+
+namespace gantry {
+namespace {
+
+// Behind 600 queued jobs that cannot start, a one-GPU job that fits is not even looked at when
+// every examined job counts toward max_jobs (Slurm's bf_max_job_test); with max_scan, the 599
+// jobs whose shape already failed cost no placement attempt and do not count, so it backfills.
+TEST(MaxScanTest, AJobThatFitsStartsBehindADeepQueue) {
+  for (const bool scan : {false, true}) {
+    Harness h(FlatCluster(2, 8), {Team{"t", kNoQuota, 1.0}},
+              FromYaml(scan ? "{mode: easy, max_jobs: 500, max_scan: 100000}"
+                            : "{mode: easy, max_jobs: 500}"));
+    std::vector<JobRequest> jobs;
+    jobs.reserve(602);
+    jobs.push_back(MakeJob(0, 0, 8, 1, 1000));  // takes n0
+    for (int i = 1; i <= 600; ++i) jobs.push_back(MakeJob(i, 1, 16, 2, 100));
+    jobs.push_back(MakeJob(601, 2, 1, 1, 100));
+    for (JobRequest& j : jobs) j.id = "j" + std::to_string(j.index);
+    h.Submit(jobs[0]);
+    ASSERT_EQ(h.Schedule(0).size(), 1u);
+    for (int i = 1; i <= 601; ++i) h.Submit(jobs[i]);
+    std::vector<StartDecision> starts;
+    h.engine().Schedule(3, &starts);
+    if (scan) {
+      ASSERT_EQ(starts.size(), 1u);
+      EXPECT_EQ(starts[0].job, 601);
+      EXPECT_EQ(starts[0].reason, Reason::kStartedBackfill);
+    } else {
+      EXPECT_TRUE(starts.empty());
+      EXPECT_EQ(h.engine().status(601).reason, Reason::kPriority);
+    }
+    // Either way the head holds its reservation at the blocker's end.
+    EXPECT_EQ(h.engine().status(1).reason, Reason::kResources);
+    EXPECT_EQ(h.engine().status(1).reserved_start, 1000);
+  }
+}
+
+}  // namespace
+}  // namespace gantry

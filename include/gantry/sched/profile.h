@@ -31,6 +31,11 @@ struct Profile {
   BackfillMode backfill = BackfillMode::kNone;
   // Most pending jobs a cycle examines (Slurm's bf_max_job_test). 0 = unlimited.
   int max_jobs_per_cycle = 0;
+  // With max_scan > 0, a job the cycle settles without trying a placement (its shape already
+  // failed this cycle, or admission refused it) counts toward max_scan instead of max_jobs, so
+  // a job that fits is found behind any number of queued jobs like ones that did not. 0: every
+  // job counts toward max_jobs, as in Slurm.
+  int max_scan_per_cycle = 0;
   PluginSpec preemption;
   Duration priority_recalc_interval = 300;  // Slurm's PriorityCalcPeriod
 };
