@@ -455,6 +455,15 @@ class Controller::Impl {
       if (cur->phase == JobPhase::kStarting) {
         GANTRY_RETURN_IF_ERROR(store_->Started(r.id, now, o.placement));
         if (report != nullptr) ++report->confirmed;
+        // Seen running at this observation: the time since the decision, to the cycle.
+        if (metrics_ != nullptr && report != nullptr && cur->decided >= 0) {
+          metrics_
+              ->GetHistogram("gantry_decision_to_running_seconds",
+                             "From a start decision to the resource manager reporting the job "
+                             "running (whole seconds, observed once per cycle).",
+                             {}, {1, 2, 5, 10, 30, 60, 300, 1800})
+              .Observe(static_cast<double>(now - cur->decided));
+        }
       }
     }
     if (ours_running) return Status::Ok();  // the engine already books it there

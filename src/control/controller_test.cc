@@ -309,6 +309,12 @@ TEST_F(ControllerTest, PublishesASnapshotAndMetricsEachCycle) {
   EXPECT_NE(text.find("gantry_queue_jobs{reason="), std::string::npos) << text;
   EXPECT_NE(text.find("gantry_cycle_seconds_count 1"), std::string::npos) << text;
   // Everything ends: the queue gauges go to zero instead of keeping their last depth.
+  // Job 1, decided at 1, is seen running at 50.
+  rm_->Advance(50);
+  ASSERT_TRUE(ctl->Cycle(50, nullptr).ok());
+  text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_decision_to_running_seconds_count 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_decision_to_running_seconds_sum 49"), std::string::npos) << text;
   rm_->Advance(101);
   ASSERT_TRUE(ctl->Cycle(101, nullptr).ok());
   rm_->Advance(200);
