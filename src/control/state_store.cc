@@ -305,7 +305,13 @@ class StateStore::Impl {
     if (depth_ > 0) {
       GANTRY_RETURN_IF_ERROR(Exec("SAVEPOINT step", what + ": savepoint"));
       ++depth_;
-      Status s = fn();
+      Status s;
+      try {
+        s = fn();
+      } catch (...) {  // the outer transaction's handler rolls everything back
+        --depth_;
+        throw;
+      }
       --depth_;
       if (s.ok()) return Exec("RELEASE step", what + ": release");
       (void)Exec("ROLLBACK TO step", what + ": rollback");
@@ -314,7 +320,16 @@ class StateStore::Impl {
     }
     GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", what + ": begin"));
     depth_ = 1;
-    Status s = fn();
+    Status s;
+    try {
+      s = fn();
+    } catch (...) {
+      // An exception out of a batch (a caller's code) leaves nothing half-written behind.
+      depth_ = 0;
+      (void)Exec("ROLLBACK", what + ": rollback");
+      staged_.clear();
+      throw;
+    }
     depth_ = 0;
     if (s.ok()) s = Exec("COMMIT", what + ": commit");
     if (!s.ok()) {

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "common/test_support.h"
 #include "gantry/common/rng.h"
@@ -220,6 +221,27 @@ TEST(StateStore, BatchCommitsTogetherAndAFailedStepUndoesOnlyItself) {
   for (const StoreEvent& e : *events) kinds.push_back(e.kind + ":" + e.job);
   EXPECT_EQ(kinds, (std::vector<std::string>{"submit:1", "submit:2", "decide:2", "requeue:2",
                                              "finish:1"}));
+}
+
+// An exception out of a batch's function rolls the batch back and leaves the store usable: the
+// next write commits on its own (before, the transaction stayed open and later writes only
+// nested inside it, never reaching the disk).
+TEST(StateStore, AnExceptionOutOfABatchRollsItBack) {
+  TempDir dir;
+  const std::string db = dir.sub("state.db");
+  {
+    auto store = OpenOrDie(db);
+    EXPECT_THROW((void)store->Batch([&]() -> Status {
+      EXPECT_TRUE(store->AddJob(MakeJob("1", 0, 4), 0).ok());
+      throw std::runtime_error("the caller's code failed");
+    }),
+                 std::runtime_error);
+    EXPECT_EQ(store->Get("1").status().code(), StatusCode::kNotFound);
+    ASSERT_TRUE(store->AddJob(MakeJob("2", 0, 4), 1).ok());
+  }
+  auto store = OpenOrDie(db);
+  EXPECT_EQ(store->Get("1").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store->Get("2").ok());
 }
 
 // What memory answers equals what the database holds: every record read back after reopening
