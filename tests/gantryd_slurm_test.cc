@@ -130,13 +130,41 @@ class GantrydSlurmTest : public ::testing::Test {
             "0.2"};
   }
 
-  int WaitPort() {
-    for (int i = 0; i < 200; ++i) {
-      const std::string p = ReadFile(tmp_.sub("port"));
-      if (!p.empty() && p.back() == '\n') return std::stoi(p);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Polls `done` until it holds or `seconds` pass; whether it held. The CI machine is a loaded
+  // 2-core box: every wait on gantryd or Slurm is a generous deadline, never a fixed sleep.
+  template <typename Done>
+  static bool Eventually(Done done, int seconds = kPatience) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return -1;
+    return true;
+  }
+  static constexpr int kPatience = 60;
+
+  int WaitPort() {
+    int port = -1;
+    Eventually([&] {
+      const std::string p = ReadFile(tmp_.sub("port"));
+      if (!p.empty() && p.back() == '\n') port = std::stoi(p);
+      return port > 0;
+    });
+    return port;
+  }
+
+  // The job as gantryd's API shows it to the operator: its JSON, or null when absent (404).
+  nlohmann::json ApiJob(httplib::Client& api, int64_t id) {
+    auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
+    if (j && j->status == 200) return nlohmann::json::parse(j->body);
+    return nullptr;
+  }
+  // Whether gantryd's API stopped listing the job (it saw it end) within the patience.
+  bool LeavesTheApi(httplib::Client& api, int64_t id) {
+    return Eventually([&] {
+      auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
+      return j && j->status == 404;
+    });
   }
 
   int64_t Submit(const std::string& account, const std::string& gres, int nodes,
@@ -173,13 +201,14 @@ class GantrydSlurmTest : public ::testing::Test {
 
   // sacct's records of every run of a job ("STATE|NODES" lines), once it has a completed one.
   std::string Runs(int64_t id) {
-    for (int i = 0; i < 100; ++i) {
+    std::string runs;
+    Eventually([&] {
       auto out = client_->Run(
           {"sacct", "-D", "-X", "-n", "-P", "-j", std::to_string(id), "--format=State,NodeList"});
-      if (out.ok() && out->find("COMPLETED") != std::string::npos) return *out;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return "";
+      if (out.ok() && out->find("COMPLETED") != std::string::npos) runs = *out;
+      return !runs.empty();
+    });
+    return runs;
   }
 
   test_support::TempDir tmp_{"gantryd-slurm"};
@@ -218,9 +247,17 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
 
   // The API while the jobs run: each team sees only its own.
   httplib::Client api("127.0.0.1", port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  for (const auto& [token, team] :
-       std::map<std::string, std::string>{{"phys-token", "physics"}, {"bio-token", "biology"}}) {
+  const std::map<std::string, std::string> teams = {{"phys-token", "physics"},
+                                                    {"bio-token", "biology"}};
+  EXPECT_TRUE(Eventually([&] {
+    for (const auto& [token, team] : teams) {
+      auto r = api.Get("/v1/jobs", {{"Authorization", "Bearer " + token}});
+      if (!r || r->status != 200 || nlohmann::json::parse(r->body).at("jobs").empty()) return false;
+    }
+    return true;
+  })) << "a team never saw its jobs\n"
+      << ReadFile(log);
+  for (const auto& [token, team] : teams) {
     auto r = api.Get("/v1/jobs", {{"Authorization", "Bearer " + token}});
     ASSERT_TRUE(r) << ReadFile(log);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -262,7 +299,7 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
   // Killed mid-run -- once some jobs were started and others still wait (physics asks for far
   // more than its 16-GPU quota) -- and restarted on the same state: it picks up where it was.
   int pending = 0, started = 0;
-  for (int i = 0; i < 150 && started == 0; ++i) {
+  for (int i = 0; i < 600 && started == 0; ++i) {
     auto r = api.Get("/v1/jobs", {{"Authorization", "Bearer op-token"}});
     ASSERT_TRUE(r && r->status == 200) << ReadFile(log);
     pending = started = 0;
@@ -309,16 +346,7 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
     std::set<std::string> recorded;
     for (const control::NodeGpus& s : r->placement) recorded.insert(s.node);
     // -D lists every start of a job (a requeued job has one record per run).
-    std::string sacct;
-    for (int i = 0; i < 100; ++i) {
-      auto out =
-          client_->Run({"sacct", "-D", "-X", "-n", "-P", "-j", sid, "--format=State,NodeList"});
-      if (out.ok() && out->find("COMPLETED") != std::string::npos) {
-        sacct = *out;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const std::string sacct = Runs(id);
     ASSERT_FALSE(sacct.empty()) << "sacct has no completed record of " << sid;
     EXPECT_EQ(std::count(sacct.begin(), sacct.end(), '\n'), 1) << sid << " ran more than once:\n"
                                                                << sacct;
@@ -346,7 +374,7 @@ TEST_F(GantrydSlurmTest, ANodeDownRequeuesItsJobWhichCompletesOnceElsewhere) {
   const int64_t id = Submit("physics", "gpu:h100:2", 1, "sleep 4");
   ASSERT_GT(id, 0);
   auto running = WaitJob(
-      id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 20);
+      id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, kPatience);
   ASSERT_TRUE(running.ok()) << running.status().ToString() << "\n" << ReadFile(log);
   ASSERT_EQ(running->nodes.size(), 1u);
   const std::string first = running->nodes[0];
@@ -372,7 +400,7 @@ TEST_F(GantrydSlurmTest, ANodeDownRequeuesItsJobWhichCompletesOnceElsewhere) {
   ASSERT_TRUE(down.ok()) << down.status().ToString();
 
   auto done = WaitJob(
-      id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 40);
+      id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 90);
   ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << ReadFile(log);
   EXPECT_GE(done->restart_count, 1);
   const std::string runs = Runs(id);
@@ -394,11 +422,7 @@ TEST_F(GantrydSlurmTest, ANodeDownRequeuesItsJobWhichCompletesOnceElsewhere) {
 
   // gantryd saw the node go down, requeued the job, and followed it to the end.
   httplib::Client api("127.0.0.1", port);
-  for (int i = 0; i < 50; ++i) {
-    auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
-    if (j && j->status == 404) break;  // it left the active jobs
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  EXPECT_TRUE(LeavesTheApi(api, id)) << ReadFile(log);
   gantryd.Kill(SIGTERM);
   auto store = control::StateStore::Open(tmp_.sub("state.db"));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -431,7 +455,8 @@ TEST_F(GantrydSlurmTest, CancelNodesAndUsageThroughTheCli) {
   const int64_t running = Submit("physics", "gpu:h100:2", 1, "sleep 60");
   ASSERT_GT(running, 0);
   auto r = WaitJob(
-      running, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 20);
+      running, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; },
+      kPatience);
   ASSERT_TRUE(r.ok()) << r.status().ToString() << "\n" << ReadFile(log);
   ASSERT_EQ(r->nodes.size(), 1u);
   // More than physics' 16-GPU quota leaves beside it: held by Gantry (reason Quota).
@@ -439,11 +464,10 @@ TEST_F(GantrydSlurmTest, CancelNodesAndUsageThroughTheCli) {
   ASSERT_GT(waiting, 0);
   // gantryd confirms it running within a cycle or two.
   httplib::Client api("127.0.0.1", port);
-  for (int i = 0; i < 50; ++i) {
-    auto j = api.Get("/v1/jobs/" + std::to_string(running), {{"Authorization", "Bearer op-token"}});
-    if (j && j->status == 200 && nlohmann::json::parse(j->body).at("phase") == "running") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  ASSERT_TRUE(Eventually([&] {
+    const nlohmann::json j = ApiJob(api, running);
+    return !j.is_null() && j.at("phase") == "running";
+  })) << ReadFile(log);
 
   cli_test::CliRun nodes =
       RunShell("env GANTRY_TOKEN=phys-token " + cli + " nodes --json", tmp_.sub("nodes.err"));
@@ -502,15 +526,12 @@ TEST_F(GantrydSlurmTest, CancelNodesAndUsageThroughTheCli) {
         "env GANTRY_TOKEN=phys-token " + cli + " cancel " + std::to_string(id), tmp_.sub("c.err"));
     EXPECT_EQ(yes.code, 0) << yes.out << yes.err;
     auto ended = WaitJob(
-        id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCancelled; }, 20);
+        id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCancelled; },
+        kPatience);
     EXPECT_TRUE(ended.ok()) << id << ": " << ended.status().ToString();
   }
   // gantryd notices within a cycle: the jobs leave its API and are done in its store.
-  for (int i = 0; i < 50; ++i) {
-    auto j = api.Get("/v1/jobs/" + std::to_string(running), {{"Authorization", "Bearer op-token"}});
-    if (j && j->status == 404) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  for (int64_t id : {waiting, running}) EXPECT_TRUE(LeavesTheApi(api, id)) << id;
   gantryd.Kill(SIGTERM);
   auto store = control::StateStore::Open(tmp_.sub("state.db"));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -558,14 +579,16 @@ TEST_F(GantrydSlurmTest, FailOpenHandsJobsToSlurmAndGantrydAdoptsThemOnReturn) {
   const int64_t fresh = Submit("biology", "gpu:a100:1", 1, "sleep 8");
   ASSERT_GT(fresh, 0);
   auto started = WaitJob(
-      fresh, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 10);
+      fresh, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; },
+      kPatience);
   EXPECT_TRUE(started.ok()) << "Slurm did not schedule a job of the managed partition on its own: "
                             << started.status().ToString();
   cli_test::CliRun fo = RunShell(failopen, tmp_.sub("fo.err"));
   EXPECT_EQ(fo.code, 0) << fo.err;
   EXPECT_NE(fo.out.find("released 1 held job"), std::string::npos) << fo.out;
   auto released = WaitJob(
-      held, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; }, 10);
+      held, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; },
+      kPatience);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
 
   // gantryd returns: it adopts both where Slurm runs them, and holds new jobs again.
@@ -575,33 +598,30 @@ TEST_F(GantrydSlurmTest, FailOpenHandsJobsToSlurmAndGantrydAdoptsThemOnReturn) {
   httplib::Client api("127.0.0.1", port);
   for (int64_t id : {held, fresh}) {
     std::string phase, reason;
-    for (int i = 0; i < 50 && phase != "running"; ++i) {
-      auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
-      if (j && j->status == 200) {
-        const auto body = nlohmann::json::parse(j->body);
-        phase = body.at("phase");
-        reason = body.at("reason");
+    Eventually([&] {
+      const nlohmann::json j = ApiJob(api, id);
+      if (!j.is_null()) {
+        phase = j.at("phase");
+        reason = j.at("reason");
       }
-      if (phase != "running") std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+      return phase == "running";
+    });
     EXPECT_EQ(phase, "running") << id << "\n" << ReadFile(log);
     EXPECT_EQ(reason, "Adopted") << id;
   }
   const int64_t after = Submit("biology", "gpu:a100:1", 1, "sleep 1");
   ASSERT_GT(after, 0);
   auto done = WaitJob(
-      after, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 30);
+      after, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; },
+      kPatience);
   ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << ReadFile(log);
   for (int64_t id : {held, fresh, after}) {
     auto end = WaitJob(
-        id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; }, 30);
+        id, [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kCompleted; },
+        kPatience);
     EXPECT_TRUE(end.ok()) << id << ": " << end.status().ToString();
     // ... and gantryd saw it end (it leaves the API).
-    for (int i = 0; i < 50; ++i) {
-      auto j = api.Get("/v1/jobs/" + std::to_string(id), {{"Authorization", "Bearer op-token"}});
-      if (j && j->status == 404) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    EXPECT_TRUE(LeavesTheApi(api, id)) << id;
   }
   gantryd->Kill(SIGTERM);
   auto store = control::StateStore::Open(tmp_.sub("state.db"));

@@ -259,7 +259,7 @@ TEST_F(GantrydWebSlurmTest, ThePageShowsTheQueueChartsAndTeams) {
       log);
   ASSERT_TRUE(gantryd.running());
   int port = -1;
-  for (int i = 0; i < 200 && port < 0; ++i) {
+  for (int i = 0; i < 1200 && port < 0; ++i) {
     const std::string p = ReadFile(tmp_.sub("port"));
     if (!p.empty() && p.back() == '\n') port = std::stoi(p);
     if (port < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -270,7 +270,7 @@ TEST_F(GantrydWebSlurmTest, ThePageShowsTheQueueChartsAndTeams) {
   httplib::Client api("127.0.0.1", port);
   const httplib::Headers op = {{"Authorization", "Bearer op-token"}};
   nlohmann::json queue;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 600; ++i) {
     auto jobs = api.Get("/v1/jobs", op);
     auto q = api.Get("/v1/queue", op);
     ASSERT_TRUE(jobs && q) << ReadFile(log);
