@@ -3,7 +3,7 @@
 
 # Modules that run thread pools and servers: their tests carry the ctest label `threaded`, which
 # the `tsan` preset (ThreadSanitizer) runs.
-set(GANTRY_THREADED_MODULES storage cache ckpt agent)
+set(GANTRY_THREADED_MODULES storage cache ckpt agent data control)
 
 function(gantry_module name)
   cmake_parse_arguments(M "" "" "DEPS" ${ARGN})

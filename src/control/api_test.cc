@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "gantry/control/api_client.h"
@@ -66,6 +67,7 @@ class ApiTest : public testing::Test {
     snap->profile.priority = {{"age", 1000, {}}};
     snap_ = snap;
     options_.cancel = [this](const std::string& id, const std::string& by) -> Status {
+      std::lock_guard<std::mutex> lock(mu_);  // the server's threads call this
       cancels_.push_back(id + " by " + by);
       if (id == "2") return FailedPrecondition("job 2 is ending already");
       return Status::Ok();
@@ -79,7 +81,7 @@ class ApiTest : public testing::Test {
   void Restart() {
     api_.reset();
     auto a = ApiServer::Start(
-        options_, [this] { return snap_; }, &metrics_);
+        options_, [this] { return Snapshot(); }, &metrics_);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     api_ = std::move(a).value();
     client_ = std::make_unique<httplib::Client>("127.0.0.1", api_->port());
@@ -106,7 +108,23 @@ class ApiTest : public testing::Test {
     return client_->Delete(path, h);
   }
 
+  // What the server's threads read and write while the test runs: through mu_, as gantryd's
+  // cycle hands its snapshot over.
+  std::shared_ptr<const ControlSnapshot> Snapshot() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return snap_;
+  }
+  void SetSnapshot(std::shared_ptr<const ControlSnapshot> snap) {
+    std::lock_guard<std::mutex> lock(mu_);
+    snap_ = std::move(snap);
+  }
+  std::vector<std::string> Cancels() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancels_;
+  }
+
   ApiOptions options_;
+  std::mutex mu_;
   std::vector<std::string> cancels_;
   std::shared_ptr<const ControlSnapshot> snap_;
   MetricsRegistry metrics_;
@@ -123,7 +141,7 @@ TEST_F(ApiTest, HealthNeedsNoToken) {
   EXPECT_EQ(j.at("cycles"), 7);
   EXPECT_EQ(j.at("active_jobs"), 5);
   EXPECT_EQ(j.at("gpus").at("busy"), 16);
-  snap_ = std::make_shared<ControlSnapshot>();  // before the first cycle
+  SetSnapshot(std::make_shared<ControlSnapshot>());  // before the first cycle
   EXPECT_EQ(nlohmann::json::parse(Get("/v1/health", "")->body).at("status"), "starting");
 }
 
@@ -191,7 +209,7 @@ TEST_F(ApiTest, UnknownPathsAndBadConfigurations) {
   EXPECT_EQ(nlohmann::json::parse(r->body).at("error").at("code"), "not_found");
   const auto start_code = [this](const ApiOptions& o) {
     return ApiServer::Start(
-               o, [this] { return snap_; }, nullptr)
+               o, [this] { return Snapshot(); }, nullptr)
         .status()
         .code();
   };
@@ -251,12 +269,12 @@ TEST_F(ApiTest, ATeamCancelsOnlyItsOwnJobs) {
   ASSERT_TRUE(theirs);
   EXPECT_EQ(theirs->status, 404);
   EXPECT_EQ(Delete("/v1/jobs/99", "vision-token")->status, 404);
-  EXPECT_TRUE(cancels_.empty());
+  EXPECT_TRUE(Cancels().empty());
   auto mine = Delete("/v1/jobs/5", "vision-token");
   ASSERT_EQ(mine->status, 202) << mine->body;
   EXPECT_EQ(nlohmann::json::parse(mine->body).at("status"), "cancelling");
   EXPECT_EQ(Delete("/v1/jobs/3", "op-token")->status, 202);
-  EXPECT_EQ(cancels_, (std::vector<std::string>{"5 by team vision", "3 by operator"}));
+  EXPECT_EQ(Cancels(), (std::vector<std::string>{"5 by team vision", "3 by operator"}));
   auto ending = Delete("/v1/jobs/2", "vision-token");
   EXPECT_EQ(ending->status, 409);
   EXPECT_EQ(nlohmann::json::parse(ending->body).at("error").at("code"), "conflict");
