@@ -31,32 +31,26 @@ instead of starting one (it must be idle); GANTRY_BUILD_DIR (default build/relea
 the release preset when absent) holds apps/gantry/gantry and apps/gantryd/gantryd.
 """
 
-import argparse
 import concurrent.futures
 import json
 import math
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from live_common import (ROOT, arg_parser, binaries, clean_up, percentile, run,
+                         set_scheduler_parameters, start_gantryd, start_slurm_unless_running,
+                         wait_until)
+from live_common import say as _say
+
 ACCOUNT = "bench"
+PROG = "live_submit_to_run"
 
 
 def say(msg):
-    print(f"live_submit_to_run: {msg}", file=sys.stderr, flush=True)
-
-
-def run(args, check=True, **kw):
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
-    return r.stdout
+    _say(PROG, msg)
 
 
 def squeue_states():
@@ -70,15 +64,6 @@ def squeue_states():
     return states
 
 
-def wait_until(what, pred, timeout, poll=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(poll)
-    raise RuntimeError(f"{what}: not reached within {timeout:.0f} s")
-
-
 def sbatch(partition, gres, limit_min, wrap, out="/dev/null"):
     out_id = run(["sbatch", "--parsable", "-p", partition, "-A", ACCOUNT, "-N", "1",
                   f"--gres={gres}", "-t", str(limit_min), "-o", out, "--wrap", wrap])
@@ -90,15 +75,6 @@ def cancel_all():
     wait_until("all bench jobs gone",
                lambda: all(s in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")
                            for s in squeue_states().values()), 120, poll=0.5)
-
-
-def percentile(values, q):
-    """Nearest-rank percentile; math.inf entries (probes that never started) sort last."""
-    if not values:
-        return math.nan
-    v = sorted(values)
-    k = max(0, math.ceil(q / 100 * len(v)) - 1)
-    return v[k]
 
 
 def run_side(name, partition, args, probe_dir):
@@ -145,22 +121,6 @@ def run_side(name, partition, args, probe_dir):
     return latencies
 
 
-def set_scheduler_parameters(conf, params):
-    """Rewrites slurm.conf's SchedulerParameters (none: Slurm's defaults), reconfigures, and
-    returns what slurmctld reports."""
-    with open(conf) as f:
-        text = f.read()
-    text = re.sub(r"^SchedulerParameters=.*\n", "", text, flags=re.M)
-    if params:
-        text += f"SchedulerParameters={params}\n"
-    with open(conf, "w") as f:
-        f.write(text)
-    run(["scontrol", "reconfigure"])
-    time.sleep(2)
-    m = re.search(r"SchedulerParameters\s*=\s*(.*)", run(["scontrol", "show", "config"]))
-    return m.group(1).strip() if m else ""
-
-
 def summarize(latencies):
     started = [x for x in latencies if math.isfinite(x)]
     return {
@@ -189,9 +149,7 @@ def fmt(x):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__[__doc__.index("\n"):])
+    ap = arg_parser(__doc__)
     ap.add_argument("--backlog", type=int, default=1000, help="queued jobs ahead of the probes")
     ap.add_argument("--probes", type=int, default=30, help="probe jobs per side")
     ap.add_argument("--probe-gap", type=float, default=2.0, help="seconds between probes")
@@ -215,27 +173,8 @@ def main():
     args = ap.parse_args()
     os.chdir(ROOT)
 
-    build = os.environ.get("GANTRY_BUILD_DIR", "build/release")
-    if "GANTRY_BUILD_DIR" not in os.environ:
-        say("building gantry and gantryd (release preset)")
-        run(["cmake", "--preset", "release"])
-        run(["cmake", "--build", "--preset", "release", "--target", "gantry", "gantryd"])
-    gantry = os.path.join(build, "apps/gantry/gantry")
-    gantryd = os.path.join(build, "apps/gantryd/gantryd")
-    for b in (gantry, gantryd):
-        if not os.access(b, os.X_OK):
-            sys.exit(f"live_submit_to_run: no {b}; build it first")
-
-    started_slurm = None
-    if not (os.environ.get("SLURM_CONF") and os.environ.get("GANTRY_SLURM_DIR")):
-        say("starting a Slurm cluster (scripts/slurm start)")
-        env_file = run(["scripts/slurm", "start"]).strip()
-        started_slurm = os.path.dirname(env_file)
-        for line in open(env_file):
-            m = re.match(r"export (\w+)=(.*)", line.strip())
-            if m:
-                os.environ[m.group(1)] = m.group(2)
-    slurm_dir = os.environ["GANTRY_SLURM_DIR"]
+    gantry, gantryd = binaries(PROG)
+    started_slurm = start_slurm_unless_running(PROG)
     conf = os.environ["SLURM_CONF"]
     work = tempfile.mkdtemp(prefix="gantry-live-bench.")
     gantryd_proc = None
@@ -261,14 +200,10 @@ def main():
                 continue
             spec = os.path.join(side_dir + ".site.yaml")
             run([gantry, "cluster", "import", "--from-slurm", "-o", spec])
-            port_file = side_dir + ".port"
-            log = open(side_dir + ".gantryd.log", "w")
-            gantryd_proc = subprocess.Popen(
-                [gantryd, "--cluster", spec, "--state", side_dir + ".state.db",
-                 "--listen", "127.0.0.1:0", "--port-file", port_file] +
-                (["--profile", args.gantry_profile] if args.gantry_profile else []),
-                stdout=log, stderr=subprocess.STDOUT)
-            wait_until("gantryd listening", lambda: os.path.exists(port_file), 30)
+            gantryd_proc = start_gantryd(
+                gantryd, spec, side_dir + ".state.db", side_dir + ".port",
+                side_dir + ".gantryd.log",
+                ["--profile", args.gantry_profile] if args.gantry_profile else [])
             sides[side] = summarize(run_side(side, "gantry", args, side_dir))
             gantryd_proc.send_signal(signal.SIGTERM)
             gantryd_proc.wait(timeout=30)
@@ -282,12 +217,7 @@ def main():
         if gantryd_proc is not None:
             gantryd_proc.kill()
         run(["scancel", "-A", ACCOUNT], check=False)
-        if started_slurm:
-            run(["scripts/slurm", "stop", started_slurm], check=False)
-        if args.keep:
-            say(f"work directory kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        clean_up(PROG, started_slurm, work, args.keep)
 
     if args.json:
         print(json.dumps(finite(result), indent=2))

@@ -22,7 +22,8 @@ fresh if there is none); without it, a --root that already holds checkpoints is 
 killed at any instant and started again with --resume sees the same sample sequence and ends
 with the same parameters, bit for bit, as a run never interrupted (python/tests/test_example.py).
 
-Output lines (stdout): "starting fresh" or "resumed from step S epoch E consumed C of N", then
+Output lines (stdout): "starting fresh" or "resumed from step S epoch E consumed C of N; chunks
+from local L, peers P, durable D" (where the restore read the checkpoint's chunks), then
 per step "step N epoch E loss L keys K1,K2,..." (the batch's sample keys, in order),
 "committed step N" once a checkpoint is committed, "done" at the end. The final parameters go to
 --out with torch.save.
@@ -176,8 +177,10 @@ def main():
         torch.set_rng_state(state["rng"])
         ds.load_state_dict(state["loader"])
         step = state["step"]
+        where = checkpointer.last_restore_stats or {}
         print(f"resumed from step {step} epoch {ds.epoch} consumed {state['loader']['consumed']} "
-              f"of {ds.num_samples}", flush=True)
+              f"of {ds.num_samples}; chunks from local {where.get('from_local', 0)}, peers "
+              f"{where.get('from_peers', 0)}, durable {where.get('from_durable', 0)}", flush=True)
 
     pending = []
 

@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""One engine, two drivers: the same workload run live (gantryd driving the loopback Slurm
+cluster) and in the simulator from the live run's own `sacct` export; per-job waits compared.
+
+The workload (seeded): JOBS short jobs of both teams of scripts/slurm's cluster (physics, quota
+16 GPUs; biology, quota 8) in mixed shapes -- 1 to 8 GPUs on one node, and 2-node gangs of
+8 x h100 or 4 x a100 -- each `sleep`ing 2 to 12 s, submitted with plain `sbatch` to the
+Gantry-managed partition at exponential gaps (mean GAP s), enough to keep a queue. gantryd runs
+with its defaults (profile `gantry`, 1 s cycles); slurm.conf gets batch_sched_delay=0, as
+docs/slurm.md asks of Gantry-managed clusters.
+
+When every job has ended, their accounting is exported as a site would (`sacct --parsable2`,
+docs/formats/traces.md) and `gantry sim` runs it on the cluster spec `gantry cluster import
+--from-slurm` wrote, with the same profile. Each job has the same submit time and run time on
+both sides, so the difference between its live wait (sacct Start - Submit) and its simulated
+wait is what the simulator got wrong about the schedule. Expected on this cluster: up to a
+cycle (1 s) for gantryd to decide, up to a second for Slurm to start a released job, and
+sacct's whole-second times -- a few seconds; the tolerance (--tolerance) is stated with the
+share of jobs within it. Those seconds repeat along every chain of jobs that wait for each
+other, so the simulator is also run with a model of them (--overheads: seconds added to every
+run, for which the nodes stay taken, and to every simulated wait); calibrate it on one seed and
+check it on another.
+
+  bench/live_vs_sim.py                 # start a Slurm, run, compare, stop it
+  bench/live_vs_sim.py --jobs 60       # a quick run
+  bench/live_vs_sim.py --json --keep   # machine-readable; keep sacct.txt, the simulator's output
+
+Environment: SLURM_CONF and GANTRY_SLURM_DIR of a running, idle scripts/slurm cluster to use it
+instead of starting one; GANTRY_BUILD_DIR (default build/release, built when absent) holds
+apps/gantry/gantry and apps/gantryd/gantryd.
+"""
+
+import csv
+import datetime
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+
+from live_common import (ROOT, arg_parser, binaries, clean_up, percentile, run,
+                         set_scheduler_parameters, start_gantryd, start_slurm_unless_running,
+                         wait_until)
+from live_common import say as _say
+
+PROG = "live_vs_sim"
+PARTITION = "gantry"
+SACCT_FORMAT = ("JobID,User,Account,Partition,QOS,Submit,Start,End,Elapsed,Timelimit,"
+                "AllocTRES,ReqTRES,NNodes,State")
+# (team, gres per node, nodes): what each team asks for, drawn uniformly.
+SHAPES = {
+    "physics": [("gpu:h100:1", 1), ("gpu:h100:2", 1), ("gpu:h100:4", 1), ("gpu:h100:8", 1),
+                ("gpu:h100:8", 2)],
+    "biology": [("gpu:a100:1", 1), ("gpu:a100:2", 1), ("gpu:a100:4", 1), ("gpu:a100:4", 2),
+                ("gpu:h100:2", 1)],
+}
+
+
+def say(msg):
+    _say(PROG, msg)
+
+
+def workload(n, gap, seed):
+    """[(offset s, team, gres, nodes, sleep s, time limit min)], offsets increasing."""
+    rng = random.Random(seed)
+    t = 0.0
+    jobs = []
+    for _ in range(n):
+        team = rng.choice(sorted(SHAPES))
+        gres, nodes = rng.choice(SHAPES[team])
+        jobs.append((t, team, gres, nodes, rng.randint(2, 12), rng.choice([1, 2])))
+        t += rng.expovariate(1.0 / gap)
+    return jobs
+
+
+def submit_all(jobs):
+    """Submits each job at its offset (late if sbatch is slow: Slurm's Submit time is what both
+    sides use); their Slurm ids."""
+    ids = []
+    t0 = time.monotonic()
+    for offset, team, gres, nodes, sleep_s, limit in jobs:
+        delay = t0 + offset - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        out = run(["sbatch", "--parsable", "-p", PARTITION, "-A", team, "-N", str(nodes),
+                   f"--gres={gres}", "-t", str(limit), "-o", "/dev/null",
+                   "--wrap", f"sleep {sleep_s}"])
+        ids.append(out.strip().split(";")[0])
+    return ids
+
+
+def active(ids):
+    """The jobs of `ids` Slurm still runs or queues. (The partition's whole queue is listed and
+    filtered here: `squeue -j` with many ids fails outright once one has been purged.)"""
+    wanted = set(ids)
+    out = run(["squeue", "-h", "-p", PARTITION, "-o", "%i %T"])
+    return [f[0] for f in (l.split() for l in out.splitlines())
+            if len(f) == 2 and f[0] in wanted and f[1] in ("PENDING", "RUNNING", "COMPLETING",
+                                                          "CONFIGURING", "REQUEUED")]
+
+
+def export_sacct(ids):
+    """sacct's records of the jobs once every one has ended (accounting lags the end a little)."""
+    text = ""
+
+    def complete():
+        nonlocal text
+        text = run(["sacct", "--parsable2", "--noconvert", "-X", "-j", ",".join(ids),
+                    "--format", SACCT_FORMAT])
+        rows = list(csv.DictReader(text.splitlines(), delimiter="|"))
+        return len(rows) == len(ids) and all(r["End"] not in ("", "Unknown") for r in rows)
+
+    wait_until("sacct records of every job", complete, 120, poll=1.0)
+    return text
+
+
+def with_overhead(sacct_text, seconds):
+    """The export with `seconds` added to every Elapsed: the simulator's model of what a live
+    start costs beyond the run itself (the decision waits for gantryd's cycle, the release and
+    Slurm's launch take a moment, and the end is seen a cycle later), for which the nodes stay
+    taken. Live waits are then compared with simulated waits + `seconds`."""
+    lines = sacct_text.splitlines()
+    header = lines[0].split("|")
+    col = header.index("Elapsed")
+    out = [lines[0]]
+    for line in lines[1:]:
+        f = line.split("|")
+        h, m, sec = (int(x) for x in f[col].split("-")[-1].split(":"))
+        days = int(f[col].split("-")[0]) if "-" in f[col] else 0
+        total = days * 86400 + h * 3600 + m * 60 + sec + seconds
+        f[col] = f"{total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d}"
+        out.append("|".join(f))
+    return "\n".join(out) + "\n"
+
+
+def live_waits(sacct_text):
+    """Job id -> (team, live wait s, state)."""
+    parse = datetime.datetime.fromisoformat
+    out = {}
+    for r in csv.DictReader(sacct_text.splitlines(), delimiter="|"):
+        wait = (parse(r["Start"]) - parse(r["Submit"])).total_seconds()
+        out[r["JobID"]] = (r["Account"], wait, r["State"])
+    return out
+
+
+def sim_waits(jobs_csv):
+    out = {}
+    with open(jobs_csv) as f:
+        for r in csv.DictReader(f):
+            out[r["id"]] = float(r["wait"]) if r["wait"] != "" else None
+    return out
+
+
+def kendall_tau(xs, ys):
+    """Kendall's tau-a of two equally long sequences (ties count as neither)."""
+    n = len(xs)
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            a = (xs[i] > xs[j]) - (xs[i] < xs[j])
+            b = (ys[i] > ys[j]) - (ys[i] < ys[j])
+            s += a * b
+    return s / (n * (n - 1) / 2) if n > 1 else float("nan")
+
+
+def compare(live, sim, tolerance):
+    ids = sorted(live, key=int)
+    missing = [i for i in ids if sim.get(i) is None]
+    both = [i for i in ids if sim.get(i) is not None]
+    diffs = [abs(live[i][1] - sim[i]) for i in both]
+    teams = sorted({live[i][0] for i in both})
+    # Start times (submit + wait) on each side: the order in which jobs started.
+    return {
+        "jobs": len(ids),
+        "not_completed_live": [i for i in ids if live[i][2] != "COMPLETED"],
+        "not_started_in_sim": missing,
+        "abs_wait_diff_s": {"mean": sum(diffs) / len(diffs) if diffs else None,
+                            "p50": percentile(diffs, 50), "p90": percentile(diffs, 90),
+                            "max": max(diffs) if diffs else None},
+        "tolerance_s": tolerance,
+        "within_tolerance": sum(d <= tolerance for d in diffs) / len(diffs) if diffs else None,
+        "mean_wait_s": {
+            "live": sum(live[i][1] for i in both) / len(both) if both else None,
+            "sim": sum(sim[i] for i in both) / len(both) if both else None,
+        },
+        "mean_wait_by_team_s": {
+            t: {"live": sum(live[i][1] for i in both if live[i][0] == t) /
+                max(1, sum(live[i][0] == t for i in both)),
+                "sim": sum(sim[i] for i in both if live[i][0] == t) /
+                max(1, sum(live[i][0] == t for i in both))}
+            for t in teams},
+        "waits_kendall_tau": kendall_tau([live[i][1] for i in both], [sim[i] for i in both]),
+    }
+
+
+def simulate_and_compare(gantry, args, work, sacct_text):
+    """Simulates the export on work/site.yaml, without and with the overhead model."""
+    live = live_waits(sacct_text)
+    result = {"seed": args.seed, "gap_s": args.gap, "profile": args.profile,
+              "interval_s": args.interval, "models": {}}
+    for overhead in args.overheads:
+        trace = os.path.join(work, f"sacct+{overhead}s.txt")
+        with open(trace, "w") as f:
+            f.write(with_overhead(sacct_text, overhead))
+        sim_out = os.path.join(work, f"sim+{overhead}s")
+        run([gantry, "sim", "--cluster", os.path.join(work, "site.yaml"), "--trace", trace,
+             "--format", "sacct", "--profile", args.profile, "--out", sim_out, "--json"])
+        sim = sim_waits(os.path.join(sim_out, args.profile, "jobs.csv"))
+        # A job that did not queue at all waits `overhead` live: its simulated wait is 0.
+        result["models"][f"overhead_{overhead}s"] = compare(
+            live, {i: w + overhead if w is not None else None for i, w in sim.items()},
+            args.tolerance)
+    return result
+
+
+def live_run(gantry, gantryd, args):
+    """Runs the workload under gantryd on the Slurm cluster, then compares."""
+    started_slurm = start_slurm_unless_running(PROG)
+    work = tempfile.mkdtemp(prefix="gantry-live-vs-sim.")
+    gantryd_proc = None
+    ids = []
+    try:
+        set_scheduler_parameters(os.environ["SLURM_CONF"], "batch_sched_delay=0")
+        spec = os.path.join(work, "site.yaml")
+        run([gantry, "cluster", "import", "--from-slurm", "-o", spec])
+        gantryd_proc = start_gantryd(
+            gantryd, spec, os.path.join(work, "state.db"), os.path.join(work, "port"),
+            os.path.join(work, "gantryd.log"),
+            ["--profile", args.profile, "--interval", str(args.interval)])
+        jobs = workload(args.jobs, args.gap, args.seed)
+        say(f"submitting {len(jobs)} jobs over ~{jobs[-1][0]:.0f} s")
+        t = time.monotonic()
+        ids = submit_all(jobs)
+        say(f"submitted in {time.monotonic() - t:.0f} s; waiting for them to end")
+        wait_until("every job ended", lambda: not active(ids), 1800, poll=1.0)
+        say(f"all ended {time.monotonic() - t:.0f} s after the first submission")
+        gantryd_proc.send_signal(signal.SIGTERM)
+        gantryd_proc.wait(timeout=30)
+        gantryd_proc = None
+        sacct_text = export_sacct(ids)
+        with open(os.path.join(work, "sacct.txt"), "w") as f:
+            f.write(sacct_text)
+        return simulate_and_compare(gantry, args, work, sacct_text)
+    finally:
+        if gantryd_proc is not None:
+            gantryd_proc.kill()
+        if ids:
+            run(["scancel"] + ids, check=False)
+        clean_up(PROG, started_slurm, work, args.keep)
+
+
+def main():
+    ap = arg_parser(__doc__)
+    ap.add_argument("--jobs", type=int, default=200, help="jobs in the workload")
+    ap.add_argument("--gap", type=float, default=1.0, help="mean seconds between submissions")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the workload")
+    ap.add_argument("--profile", default="gantry", help="profile of gantryd and the simulator")
+    ap.add_argument("--interval", type=float, default=1.0, help="gantryd's --interval")
+    ap.add_argument("--overheads", default="0,1,2",
+                    help="comma-separated seconds the simulator's model adds to each run, one "
+                         "simulation each: gantryd's cycle, the release and Slurm's launch "
+                         "(0: the sacct export as it is)")
+    ap.add_argument("--tolerance", type=float, default=3.0,
+                    help="seconds of wait difference counted as agreement")
+    ap.add_argument("--reanalyse", metavar="DIR",
+                    help="no live run: compare again from a kept work directory's sacct.txt and "
+                         "site.yaml (e.g. with other --overheads)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work directory (sacct.txt, site.yaml, gantryd.log, sim/)")
+    args = ap.parse_args()
+    try:
+        args.overheads = sorted({int(x) for x in args.overheads.split(",")})
+    except ValueError:
+        sys.exit(f"{PROG}: --overheads takes whole seconds, e.g. 0,1,2")
+    if args.jobs < 1 or args.gap <= 0 or args.overheads[0] < 0:
+        sys.exit(f"{PROG}: --jobs must be at least 1, --gap positive, --overheads not negative")
+    os.chdir(ROOT)
+    gantry, gantryd = binaries(PROG)
+    if args.reanalyse:
+        with open(os.path.join(args.reanalyse, "sacct.txt")) as f:
+            result = simulate_and_compare(gantry, args, args.reanalyse, f.read())
+    else:
+        result = live_run(gantry, gantryd, args)
+
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    first = next(iter(result["models"].values()))
+    print(f"{first['jobs']} jobs (seed {args.seed}, mean gap {args.gap} s), profile "
+          f"{args.profile}: live on Slurm vs simulated from the live sacct export\n")
+    names = list(result["models"])
+    print("| | live | " + " | ".join(f"simulated, {n.replace('_', ' ')}" for n in names) + " |")
+    print("|---|---:|" + "---:|" * len(names))
+    models = [result["models"][n] for n in names]
+    print(f"| mean wait s | {first['mean_wait_s']['live']:.2f} | " +
+          " | ".join(f"{m['mean_wait_s']['sim']:.2f}" for m in models) + " |")
+    for team in first["mean_wait_by_team_s"]:
+        print(f"| mean wait s, {team} | {first['mean_wait_by_team_s'][team]['live']:.2f} | " +
+              " | ".join(f"{m['mean_wait_by_team_s'][team]['sim']:.2f}" for m in models) + " |")
+    for label, key in (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("max", "max")):
+        print(f"| per-job abs wait difference, {label} s | | " +
+              " | ".join(f"{m['abs_wait_diff_s'][key]:.2f}" for m in models) + " |")
+    print(f"| jobs within {args.tolerance:g} s | | " +
+          " | ".join(f"{100 * m['within_tolerance']:.1f}%" for m in models) + " |")
+    print("| Kendall tau of the waits | | " +
+          " | ".join(f"{m['waits_kendall_tau']:.3f}" for m in models) + " |")
+    for n, m in result["models"].items():
+        if m["not_completed_live"] or m["not_started_in_sim"]:
+            print(f"{n}: not completed live: {m['not_completed_live']}; never started in the "
+                  f"simulator: {m['not_started_in_sim']}")
+
+if __name__ == "__main__":
+    main()
