@@ -230,6 +230,12 @@ int RunSim(const SimArgs& a) {
   auto teams = ResolveWorkload(*workload, *cluster, ro);
   if (!teams.ok()) return Fail(teams.status());
   if (a.packing) return RunPackingExperiment(a, *cluster, *workload);
+  for (const Profile& p : profiles) {
+    if (p.name != kAsRecordedProfile) continue;
+    // Before anything runs: a trace without recorded starts fails at once.
+    Status s = CheckRecordedStarts(*workload);
+    if (!s.ok()) return Fail(s);
+  }
   std::vector<ClusterEvent> events;
   if (!a.events.empty()) {
     auto loaded = LoadClusterEvents(a.events);
@@ -362,6 +368,7 @@ int RunSim(const SimArgs& a) {
     std::printf("%s", SummaryTable(ptrs).c_str());
     for (const auto& r : results) {
       const SimSummary& s = r.summary;
+      if (r.as_recorded) continue;  // a replay estimates nothing
       std::printf(
           "%-20s start estimates: %lld jobs had one; |first estimate - start| median %s, "
           "p90 %s\n",

@@ -217,8 +217,7 @@ struct TimeAxis {
       // UTC throughout, so the page shows the trace's own clock in every browser's time zone.
       x["type"] = "temporal";
       x["scale"]["type"] = "utc";
-      x["axis"]["format"] = "%Y-%m-%d %H:%M";
-      x["axis"]["formatType"] = "utc";
+      x["axis"]["labelExpr"] = "utcFormat(datum.value, '%Y-%m-%d %H:%M')";
       x["axis"]["labelOverlap"] = true;
     } else {
       x["type"] = "quantitative";
@@ -373,10 +372,10 @@ ordered_json LinearDurationAxis(const std::string& title) {
   ordered_json axis;
   axis["title"] = title;
   axis["labelExpr"] =
-      "datum.value >= 86400 ? format(datum.value / 86400, '~g') + 'd' : "
-      "datum.value >= 3600 ? format(datum.value / 3600, '~g') + 'h' : "
-      "datum.value >= 60 ? format(datum.value / 60, '~g') + 'min' : "
-      "format(datum.value, '~g') + 's'";
+      "datum.value >= 86400 ? format(datum.value / 86400, '.3~g') + 'd' : "
+      "datum.value >= 3600 ? format(datum.value / 3600, '.3~g') + 'h' : "
+      "datum.value >= 60 ? format(datum.value / 60, '.3~g') + 'min' : "
+      "format(datum.value, '.3~g') + 's'";
   return axis;
 }
 

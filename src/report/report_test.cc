@@ -474,7 +474,8 @@ TEST(HtmlReportTest, CalendarDatesPreemptionChartsAndReplayError) {
   const std::string html = ReadFile(path);
   // Times are Unix milliseconds on a UTC scale.
   EXPECT_THAT(html, HasSubstr("\"t\":1700000000000"));
-  EXPECT_THAT(html, HasSubstr("\"formatType\":\"utc\""));
+  EXPECT_THAT(html, HasSubstr("\"scale\":{\"type\":\"utc\"}"));
+  EXPECT_THAT(html, HasSubstr("utcFormat(datum.value, '%Y-%m-%d %H:%M')"));
   EXPECT_THAT(html, HasSubstr("Date (UTC, as the trace records it)"));
   // + preemptions and failures, + work lost.
   EXPECT_EQ(CountCharts(html), 9u);

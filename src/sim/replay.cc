@@ -22,6 +22,18 @@ struct Step {
 
 }  // namespace
 
+Status CheckRecordedStarts(const Workload& workload) {
+  const std::vector<Job>& jobs = workload.jobs;
+  const bool any_recorded =
+      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.recorded_start >= 0; });
+  if (jobs.empty() || any_recorded) return Status::Ok();
+  return InvalidArgument(std::string(kAsRecordedProfile) +
+                         " replays the start times a trace records, and this " + workload.format +
+                         " trace (" + workload.source +
+                         ") records none; traces that do: sacct (Start), helios (start_time), "
+                         "openb (scheduled_time), swf (wait time)");
+}
+
 Result<SimResult> ReplayRecorded(const Cluster& cluster, const std::vector<Team>& teams,
                                  const Workload& workload, const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
@@ -34,17 +46,7 @@ Result<SimResult> ReplayRecorded(const Cluster& cluster, const std::vector<Team>
   result.as_recorded = true;
   result.outcomes.resize(jobs.size());
 
-  const bool any_recorded =
-      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.recorded_start >= 0; });
-  if (!jobs.empty() && !any_recorded) {
-    return InvalidArgument(
-        "profile '" + std::string(kAsRecordedProfile) +
-        "' replays the start times a trace "
-        "records, and this " +
-        workload.format + " trace (" + workload.source +
-        ") records none; traces that do: sacct (Start), helios (start_time), openb "
-        "(scheduled_time), swf (wait time)");
-  }
+  GANTRY_RETURN_IF_ERROR(CheckRecordedStarts(workload));
 
   std::vector<Step> steps;
   steps.reserve(3 * jobs.size());

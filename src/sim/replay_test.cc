@@ -38,12 +38,12 @@ constexpr char kSacctRows[] =
     "j2|bob|nlp|gpu|2026-03-01T00:10:00|2026-03-01T01:00:00|00:30:00|02:00:00|gres/gpu=4|1\n"
     "j3|bob|nlp|gpu|2026-03-01T00:20:00|2026-03-01T01:30:00|00:30:00|02:00:00|gres/gpu=4|1\n";
 
-struct Run {
+struct Loaded {
   Cluster cluster = OneNode();
   Workload workload;
   std::vector<Team> teams;
 
-  Run(const std::string& text, TraceFormat format) {
+  Loaded(const std::string& text, TraceFormat format) {
     auto w = ImportTraceText(text, "t.txt", format, {});
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     workload = std::move(w).value();
@@ -60,7 +60,7 @@ SimOptions Options() {
 }
 
 TEST(ReplayRecordedTest, ReproducesTheRecordedStartsExactly) {
-  Run run(std::string(kSacctHeader) + kSacctRows, TraceFormat::kSacct);
+  Loaded run(std::string(kSacctHeader) + kSacctRows, TraceFormat::kSacct);
   auto r = ReplayRecorded(run.cluster, run.teams, run.workload, Options());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->profile, "as-recorded");
@@ -93,7 +93,7 @@ TEST(ReplayRecordedTest, ReproducesTheRecordedStartsExactly) {
 }
 
 TEST(ReplayRecordedTest, ReplayErrorOfFifoMatchesHandComputation) {
-  Run run(std::string(kSacctHeader) + kSacctRows, TraceFormat::kSacct);
+  Loaded run(std::string(kSacctHeader) + kSacctRows, TraceFormat::kSacct);
   auto recorded = ReplayRecorded(run.cluster, run.teams, run.workload, Options());
   ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
   auto fifo_profile = FindProfile("fifo", {});
@@ -143,7 +143,7 @@ TEST(ReplayRecordedTest, ReplayErrorOfFifoMatchesHandComputation) {
 }
 
 TEST(ReplayRecordedTest, OracleProfilesAreFlagged) {
-  Run run(std::string(kSacctHeader) + kSacctRows, TraceFormat::kSacct);
+  Loaded run(std::string(kSacctHeader) + kSacctRows, TraceFormat::kSacct);
   auto sjf = FindProfile("sjf-oracle", {});
   ASSERT_TRUE(sjf.ok()) << sjf.status().ToString();
   auto r = Simulate(run.cluster, run.teams, run.workload, *sjf, Options());
@@ -154,7 +154,7 @@ TEST(ReplayRecordedTest, OracleProfilesAreFlagged) {
 }
 
 TEST(ReplayRecordedTest, TraceWithoutStartsIsAnErrorNamingItsFormat) {
-  Run run(
+  Loaded run(
       "timestamp,duration,num_gpus,gpu_time,cluster\n"
       "2017-10-03 00:00:00,3600,1,3600,vc1\n",
       TraceFormat::kPhilly);
@@ -164,12 +164,15 @@ TEST(ReplayRecordedTest, TraceWithoutStartsIsAnErrorNamingItsFormat) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("this philly trace (t.txt) records none"));
-  EXPECT_THAT(r.status().message(), HasSubstr("as-recorded"));
+  EXPECT_THAT(r.status().message(), HasSubstr("as-recorded replays the start times"));
+  EXPECT_EQ(CheckRecordedStarts(run.workload).code(), StatusCode::kInvalidArgument);
+  // An empty trace has nothing to replay, and nothing wrong with it.
+  EXPECT_TRUE(CheckRecordedStarts(Workload{}).ok());
 }
 
 // SWF's wait time gives the start; a job whose wait is -1 (unknown) is reported, not replayed.
 TEST(ReplayRecordedTest, SwfWaitTimesAndJobsWithoutAStart) {
-  Run run(
+  Loaded run(
       "; UnixStartTime: 1700000000\n"
       "1 0 100 600 4 -1 -1 4 1200 -1 1 1 1 -1 1 -1 -1 -1\n"
       "2 50 -1 300 2 -1 -1 2 600 -1 1 1 1 -1 1 -1 -1 -1\n"
@@ -192,14 +195,14 @@ TEST(ReplayRecordedTest, SwfWaitTimesAndJobsWithoutAStart) {
 }
 
 TEST(ReplayRecordedTest, HeliosAndOpenbRecordTheirStarts) {
-  Run helios(
+  Loaded helios(
       "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration\n"
       "h1,u,vc1,2,8,1,COMPLETED,1000,1500,2100,600\n",
       TraceFormat::kHelios);
   ASSERT_EQ(helios.workload.jobs.size(), 1u);
   EXPECT_EQ(helios.workload.jobs[0].submit, 0);
   EXPECT_EQ(helios.workload.jobs[0].recorded_start, 500);
-  Run openb(
+  Loaded openb(
       "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
       "deletion_time,scheduled_time\n"
       "p1,1000,1024,1,1000,,LS,Running,100,900,300\n",

@@ -29,11 +29,15 @@ namespace gantry {
 // The name `gantry sim --profile` takes for the replay; it shadows any profile of that name.
 inline constexpr std::string_view kAsRecordedProfile = "as-recorded";
 
+// Ok when `workload` can be replayed: it has no jobs, or some job has a recorded start; else
+// InvalidArgument naming the trace format (drivers check it before running anything).
+Status CheckRecordedStarts(const Workload& workload);
+
 // Replays `workload`'s recorded starts on `cluster` (used only for its GPU count: utilisation,
 // and peak_busy_gpus above it says the history ran on a larger cluster than the one given).
 // From `options` only target_samples and progress are used: node events, failures and
-// checkpoints are what-ifs, and the history already contains whatever happened. InvalidArgument
-// naming the trace format when the workload has jobs and none of them has a recorded start.
+// checkpoints are what-ifs, and the history already contains whatever happened. Fails as
+// CheckRecordedStarts does.
 Result<SimResult> ReplayRecorded(const Cluster& cluster, const std::vector<Team>& teams,
                                  const Workload& workload, const SimOptions& options);
 
