@@ -544,11 +544,11 @@ void AppendSummaryTable(std::string& html, const std::vector<const SimResult*>& 
   }
 }
 
-// "+12.5%" / "-40.0%": `v` against `base`; an absolute difference when the base is 0.
-std::string RelativeDelta(double v, double base, bool duration) {
+// "+12.5%" / "-40.0%": duration `v` against `base`; the absolute difference when the base is 0.
+std::string RelativeDelta(double v, double base) {
   if (base == 0) {
     if (v == 0) return "0";
-    return (v > 0 ? "+" : "") + (duration ? CompactDuration(v) : Fixed(v, 3));
+    return (v > 0 ? "+" : "") + CompactDuration(v);
   }
   const double pct = 100 * (v - base) / base;
   return (pct > 0 ? "+" : "") + Fixed(pct, 1) + "%";
@@ -570,8 +570,7 @@ void AppendDeltasTable(std::string& html, const std::vector<const SimResult*>& r
     const bool is_base = r == &base;
     const auto cell = [&](double v, double bv) {
       std::string c = "<td>" + EscapeMarkup(CompactDuration(v));
-      if (!is_base)
-        c += " <span class=\"delta\">" + EscapeMarkup(RelativeDelta(v, bv, true)) + "</span>";
+      if (!is_base) c += " <span class=\"delta\">" + EscapeMarkup(RelativeDelta(v, bv)) + "</span>";
       return c + "</td>";
     };
     html += "<tr" + std::string(is_base ? " class=\"baseline\"" : "") + "><th>" + ProfileCell(*r) +
