@@ -191,6 +191,59 @@ TEST(CliSim, BadInputNamesFileLineAndFieldWithExitCode3) {
   EXPECT_NE(r.output.find("slurm-like"), std::string::npos) << r.output;
 }
 
+// --profile as-recorded replays a sacct export's own starts, every other profile's summary says
+// how far it is from them, and the report carries the comparison; a trace without starts is a
+// bad-input error naming its format.
+TEST(CliSim, AsRecordedReplaysSacctStartsAndMeasuresReplayError) {
+  const fs::path d = TempDir("recorded");
+  const fs::path trace = d / "sacct.txt";
+  // j2 waited an hour in the site's history although the cluster was idle.
+  std::ofstream(trace)
+      << "JobID|User|Account|Partition|Submit|Start|Elapsed|Timelimit|AllocTRES|NNodes\n"
+      << "j1|alice|vision|gpu|2026-03-01T00:00:00|2026-03-01T00:00:00|01:00:00|02:00:00|"
+         "gres/gpu=8|1\n"
+      << "j2|bob|nlp|gpu|2026-03-01T00:10:00|2026-03-01T01:10:00|00:30:00|02:00:00|"
+         "gres/gpu=8|1\n";
+  const fs::path out = d / "out";
+  CliRun r =
+      RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
+             " --format sacct --profile as-recorded,fifo --check-invariants --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto fifo = nlohmann::json::parse(ReadFile(out / "fifo" / "summary.json"));
+  // fifo starts j2 on submission (256 GPUs): an hour less wait than recorded; j1 the same.
+  ASSERT_TRUE(fifo["replay_error"].is_object()) << fifo.dump();
+  EXPECT_EQ(fifo["replay_error"]["jobs_compared"], 2);
+  EXPECT_EQ(fifo["replay_error"]["wait_abs_mean_s"], 1800.0);
+  EXPECT_EQ(fifo["replay_error"]["wait_abs_p90_s"], 3600.0);
+  EXPECT_EQ(fifo["replay_error"]["wait_bias_s"], -1800.0);
+  auto recorded = nlohmann::json::parse(ReadFile(out / "as-recorded" / "summary.json"));
+  EXPECT_EQ(recorded["as_recorded"], true);
+  EXPECT_EQ(recorded["wait_mean_s"], 1800.0);
+  EXPECT_TRUE(recorded["replay_error"].is_null());
+  const std::string jobs = ReadFile(out / "as-recorded" / "jobs.csv");
+  EXPECT_NE(jobs.find("j2,nlp,bob,8,"), std::string::npos) << jobs;
+  EXPECT_NE(r.output.find("fifo                 vs as-recorded (2 jobs)"), std::string::npos)
+      << r.output;
+  if (fs::exists(fs::path(GANTRY_WEB_DIR) / "vega" / "build" / "vega.min.js")) {
+    const std::string html = ReadFile(out / "report.html");
+    EXPECT_NE(html.find("<h2 id=\"replay-error\">"), std::string::npos);
+    EXPECT_NE(html.find("as-recorded <span class=\"mark recorded\""), std::string::npos);
+  }
+
+  // --baseline must name one of the profiles.
+  r = RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
+             " --format sacct --profile as-recorded,fifo --baseline slurm-like --out " +
+             out.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--baseline slurm-like"), std::string::npos) << r.output;
+
+  // Philly records no starts.
+  r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
+             " --format philly --profile fifo,as-recorded --no-report --out " + out.string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("this philly trace"), std::string::npos) << r.output;
+}
+
 // A job larger than its team's quota stays pending (as Kueue leaves such a workload), under
 // the quota plugin and the kueue one; --strict makes it the bad-input error it was.
 TEST(CliSim, OverQuotaJobStaysPendingUnlessStrict) {

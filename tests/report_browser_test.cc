@@ -43,6 +43,7 @@ struct SyntheticRuns {
 
     workload.source = "synthetic";
     workload.format = "test";
+    workload.epoch_unix = 1700000000;  // wall-clock times: dates on the time axes
     workload.users = {"u0", "u1"};
     workload.teams = {"vision", "language", "robotics"};
     for (int i = 0; i < 40; ++i) {
@@ -58,6 +59,15 @@ struct SyntheticRuns {
     }
     Fill(fifo, "fifo", 1.0);
     Fill(backfill, "backfill", 0.4);
+    // The second run preempts (the preemption and work-lost charts appear) and is an oracle.
+    backfill.oracle = true;
+    for (TimeSample& s : backfill.samples) {
+      s.preemptions = s.t / 8000;
+      s.preemption_lost_gpu_seconds = 1800.0 * static_cast<double>(s.preemptions);
+      s.lost_gpu_seconds = s.preemption_lost_gpu_seconds;
+    }
+    backfill.preemptions = backfill.samples.back().preemptions;
+    Summarize(backfill);
   }
 
   // A plausible outcome per job: waits scaled by `wait_scale`; the last job never starts.
@@ -132,8 +142,9 @@ TEST(ReportBrowserTest, ChartsRenderInHeadlessChromium) {
       profile_dir + " --virtual-time-budget=20000 --dump-dom file://" + page + " 2>/dev/null");
   ASSERT_FALSE(dom.empty()) << "chromium printed no DOM";
 
-  // 4 comparison charts + a team-share chart per profile.
-  constexpr int kCharts = 6;
+  // 4 comparison charts, wait by size, preemptions and work lost, a team-share chart per
+  // profile.
+  constexpr int kCharts = 9;
   EXPECT_THAT(dom,
               ::testing::HasSubstr("data-charts-rendered=\"" + std::to_string(kCharts) + "\""));
   const size_t err = dom.find("data-chart-error=\"");
@@ -147,8 +158,8 @@ TEST(ReportBrowserTest, ChartsRenderInHeadlessChromium) {
     if (end == std::string::npos) end = dom.size();
     const std::string chart = dom.substr(begin, end - begin);
     EXPECT_THAT(chart, ::testing::HasSubstr("<svg")) << "chart " << i;
-    // Charts 0-3 are lines per profile; the rest stacked areas per team.
-    const std::string mark = i < 4 ? "mark-line" : "mark-area";
+    // Charts 0-3 and 5-6 are lines per profile, 4 bars, the rest stacked areas per team.
+    const std::string mark = i == 4 ? "mark-rect" : i < 7 ? "mark-line" : "mark-area";
     const size_t m = chart.find(mark);
     ASSERT_NE(m, std::string::npos) << "chart " << i << " has no " << mark;
     // The mark group holds drawn paths with geometry, not an empty group.

@@ -2,7 +2,9 @@
 // per-job CSVs, summary JSONs and one HTML report comparing the profiles.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include "gantry/sched/profile.h"
 #include "gantry/sched/sprio.h"
 #include "gantry/sim/packing.h"
+#include "gantry/sim/replay.h"
 #include "gantry/sim/simulator.h"
 #include "gantry/workload/trace.h"
 
@@ -51,7 +54,8 @@ struct SimArgs {
   std::string packing_policies = "first-fit,best-fit,fgd";
   bool round_fractional = false;
   int mig_slices = 0;
-  std::string explain;  // a job id: print its history of reasons and estimates
+  std::string explain;   // a job id: print its history of reasons and estimates
+  std::string baseline;  // the report's baseline profile; empty: the first
 };
 
 // A start estimate or reason time for humans: t=SECONDS.
@@ -184,11 +188,24 @@ int RunSim(const SimArgs& a) {
   }
   std::vector<Profile> profiles;
   for (const std::string& name : SplitComma(a.profiles)) {
+    if (name == kAsRecordedProfile) {
+      // Not a profile: the trace's own history, replayed in the loop below.
+      Profile recorded;
+      recorded.name = name;
+      profiles.push_back(std::move(recorded));
+      continue;
+    }
     auto p = FindProfile(name, extra);
     if (!p.ok()) return Fail(p.status());
     profiles.push_back(std::move(p).value());
   }
   if (profiles.empty()) return Fail(InvalidArgument("--profile names no profile"));
+  if (!a.baseline.empty() && std::none_of(profiles.begin(), profiles.end(),
+                                          [&](const Profile& p) { return p.name == a.baseline; })) {
+    std::fprintf(stderr, "gantry sim: --baseline %s is not one of --profile %s\n",
+                 a.baseline.c_str(), a.profiles.c_str());
+    return kExitUsage;
+  }
 
   auto cluster = LoadClusterOrNodeList(a.cluster.empty() ? a.openb_nodes : a.cluster);
   if (!cluster.ok()) return Fail(cluster.status());
@@ -213,6 +230,12 @@ int RunSim(const SimArgs& a) {
   auto teams = ResolveWorkload(*workload, *cluster, ro);
   if (!teams.ok()) return Fail(teams.status());
   if (a.packing) return RunPackingExperiment(a, *cluster, *workload);
+  for (const Profile& p : profiles) {
+    if (p.name != kAsRecordedProfile) continue;
+    // Before anything runs: a trace without recorded starts fails at once.
+    Status s = CheckRecordedStarts(*workload);
+    if (!s.ok()) return Fail(s);
+  }
   std::vector<ClusterEvent> events;
   if (!a.events.empty()) {
     auto loaded = LoadClusterEvents(a.events);
@@ -268,14 +291,15 @@ int RunSim(const SimArgs& a) {
       so.sprio_at = *at;
       so.sprio = &sprio_rows;
     }
-    auto r = Simulate(*cluster, *teams, *workload, p, so);
+    auto r = p.name == kAsRecordedProfile ? ReplayRecorded(*cluster, *teams, *workload, so)
+                                          : Simulate(*cluster, *teams, *workload, p, so);
     if (!r.ok()) return Fail(r.status().WithContext("profile '" + p.name + "'"));
     results.push_back(std::move(r).value());
     const std::string dir = a.out + "/" + p.name;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Fail(IoError("cannot create '" + dir + "': " + ec.message()));
     Status s = WriteJobsCsv(results.back(), dir + "/jobs.csv");
-    if (s.ok() && so.sprio != nullptr) {
+    if (s.ok() && so.sprio != nullptr && p.name != kAsRecordedProfile) {
       // Written beside the target and renamed into place, like the other outputs.
       const std::string path = dir + "/" + (a.sprio.empty() ? "sprio.txt" : a.sprio);
       const std::string tmp = path + ".tmp";
@@ -289,14 +313,25 @@ int RunSim(const SimArgs& a) {
         if (ec) s = IoError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
       }
     }
-    if (s.ok()) s = WriteSummaryJson(results.back(), dir + "/summary.json");
+    if (!s.ok()) return Fail(s);
+  }
+  // Every run against the recorded history, when it is among them; then the summaries.
+  const SimResult* recorded = nullptr;
+  for (const SimResult& r : results) {
+    if (r.as_recorded) recorded = &r;
+  }
+  for (SimResult& r : results) {
+    if (recorded != nullptr && !r.as_recorded) SetReplayError(r, *recorded);
+    Status s = WriteSummaryJson(r, a.out + "/" + r.profile + "/summary.json");
     if (!s.ok()) return Fail(s);
   }
   std::vector<const SimResult*> ptrs;
   for (const auto& r : results) ptrs.push_back(&r);
   const std::string report = a.out + "/report.html";
   if (!a.no_report) {
-    Status s = WriteHtmlReport(ptrs, report);
+    HtmlReportOptions ro;
+    ro.baseline = a.baseline;
+    Status s = WriteHtmlReport(ptrs, report, ro);
     if (!s.ok()) return Fail(s);
   }
   if (a.json) {
@@ -333,6 +368,7 @@ int RunSim(const SimArgs& a) {
     std::printf("%s", SummaryTable(ptrs).c_str());
     for (const auto& r : results) {
       const SimSummary& s = r.summary;
+      if (r.as_recorded) continue;  // a replay estimates nothing
       std::printf(
           "%-20s start estimates: %lld jobs had one; |first estimate - start| median %s, "
           "p90 %s\n",
@@ -343,6 +379,37 @@ int RunSim(const SimArgs& a) {
           s.jobs_with_estimate > 0
               ? FormatDuration(static_cast<Duration>(s.estimate_error_p90)).c_str()
               : "-");
+    }
+    if (recorded != nullptr) {
+      const RecordedReplay& rr = recorded->recorded;
+      if (rr.jobs_without_start + rr.jobs_start_before_submit > 0) {
+        std::string examples;
+        for (const std::string& id : rr.example_jobs)
+          examples += (examples.empty() ? "" : ", ") + id;
+        std::printf(
+            "%s: %lld jobs have no recorded start and %lld one before their submit; not "
+            "replayed (e.g. %s)\n",
+            recorded->profile.c_str(), static_cast<long long>(rr.jobs_without_start),
+            static_cast<long long>(rr.jobs_start_before_submit), examples.c_str());
+      }
+      if (rr.peak_busy_gpus > cluster->total_gpus()) {
+        std::printf("%s: the recorded runs held up to %lld GPUs at once, more than the %d of %s\n",
+                    recorded->profile.c_str(), static_cast<long long>(rr.peak_busy_gpus),
+                    cluster->total_gpus(), cluster->name().c_str());
+      }
+    }
+    for (const auto& r : results) {
+      if (!r.summary.replay_error) continue;
+      const ReplayError& e = *r.summary.replay_error;
+      const auto d = [](double s) {
+        return FormatDuration(static_cast<Duration>(std::llround(s)));
+      };
+      std::printf(
+          "%-20s vs %s (%lld jobs): |wait diff| mean %s p50 %s p90 %s; |JCT diff| mean %s "
+          "p50 %s p90 %s\n",
+          r.profile.c_str(), e.against.c_str(), static_cast<long long>(e.jobs_compared),
+          d(e.wait_abs_mean).c_str(), d(e.wait_abs_p50).c_str(), d(e.wait_abs_p90).c_str(),
+          d(e.jct_abs_mean).c_str(), d(e.jct_abs_p50).c_str(), d(e.jct_abs_p90).c_str());
     }
     if (explained != nullptr) {
       for (const auto& r : results) PrintHistory(r, *explained);
@@ -382,7 +449,9 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--trace", args->trace, "Trace file");
   sim->add_option("--format", args->format, "Trace format: auto, philly, openb, helios, sacct, swf")
       ->capture_default_str();
-  sim->add_option("--profile", args->profiles, "Comma-separated profiles to compare")
+  sim->add_option("--profile", args->profiles,
+                  "Comma-separated profiles to compare; as-recorded replays the trace's own "
+                  "start times (sacct, helios, openb, swf) and measures every profile against it")
       ->capture_default_str();
   sim->add_option("--profiles", args->profiles_file, "Extra profiles file (YAML)");
   sim->add_option("--out", args->out, "Output directory")->capture_default_str();
@@ -413,6 +482,9 @@ void RegisterSimCommand(CLI::App& app) {
   sim->add_option("--explain", args->explain,
                   "Print this job's history of pending reasons and start estimates, per profile "
                   "(with --json: an \"explain\" object in each profile's summary)");
+  sim->add_option("--baseline", args->baseline,
+                  "The profile the report compares the others with (deltas table); default: "
+                  "the first of --profile");
   sim->add_flag("--json", args->json, "Print the summaries as JSON on stdout (no progress bar)");
   sim->add_flag(
       "--skip-bad", args->skip_bad,

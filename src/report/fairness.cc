@@ -55,7 +55,13 @@ void WaterFill(double capacity, const std::vector<double>& cap, const std::vecto
 }  // namespace
 
 double ShareFairness(const SimResult& r, double* contended_fraction) {
+  return ShareFairness(r, contended_fraction, nullptr);
+}
+
+double ShareFairness(const SimResult& r, double* contended_fraction,
+                     std::vector<TeamEntitlement>* per_team) {
   if (contended_fraction != nullptr) *contended_fraction = 0;
+  if (per_team != nullptr) per_team->assign(r.teams.size(), TeamEntitlement{});
   const Workload* w = r.workload;
   if (w == nullptr || r.cluster == nullptr || r.cluster->total_gpus() <= 0) return 1;
   const size_t n = std::min(w->jobs.size(), r.outcomes.size());
@@ -67,6 +73,7 @@ double ShareFairness(const SimResult& r, double* contended_fraction) {
     run_start = std::min(run_start, w->jobs[i].submit);
     run_end = std::max({run_end, r.outcomes[i].end, w->jobs[i].submit});
   }
+  if (per_team != nullptr) per_team->resize(static_cast<size_t>(teams));
   if (n == 0 || teams == 0) return 1;
 
   std::vector<Step> steps;
@@ -120,6 +127,12 @@ double ShareFairness(const SimResult& r, double* contended_fraction) {
     }
     // No team using anything (the index is undefined): the instant does not count.
     if (sum_sq <= 0) continue;
+    if (per_team != nullptr) {
+      for (int k : order) {
+        (*per_team)[k].used_gpu_seconds += static_cast<double>(usage[k]) * dt;
+        (*per_team)[k].entitled_gpu_seconds += entitled[k] * dt;
+      }
+    }
     weighted_index += sum * sum / (count * sum_sq) * dt;
     contended += dt;
   }

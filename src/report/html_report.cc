@@ -62,6 +62,23 @@ std::string ProfileName(const SimResult& r) {
   return r.summary.profile.empty() ? r.profile : r.summary.profile;
 }
 
+// A profile's name in a table's row header, marked when it is an oracle or the recorded history,
+// so that nobody reads an upper bound as a policy a cluster could run.
+std::string ProfileCell(const SimResult& r) {
+  std::string out = EscapeMarkup(ProfileName(r));
+  if (r.oracle) {
+    out +=
+        " <span class=\"mark oracle\" title=\"reads the trace's true run times: an upper bound, "
+        "not a policy a cluster can run\">oracle</span>";
+  }
+  if (r.as_recorded) {
+    out +=
+        " <span class=\"mark recorded\" title=\"the trace's own start times, replayed\">"
+        "recorded</span>";
+  }
+  return out;
+}
+
 std::string TeamName(const SimResult& r, size_t team) {
   if (team < r.teams.size()) return r.teams[team].name;
   if (r.workload != nullptr && team < r.workload->teams.size()) return r.workload->teams[team];
@@ -182,9 +199,32 @@ ordered_json CdfChart(const std::vector<const SimResult*>& results,
   return spec;
 }
 
+// The x axis of the charts over time: calendar dates when the trace has wall-clock times (every
+// run's workload has the same epoch_unix, not 0), else hours or days since the trace's start.
 struct TimeAxis {
   double divisor = 3600;
   std::string title = "Time since trace start (hours)";
+  Time epoch_unix = 0;  // > 0: dates; t is then Unix milliseconds
+  ordered_json Value(Time t) const {
+    if (epoch_unix > 0) return (epoch_unix + t) * 1000;
+    return Round6(static_cast<double>(t) / divisor);
+  }
+  // The x encoding of a chart over time.
+  ordered_json Encoding() const {
+    ordered_json x;
+    x["field"] = "t";
+    if (epoch_unix > 0) {
+      // UTC throughout, so the page shows the trace's own clock in every browser's time zone.
+      x["type"] = "temporal";
+      x["scale"]["type"] = "utc";
+      x["axis"]["labelExpr"] = "utcFormat(datum.value, '%Y-%m-%d %H:%M')";
+      x["axis"]["labelOverlap"] = true;
+    } else {
+      x["type"] = "quantitative";
+    }
+    x["axis"]["title"] = title;
+    return x;
+  }
 };
 
 TimeAxis ChooseTimeAxis(const std::vector<const SimResult*>& results) {
@@ -193,7 +233,15 @@ TimeAxis ChooseTimeAxis(const std::vector<const SimResult*>& results) {
     if (!r->samples.empty()) last = std::max(last, r->samples.back().t);
   }
   TimeAxis axis;
-  if (last > 3 * 86400) {
+  const Time epoch =
+      results.front()->workload != nullptr ? results.front()->workload->epoch_unix : 0;
+  const bool same_epoch = std::all_of(results.begin(), results.end(), [&](const SimResult* r) {
+    return r->workload != nullptr && r->workload->epoch_unix == epoch;
+  });
+  if (epoch > 0 && same_epoch) {
+    axis.epoch_unix = epoch;
+    axis.title = "Date (UTC, as the trace records it)";
+  } else if (last > 3 * 86400) {
     axis.divisor = 86400;
     axis.title = "Time since trace start (days)";
   }
@@ -212,7 +260,7 @@ ordered_json TimeSeriesChart(const std::vector<const SimResult*>& results,
     for (const TimeSample& s : r->samples) {
       ordered_json row;
       row["profile"] = name;
-      row["t"] = Round6(static_cast<double>(s.t) / axis.divisor);
+      row["t"] = axis.Value(s.t);
       row["value"] = Round6(value(*r, s));
       rows.push_back(std::move(row));
     }
@@ -224,9 +272,7 @@ ordered_json TimeSeriesChart(const std::vector<const SimResult*>& results,
   spec["mark"]["strokeWidth"] = 1.5;
   spec["mark"]["clip"] = true;
   auto& enc = spec["encoding"];
-  enc["x"]["field"] = "t";
-  enc["x"]["type"] = "quantitative";
-  enc["x"]["axis"]["title"] = axis.title;
+  enc["x"] = axis.Encoding();
   enc["y"]["field"] = "value";
   enc["y"]["type"] = "quantitative";
   enc["y"]["axis"]["title"] = y_title;
@@ -279,7 +325,7 @@ ordered_json TeamShareChart(const SimResult& r, const std::vector<size_t>& top,
         }
       }
     }
-    const double t = Round6(static_cast<double>(s.t) / axis.divisor);
+    const ordered_json t = axis.Value(s.t);
     for (size_t i = 0; i < team_domain.size(); ++i) {
       ordered_json row;
       row["t"] = t;
@@ -296,9 +342,7 @@ ordered_json TeamShareChart(const SimResult& r, const std::vector<size_t>& top,
   spec["mark"]["type"] = "area";
   spec["mark"]["interpolate"] = "step-after";
   auto& enc = spec["encoding"];
-  enc["x"]["field"] = "t";
-  enc["x"]["type"] = "quantitative";
-  enc["x"]["axis"]["title"] = axis.title;
+  enc["x"] = axis.Encoding();
   enc["y"]["field"] = "share";
   enc["y"]["type"] = "quantitative";
   enc["y"]["stack"] = "zero";
@@ -311,6 +355,145 @@ ordered_json TeamShareChart(const SimResult& r, const std::vector<size_t>& top,
   enc["color"]["sort"] = team_domain;
   enc["order"]["field"] = "rank";
   enc["order"]["type"] = "quantitative";
+  return spec;
+}
+
+// Job sizes of the wait-by-size chart: GPUs in [lo, hi].
+struct SizeBucket {
+  int lo, hi;
+  const char* label;
+};
+constexpr SizeBucket kSizeBuckets[] = {{1, 1, "1"},         {2, 4, "2-4"},
+                                       {5, 8, "5-8"},       {9, 32, "9-32"},
+                                       {33, 128, "33-128"}, {129, 1 << 30, "129+"}};
+
+// The y axis of a linear duration scale, labelled in s/min/h/d.
+ordered_json LinearDurationAxis(const std::string& title) {
+  ordered_json axis;
+  axis["title"] = title;
+  axis["labelExpr"] =
+      "datum.value >= 86400 ? format(datum.value / 86400, '.3~g') + 'd' : "
+      "datum.value >= 3600 ? format(datum.value / 3600, '.3~g') + 'h' : "
+      "datum.value >= 60 ? format(datum.value / 60, '.3~g') + 'min' : "
+      "format(datum.value, '.3~g') + 's'";
+  return axis;
+}
+
+// Mean wait of completed jobs by GPUs asked for, one bar per profile in each size bucket: where
+// a policy makes large jobs pay for small ones' waits (or the other way round).
+ordered_json WaitBySizeChart(const std::vector<const SimResult*>& results,
+                             const std::vector<std::string>& profiles) {
+  ordered_json rows = ordered_json::array();
+  std::vector<bool> used(std::size(kSizeBuckets), false);
+  for (const SimResult* r : results) {
+    if (r->workload == nullptr) continue;
+    std::vector<std::vector<double>> waits(std::size(kSizeBuckets));
+    const size_t n = std::min(r->workload->jobs.size(), r->outcomes.size());
+    for (size_t i = 0; i < n; ++i) {
+      const JobOutcome& o = r->outcomes[i];
+      const Job& job = r->workload->jobs[i];
+      if (o.start < 0 || o.end < 0) continue;
+      for (size_t b = 0; b < std::size(kSizeBuckets); ++b) {
+        if (job.gpus >= kSizeBuckets[b].lo && job.gpus <= kSizeBuckets[b].hi) {
+          waits[b].push_back(static_cast<double>(o.start - job.submit));
+        }
+      }
+    }
+    for (size_t b = 0; b < waits.size(); ++b) {
+      std::vector<double>& w = waits[b];
+      if (w.empty()) continue;
+      used[b] = true;
+      double sum = 0;
+      for (double x : w) sum += x;
+      std::sort(w.begin(), w.end());
+      ordered_json row;
+      row["profile"] = ProfileName(*r);
+      row["size"] = kSizeBuckets[b].label;
+      row["jobs"] = w.size();
+      row["mean_wait"] = Round6(sum / static_cast<double>(w.size()));
+      row["p90_wait"] = Round6(NearestRank(w, 0.9));
+      rows.push_back(std::move(row));
+    }
+  }
+  ordered_json sizes = ordered_json::array();
+  for (size_t b = 0; b < used.size(); ++b) {
+    if (used[b]) sizes.push_back(kSizeBuckets[b].label);
+  }
+  ordered_json spec = BaseSpec("Wait by job size",
+                               "mean submit-to-start wait of completed jobs, by GPUs asked for");
+  spec["data"]["values"] = std::move(rows);
+  spec["mark"]["type"] = "bar";
+  auto& enc = spec["encoding"];
+  enc["x"]["field"] = "size";
+  enc["x"]["type"] = "ordinal";
+  enc["x"]["sort"] = sizes;
+  enc["x"]["axis"]["title"] = "GPUs per job";
+  enc["x"]["axis"]["labelAngle"] = 0;
+  enc["xOffset"]["field"] = "profile";
+  enc["xOffset"]["sort"] = profiles;
+  enc["y"]["field"] = "mean_wait";
+  enc["y"]["type"] = "quantitative";
+  enc["y"]["axis"] = LinearDurationAxis("Mean wait");
+  enc["color"] = ProfileColor(profiles);
+  enc["tooltip"] = ordered_json::array(
+      {{{"field", "profile"}, {"type", "nominal"}},
+       {{"field", "size"}, {"type", "ordinal"}, {"title", "GPUs"}},
+       {{"field", "jobs"}, {"type", "quantitative"}},
+       {{"field", "mean_wait"}, {"type", "quantitative"}, {"title", "mean wait (s)"}},
+       {{"field", "p90_wait"}, {"type", "quantitative"}, {"title", "p90 wait (s)"}}});
+  return spec;
+}
+
+// Cumulative counts (or GPU-hours) over time, one line per profile and series: `series` are
+// (name, value of a sample) pairs; only series some run has a non-zero total of are drawn.
+struct Series {
+  std::string name;
+  double (*value)(const TimeSample&);
+};
+
+ordered_json CumulativeChart(const std::vector<const SimResult*>& results,
+                             const std::vector<std::string>& profiles, const TimeAxis& axis,
+                             const std::string& title, const std::string& subtitle,
+                             const std::string& y_title, const std::vector<Series>& all_series) {
+  std::vector<const Series*> series;
+  for (const Series& s : all_series) {
+    const bool any = std::any_of(results.begin(), results.end(), [&](const SimResult* r) {
+      return !r->samples.empty() && s.value(r->samples.back()) > 0;
+    });
+    if (any) series.push_back(&s);
+  }
+  ordered_json rows = ordered_json::array();
+  ordered_json names = ordered_json::array();
+  for (const Series* s : series) names.push_back(s->name);
+  for (const SimResult* r : results) {
+    for (const Series* se : series) {
+      for (const TimeSample& sample : r->samples) {
+        ordered_json row;
+        row["profile"] = ProfileName(*r);
+        row["series"] = se->name;
+        row["t"] = axis.Value(sample.t);
+        row["value"] = Round6(se->value(sample));
+        rows.push_back(std::move(row));
+      }
+    }
+  }
+  ordered_json spec = BaseSpec(title, subtitle);
+  spec["data"]["values"] = std::move(rows);
+  spec["mark"]["type"] = "line";
+  spec["mark"]["interpolate"] = "step-after";
+  spec["mark"]["strokeWidth"] = 1.5;
+  spec["mark"]["clip"] = true;
+  auto& enc = spec["encoding"];
+  enc["x"] = axis.Encoding();
+  enc["y"]["field"] = "value";
+  enc["y"]["type"] = "quantitative";
+  enc["y"]["axis"]["title"] = y_title;
+  enc["color"] = ProfileColor(profiles);
+  enc["strokeDash"]["field"] = "series";
+  enc["strokeDash"]["type"] = "nominal";
+  enc["strokeDash"]["title"] = "Series";
+  enc["strokeDash"]["scale"]["domain"] = std::move(names);
+  enc["strokeDash"]["legend"]["orient"] = "bottom";
   return spec;
 }
 
@@ -348,9 +531,146 @@ void AppendSummaryTable(std::string& html, const std::vector<const SimResult*>& 
                                             std::to_string(s.requeues),
                                             Fixed(s.lost_gpu_hours, 1),
                                             Fixed(100 * s.goodput, 1) + "%"};
-    html += "<tr><th>" + EscapeMarkup(ProfileName(*r)) + "</th>";
+    html += "<tr><th>" + ProfileCell(*r) + "</th>";
     for (const std::string& c : cells) html += "<td>" + EscapeMarkup(c) + "</td>";
     html += "</tr>\n";
+  }
+  html += "</tbody></table>\n";
+  if (std::any_of(results.begin(), results.end(), [](const SimResult* r) { return r->oracle; })) {
+    html +=
+        "<p class=\"note\">Profiles marked <span class=\"mark oracle\">oracle</span> read the "
+        "trace's true run times, which no scheduler knows: their numbers are upper bounds for "
+        "comparison, not results a cluster could get.</p>\n";
+  }
+}
+
+// "+12.5%" / "-40.0%": duration `v` against `base`; the absolute difference when the base is 0.
+std::string RelativeDelta(double v, double base) {
+  if (base == 0) {
+    if (v == 0) return "0";
+    return (v > 0 ? "+" : "") + CompactDuration(v);
+  }
+  const double pct = 100 * (v - base) / base;
+  return (pct > 0 ? "+" : "") + Fixed(pct, 1) + "%";
+}
+
+// Each profile against the baseline: mean and p99 JCT and wait, and utilisation (its delta in
+// percentage points).
+void AppendDeltasTable(std::string& html, const std::vector<const SimResult*>& results,
+                       const SimResult& base) {
+  const SimSummary& b = base.summary;
+  html += "<p class=\"note\">Baseline: <b>" + EscapeMarkup(ProfileName(base)) +
+          "</b>. Each cell: the value, then its change against the baseline's (durations in %, "
+          "utilisation in percentage points).</p>\n";
+  html +=
+      "<table class=\"deltas\"><thead><tr><th>Profile</th><th>JCT mean</th><th>JCT p99</th>"
+      "<th>Wait mean</th><th>Wait p99</th><th>GPU util.</th></tr></thead><tbody>\n";
+  for (const SimResult* r : results) {
+    const SimSummary& s = r->summary;
+    const bool is_base = r == &base;
+    const auto cell = [&](double v, double bv) {
+      std::string c = "<td>" + EscapeMarkup(CompactDuration(v));
+      if (!is_base) c += " <span class=\"delta\">" + EscapeMarkup(RelativeDelta(v, bv)) + "</span>";
+      return c + "</td>";
+    };
+    html += "<tr" + std::string(is_base ? " class=\"baseline\"" : "") + "><th>" + ProfileCell(*r) +
+            (is_base ? " (baseline)" : "") + "</th>";
+    html += cell(s.jct_mean, b.jct_mean) + cell(s.jct_p99, b.jct_p99) +
+            cell(s.wait_mean, b.wait_mean) + cell(s.wait_p99, b.wait_p99);
+    html += "<td>" + Fixed(100 * s.gpu_utilization, 1) + "%";
+    if (!is_base) {
+      const double pp = 100 * (s.gpu_utilization - b.gpu_utilization);
+      html +=
+          " <span class=\"delta\">" + std::string(pp > 0 ? "+" : "") + Fixed(pp, 1) + " pp</span>";
+    }
+    html += "</td></tr>\n";
+  }
+  html += "</tbody></table>\n";
+}
+
+// Every profile's replay error against the as-recorded run (SetReplayError).
+void AppendReplayErrorTable(std::string& html, const std::vector<const SimResult*>& results) {
+  html +=
+      "<p class=\"note\">How far each profile is from what the site's own scheduler did, job by "
+      "job: |wait in the run - recorded wait| and the same for JCT, over jobs completed in both. "
+      "Bias: the mean signed difference (above 0: the run waits longer than history).</p>\n"
+      "<table class=\"replay\"><thead><tr><th>Profile</th><th>Against</th><th>Jobs "
+      "compared</th><th>Not compared</th><th>|Wait diff| mean</th><th>p50</th><th>p90</th>"
+      "<th>Wait bias</th><th>|JCT diff| mean</th><th>p50</th><th>p90</th><th>JCT bias</th>"
+      "</tr></thead><tbody>\n";
+  for (const SimResult* r : results) {
+    if (!r->summary.replay_error) continue;
+    const ReplayError& e = *r->summary.replay_error;
+    html += "<tr><th>" + ProfileCell(*r) + "</th><td>" + EscapeMarkup(e.against) + "</td><td>" +
+            std::to_string(e.jobs_compared) + "</td><td>" + std::to_string(e.jobs_not_compared) +
+            "</td>";
+    for (double v : {e.wait_abs_mean, e.wait_abs_p50, e.wait_abs_p90, e.wait_bias, e.jct_abs_mean,
+                     e.jct_abs_p50, e.jct_abs_p90, e.jct_bias}) {
+      html += "<td>" + EscapeMarkup(CompactDuration(v)) + "</td>";
+    }
+    html += "</tr>\n";
+  }
+  html += "</tbody></table>\n";
+}
+
+// Teams shown in the per-team table: the most GPU-hours over all runs first.
+constexpr size_t kMaxTeamRows = 20;
+
+// Per team and profile: GPU-hours used against quota, share of the contended GPUs against
+// entitlement; and each profile's share fairness (Jain's index over those ratios).
+void AppendTeamsTable(std::string& html, const std::vector<const SimResult*>& results) {
+  html +=
+      "<table class=\"fairness\"><thead><tr><th>Profile</th><th>Share fairness</th>"
+      "<th>Contended</th><th>Jain (slowdown)</th></tr></thead><tbody>\n";
+  for (const SimResult* r : results) {
+    const SimSummary& s = r->summary;
+    html += "<tr><th>" + ProfileCell(*r) + "</th><td>" + Fixed(s.share_fairness, 3) + "</td><td>" +
+            Fixed(100 * s.contended_fraction, 1) + "%</td><td>" + Fixed(s.jain_fairness, 3) +
+            "</td></tr>\n";
+  }
+  html += "</tbody></table>\n";
+  size_t teams = 0;
+  for (const SimResult* r : results) teams = std::max(teams, r->summary.teams.size());
+  std::vector<double> hours(teams, 0);
+  for (const SimResult* r : results) {
+    for (size_t t = 0; t < r->summary.teams.size(); ++t) hours[t] += r->summary.teams[t].gpu_hours;
+  }
+  std::vector<size_t> order(teams);
+  for (size_t t = 0; t < teams; ++t) order[t] = t;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return hours[a] > hours[b]; });
+  const size_t shown = std::min(order.size(), kMaxTeamRows);
+  html +=
+      "<p class=\"note\">Quota GPU-h: the quota held for the whole makespan. Share and "
+      "entitlement count only the time the cluster was contended (teams wanted more GPUs than it "
+      "has): a team's share of the GPUs used then, and of the weighted max-min fair shares it was "
+      "entitled to; used/entitled below 1: the team got less than its fair share.";
+  if (shown < order.size()) {
+    html += " The " + std::to_string(shown) + " teams with the most GPU-hours of " +
+            std::to_string(order.size()) + "; all are in each summary.json.";
+  }
+  html += "</p>\n";
+  html +=
+      "<table class=\"teams\"><thead><tr><th>Team</th><th>Profile</th><th>Jobs</th>"
+      "<th>Quota (GPUs)</th><th>GPU-h used</th><th>Quota GPU-h</th><th>Of quota</th>"
+      "<th>Share (contended)</th><th>Entitled share</th><th>Used / entitled</th>"
+      "<th>Mean wait</th></tr></thead><tbody>\n";
+  for (size_t k = 0; k < shown; ++k) {
+    const size_t t = order[k];
+    for (const SimResult* r : results) {
+      if (t >= r->summary.teams.size()) continue;
+      const TeamSummary& ts = r->summary.teams[t];
+      const bool quota = ts.quota_gpus != kNoQuota;
+      html += "<tr><th>" + EscapeMarkup(ts.name) + "</th><td class=\"name\">" + ProfileCell(*r) +
+              "</td><td>" + std::to_string(ts.jobs) + "</td><td>" +
+              (quota ? std::to_string(ts.quota_gpus) : "-") + "</td><td>" + Fixed(ts.gpu_hours, 1) +
+              "</td><td>" + (quota ? Fixed(ts.quota_gpu_hours, 1) : "-") + "</td><td>" +
+              (quota ? Fixed(100 * ts.quota_utilization, 1) + "%" : "-") + "</td><td>" +
+              Fixed(100 * ts.contended_share, 1) + "%</td><td>" +
+              Fixed(100 * ts.entitled_share, 1) + "%</td><td>" +
+              (ts.entitled_gpu_hours > 0 ? Fixed(ts.entitlement_ratio, 2) : "-") + "</td><td>" +
+              EscapeMarkup(CompactDuration(ts.mean_wait_s)) + "</td></tr>\n";
+    }
   }
   html += "</tbody></table>\n";
 }
@@ -363,7 +683,7 @@ void AppendRunsTable(std::string& html, const std::vector<const SimResult*>& res
   for (const SimResult* r : results) {
     const Cluster* c = r->cluster;
     const Workload* w = r->workload;
-    html += "<tr><th>" + EscapeMarkup(ProfileName(*r)) + "</th><td>" +
+    html += "<tr><th>" + ProfileCell(*r) + "</th><td>" +
             EscapeMarkup(c != nullptr ? c->name() : "-") + "</td><td>" +
             (c != nullptr ? std::to_string(c->total_gpus()) : "-") + "</td><td>" +
             (c != nullptr ? std::to_string(c->nodes().size()) : "-") + "</td><td>" +
@@ -387,6 +707,12 @@ thead th { background: #f3f4f6; font-weight: 600; }
 tbody th { text-align: left; font-weight: 600; }
 td { text-align: right; font-variant-numeric: tabular-nums; }
 table.runs td { text-align: left; }
+td.name { text-align: left; }
+.mark { font-size: 11px; font-weight: 600; padding: 0 4px; border-radius: 3px; }
+.mark.oracle { background: #fde68a; color: #7c2d12; }
+.mark.recorded { background: #dbeafe; color: #1e3a8a; }
+.delta { color: #555; font-size: 12px; }
+tr.baseline th, tr.baseline td { background: #f9fafb; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
 .chart { min-width: 600px; min-height: 320px; border: 1px solid #eee; padding: 8px; }
 [data-chart-error] { color: #b00020; }
@@ -420,12 +746,23 @@ constexpr std::string_view kRenderScript = R"js(
 
 }  // namespace
 
-Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const std::string& path) {
+Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const std::string& path,
+                       const HtmlReportOptions& options) {
   std::vector<const SimResult*> results;
   for (const SimResult* r : all_results) {
     if (r != nullptr) results.push_back(r);
   }
   if (results.empty()) return InvalidArgument("WriteHtmlReport: no results to report");
+  const SimResult* baseline = results.front();
+  if (!options.baseline.empty()) {
+    auto it = std::find_if(results.begin(), results.end(),
+                           [&](const SimResult* r) { return ProfileName(*r) == options.baseline; });
+    if (it == results.end()) {
+      return InvalidArgument("HTML report: baseline profile '" + options.baseline +
+                             "' is not among the results");
+    }
+    baseline = *it;
+  }
 
   Result<std::vector<ChartLibraryFile>> library = LoadChartLibrary(ChartLibraryDir());
   if (!library.ok()) {
@@ -457,6 +794,28 @@ Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const s
                             /*percent=*/false, [](const SimResult&, const TimeSample& s) {
                               return static_cast<double>(s.pending_jobs);
                             }));
+  add_chart(WaitBySizeChart(results, profiles));
+  const bool interrupted = std::any_of(results.begin(), results.end(), [](const SimResult* r) {
+    const SimSummary& s = r->summary;
+    return s.preemptions > 0 || s.requeues > 0 || s.node_failures > 0;
+  });
+  if (interrupted) {
+    add_chart(CumulativeChart(
+        results, profiles, time_axis, "Preemptions and failures",
+        "cumulative: runs preempted, runs requeued after their node went down, node failures",
+        "Count so far",
+        {{"preemptions", [](const TimeSample& s) { return static_cast<double>(s.preemptions); }},
+         {"requeues", [](const TimeSample& s) { return static_cast<double>(s.requeues); }},
+         {"node failures",
+          [](const TimeSample& s) { return static_cast<double>(s.node_failures); }}}));
+    add_chart(CumulativeChart(
+        results, profiles, time_axis, "Work lost",
+        "cumulative GPU-hours of work done since the last checkpoint by interrupted runs",
+        "GPU-hours lost so far",
+        {{"to preemption",
+          [](const TimeSample& s) { return s.preemption_lost_gpu_seconds / 3600.0; }},
+         {"all interruptions", [](const TimeSample& s) { return s.lost_gpu_seconds / 3600.0; }}}));
+  }
   size_t team_count = 0;
   const std::vector<size_t> top = TopTeams(results, &team_count);
   std::vector<std::string> team_domain;
@@ -494,6 +853,17 @@ Status WriteHtmlReport(const std::vector<const SimResult*>& all_results, const s
   AppendRunsTable(html, results);
   html += "<h2>Summary</h2>\n";
   AppendSummaryTable(html, results);
+  if (results.size() > 1) {
+    html += "<h2 id=\"deltas\">Against the baseline</h2>\n";
+    AppendDeltasTable(html, results, *baseline);
+  }
+  if (std::any_of(results.begin(), results.end(),
+                  [](const SimResult* r) { return r->summary.replay_error.has_value(); })) {
+    html += "<h2 id=\"replay-error\">Replay error</h2>\n";
+    AppendReplayErrorTable(html, results);
+  }
+  html += "<h2 id=\"teams\">Teams</h2>\n";
+  AppendTeamsTable(html, results);
   html += "<h2>Charts</h2>\n<div class=\"charts\">\n";
   for (const auto& c : charts) {
     html += "<div class=\"chart\" id=\"" + c["id"].get<std::string>() + "\"></div>\n";

@@ -34,6 +34,15 @@ double BoundedSlowdown(Time submit, Time start, Time end);
 // null, receives that time as a share of the run. Definition: src/report/fairness.cc.
 double ShareFairness(const SimResult& result, double* contended_fraction);
 
+// Per team, over the same contended instants: GPU-seconds used and GPU-seconds entitled.
+struct TeamEntitlement {
+  double used_gpu_seconds = 0;
+  double entitled_gpu_seconds = 0;
+};
+// ShareFairness, also filling `per_team` (indexed like Job::team; resized to the teams seen).
+double ShareFairness(const SimResult& result, double* contended_fraction,
+                     std::vector<TeamEntitlement>* per_team);
+
 // `x` rounded to 6 significant digits (non-finite values become 0), so that JSON output does not
 // expose the last bits of floating-point sums.
 double Round6(double x);

@@ -346,6 +346,154 @@ class ScopedWebDir {
   ~ScopedWebDir() { unsetenv("GANTRY_WEB_DIR"); }
 };
 
+size_t CountCharts(const std::string& html) {
+  size_t charts = 0;
+  for (size_t p = html.find("<div class=\"chart\""); p != std::string::npos;
+       p = html.find("<div class=\"chart\"", p + 1)) {
+    ++charts;
+  }
+  return charts;
+}
+
+bool HaveWebAssets() {
+  const std::string web = GANTRY_WEB_DIR;
+  return access((web + "/vega/build/vega.min.js").c_str(), R_OK) == 0;
+}
+
+// The text of one table of the page: from `<table class="NAME"` to its end.
+std::string Table(const std::string& html, const std::string& name) {
+  const size_t begin = html.find("<table class=\"" + name + "\"");
+  if (begin == std::string::npos) return "";
+  return html.substr(begin, html.find("</table>", begin) - begin);
+}
+
+// Per team, over the fixture's contended instants (ShareFairnessMatchesHandComputation's
+// intervals; [130,400) and [400,405): only b wants, entitled to all 16 GPUs, using 8 then 2):
+//   a: used 8x80 + 0x10 + 4x20 = 720 GPU-s; entitled 8x80 + 4x10 + 4x20 = 760
+//   b: used 0x80 + 8x10 + 8x20 + 8x270 + 2x5 = 2410; entitled 8x80 + 12x10 + 12x20 + 16x275 = 5400
+// Quota GPU-hours of a: 8 GPUs x 405 s = 0.9 h; it used (8x100 + 4x20) / 3600 h of them.
+TEST(SummarizeTest, PerTeamEntitlementMatchesHandComputation) {
+  Fixture f;
+  const std::vector<TeamSummary>& t = f.result.summary.teams;
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t[0].contended_gpu_hours, 720 / 3600.0, 1e-12);
+  EXPECT_NEAR(t[0].entitled_gpu_hours, 760 / 3600.0, 1e-12);
+  EXPECT_NEAR(t[0].entitlement_ratio, 720 / 760.0, 1e-12);
+  EXPECT_NEAR(t[1].contended_gpu_hours, 2410 / 3600.0, 1e-12);
+  EXPECT_NEAR(t[1].entitled_gpu_hours, 5400 / 3600.0, 1e-12);
+  EXPECT_NEAR(t[1].entitlement_ratio, 2410 / 5400.0, 1e-12);
+  EXPECT_NEAR(t[0].entitled_share, 760 / 6160.0, 1e-12);
+  EXPECT_NEAR(t[1].contended_share, 2410 / 3130.0, 1e-12);
+  EXPECT_NEAR(t[0].quota_gpu_hours, 0.9, 1e-12);
+  EXPECT_NEAR(t[0].quota_utilization, 880 / 3240.0, 1e-12);
+  EXPECT_EQ(t[1].quota_gpu_hours, 0);  // no quota
+  const nlohmann::ordered_json j = SummaryToJson(f.result);
+  EXPECT_EQ(j["teams"][0]["entitlement_ratio"], report_internal::Round6(720 / 760.0));
+  EXPECT_EQ(j["teams"][0]["quota_gpu_hours"], 0.9);
+  EXPECT_TRUE(j["replay_error"].is_null());
+}
+
+// The fixture against a second run in which j3 starts on submission (at 30, ending at 35):
+//   JCT mean: fixture (100 + 120 + 380 + 375) / 4 = 243.75; other (100 + 120 + 380 + 5) / 4 =
+//   151.25, so -37.9%. Wait mean: 137.5 against (0 + 100 + 80 + 0) / 4 = 45, -67.3%.
+//   Utilisation: 3290 GPU-s over 16 x 405 (50.77%) against 16 x 400 (51.41%): +0.6 pp.
+struct TwoRuns {
+  Fixture base, other;
+  TwoRuns() {
+    other.result.profile = "sjf-oracle";
+    other.result.oracle = true;
+    other.result.outcomes[3] = Ran(30, 35);
+    Summarize(other.result);
+  }
+};
+
+TEST(HtmlReportTest, DeltasTeamsAndOracleMarks) {
+  if (!HaveWebAssets()) GTEST_SKIP() << "web assets missing; run scripts/setup";
+  TwoRuns runs;
+  const std::string path = MakeTempDir() + "/report.html";
+  ASSERT_TRUE(WriteHtmlReport({&runs.base.result, &runs.other.result}, path).ok());
+  const std::string html = ReadFile(path);
+
+  const std::string deltas = Table(html, "deltas");
+  ASSERT_FALSE(deltas.empty());
+  EXPECT_THAT(deltas, HasSubstr("fifo (baseline)"));
+  EXPECT_THAT(deltas, HasSubstr("<span class=\"delta\">-37.9%</span>"));
+  EXPECT_THAT(deltas, HasSubstr("<span class=\"delta\">-67.3%</span>"));
+  EXPECT_THAT(deltas, HasSubstr("<span class=\"delta\">+0.6 pp</span>"));
+  EXPECT_THAT(html, HasSubstr("Baseline: <b>fifo</b>"));
+
+  // The oracle is marked wherever profiles are listed, and the page says what that means.
+  const std::string oracle_mark = "sjf-oracle <span class=\"mark oracle\"";
+  EXPECT_THAT(Table(html, "summary"), HasSubstr(oracle_mark));
+  EXPECT_THAT(deltas, HasSubstr(oracle_mark));
+  EXPECT_THAT(Table(html, "summary"), ::testing::Not(HasSubstr("fifo <span class=\"mark")));
+  EXPECT_THAT(html, HasSubstr("their numbers are upper bounds"));
+
+  // Per team: a's quota GPU-hours (0.9), used/entitled 720/760 = 0.95 and b's 2410/5400 = 0.45.
+  const std::string teams = Table(html, "teams");
+  EXPECT_THAT(teams, HasSubstr("<tr><th>a</th><td class=\"name\">fifo</td><td>2</td><td>8</td>"
+                               "<td>0.2</td><td>0.9</td><td>27.2%</td>"));
+  EXPECT_THAT(teams, HasSubstr("<td>0.95</td>"));
+  EXPECT_THAT(teams, HasSubstr("<td>0.45</td>"));
+  // Share fairness per profile, from ShareFairnessMatchesHandComputation:
+  // (0.5 x 90 + 25/26 x 20 + 275) / 385 = 0.8811.
+  EXPECT_THAT(Table(html, "fairness"), HasSubstr("<tr><th>fifo</th><td>0.881</td>"));
+
+  // Wait by size: fifo's 2-4 GPU jobs (j1, j3) waited 100 and 370 s, mean 235.
+  EXPECT_THAT(html, HasSubstr("{\"profile\":\"fifo\",\"size\":\"2-4\",\"jobs\":2,"
+                              "\"mean_wait\":235.0,\"p90_wait\":370.0}"));
+
+  // Another baseline: fifo against sjf-oracle's JCT mean, (243.75 - 151.25) / 151.25 = +61.2%.
+  HtmlReportOptions options;
+  options.baseline = "sjf-oracle";
+  ASSERT_TRUE(WriteHtmlReport({&runs.base.result, &runs.other.result}, path, options).ok());
+  EXPECT_THAT(Table(ReadFile(path), "deltas"), HasSubstr("+61.2%"));
+  options.baseline = "nope";
+  const Status bad = WriteHtmlReport({&runs.base.result, &runs.other.result}, path, options);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("'nope'"));
+}
+
+TEST(HtmlReportTest, CalendarDatesPreemptionChartsAndReplayError) {
+  if (!HaveWebAssets()) GTEST_SKIP() << "web assets missing; run scripts/setup";
+  TwoRuns runs;
+  // Wall-clock trace: t = 0 is 2023-11-14T22:13:20Z.
+  runs.base.workload.epoch_unix = 1700000000;
+  runs.other.workload.epoch_unix = 1700000000;
+  // Two preemptions in the second run, at 100 and 200, losing 1 GPU-hour in all.
+  for (TimeSample& s : runs.other.result.samples) {
+    s.preemptions = s.t >= 200 ? 2 : s.t >= 100 ? 1 : 0;
+    s.preemption_lost_gpu_seconds = s.t >= 200 ? 3600 : 0;
+    s.lost_gpu_seconds = s.preemption_lost_gpu_seconds;
+  }
+  runs.other.result.preemptions = 2;
+  Summarize(runs.other.result);
+  SetReplayError(runs.other.result, runs.base.result);
+  const std::string path = MakeTempDir() + "/report.html";
+  ASSERT_TRUE(WriteHtmlReport({&runs.base.result, &runs.other.result}, path).ok());
+  const std::string html = ReadFile(path);
+  // Times are Unix milliseconds on a UTC scale.
+  EXPECT_THAT(html, HasSubstr("\"t\":1700000000000"));
+  EXPECT_THAT(html, HasSubstr("\"scale\":{\"type\":\"utc\"}"));
+  EXPECT_THAT(html, HasSubstr("utcFormat(datum.value, '%Y-%m-%d %H:%M')"));
+  EXPECT_THAT(html, HasSubstr("Date (UTC, as the trace records it)"));
+  // + preemptions and failures, + work lost.
+  EXPECT_EQ(CountCharts(html), 9u);
+  EXPECT_THAT(html, HasSubstr("Preemptions and failures"));
+  EXPECT_THAT(html, HasSubstr("\"series\":\"preemptions\",\"t\":1700000200000,\"value\":2.0}"));
+  // Only the series some run has: no requeues or node failures drawn.
+  EXPECT_THAT(html, ::testing::Not(HasSubstr("\"series\":\"requeues\"")));
+  // Replay error against fifo (standing in for the recorded run): only j3 differs, by 370 s
+  // of wait: mean 92.5 s.
+  const std::string replay = Table(html, "replay");
+  EXPECT_THAT(replay, HasSubstr("<td>fifo</td><td>4</td><td>0</td><td>1.5m</td>"));
+
+  // Without wall-clock times: hours since the trace's start.
+  runs.other.workload.epoch_unix = 0;
+  ASSERT_TRUE(WriteHtmlReport({&runs.base.result, &runs.other.result}, path).ok());
+  EXPECT_THAT(ReadFile(path), HasSubstr("Time since trace start (hours)"));
+}
+
 TEST(HtmlReportTest, MissingWebAssetsIsAClearError) {
   Fixture f;
   const std::string dir = MakeTempDir();
@@ -378,13 +526,10 @@ TEST(HtmlReportTest, SelfContainedWithEscapedNames) {
   EXPECT_EQ(closes, 5u);
   EXPECT_THAT(html, HasSubstr("evil&lt;/script&gt;&lt;b&gt;"));  // in the HTML tables
   EXPECT_THAT(html, ::testing::Not(HasSubstr("src=\"http")));    // nothing fetched from the web
-  // 4 comparison charts + one team-share chart per profile.
-  size_t charts = 0;
-  for (size_t p = html.find("<div class=\"chart\""); p != std::string::npos;
-       p = html.find("<div class=\"chart\"", p + 1)) {
-    ++charts;
-  }
-  EXPECT_EQ(charts, 6u);
+  // 4 comparison charts + wait by size + one team-share chart per profile; no preemption or
+  // failure charts, as nothing was interrupted.
+  EXPECT_EQ(CountCharts(html), 7u);
+  EXPECT_THAT(html, ::testing::Not(HasSubstr("Preemptions and failures")));
   EXPECT_THAT(html, HasSubstr("renderer: 'svg'"));
 
   // Same input, same bytes.

@@ -180,8 +180,10 @@ void Summarize(SimResult& result) {
     ts.gpu_hours = a.gpu_seconds / 3600.0;
     ts.share_of_usage = all_gpu_seconds > 0 ? a.gpu_seconds / all_gpu_seconds : 0;
     if (ts.quota_gpus > 0 && s.makespan > 0) {
-      ts.quota_utilization =
-          a.gpu_seconds / (static_cast<double>(ts.quota_gpus) * static_cast<double>(s.makespan));
+      const double quota_gpu_seconds =
+          static_cast<double>(ts.quota_gpus) * static_cast<double>(s.makespan);
+      ts.quota_gpu_hours = quota_gpu_seconds / 3600.0;
+      ts.quota_utilization = a.gpu_seconds / quota_gpu_seconds;
     }
     if (a.completed > 0) {
       ts.mean_wait_s = a.wait_sum / static_cast<double>(a.completed);
@@ -195,7 +197,26 @@ void Summarize(SimResult& result) {
   s.jain_fairness = jain_n > 0 && jain_sum_sq > 0
                         ? (jain_sum * jain_sum) / (static_cast<double>(jain_n) * jain_sum_sq)
                         : 0;
-  s.share_fairness = report_internal::ShareFairness(result, &s.contended_fraction);
+  std::vector<report_internal::TeamEntitlement> entitlement;
+  s.share_fairness = report_internal::ShareFairness(result, &s.contended_fraction, &entitlement);
+  double all_used = 0, all_entitled = 0;
+  for (const auto& e : entitlement) {
+    all_used += e.used_gpu_seconds;
+    all_entitled += e.entitled_gpu_seconds;
+  }
+  for (size_t t = 0; t < s.teams.size() && t < entitlement.size(); ++t) {
+    TeamSummary& ts = s.teams[t];
+    const report_internal::TeamEntitlement& e = entitlement[t];
+    ts.contended_gpu_hours = e.used_gpu_seconds / 3600.0;
+    ts.entitled_gpu_hours = e.entitled_gpu_seconds / 3600.0;
+    ts.contended_share = all_used > 0 ? e.used_gpu_seconds / all_used : 0;
+    ts.entitled_share = all_entitled > 0 ? e.entitled_gpu_seconds / all_entitled : 0;
+    ts.entitlement_ratio =
+        e.entitled_gpu_seconds > 0 ? e.used_gpu_seconds / e.entitled_gpu_seconds : 0;
+  }
+  s.oracle = result.oracle;
+  s.as_recorded = result.as_recorded;
+  s.replay_error = std::move(result.summary.replay_error);  // set apart from Summarize
   s.energy_kwh = result.energy_joules / 3.6e6;
   s.idle_energy_kwh = std::max(0.0, s.energy_kwh - s.job_energy_kwh);
   s.peak_watts = result.peak_watts;
@@ -209,10 +230,55 @@ void Summarize(SimResult& result) {
   result.summary = std::move(s);
 }
 
+void SetReplayError(SimResult& result, const SimResult& recorded) {
+  ReplayError e;
+  e.against = recorded.summary.profile.empty() ? recorded.profile : recorded.summary.profile;
+  const Workload* w = result.workload;
+  const size_t n =
+      w == nullptr ? 0
+                   : std::min({w->jobs.size(), result.outcomes.size(), recorded.outcomes.size()});
+  std::vector<double> wait_abs, jct_abs;
+  double wait_signed = 0, jct_signed = 0;
+  const auto completed = [](const JobOutcome& o) {
+    return o.start >= 0 && o.end >= 0 && !o.cancelled && !o.held;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const JobOutcome& o = result.outcomes[i];
+    const JobOutcome& r = recorded.outcomes[i];
+    const bool in_run = completed(o), in_history = completed(r);
+    if (in_run != in_history) ++e.jobs_not_compared;
+    if (!in_run || !in_history) continue;
+    // Same submit in both, so wait and JCT differences are start and end differences.
+    const double dw = static_cast<double>(o.start - r.start);
+    const double dj = static_cast<double>(o.end - r.end);
+    wait_abs.push_back(std::abs(dw));
+    jct_abs.push_back(std::abs(dj));
+    wait_signed += dw;
+    jct_signed += dj;
+  }
+  e.jobs_compared = static_cast<int64_t>(wait_abs.size());
+  if (!wait_abs.empty()) {
+    const double count = static_cast<double>(wait_abs.size());
+    e.wait_abs_mean = Mean(wait_abs);
+    e.jct_abs_mean = Mean(jct_abs);
+    e.wait_bias = wait_signed / count;
+    e.jct_bias = jct_signed / count;
+    std::sort(wait_abs.begin(), wait_abs.end());
+    std::sort(jct_abs.begin(), jct_abs.end());
+    e.wait_abs_p50 = NearestRank(wait_abs, 0.50);
+    e.wait_abs_p90 = NearestRank(wait_abs, 0.90);
+    e.jct_abs_p50 = NearestRank(jct_abs, 0.50);
+    e.jct_abs_p90 = NearestRank(jct_abs, 0.90);
+  }
+  result.summary.replay_error = std::move(e);
+}
+
 nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   const SimSummary& s = result.summary;
   nlohmann::ordered_json j;
   j["profile"] = s.profile;
+  j["oracle"] = s.oracle;
+  j["as_recorded"] = s.as_recorded;
   nlohmann::ordered_json run;
   run["cluster"] = result.cluster != nullptr ? result.cluster->name() : "";
   run["cluster_gpus"] = result.cluster != nullptr ? result.cluster->total_gpus() : 0;
@@ -288,13 +354,48 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
     tj["jobs_completed"] = t.jobs_completed;
     tj["gpu_hours"] = Round6(t.gpu_hours);
     tj["share_of_usage"] = Round6(t.share_of_usage);
+    tj["quota_gpu_hours"] = Round6(t.quota_gpu_hours);
     tj["quota_utilization"] = Round6(t.quota_utilization);
+    tj["contended_gpu_hours"] = Round6(t.contended_gpu_hours);
+    tj["entitled_gpu_hours"] = Round6(t.entitled_gpu_hours);
+    tj["contended_share"] = Round6(t.contended_share);
+    tj["entitled_share"] = Round6(t.entitled_share);
+    tj["entitlement_ratio"] = Round6(t.entitlement_ratio);
     tj["mean_wait_s"] = Round6(t.mean_wait_s);
     tj["mean_slowdown"] = Round6(t.mean_slowdown);
     tj["energy_kwh"] = Round6(t.energy_kwh);
     teams.push_back(std::move(tj));
   }
   j["teams"] = std::move(teams);
+  if (s.replay_error) {
+    const ReplayError& e = *s.replay_error;
+    nlohmann::ordered_json rj;
+    rj["against"] = e.against;
+    rj["jobs_compared"] = e.jobs_compared;
+    rj["jobs_not_compared"] = e.jobs_not_compared;
+    rj["wait_abs_mean_s"] = Round6(e.wait_abs_mean);
+    rj["wait_abs_p50_s"] = Round6(e.wait_abs_p50);
+    rj["wait_abs_p90_s"] = Round6(e.wait_abs_p90);
+    rj["wait_bias_s"] = Round6(e.wait_bias);
+    rj["jct_abs_mean_s"] = Round6(e.jct_abs_mean);
+    rj["jct_abs_p50_s"] = Round6(e.jct_abs_p50);
+    rj["jct_abs_p90_s"] = Round6(e.jct_abs_p90);
+    rj["jct_bias_s"] = Round6(e.jct_bias);
+    j["replay_error"] = std::move(rj);
+  } else {
+    j["replay_error"] = nullptr;
+  }
+  if (result.as_recorded) {
+    const RecordedReplay& rr = result.recorded;
+    nlohmann::ordered_json aj;
+    aj["jobs_without_start"] = rr.jobs_without_start;
+    aj["jobs_start_before_submit"] = rr.jobs_start_before_submit;
+    aj["example_jobs"] = rr.example_jobs;
+    aj["peak_busy_gpus"] = rr.peak_busy_gpus;
+    aj["over_capacity"] =
+        result.cluster != nullptr && rr.peak_busy_gpus > result.cluster->total_gpus();
+    j["recorded"] = std::move(aj);
+  }
   nlohmann::ordered_json power;
   power["energy_kwh"] = Round6(s.energy_kwh);
   power["job_energy_kwh"] = Round6(s.job_energy_kwh);

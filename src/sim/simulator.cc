@@ -184,6 +184,11 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(cluster, teams, profile, engine_options));
   SimResult result;
+  // An oracle profile is one the engine cannot create without the trace's run times (registry.h);
+  // the same options but the oracle succeeded just above, so nothing else can make this fail.
+  EngineOptions no_oracle = engine_options;
+  no_oracle.oracle = nullptr;
+  result.oracle = !Engine::Create(cluster, teams, profile, no_oracle).ok();
   result.profile = profile.name;
   result.workload = &workload;
   result.cluster = &cluster;
@@ -250,6 +255,19 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   Time prev = first;
 
   Time now = first;
+  // The state and the counters so far, as a time sample at `t`.
+  const auto sample_at = [&](Time t) {
+    return TimeSample{t,
+                      static_cast<int32_t>(busy),
+                      static_cast<int32_t>(pending),
+                      static_cast<int32_t>(running),
+                      team_busy,
+                      result.preemptions,
+                      result.requeues,
+                      result.node_failures,
+                      result.preemption_lost_gpu_seconds,
+                      result.lost_gpu_seconds};
+  };
   const auto end_running = [&](const Job& job) {
     --running;
     busy -= job.gpus;
@@ -605,9 +623,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       result.fragmented_gpu_seconds += dt * fragmentation.total();
       result.energy_joules += dt * static_cast<double>(power.cluster_mw()) / 1000.0;
       while (next_sample < now) {
-        result.samples.push_back({next_sample, static_cast<int32_t>(busy),
-                                  static_cast<int32_t>(pending), static_cast<int32_t>(running),
-                                  team_busy});
+        result.samples.push_back(sample_at(next_sample));
         next_sample += sample_every;
         if (static_cast<int>(result.samples.size()) >= 2 * options.target_samples) {
           // Long drain after the last submit: halve the resolution and keep going.
@@ -792,8 +808,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       next_progress = processed + std::max<int64_t>(1, total_events / 200);
     }
   }
-  result.samples.push_back({prev, static_cast<int32_t>(busy), static_cast<int32_t>(pending),
-                            static_cast<int32_t>(running), team_busy});
+  result.samples.push_back(sample_at(prev));
   if (!sprio_done) take_sprio();
   if (options.progress) options.progress(1.0);
   for (size_t j = 0; j < jobs.size(); ++j) result.outcomes[j].energy_kwh = job_joules[j] / 3.6e6;

@@ -85,6 +85,7 @@ Result<Workload> ImportHelios(std::string_view text, const std::string& source,
     Job& job = b.AddJob(row, std::string(f[c_id]), submit);
     job.gpus = static_cast<int32_t>(gpus);
     job.run_time = run_time;
+    job.recorded_start = start;
     job.team = b.Team(f[c_vc]);
     job.user = b.User(c_user >= 0 ? f[c_user] : std::string_view());
     job.queue = b.Queue(c_queue >= 0 ? f[c_queue] : std::string_view());

@@ -139,9 +139,9 @@ class TraceBuilder {
   ImportStats& stats() { return workload_.stats; }
   void CountRow() { ++workload_.stats.rows_read; }
 
-  // Shifts submit times so the first job submits at 0, sorts by (submit, line), indexes, and
-  // estimates missing time limits. `wall_clock` says submit times are Unix seconds offset by
-  // `unix_base`, so epoch_unix can be set; otherwise epoch_unix stays 0.
+  // Shifts submit times (and recorded starts) so the first job submits at 0, sorts by (submit,
+  // line), indexes, and estimates missing time limits. `wall_clock` says submit times are Unix
+  // seconds offset by `unix_base`, so epoch_unix can be set; otherwise epoch_unix stays 0.
   Workload Build(bool wall_clock, int64_t unix_base = 0) &&;
 
  private:

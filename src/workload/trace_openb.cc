@@ -85,6 +85,7 @@ Result<Workload> ImportOpenb(std::string_view text, const std::string& source,
     Job& job = b.AddJob(row, std::string(f[c_name]), created);
     job.gpus = static_cast<int32_t>(gpus);
     job.run_time = deleted - scheduled;
+    if (timed) job.recorded_start = scheduled;  // a request list records no start
     job.team = b.Team("default");
     job.user = b.User("default");
     const std::string_view qos = c_qos >= 0 ? f[c_qos] : std::string_view();

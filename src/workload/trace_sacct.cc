@@ -136,6 +136,7 @@ Result<Workload> ImportSacct(std::string_view text, const std::string& source,
     Job& job = b.AddJob(row, std::string(f[c_id]), submit);
     job.gpus = static_cast<int32_t>(gpus);
     job.run_time = run_time;
+    job.recorded_start = start;
     job.time_limit = limit;
     job.user = b.User(c_user >= 0 ? f[c_user] : std::string_view());
     job.team = b.Team(c_account >= 0 ? f[c_account] : std::string_view());

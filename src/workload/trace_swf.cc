@@ -71,13 +71,14 @@ Result<Workload> ImportSwf(std::string_view text, const std::string& source,
     b.CountRow();
     Row row(b.source(), lines.line_number());
     SplitWhitespace(line, &f);
-    int64_t id = 0, submit = 0, run_time = 0, alloc = 0, req = 0, limit = 0, user = 0, group = 0,
-            queue = 0;
+    int64_t id = 0, submit = 0, wait = -1, run_time = 0, alloc = 0, req = 0, limit = 0, user = 0,
+            group = 0, queue = 0;
     if (f.size() != kSwfFields) {
       row.BadRow("wrong column count", "expected 18 fields, found " + std::to_string(f.size()));
-    } else if (Field(row, f, 0, &id) && Field(row, f, 1, &submit) && Field(row, f, 3, &run_time) &&
-               Field(row, f, 4, &alloc) && Field(row, f, 7, &req) && Field(row, f, 8, &limit) &&
-               Field(row, f, 11, &user) && Field(row, f, 12, &group) && Field(row, f, 14, &queue)) {
+    } else if (Field(row, f, 0, &id) && Field(row, f, 1, &submit) && Field(row, f, 2, &wait) &&
+               Field(row, f, 3, &run_time) && Field(row, f, 4, &alloc) && Field(row, f, 7, &req) &&
+               Field(row, f, 8, &limit) && Field(row, f, 11, &user) && Field(row, f, 12, &group) &&
+               Field(row, f, 14, &queue)) {
       const int64_t gpus = req > 0 ? req : alloc;
       if (submit < 0) {
         row.Bad("submit time", "missing value (-1)");
@@ -99,6 +100,7 @@ Result<Workload> ImportSwf(std::string_view text, const std::string& source,
     Job& job = b.AddJob(row, std::string(f[0]), submit);
     job.gpus = static_cast<int32_t>(req > 0 ? req : alloc);
     job.run_time = run_time;
+    if (wait >= 0) job.recorded_start = submit + wait;  // -1: the log does not say
     job.time_limit = limit > 0 ? limit : 0;
     job.user = b.User(user >= 0 ? f[11] : std::string_view());
     job.team = b.Team(group >= 0 ? f[12] : std::string_view());

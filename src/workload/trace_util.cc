@@ -380,7 +380,10 @@ Workload TraceBuilder::Build(bool wall_clock, int64_t unix_base) && {
   if (!jobs.empty()) {
     first = jobs[0].submit;
     for (const Job& j : jobs) first = std::min(first, j.submit);
-    for (Job& j : jobs) j.submit -= first;
+    for (Job& j : jobs) {
+      j.submit -= first;
+      if (j.recorded_start >= 0) j.recorded_start -= first;
+    }
   }
   workload_.epoch_unix = wall_clock ? unix_base + first : 0;
   // Sort small keys, then move each job once: cheaper than sorting the jobs themselves.

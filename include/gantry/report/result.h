@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,12 @@ struct TimeSample {
   int32_t pending_jobs = 0;
   int32_t running_jobs = 0;
   std::vector<int32_t> team_busy_gpus;  // indexed like SimResult::teams
+  // Totals so far (SimResult's counters at this instant), for the preemption and failure charts.
+  int64_t preemptions = 0;
+  int64_t requeues = 0;
+  int64_t node_failures = 0;
+  double preemption_lost_gpu_seconds = 0;
+  double lost_gpu_seconds = 0;
 };
 
 struct TeamSummary {
@@ -69,7 +76,17 @@ struct TeamSummary {
   int64_t jobs_completed = 0;
   double gpu_hours = 0;          // GPU-hours used by the team's completed jobs
   double share_of_usage = 0;     // gpu_hours / all teams' gpu_hours
-  double quota_utilization = 0;  // gpu_hours / (quota * makespan); 0 without quota
+  double quota_gpu_hours = 0;    // quota * makespan; 0 without quota
+  double quota_utilization = 0;  // gpu_hours / quota_gpu_hours; 0 without quota
+  // While the cluster was contended (share_fairness's instants): the GPU-hours the team used and
+  // those it was entitled to (weighted max-min fair share, capped by demand and quota), their
+  // shares of all teams' used and entitled GPU-hours then, and used / entitled (0: never
+  // entitled to anything).
+  double contended_gpu_hours = 0;
+  double entitled_gpu_hours = 0;
+  double contended_share = 0;
+  double entitled_share = 0;
+  double entitlement_ratio = 0;
   double mean_wait_s = 0;
   double mean_slowdown = 0;  // mean bounded slowdown of the team's jobs
   double energy_kwh = 0;     // its jobs' energy (JobOutcome::energy_kwh), every run
@@ -80,6 +97,31 @@ struct DomainPower {
   std::string domain;
   double cap_watts = 0;
   double peak_watts = 0;
+};
+
+// How far a run is from the as-recorded replay of the same trace (gantry/sim/replay.h), job by
+// job, over the jobs that completed in both: the absolute difference of each job's wait (and
+// JCT) in the run and in the recorded history; mean and nearest-rank p50 and p90, in seconds.
+// The biases are the mean signed differences (run - recorded): above 0, the run waits longer
+// than the site's own scheduler did.
+struct ReplayError {
+  std::string against = "as-recorded";
+  int64_t jobs_compared = 0;
+  // Jobs completed in exactly one of the two (e.g. never started in the run, or no recorded
+  // start), left out of the comparison.
+  int64_t jobs_not_compared = 0;
+  double wait_abs_mean = 0, wait_abs_p50 = 0, wait_abs_p90 = 0, wait_bias = 0;
+  double jct_abs_mean = 0, jct_abs_p50 = 0, jct_abs_p90 = 0, jct_bias = 0;
+};
+
+// What the as-recorded replay found in the trace besides the runs it replayed.
+struct RecordedReplay {
+  int64_t jobs_without_start = 0;         // the trace records no start: left unstarted
+  int64_t jobs_start_before_submit = 0;   // recorded start before submit: not replayed either
+  std::vector<std::string> example_jobs;  // the first few ids of both kinds, for the message
+  // Most GPUs the recorded runs held at once; above the cluster's GPUs when the history ran on
+  // more GPUs than the cluster given (its utilisation then exceeds 100%).
+  int64_t peak_busy_gpus = 0;
 };
 
 struct SimSummary {
@@ -148,6 +190,13 @@ struct SimSummary {
   double capped_watts_factor = 1;
   double capped_slowdown = 1;
   std::vector<DomainPower> domain_power;
+
+  // The profile is an oracle (it reads true run times: an upper bound, not a real policy), or
+  // the as-recorded replay of the trace.
+  bool oracle = false;
+  bool as_recorded = false;
+  // Against the as-recorded replay; set by SetReplayError (kept by Summarize), absent otherwise.
+  std::optional<ReplayError> replay_error;
 };
 
 // Wall-clock measurements of the run; the only non-deterministic part of a result.
@@ -194,12 +243,21 @@ struct SimResult {
   double preemption_lost_gpu_seconds = 0;
   double preemption_restart_gpu_seconds = 0;
   std::string preemption_plugin;  // the profile's
-  SimSummary summary;             // filled by Summarize()
+  // An oracle profile: the engine could not run it without the trace's true run times
+  // (RuntimeOracle, sched/registry.h), so no live cluster can. Reports mark it.
+  bool oracle = false;
+  // The as-recorded replay (gantry/sim/replay.h) rather than a simulation, and what it found.
+  bool as_recorded = false;
+  RecordedReplay recorded;
+  SimSummary summary;  // filled by Summarize()
   SimPerf perf;
 };
 
 // Computes result.summary from outcomes, samples and counters.
 void Summarize(SimResult& result);
+// Sets result.summary.replay_error: `result` against `recorded` (an as-recorded replay of the
+// same workload; both summarized). Jobs are matched by index.
+void SetReplayError(SimResult& result, const SimResult& recorded);
 
 // summary.json's content (fields documented in docs/formats/outputs.md); ordered_json so that the
 // key order is fixed and the text is byte-identical across runs.
@@ -209,8 +267,14 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // preemption_lost_gpu_hours,reason,first_estimate (header documented in docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
+struct HtmlReportOptions {
+  // The profile the others are compared with in the deltas table; empty: the first result.
+  // InvalidArgument when no result has this profile.
+  std::string baseline;
+};
 // A self-contained HTML page comparing the results side by side (Vega-Lite charts, inlined).
-Status WriteHtmlReport(const std::vector<const SimResult*>& results, const std::string& path);
+Status WriteHtmlReport(const std::vector<const SimResult*>& results, const std::string& path,
+                       const HtmlReportOptions& options = {});
 // Human-readable comparison table (one row per profile) for the terminal.
 std::string SummaryTable(const std::vector<const SimResult*>& results);
 

@@ -22,7 +22,11 @@ namespace gantry {
 // replay history (the simulator, importers, reports) include this header; the engine sees the
 // JobRequest base alone.
 struct Job : JobRequest {
-  Duration run_time = 0;              // how long it actually ran (the trace's truth)
+  Duration run_time = 0;  // how long it actually ran (the trace's truth)
+  // When it really started, in the same time base as submit, for traces that record it (sacct
+  // Start, Helios start_time, openb scheduled_time, SWF submit + wait time); -1 when the trace
+  // does not. Only the as-recorded replay (gantry/sim/replay.h) reads it.
+  Time recorded_start = -1;
   bool time_limit_estimated = false;  // true when the estimate model supplied time_limit
   int32_t source_line = 0;            // line in the trace file, for error messages
 };
