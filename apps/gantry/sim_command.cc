@@ -339,9 +339,10 @@ int RunSim(const SimArgs& a) {
       std::printf("%lld jobs asking for a fraction of a GPU were given a whole one\n",
                   static_cast<long long>(workload->stats.fractional_gpu_rounded));
     } else if (shares > 0) {
-      std::printf("%lld jobs asking for a fraction of a GPU shared GPUs (--round-fractional "
-                  "gives each a whole one)\n",
-                  static_cast<long long>(shares));
+      std::printf(
+          "%lld jobs asking for a fraction of a GPU shared GPUs (--round-fractional "
+          "gives each a whole one)\n",
+          static_cast<long long>(shares));
     }
     std::printf("%s", SummaryTable(ptrs).c_str());
     for (const auto& r : results) {

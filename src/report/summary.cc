@@ -95,7 +95,7 @@ void Summarize(SimResult& result) {
       ++team->completed;
       // A share (gpu_milli) counts as its fraction of a GPU.
       const double gpus = job.gpu_milli > 0 && job.gpu_milli < 1000 ? job.gpu_milli / 1000.0
-                                                                     : static_cast<double>(job.gpus);
+                                                                    : static_cast<double>(job.gpus);
       team->gpu_seconds += gpus * static_cast<double>(o.end - o.start);
       team->wait_sum += wait;
       team->slowdown_sum += bsld;
@@ -235,7 +235,8 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   if (result.workload != nullptr) {
     for (const auto& [type, n] : result.workload->stats.gpu_types_not_in_cluster) absent[type] = n;
     rounded = result.workload->stats.fractional_gpu_rounded;
-    for (const Job& job : result.workload->jobs) shared += job.gpu_milli > 0 && job.gpu_milli < 1000;
+    for (const Job& job : result.workload->jobs)
+      shared += job.gpu_milli > 0 && job.gpu_milli < 1000;
   }
   j["gpu_types_not_in_cluster"] = std::move(absent);
   // Shares kept their gpu_milli, so the engine shared GPUs: none was rounded.
