@@ -94,9 +94,7 @@ void Summarize(SimResult& result) {
     if (team != nullptr) {
       ++team->completed;
       // A share (gpu_milli) counts as its fraction of a GPU.
-      const double gpus = job.gpu_milli > 0 && job.gpu_milli < 1000 ? job.gpu_milli / 1000.0
-                                                                    : static_cast<double>(job.gpus);
-      team->gpu_seconds += gpus * static_cast<double>(o.end - o.start);
+      team->gpu_seconds += GpusUsed(job) * static_cast<double>(o.end - o.start);
       team->wait_sum += wait;
       team->slowdown_sum += bsld;
     }

@@ -229,6 +229,42 @@ TEST(Fractional, DownEndsTheSharesAndUpReturnsTheWholeGpu) {
   EXPECT_EQ(r->outcomes[2].start, 120);
 }
 
+// Fair share charges a share its fraction: team a's four 250-milli shares and team b's one
+// whole GPU, over the same 1000 s, are the same usage, so the two teams' fair-share values
+// (the slurm-like profile's fairshare factor) come out equal.
+TEST(Fractional, FairShareChargesAShareItsFraction) {
+  Cluster c = MakeCluster(1, 2);
+  Workload w = MakeWorkload({{0, 250, 1000},
+                             {0, 250, 1000},
+                             {0, 250, 1000},
+                             {0, 250, 1000},
+                             {0, 1000, 1000},
+                             {0, 1000, 10},
+                             {0, 1000, 10}});
+  for (int i : {4, 6}) w.jobs[i].team = 1;
+  w.teams = {"a", "b"};
+  std::vector<Team> teams = {Team{"a", kNoQuota, 1.0}, Team{"b", kNoQuota, 1.0}};
+  auto engine = Engine::Create(c, teams, Builtin("slurm-like"));
+  ASSERT_TRUE(engine.ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*engine)->Submit(w.jobs[i], 0).ok());
+  std::vector<StartDecision> starts;
+  (*engine)->Schedule(0, &starts);
+  ASSERT_EQ(starts.size(), 5u);
+  // Pending probes of each team, after the usage of [0, 600) is counted.
+  ASSERT_TRUE((*engine)->Submit(w.jobs[5], 600).ok());
+  ASSERT_TRUE((*engine)->Submit(w.jobs[6], 600).ok());
+  (*engine)->Schedule(600, &starts);
+  const auto fairshare = [&](JobIndex j) {
+    for (const PriorityTerm& t : (*engine)->PriorityTerms(j, 600)) {
+      if (t.factor == "fairshare") return t.value;
+    }
+    return -1.0;
+  };
+  EXPECT_GT(fairshare(5), 0.0);
+  EXPECT_LT(fairshare(5), 1.0);
+  EXPECT_DOUBLE_EQ(fairshare(5), fairshare(6));
+}
+
 // The checker, sabotaged: placements the engine must never make are errors.
 TEST(Fractional, CheckerCatchesSabotagedSharePlacements) {
   Cluster c = MakeCluster(1, 1);
