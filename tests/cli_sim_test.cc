@@ -493,3 +493,37 @@ TEST(CliSim, PowerCapsHoldAndEnergyIsReported) {
   EXPECT_EQ(cj["power"]["cap_watts"].get<double>(), 50000);
   EXPECT_EQ(cj["power"]["domains"].size(), 4u);
 }
+
+// openb end to end: four 250-milli pods and one whole-GPU pod on a node of 2 GPUs. Shared, the
+// four fit on one GPU and everything starts at 0 (makespan 100, 200 GPU-seconds busy of 200:
+// utilization 1); with --round-fractional each takes a whole GPU, so the five 100-s pods run in
+// three waves (starts 0, 0, 100, 100, 200: mean wait 80, makespan 300, 500 of 600 GPU-seconds).
+TEST(CliSim, OpenbSharesShareGpusUnlessRounded) {
+  const fs::path d = TempDir("openb_shares");
+  {
+    std::ofstream nodes(d / "nodes.csv");
+    nodes << "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\n";
+    std::ofstream pods(d / "pods.csv");
+    pods << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+            "deletion_time,scheduled_time\n";
+    for (int i = 0; i < 4; ++i) pods << "s" << i << ",1000,100,1,250,,LS,Succeeded,0,100,0\n";
+    pods << "w,1000,100,1,1000,,LS,Succeeded,0,100,0\n";
+  }
+  const std::string base = "sim --check-invariants --cluster " + (d / "nodes.csv").string() +
+                           " --trace " + (d / "pods.csv").string() +
+                           " --profile fifo --json --no-report --out " + (d / "out").string();
+  CliRun shared = RunCli(base);
+  ASSERT_EQ(shared.code, 0) << shared.output;
+  auto s = nlohmann::json::parse(shared.output);
+  EXPECT_EQ(s[0]["fractional_gpus_shared"].get<int64_t>(), 4);
+  EXPECT_EQ(s[0]["fractional_gpus_rounded"].get<int64_t>(), 0);
+  EXPECT_DOUBLE_EQ(s[0]["wait_mean_s"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(s[0]["gpu_utilization"].get<double>(), 1.0);
+  CliRun rounded = RunCli(base + " --round-fractional");
+  ASSERT_EQ(rounded.code, 0) << rounded.output;
+  auto r = nlohmann::json::parse(rounded.output);
+  EXPECT_EQ(r[0]["fractional_gpus_shared"].get<int64_t>(), 0);
+  EXPECT_EQ(r[0]["fractional_gpus_rounded"].get<int64_t>(), 4);
+  EXPECT_DOUBLE_EQ(r[0]["wait_mean_s"].get<double>(), 80.0);
+  EXPECT_NEAR(r[0]["gpu_utilization"].get<double>(), 500.0 / 600.0, 1e-6);
+}

@@ -236,6 +236,15 @@ int RunSim(const SimArgs& a) {
     Status s = CheckRecordedStarts(*workload);
     if (!s.ok()) return Fail(s);
   }
+  // The timed simulation shares GPUs by gpu_milli (the engine's SharedGpus); --round-fractional
+  // gives each share a whole GPU instead. Either way the summary says which it did.
+  int64_t shares = 0;
+  for (Job& job : workload->jobs) {
+    if (job.gpu_milli <= 0 || job.gpu_milli >= 1000) continue;
+    ++shares;
+    if (a.round_fractional) job.gpu_milli = 0;
+  }
+  if (!a.round_fractional) workload->stats.fractional_gpu_rounded = 0;
   std::vector<ClusterEvent> events;
   if (!a.events.empty()) {
     auto loaded = LoadClusterEvents(a.events);
@@ -364,6 +373,11 @@ int RunSim(const SimArgs& a) {
     if (workload->stats.fractional_gpu_rounded > 0) {
       std::printf("%lld jobs asking for a fraction of a GPU were given a whole one\n",
                   static_cast<long long>(workload->stats.fractional_gpu_rounded));
+    } else if (shares > 0) {
+      std::printf(
+          "%lld jobs asking for a fraction of a GPU shared GPUs (--round-fractional "
+          "gives each a whole one)\n",
+          static_cast<long long>(shares));
     }
     std::printf("%s", SummaryTable(ptrs).c_str());
     for (const auto& r : results) {
@@ -504,7 +518,8 @@ void RegisterSimCommand(CLI::App& app) {
                   "Policies the packing experiment compares: first-fit, best-fit, fgd")
       ->capture_default_str();
   sim->add_flag("--round-fractional", args->round_fractional,
-                "Packing: give a task asking for a share of a GPU (openb gpu_milli) a whole one");
+                "Give a job asking for a share of a GPU (openb gpu_milli) a whole one instead "
+                "of sharing GPUs (timed simulation and packing)");
   sim->add_option("--mig-slices", args->mig_slices,
                   "Packing: cut every GPU into this many fixed slices (MIG-like); a share rounds "
                   "up to whole slices. 0: each GPU type's mig_slices from the cluster spec, "

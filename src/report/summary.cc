@@ -93,7 +93,8 @@ void Summarize(SimResult& result) {
     slowdowns.push_back(bsld);
     if (team != nullptr) {
       ++team->completed;
-      team->gpu_seconds += static_cast<double>(job.gpus) * static_cast<double>(o.end - o.start);
+      // A share (gpu_milli) counts as its fraction of a GPU.
+      team->gpu_seconds += GpusUsed(job) * static_cast<double>(o.end - o.start);
       team->wait_sum += wait;
       team->slowdown_sum += bsld;
     }
@@ -294,13 +295,17 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   for (const auto& [reason, count] : s.skipped_by_reason) reasons[reason] = count;
   j["skipped_by_reason"] = std::move(reasons);
   nlohmann::ordered_json absent = nlohmann::ordered_json::object();
-  int64_t rounded = 0;
+  int64_t rounded = 0, shared = 0;
   if (result.workload != nullptr) {
     for (const auto& [type, n] : result.workload->stats.gpu_types_not_in_cluster) absent[type] = n;
     rounded = result.workload->stats.fractional_gpu_rounded;
+    for (const Job& job : result.workload->jobs)
+      shared += job.gpu_milli > 0 && job.gpu_milli < 1000;
   }
   j["gpu_types_not_in_cluster"] = std::move(absent);
-  j["fractional_gpus_rounded"] = rounded;
+  // Shares kept their gpu_milli, so the engine shared GPUs: none was rounded.
+  j["fractional_gpus_rounded"] = shared > 0 ? 0 : rounded;
+  j["fractional_gpus_shared"] = shared;
   j["jobs_killed_at_limit"] = s.jobs_killed_at_limit;
   j["jobs_backfilled"] = s.jobs_backfilled;
   j["jobs_cancelled"] = s.jobs_cancelled;

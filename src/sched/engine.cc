@@ -14,6 +14,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "gantry/sched/fragmentation.h"
 #include "placement.h"
 
 namespace gantry {
@@ -231,6 +232,7 @@ class Engine::Impl {
         options_(options),
         free_(cluster),
         plan_free_(cluster),
+        shares_(cluster),
         node_plan_(cluster.nodes().size()),
         caps_(cluster.nodes().size()),
         node_state_(cluster.nodes().size(), NodeState::kUp),
@@ -348,10 +350,20 @@ class Engine::Impl {
 
   void EndRunning(JobIndex j, Time now) {
     JobState& s = state_[j];
-    for (const Slot& slot : s.placement) {
-      // A signalled victim's GPUs that its preemptor will take stay booked for it.
-      const int kept = s.signalled ? KeepForPreemptor(s.status.preempted_by, slot) : 0;
-      if (slot.gpus > kept) ReleaseSlot({slot.node, slot.gpus - kept});
+    if (s.shared_gpu >= 0) {
+      // A share gives back exactly its units; its GPU goes back whole when the last share ends.
+      // (A signalled share keeps nothing for its preemptor: preemption never counts on it.)
+      const NodeIndex n = shares_.node(s.shared_gpu);
+      if (shares_.Remove(s.shared_gpu, j, shares_.Units(free_.gpu_type(n), s.job->gpu_milli))) {
+        ReleaseSlot({n, 1});
+      }
+      s.shared_gpu = -1;
+    } else {
+      for (const Slot& slot : s.placement) {
+        // A signalled victim's GPUs that its preemptor will take stay booked for it.
+        const int kept = s.signalled ? KeepForPreemptor(s.status.preempted_by, slot) : 0;
+        if (slot.gpus > kept) ReleaseSlot({slot.node, slot.gpus - kept});
+      }
     }
     // A signalled victim left the preemption plugin (no victim twice) at its signal; it holds
     // its quota until now.
@@ -514,7 +526,9 @@ class Engine::Impl {
       }
       const NodeState ns = node_state_[slot.node];
       if (ns == NodeState::kDown) return FailedPrecondition(who + "node " + node.name + " is down");
-      const int available = ns == NodeState::kUp ? free_.free(slot.node) : held_[slot.node];
+      int available = ns == NodeState::kUp ? free_.free(slot.node) : held_[slot.node];
+      // A share may also join a shared GPU of that node with room.
+      if (IsShare(job) && ShareRoomOn(slot.node, job.gpu_milli) >= 0) available = slot.gpus;
       if (slot.gpus > available) {
         return FailedPrecondition(who + "node " + node.name + " has " + std::to_string(available) +
                                   " GPUs not booked, the job takes " + std::to_string(slot.gpus));
@@ -534,11 +548,22 @@ class Engine::Impl {
     JobState& s = state_[job.index];
     s.job = &job;
     s.placement = placement;
-    for (const Slot& slot : placement) {
-      if (node_state_[slot.node] == NodeState::kUp) {
-        free_.Allocate(slot.node, slot.gpus);
-      } else {
-        held_[slot.node] -= slot.gpus;
+    if (IsShare(job)) {
+      const NodeIndex n = placement.front().node;
+      share_target_ = ShareRoomOn(n, job.gpu_milli);
+      if (share_target_ < 0 && node_state_[n] != NodeState::kUp) {
+        // A drained node's GPU: out of held_, and TakeShare must not take it from free_.
+        held_[n] -= 1;
+        share_target_ = shares_.Open(n);
+      }
+      TakeShare(job.index, s);
+    } else {
+      for (const Slot& slot : placement) {
+        if (node_state_[slot.node] == NodeState::kUp) {
+          free_.Allocate(slot.node, slot.gpus);
+        } else {
+          held_[slot.node] -= slot.gpus;
+        }
       }
     }
     for (auto& a : admission_) a->OnJobStarted(job, placement, start);
@@ -610,6 +635,11 @@ class Engine::Impl {
   std::string Explain(JobIndex j) const;
 
   const FreeIndex& free_index() const { return free_; }
+  const SharedGpus& shared_gpus() const { return shares_; }
+  int32_t shared_gpu(JobIndex j) const {
+    if (j < 0 || static_cast<size_t>(j) >= state_.size()) return -1;
+    return state_[j].shared_gpu;
+  }
   const std::vector<Team>& teams() const { return teams_; }
   int team_running_gpus(int t) const { return team_running_[t]; }
   int64_t pending_count() const { return pending_; }
@@ -627,6 +657,7 @@ class Engine::Impl {
     bool resumed = false;    // requeued: its next run restores a checkpoint first
     bool signalled = false;  // running, signalled for preemption (GraceTime)
     Placement placement;
+    int32_t shared_gpu = -1;  // running as a share (gpu_milli): its shared GPU (SharedGpus)
     // The cycle that last examined the job, and its reason and estimate before that cycle.
     uint64_t touched = 0;
     Reason prev_reason = Reason::kNone;
@@ -824,8 +855,14 @@ class Engine::Impl {
   // simulator about 0.5% more instructions (measured with callgrind on a 100k-job trace).
   // A placement some admission plugin refuses (a power cap) sets power_refused_ and is memoized
   // as mode + 2: within a cycle the draw only grows, so the same shape stays refused.
-  [[gnu::always_inline]] bool TryPlace(const JobRequest& job, int mode, const NodeCaps* caps) {
+  [[gnu::always_inline]] bool TryPlace(const JobRequest& job, int mode, const NodeCaps* caps,
+                                       Time end) {
     power_refused_ = false;
+    // A share first joins a shared GPU with room; failing that it takes a whole GPU as a 1-GPU
+    // job would (Start opens a shared GPU there).
+    if (IsShare(job)) [[unlikely]] {
+      if (JoinShared(job, caps, end)) return true;
+    }
     if (ShapeFailed(job, mode)) return false;
     if (ShapeFailed(job, mode + 2)) {
       power_refused_ = true;
@@ -858,6 +895,69 @@ class Engine::Impl {
     return false;
   }
 
+  static bool IsShare(const JobRequest& job) {
+    return job.gpu_milli > 0 && job.gpu_milli < kMilliPerGpu;
+  }
+
+  // When shared GPU `g` is expected to be whole again: the latest expected end of its shares.
+  Time SharedGpuEnd(int32_t g) const {
+    Time end = 0;
+    for (JobIndex o : shares_.jobs(g)) end = std::max(end, state_[o].status.expected_end);
+    return end;
+  }
+
+  // Running share `r` is the one whose end gives its GPU back whole (the last to end, ties by
+  // job index): reservations count that GPU free then, and no earlier.
+  bool LastOnSharedGpu(JobIndex r) const {
+    const Time end = state_[r].status.expected_end;
+    for (JobIndex o : shares_.jobs(state_[r].shared_gpu)) {
+      const Time e = state_[o].status.expected_end;
+      if (o != r && (e > end || (e == end && o > r))) return false;
+    }
+    return true;
+  }
+
+  // A shared GPU on node `n` with room for `milli`, or -1.
+  int32_t ShareRoomOn(NodeIndex n, int milli) const {
+    return shares_.BestFit(1u << free_.gpu_type(n), milli,
+                           [&](int32_t g) { return shares_.node(g) == n; });
+  }
+
+  // Places share `job` (running until `end`) on the best-fitting shared GPU with room, on a node
+  // that is up: scratch_ gets its slot and share_target_ the GPU. Under a reservation's caps a
+  // capped node's shared GPU is joined only by a share that ends before the GPU would be whole
+  // again, so the reservation's GPU is not delayed. A power refusal leaves it to the whole-GPU
+  // path (each share counts as a busy GPU there: conservative).
+  bool JoinShared(const JobRequest& job, const NodeCaps* caps, Time end) {
+    const bool all_up = nodes_not_up_ == 0;
+    const int32_t g = shares_.BestFit(job.gpu_type_mask, job.gpu_milli, [&](int32_t c) {
+      const NodeIndex n = shares_.node(c);
+      if (!all_up && node_state_[n] != NodeState::kUp) return false;
+      if (caps != nullptr && caps->cap(n) != INT_MAX && end > SharedGpuEnd(c)) return false;
+      return true;
+    });
+    if (g < 0) return false;
+    scratch_.assign(1, Slot{shares_.node(g), 1});
+    avoid_.clear();
+    if (!PlacementAdmitted(job, scratch_, &avoid_)) return false;
+    share_target_ = g;
+    return true;
+  }
+
+  // Books a starting share on its slot: the GPU JoinShared chose, or a new shared GPU opened on
+  // a whole GPU taken from the free index.
+  void TakeShare(JobIndex j, JobState& s) {
+    const NodeIndex n = s.placement.front().node;
+    int32_t g = share_target_;
+    share_target_ = -1;
+    if (g < 0) {
+      free_.Allocate(n, 1);
+      g = shares_.Open(n);
+    }
+    shares_.Add(g, j, shares_.Units(free_.gpu_type(n), s.job->gpu_milli));
+    s.shared_gpu = g;
+  }
+
   bool PlacementAdmitted(const JobRequest& job, const Placement& p,
                          std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
     for (const auto& a : admission_) {
@@ -881,7 +981,11 @@ class Engine::Impl {
     const JobRequest& job = *s.job;
     Queues(job.team, s.old).erase({s.key, job.submit, j});
     s.placement = scratch_;
-    for (const Slot& slot : s.placement) free_.Allocate(slot.node, slot.gpus);
+    if (IsShare(job)) [[unlikely]] {
+      TakeShare(j, s);
+    } else {
+      for (const Slot& slot : s.placement) free_.Allocate(slot.node, slot.gpus);
+    }
     if (!admitted) {
       for (auto& a : admission_) a->OnJobStarted(job, s.placement, now);
     }
@@ -920,6 +1024,8 @@ class Engine::Impl {
     Time shadow = kInfiniteTime;
     const bool all_up = nodes_not_up_ == 0;  // a local: kept in a register through the walk
     for (const auto& [end, r] : running_by_end_) {
+      if (state_[r].shared_gpu >= 0 && !LastOnSharedGpu(r)) [[unlikely]]
+        continue;
       for (const Slot& slot : state_[r].placement) {
         if (!((mask >> nodes[slot.node].gpu_type) & 1u)) continue;
         // A drained or down node keeps what the job gives back.
@@ -970,6 +1076,8 @@ class Engine::Impl {
     node_plan_.Clear();
     for (const auto& [end, r] : running_by_end_) {
       const JobState& s = state_[r];
+      if (s.shared_gpu >= 0 && !LastOnSharedGpu(r)) [[unlikely]]
+        continue;
       int gpus = 0;
       for (const Slot& slot : s.placement) {
         if (nodes_not_up_ > 0 && node_state_[slot.node] != NodeState::kUp) continue;
@@ -999,6 +1107,10 @@ class Engine::Impl {
                         std::vector<StartDecision>* starts) {
     JobStatus& st = state_[j].status;
     const Duration length = std::max<Duration>(job.time_limit, 1);
+    if (IsShare(job) && JoinShared(job, nullptr, now + length)) [[unlikely]] {
+      Start(j, now, Reason::kStartedBackfill, starts);
+      return true;
+    }
     const JobShape shape = ShapeOf(job);
     const int g = shape.any ? 1 : shape.gpus_per_node;
     Time from = now;
@@ -1115,7 +1227,7 @@ class Engine::Impl {
       // Nothing can start on a full cluster; the head still gets its reason and estimate, and
       // conservative backfill goes on planning.
       if (free_.total_free() == 0 && !per_job_admission_ && head >= 0 &&
-          mode != BackfillMode::kConservative) {
+          mode != BackfillMode::kConservative && shares_.open_total() == 0) {
         break;
       }
       std::pop_heap(heap.begin(), heap.end());
@@ -1172,7 +1284,7 @@ class Engine::Impl {
         }
       }
       if (head < 0) {
-        if (TryPlace(*admitted, 0, nullptr)) {
+        if (TryPlace(*admitted, 0, nullptr, now + std::max<Duration>(job.time_limit, 1))) {
           Start(j, now, Reason::kStartedHead, starts);
           continue;
         }
@@ -1213,8 +1325,9 @@ class Engine::Impl {
       if (mode == BackfillMode::kEasy) {
         const Time end = now + std::max<Duration>(job.time_limit, 1);
         const bool short_enough = end <= shadow;
-        if (TryPlace(*admitted, short_enough ? 0 : 1, short_enough ? nullptr : &caps_)) {
-          if (!short_enough) {
+        if (TryPlace(*admitted, short_enough ? 0 : 1, short_enough ? nullptr : &caps_, end)) {
+          // A share that joined a shared GPU took no whole GPU from the reservation's caps.
+          if (!short_enough && share_target_ < 0) {
             for (const Slot& slot : scratch_) {
               if (caps_.cap(slot.node) != INT_MAX)
                 caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
@@ -1296,6 +1409,8 @@ class Engine::Impl {
   // sign +1: the victims' GPUs (on nodes that are up) count as free; -1 undoes it.
   void ReleaseVictims(const std::vector<JobIndex>& victims, int sign) {
     for (JobIndex v : victims) {
+      // A share frees no whole GPU by itself: preemption never counts on its GPU.
+      if (state_[v].shared_gpu >= 0) continue;
       for (const Slot& slot : state_[v].placement) {
         if (nodes_not_up_ != 0 && node_state_[slot.node] != NodeState::kUp) continue;
         if (sign > 0) {
@@ -1322,6 +1437,7 @@ class Engine::Impl {
     for (const Slot& slot : scratch_) {
       int from_victims = 0;
       for (JobIndex v : w.victims) {
+        if (state_[v].shared_gpu >= 0) continue;  // gives back no whole GPU (ReleaseVictims)
         for (const Slot& vs : state_[v].placement) {
           if (vs.node == slot.node) from_victims += vs.gpus;
         }
@@ -1441,6 +1557,7 @@ class Engine::Impl {
     for (JobIndex v : candidates) {
       const JobState& vs = state_[v];
       if (vs.status.phase != JobStatus::Phase::kRunning || vs.signalled) continue;
+      if (vs.shared_gpu >= 0) continue;  // a share frees no whole GPU by itself
       int gain = 0;
       for (const Slot& slot : vs.placement) {
         if ((mask >> nodes[slot.node].gpu_type) & 1u) gain += slot.gpus;
@@ -1483,6 +1600,10 @@ class Engine::Impl {
   // Conservative backfill: the per-node plan, and a free index holding, for one candidate
   // window, what each node may give a job (free_ where the plan has no events).
   FreeIndex plan_free_;
+  // GPUs shared by fractional jobs (whole GPUs taken out of free_), and the one a share about to
+  // start joins (JoinShared, for Start; -1: open a new one).
+  SharedGpus shares_;
+  int32_t share_target_ = -1;
   NodePlan node_plan_;
   std::vector<std::pair<NodeIndex, int>> offers_;  // per candidate window: (node, GPUs)
   std::vector<Time> runs_;                         // per planned job: nodes' earliest windows
@@ -1703,6 +1824,8 @@ std::vector<PriorityTerm> Engine::PriorityTerms(JobIndex job, Time now) const {
   return impl_->PriorityTerms(job, now);
 }
 const FreeIndex& Engine::free_index() const { return impl_->free_index(); }
+const SharedGpus& Engine::shared_gpus() const { return impl_->shared_gpus(); }
+int32_t Engine::shared_gpu(JobIndex job) const { return impl_->shared_gpu(job); }
 const std::vector<Team>& Engine::teams() const { return impl_->teams(); }
 int Engine::team_running_gpus(int team) const { return impl_->team_running_gpus(team); }
 int64_t Engine::pending_count() const { return impl_->pending_count(); }

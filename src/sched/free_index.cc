@@ -1,5 +1,9 @@
 #include "gantry/sched/free_index.h"
 
+#include <algorithm>
+
+#include "gantry/sched/fragmentation.h"
+
 namespace gantry {
 
 FreeIndex::FreeIndex(const Cluster& cluster)
@@ -96,5 +100,82 @@ void FreeIndex::Move(NodeIndex n, int from, int to) {
 void FreeIndex::Allocate(NodeIndex n, int gpus) { Move(n, free_[n], free_[n] - gpus); }
 
 void FreeIndex::Release(NodeIndex n, int gpus) { Move(n, free_[n], free_[n] + gpus); }
+
+}  // namespace gantry
+
+namespace gantry {
+
+SharedGpus::SharedGpus(const Cluster& cluster)
+    : cluster_(cluster), open_on_(cluster.nodes().size(), 0), room_(cluster.gpu_types().size()) {
+  for (const GpuType& t : cluster.gpu_types()) {
+    capacity_.push_back(t.mig_slices > 0 ? t.mig_slices : kMilliPerGpu);
+  }
+}
+
+int SharedGpus::Units(GpuTypeIndex t, int milli) const {
+  const int slices = cluster_.gpu_types()[t].mig_slices;
+  if (slices <= 0) return milli;
+  // Whole slices, rounded up: ceil(milli * slices / 1000), exact in integers.
+  return (milli * slices + kMilliPerGpu - 1) / kMilliPerGpu;
+}
+
+int SharedGpus::RoomMilli(int32_t g) const {
+  const GpuTypeIndex t = cluster_.nodes()[gpus_[g].node].gpu_type;
+  return (capacity_[t] - gpus_[g].used) * kMilliPerGpu / capacity_[t];
+}
+
+void SharedGpus::Index(int32_t g, int sign) {
+  const Gpu& gpu = gpus_[g];
+  const GpuTypeIndex t = cluster_.nodes()[gpu.node].gpu_type;
+  const int free_units = capacity_[t] - gpu.used;
+  if (free_units <= 0) return;
+  if (sign > 0) {
+    room_[t].insert({free_units, gpu.node, g});
+  } else {
+    room_[t].erase({free_units, gpu.node, g});
+  }
+}
+
+int32_t SharedGpus::Open(NodeIndex n) {
+  int32_t g;
+  if (!closed_.empty()) {
+    g = closed_.back();
+    closed_.pop_back();
+  } else {
+    g = static_cast<int32_t>(gpus_.size());
+    gpus_.emplace_back();
+  }
+  gpus_[g].node = n;
+  gpus_[g].used = 0;
+  gpus_[g].jobs.clear();
+  ++open_on_[n];
+  ++open_total_;
+  Index(g, +1);
+  return g;
+}
+
+void SharedGpus::Add(int32_t g, int32_t job, int units) {
+  Index(g, -1);
+  gpus_[g].used += units;
+  gpus_[g].jobs.push_back(job);
+  Index(g, +1);
+}
+
+bool SharedGpus::Remove(int32_t g, int32_t job, int units) {
+  Gpu& gpu = gpus_[g];
+  Index(g, -1);
+  gpu.used -= units;
+  auto it = std::find(gpu.jobs.begin(), gpu.jobs.end(), job);
+  if (it != gpu.jobs.end()) gpu.jobs.erase(it);
+  if (!gpu.jobs.empty()) {
+    Index(g, +1);
+    return false;
+  }
+  --open_on_[gpu.node];
+  --open_total_;
+  gpu.node = -1;
+  closed_.push_back(g);
+  return true;
+}
 
 }  // namespace gantry

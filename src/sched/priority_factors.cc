@@ -46,11 +46,11 @@ class FairShareFactor final : public PriorityFactor {
 
   void OnJobStarted(const JobRequest& job, Time now) override {
     Advance(job.team, now);
-    running_[job.team] += job.gpus;
+    running_[job.team] += GpusUsed(job);  // a share counts its fraction of a GPU
   }
   void OnJobEnded(const JobRequest& job, Time now) override {
     Advance(job.team, now);
-    running_[job.team] -= job.gpus;
+    running_[job.team] -= GpusUsed(job);
   }
 
   void Refresh(Time now, const TeamUsageView& view) override {
@@ -93,8 +93,8 @@ class FairShareFactor final : public PriorityFactor {
   }
 
   double half_life_;
-  std::vector<double> usage_;  // decayed GPU-seconds
-  std::vector<int64_t> running_;
+  std::vector<double> usage_;    // decayed GPU-seconds
+  std::vector<double> running_;  // GPUs in use now
   std::vector<Time> updated_;
   std::vector<double> value_;
   std::vector<double> shares_;

@@ -61,12 +61,12 @@ class FairTreeFactor final : public PriorityFactor {
   void OnJobStarted(const JobRequest& job, Time now) override {
     Assoc& a = assocs_[AssociationOf(job)];
     Advance(a, now);
-    a.running += job.gpus * UsageFactor(job);
+    a.running += GpusUsed(job) * UsageFactor(job);  // a share: its fraction
   }
   void OnJobEnded(const JobRequest& job, Time now) override {
     Assoc& a = assocs_[AssociationOf(job)];
     Advance(a, now);
-    a.running -= job.gpus * UsageFactor(job);
+    a.running -= GpusUsed(job) * UsageFactor(job);
   }
   void Refresh(Time now, const TeamUsageView&) override {
     for (Assoc& a : assocs_) Advance(a, now);

@@ -3,6 +3,11 @@
 // engine's, so a bookkeeping bug in the engine shows up as a disagreement. Besides starts and
 // finishes it follows what a live driver tells the engine: cancels, node drain/down/up (no new
 // start on an unavailable node; Down must end exactly the jobs running there) and adopted jobs.
+// Fractional jobs (gpu_milli 1..999) share GPUs: it books each shared GPU the engine names as
+// one busy GPU of its node from its first share to the end of its last, so no whole-GPU job can
+// land on it unnoticed (the node would be over its GPUs), and checks that no shared GPU holds
+// more than its capacity (1000 milli, or its type's MIG-like slices, each share rounded up to
+// whole slices), computed here from the cluster spec rather than taken from the engine.
 #pragma once
 
 #include <algorithm>
@@ -63,14 +68,26 @@ class InvariantChecker {
     return Status::Ok();
   }
 
-  Status OnStart(const Job& job, Time now, const Placement& p) {
-    return Book(job, now, p, /*check_quota=*/true, /*allow_unavailable=*/false);
+  // `shared_gpu`: the engine's shared GPU of a share (Engine::shared_gpu), -1 for other jobs.
+  Status OnStart(const Job& job, Time now, const Placement& p, int32_t shared_gpu = -1) {
+    return Book(job, now, p, /*check_quota=*/true, /*allow_unavailable=*/false, shared_gpu);
   }
 
   // A job the driver found running at restart: the same checks, except quotas (what runs,
   // runs) and that a drained node may hold it.
-  Status OnAdopt(const Job& job, Time start, const Placement& p) {
-    return Book(job, start, p, /*check_quota=*/false, /*allow_unavailable=*/true);
+  Status OnAdopt(const Job& job, Time start, const Placement& p, int32_t shared_gpu = -1) {
+    return Book(job, start, p, /*check_quota=*/false, /*allow_unavailable=*/true, shared_gpu);
+  }
+
+  static bool IsShare(const Job& job) { return job.gpu_milli > 0 && job.gpu_milli < 1000; }
+  // Units a share of `milli` takes on a GPU of type `t`, and what one such GPU holds.
+  int ShareUnits(GpuTypeIndex t, int milli) const {
+    const int slices = cluster_.gpu_types()[t].mig_slices;
+    return slices > 0 ? (milli * slices + 999) / 1000 : milli;
+  }
+  int ShareCapacity(GpuTypeIndex t) const {
+    const int slices = cluster_.gpu_types()[t].mig_slices;
+    return slices > 0 ? slices : 1000;
   }
 
   Status OnCancelRunning(const Job& job, const Placement& p) {
@@ -121,10 +138,13 @@ class InvariantChecker {
 
  private:
   Status Book(const Job& job, Time now, const Placement& p, bool check_quota,
-              bool allow_unavailable) {
+              bool allow_unavailable, int32_t shared_gpu) {
     const std::string who = "job " + job.id + " at t=" + std::to_string(now) + ": ";
     if (now < job.submit)
       return Internal(who + "started before its submit time " + std::to_string(job.submit));
+    if (IsShare(job) || shared_gpu >= 0) {
+      return BookShare(job, who, p, check_quota, allow_unavailable, shared_gpu);
+    }
     int total = 0;
     std::vector<NodeIndex> seen;
     for (const Slot& s : p) {
@@ -198,10 +218,21 @@ class InvariantChecker {
   }
 
   void OnFinish(const Job& job, const Placement& p) {
-    for (const Slot& s : p) used_[s.node] -= s.gpus;
-    if (power_) AddPower(p, -1);
-    team_used_[job.team] -= job.gpus;
     auto it = running_.find(job.index);
+    if (it != running_.end() && it->second.shared_gpu >= 0) {
+      SharedGpu& g = shared_[it->second.shared_gpu];
+      g.units -= ShareUnits(cluster_.nodes()[g.node].gpu_type, job.gpu_milli);
+      if (--g.shares == 0) {
+        // The last share ended: the GPU is whole (and idle) again.
+        used_[g.node] -= 1;
+        if (power_) AddPower({{g.node, 1}}, -1);
+        shared_.erase(it->second.shared_gpu);
+      }
+    } else {
+      for (const Slot& s : p) used_[s.node] -= s.gpus;
+      if (power_) AddPower(p, -1);
+    }
+    team_used_[job.team] -= job.gpus;
     if (it != running_.end() && it->second.flavor >= 0) {
       kueue_used_[job.team][it->second.flavor] -= job.gpus;
     }
@@ -301,6 +332,67 @@ class InvariantChecker {
     return Status::Ok();
   }
 
+  // A share: one slot of one GPU on a shared GPU the engine named; that GPU stays on one node,
+  // counts as one busy GPU of it while it holds shares, and never holds more than its capacity.
+  Status BookShare(const Job& job, const std::string& who, const Placement& p, bool check_quota,
+                   bool allow_unavailable, int32_t shared_gpu) {
+    if (!IsShare(job))
+      return Internal(who + "a whole-GPU job placed on shared GPU " + std::to_string(shared_gpu));
+    if (shared_gpu < 0) return Internal(who + "a share placed on no shared GPU");
+    if (p.size() != 1 || p[0].gpus != 1 || p[0].node < 0 ||
+        p[0].node >= static_cast<NodeIndex>(cluster_.nodes().size())) {
+      return Internal(who + "a share's placement is not one GPU on one node");
+    }
+    const NodeIndex n = p[0].node;
+    const Node& node = cluster_.nodes()[n];
+    if (unavailable_[n] && !allow_unavailable) {
+      return Internal(who + "started on node " + node.name + ", which is drained or down");
+    }
+    if (!((job.gpu_type_mask >> node.gpu_type) & 1u)) {
+      return Internal(who + "placed on node " + node.name + " of a GPU type it did not allow");
+    }
+    SharedGpu& g = shared_[shared_gpu];
+    if (g.shares == 0) {
+      if (used_[n] + 1 > node.gpus) {
+        return Internal(who + "node " + node.name + " double-booked: shared GPU " +
+                        std::to_string(shared_gpu) + " opened on it with " +
+                        std::to_string(used_[n]) + " of " + std::to_string(node.gpus) +
+                        " GPUs in use");
+      }
+      g.node = n;
+      used_[n] += 1;
+      if (power_) AddPower({{n, 1}}, +1);
+    } else if (g.node != n) {
+      return Internal(who + "shared GPU " + std::to_string(shared_gpu) + " is on node " +
+                      cluster_.nodes()[g.node].name + ", not " + node.name);
+    }
+    const int units = ShareUnits(node.gpu_type, job.gpu_milli);
+    const int capacity = ShareCapacity(node.gpu_type);
+    if (g.units + units > capacity) {
+      return Internal(who + "shared GPU " + std::to_string(shared_gpu) + " on node " + node.name +
+                      " over capacity: " + std::to_string(g.units) + " + " + std::to_string(units) +
+                      " > " + std::to_string(capacity) + " units");
+    }
+    g.units += units;
+    ++g.shares;
+    team_used_[job.team] += job.gpus;
+    running_[job.index] = {job.id, {n}, -1, shared_gpu};
+    if (power_ && check_quota) GANTRY_RETURN_IF_ERROR(CheckPower(who));
+    if (kueue_) {
+      const int f = FlavorOf(job.team, p);
+      running_[job.index].flavor = f;
+      if (f >= 0) kueue_used_[job.team][f] += job.gpus;
+      if (check_quota) GANTRY_RETURN_IF_ERROR(CheckKueue(who));
+      return Status::Ok();
+    }
+    const int q = teams_[job.team].quota_gpus;
+    if (check_quota && q != kNoQuota && team_used_[job.team] > q) {
+      return Internal(who + "team " + teams_[job.team].name + " over quota: " +
+                      std::to_string(team_used_[job.team]) + " > " + std::to_string(q));
+    }
+    return Status::Ok();
+  }
+
   int FlavorOf(int team, const Placement& p) const {
     if (p.empty()) return -1;
     const uint32_t type = 1u << cluster_.nodes()[p.front().node].gpu_type;
@@ -358,8 +450,16 @@ class InvariantChecker {
   struct Running {
     std::string id;
     std::vector<NodeIndex> nodes;
-    int flavor = -1;  // kueue: index into kueue_flavors_[team]
+    int flavor = -1;          // kueue: index into kueue_flavors_[team]
+    int32_t shared_gpu = -1;  // a share: the engine's shared GPU it runs on
   };
+  // Shared GPUs holding shares, by the engine's number: their node, units taken, shares.
+  struct SharedGpu {
+    NodeIndex node = -1;
+    int units = 0;
+    int shares = 0;
+  };
+  std::map<int32_t, SharedGpu> shared_;
   std::map<JobIndex, Running> running_;  // ordered: Down's expected set comes out sorted
 };
 

@@ -245,7 +245,22 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       std::max<Duration>(1, (last_submit - first) / std::max(1, options.target_samples));
   Time next_sample = first;
   const int num_teams = static_cast<int>(teams.size());
-  std::vector<int32_t> team_busy(num_teams, 0);
+  // GPUs in use, in milli-GPUs: a share (gpu_milli) counts as gpu_milli / 1000 of a GPU.
+  std::vector<int64_t> team_busy(num_teams, 0);
+  std::vector<int32_t> team_busy_gpus(num_teams, 0);
+  const auto to_gpus = [](int64_t milli) { return static_cast<int32_t>((milli + 500) / 1000); };
+  const auto team_sample = [&]() -> const std::vector<int32_t>& {
+    for (int t = 0; t < num_teams; ++t) team_busy_gpus[t] = to_gpus(team_busy[t]);
+    return team_busy_gpus;
+  };
+  const auto milli_of = [](const Job& job) -> int64_t {
+    return job.gpu_milli > 0 && job.gpu_milli < 1000 ? job.gpu_milli : int64_t{job.gpus} * 1000;
+  };
+  // Shared GPUs (Engine::shared_gpu): each run's GPU, and how many runs each holds, so that a
+  // shared GPU counts once as busy (power, fragmentation, idle GPUs by type) from its first
+  // share to the end of its last.
+  std::vector<int32_t> run_shared_gpu(jobs.size(), -1);
+  std::vector<int32_t> shares_on_gpu;
 
   size_t next_submit = 0, next_event = 0;
   int64_t processed = 0, pending = 0, running = 0, busy = 0;
@@ -258,10 +273,10 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   // The state and the counters so far, as a time sample at `t`.
   const auto sample_at = [&](Time t) {
     return TimeSample{t,
-                      static_cast<int32_t>(busy),
+                      to_gpus(busy),
                       static_cast<int32_t>(pending),
                       static_cast<int32_t>(running),
-                      team_busy,
+                      team_sample(),
                       result.preemptions,
                       result.requeues,
                       result.node_failures,
@@ -270,12 +285,20 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   };
   const auto end_running = [&](const Job& job) {
     --running;
-    busy -= job.gpus;
-    team_busy[job.team] -= job.gpus;
+    busy -= milli_of(job);
+    team_busy[job.team] -= milli_of(job);
+    const int32_t g = run_shared_gpu[job.index];
+    // A share is charged its fraction of its GPU's busy watts.
+    const double fraction = g >= 0 ? static_cast<double>(job.gpu_milli) / 1000.0 : 1.0;
+    job_joules[job.index] += fraction *
+                             static_cast<double>(power.BusyMilliwatts(started_on[job.index])) /
+                             1000.0 * static_cast<double>(now - run_start[job.index]);
+    if (g >= 0) {
+      run_shared_gpu[job.index] = -1;
+      if (--shares_on_gpu[g] > 0) return;  // the GPU stays busy with its other shares
+    }
     pending_by_types.Busy(started_on[job.index], -1);
     fragmentation.Busy(started_on[job.index], -1);
-    job_joules[job.index] += static_cast<double>(power.BusyMilliwatts(started_on[job.index])) /
-                             1000.0 * static_cast<double>(now - run_start[job.index]);
     power.Add(started_on[job.index], -1);
   };
   // Per-job progress, kept only when runs can be interrupted: work saved by checkpoints, and the
@@ -315,6 +338,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       return;
     }
     Placement kept;
+    if (run_shared_gpu[v] >= 0) return;  // a share keeps no GPU for a preemptor (the engine's)
     for (const Slot& slot : started_on[v]) {
       if (engine->node_state(slot.node) != NodeState::kUp) continue;
       int need = 0;
@@ -399,7 +423,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     }
     work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
     restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;
-    const double gpus = static_cast<double>(job.gpus);
+    const double gpus = static_cast<double>(milli_of(job)) / 1000.0;
     const double lost = gpus * static_cast<double>(useful - saved);
     result.lost_gpu_seconds += lost;
     const double unused_restart = gpus * static_cast<double>(booked - overhead);
@@ -617,7 +641,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     // Account the interval [prev, now) during which the state was constant.
     if (now > prev) {
       const double dt = static_cast<double>(now - prev);
-      result.busy_gpu_seconds += dt * static_cast<double>(busy);
+      result.busy_gpu_seconds += dt * (static_cast<double>(busy) / 1000.0);
       result.total_wait_job_seconds += dt * static_cast<double>(pending);
       result.frag_wait_job_seconds += dt * static_cast<double>(pending_by_types.FragWaiting(power));
       result.fragmented_gpu_seconds += dt * fragmentation.total();
@@ -715,6 +739,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
         for (const Slot& slot : d.placement) {
           int from_victims = 0;
           for (JobIndex v : d.preempted) {
+            if (run_shared_gpu[v] >= 0) continue;  // gives back no whole GPU (the engine's)
             for (const Slot& vs : started_on[v]) {
               if (vs.node == slot.node) from_victims += vs.gpus;
             }
@@ -739,7 +764,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       end_wait(d.job);
       for (JobIndex victim : d.preempted) GANTRY_RETURN_IF_ERROR(preempt_job(victim, -1));
       if (options.check_invariants) {
-        GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement));
+        GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement, engine->shared_gpu(d.job)));
       }
       JobOutcome& o = result.outcomes[d.job];
       const Duration limit = std::max<Duration>(job.time_limit, 1);
@@ -755,7 +780,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       o.end = now + std::min(to_run, limit);
       natural_end[d.job] = o.end;
       if (interruptible && restart_penalty[d.job] > 0) {
-        const double restart = static_cast<double>(job.gpus) *
+        const double restart = static_cast<double>(milli_of(job)) / 1000.0 *
                                static_cast<double>(std::min(restart_penalty[d.job], o.end - now));
         result.restart_gpu_seconds += restart;
         if (after_preemption[d.job]) result.preemption_restart_gpu_seconds += restart;
@@ -767,13 +792,23 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       pending_by_types.Pending(job, -1);
       --pending;
       ++running;
-      busy += job.gpus;
-      team_busy[job.team] += job.gpus;
+      busy += milli_of(job);
+      team_busy[job.team] += milli_of(job);
       started_on[d.job] = d.placement;
-      pending_by_types.Busy(d.placement, 1);
-      fragmentation.Busy(d.placement, 1);
       run_start[d.job] = now;
-      power.Add(d.placement, +1);
+      const int32_t shared = engine->shared_gpu(d.job);
+      bool turns_busy = true;
+      if (shared >= 0) {
+        run_shared_gpu[d.job] = shared;
+        if (static_cast<size_t>(shared) >= shares_on_gpu.size())
+          shares_on_gpu.resize(shared + 1, 0);
+        turns_busy = shares_on_gpu[shared]++ == 0;
+      }
+      if (turns_busy) {
+        pending_by_types.Busy(d.placement, 1);
+        fragmentation.Busy(d.placement, 1);
+        power.Add(d.placement, +1);
+      }
       for (const Slot& slot : d.placement) {
         for (DomainIndex dom = cluster.nodes()[slot.node].domain;
              dom >= 0 && !domain_peak_mw.empty(); dom = cluster.domains()[dom].parent) {

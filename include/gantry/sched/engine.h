@@ -216,6 +216,11 @@ class Engine {
   std::vector<PriorityTerm> PriorityTerms(JobIndex job, Time now) const;
 
   const FreeIndex& free_index() const;
+  // GPUs shared by fractional jobs (JobRequest::gpu_milli in 1..999), and the shared GPU a
+  // running share is on (-1 for any other job). A share's placement is one slot {node, 1}; its
+  // GPU is out of free_index() from its first share to the end of its last.
+  const SharedGpus& shared_gpus() const;
+  int32_t shared_gpu(JobIndex job) const;
   const std::vector<Team>& teams() const;
   int team_running_gpus(int team) const;
   int64_t pending_count() const;

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
@@ -128,6 +129,91 @@ void FreeIndex::VisitDescending(uint32_t mask, int min_free, F&& visit) const {
       }
     }
   }
+}
+
+// SharedGpus: the GPUs that fractional jobs (JobRequest::gpu_milli, 1..999) share, kept apart
+// from FreeIndex so that whole-GPU placement does no per-GPU work. A share lands on a shared
+// GPU with room (best fit: the least room that still fits, so other shared GPUs keep room and
+// whole GPUs stay whole); when none has room, the engine takes one whole GPU out of the
+// FreeIndex and opens a shared GPU on it here, and gives it back when its last share ends. So a
+// whole-GPU job never lands on a shared GPU: those are not free in the FreeIndex.
+//
+// Capacity is counted in units: 1000 milli-GPUs per GPU, or, for a GPU type with
+// GpuType::mig_slices = S > 0, S fixed slices per GPU, a share of m milli taking
+// ceil(m * S / 1000) whole slices (S = 7: 1..142 milli take one slice, 143..285 two, ...).
+// Shared GPUs are numbered by the order they were opened (a closed number is reused).
+// Not thread-safe; owned by the engine.
+class SharedGpus {
+ public:
+  explicit SharedGpus(const Cluster& cluster);
+
+  // Units one GPU of type `t` holds (1000, or its MIG slices), and what a share of `milli` takes.
+  int Capacity(GpuTypeIndex t) const { return capacity_[t]; }
+  int Units(GpuTypeIndex t, int milli) const;
+
+  // The shared GPU of a type in `mask` that best fits a share of `milli`: least room left
+  // (measured in milli-GPUs, so types with different slices compare), then lowest node, then
+  // lowest number. `usable(gpu)` may veto a candidate (a node not up, a reservation). -1: none.
+  template <typename F>
+  int32_t BestFit(uint32_t mask, int milli, F&& usable) const;
+
+  // Opens a shared GPU on node `n` (the caller took the whole GPU from the FreeIndex).
+  int32_t Open(NodeIndex n);
+  // `job` takes `units` of shared GPU `g` (which must have them free).
+  void Add(int32_t g, int32_t job, int units);
+  // `job` gives its units back; true when `g` is now empty and closed (the caller returns the
+  // whole GPU to the FreeIndex).
+  bool Remove(int32_t g, int32_t job, int units);
+
+  NodeIndex node(int32_t g) const { return gpus_[g].node; }
+  int used(int32_t g) const { return gpus_[g].used; }
+  const std::vector<int32_t>& jobs(int32_t g) const { return gpus_[g].jobs; }
+  // Shared GPUs open on node `n` (each is one busy GPU, whatever its shares).
+  int open_on(NodeIndex n) const { return open_on_[n]; }
+  int open_total() const { return open_total_; }
+
+ private:
+  struct Gpu {
+    NodeIndex node = -1;
+    int used = 0;  // units taken
+    std::vector<int32_t> jobs;
+  };
+  // Room in milli-GPUs (rounded down for sliced types), for ordering across types.
+  int RoomMilli(int32_t g) const;
+  void Index(int32_t g, int sign);
+
+  const Cluster& cluster_;
+  std::vector<int> capacity_;  // per GPU type
+  std::vector<Gpu> gpus_;
+  std::vector<int32_t> closed_;  // numbers to reuse
+  std::vector<int> open_on_;     // per node
+  int open_total_ = 0;
+  // Per GPU type: (free units, node, number) of the open shared GPUs with room.
+  std::vector<std::set<std::tuple<int, NodeIndex, int32_t>>> room_;
+};
+
+template <typename F>
+int32_t SharedGpus::BestFit(uint32_t mask, int milli, F&& usable) const {
+  int32_t best = -1;
+  int best_room = 0;
+  for (size_t t = 0; t < room_.size(); ++t) {
+    if (!(mask & (1u << t)) || room_[t].empty()) continue;
+    const int need = Units(static_cast<GpuTypeIndex>(t), milli);
+    for (auto it = room_[t].lower_bound({need, -1, -1}); it != room_[t].end(); ++it) {
+      const auto [free_units, n, g] = *it;
+      const int room = RoomMilli(g);
+      // Sorted by room within the type: once past the best, nothing later of this type wins.
+      if (best >= 0 && room > best_room) break;
+      if (!usable(g)) continue;
+      if (best < 0 || room < best_room || (room == best_room && n < gpus_[best].node) ||
+          (room == best_room && n == gpus_[best].node && g < best)) {
+        best = g;
+        best_room = room;
+      }
+      break;
+    }
+  }
+  return best;
 }
 
 }  // namespace gantry

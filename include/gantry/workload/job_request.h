@@ -32,8 +32,9 @@ struct JobRequest {
   int32_t gpus_per_node = 0;
   int32_t nodes = 0;
   // A share of one GPU in thousandths (1..999, with gpus = 1, from openb's gpu_milli); 0 for
-  // whole GPUs. The engine places whole GPUs (such a job takes one); the packing experiment
-  // (sim/packing.h) shares devices by it.
+  // whole GPUs. The engine shares a GPU between such jobs (sched/free_index.h, SharedGpus), as
+  // the packing experiment (sim/packing.h) does; a driver that clears it gives the job a whole
+  // GPU (gantry sim --round-fractional).
   int32_t gpu_milli = 0;
   int32_t gpu_type_set = -1;  // -1: any GPU type; else index into Workload::gpu_type_sets
   uint32_t gpu_type_mask = kAnyGpuType;  // resolved against a cluster by ResolveWorkload
@@ -44,5 +45,12 @@ struct JobRequest {
   Duration checkpoint_interval = 0;
   Duration restart_cost = 0;
 };
+
+// The GPUs a job's usage counts (utilization, fair share): gpu_milli / 1000 for a share of one
+// GPU, else its whole GPUs.
+inline double GpusUsed(const JobRequest& job) {
+  return job.gpu_milli > 0 && job.gpu_milli < 1000 ? job.gpu_milli / 1000.0
+                                                   : static_cast<double>(job.gpus);
+}
 
 }  // namespace gantry
