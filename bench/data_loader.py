@@ -7,7 +7,8 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
   local   for small (~4 KiB) and large (~1 MiB) samples in a local directory, samples/s of
             raw       one thread reading the tar shards sequentially, 4 MiB reads (the line rate)
             gantry    StreamingDataset(shards, decode=False) through a DataLoader, W workers
-            gantry0   the same with num_workers=0 (the loader alone, no worker IPC)
+            gantry0   the same with num_workers=0 (the loader alone, no worker IPC; its fields
+                      are memoryviews of the mapped shards, collated into lists)
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -35,6 +36,9 @@ Usage (docs/performance.md "Data loader" records a run):
   ... --parts s3           the RGW rows (source "$(scripts/rgw start)" first); --parts takes
                            any of local,stall,s3 (default local,stall)
   ... --quick              tiny inputs, one repetition: a smoke run (python/tests)
+  ... --base PYTHONPATH    also the gantry of another build (the commit before a change), as
+                           gantry_base/gantry0_base and a stall row, each pass in a child
+                           process with that PYTHONPATH: before and after in one run
 Output: a Markdown table per part, then one JSON object with every run (last line).
 """
 
@@ -181,13 +185,21 @@ def raw_read(paths):
     return total
 
 
+def lists(samples):
+    """Collates sample dicts into a dict of lists: what default_collate does with bytes, and
+    leaves memoryviews (gantry in process, decode=False) as they are instead of treating them as
+    sequences of ints."""
+    return {k: [s[k] for s in samples] for k in samples[0]}
+
+
 def make_loader(kind, ds, url, args, batch, window):
     w = 0 if kind == "gantry0" else args.workers
     if kind in ("gantry", "gantry0"):
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
                                 + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
-        return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w)
+        return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w,
+                                           collate_fn=lists)
     if kind == "tarfile":
         return torch.utils.data.DataLoader(TarShards(ds.shards), batch_size=batch, num_workers=w)
     if kind == "imagefolder":
@@ -202,6 +214,8 @@ def make_loader(kind, ds, url, args, batch, window):
 def timed_read(kind, ds, args, batch, window, url=None):
     """Seconds for one whole pass (from building the dataset to the last batch), and seconds
     to the first batch; checks every sample's bytes arrived."""
+    if kind.endswith("_base"):
+        return base_pass(kind[:-len("_base")], ds, args, batch, window, url)
     t0 = time.perf_counter()
     if kind == "raw":
         got = raw_read(ds.shards)
@@ -223,6 +237,35 @@ def timed_read(kind, ds, args, batch, window, url=None):
         raise SystemExit(f"{kind} on {ds.name}: {samples} samples, {nbytes} bytes; want "
                          f"{ds.count}, {ds.count * ds.size}")
     return dt, first
+
+
+def base_pass(kind, ds, args, batch, window, url=None, rate=None):
+    """One timed pass of `kind` (gantry, gantry0, or stall at `rate`) with the build at
+    --base, in a child process (its own gantry modules); timed inside the child exactly as
+    here."""
+    spec = {"kind": kind, "shards_dir": ds.shards_dir, "shards": ds.shards, "count": ds.count,
+            "size": ds.size, "per_shard": ds.per_shard, "shard_bytes": ds.shard_bytes,
+            "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate}
+    env = dict(os.environ, PYTHONPATH=args.base)
+    r = subprocess.run([sys.executable, __file__, "--one-pass", json.dumps(spec)], env=env,
+                       capture_output=True, text=True, check=True)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return tuple(out) if kind == "stall" else (out[0], out[1])
+
+
+def one_pass(spec_json):
+    """The child side of base_pass: prints the pass's result as JSON."""
+    spec = json.loads(spec_json)
+    ds = argparse.Namespace(**{k: spec[k] for k in ("shards_dir", "shards", "count", "size",
+                                                     "per_shard", "shard_bytes")})
+    ds.name = "base"
+    args = argparse.Namespace(workers=spec["workers"])
+    torch.set_num_threads(1)
+    if spec["kind"] == "stall":
+        out = stall_run(ds, args, spec["batch"], spec["window"], spec["rate"])
+    else:
+        out = timed_read(spec["kind"], ds, args, spec["batch"], spec["window"], url=spec["url"])
+    print(json.dumps(list(out)))
 
 
 def stall_run(ds, args, batch, window, rate):
@@ -268,6 +311,8 @@ def fmt_runs(xs, digits=2):
 
 def local_part(sets, args, results):
     kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
+    if args.base:
+        kinds[3:3] = ["gantry_base", "gantry0_base"]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)
@@ -302,7 +347,7 @@ def local_part(sets, args, results):
         print("|---|---:|---:|---:|---|---|")
         goals = {"raw": ">= 0.9", "tarfile": ">= 2", "imagefolder": ">= 2", "files": ">= 5"}
         for k in kinds:
-            ratio = med["gantry"] / med[k]
+            ratio = med["gantry0" if k == "gantry0_base" else "gantry"] / med[k]
             print(f"| {k} | {med[k]:,.0f} | {med[k] * ds.size / 1e6:,.0f} | {ratio:.2f} | "
                   f"{goals.get(k, '')} | {fmt_runs(rates[k], 0)} |")
     return results
@@ -316,16 +361,27 @@ def stall_part(sets, args, results):
     for ds, batch, window in sets:
         line = results["local"][ds.name]["median_samples_per_s"]["gantry"]
         rate = args.stall_load * line
-        runs = []
+        runs, base_runs = [], []
+        base_line = results["local"][ds.name]["median_samples_per_s"].get("gantry_base")
         for _ in range(args.repeat):
             if args.cache == "cold":
                 ds.evict()
             runs.append(stall_run(ds, args, batch, window, rate))
-        share = median([r[0] for r in runs])
-        mid = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-        results["stall"][ds.name] = {"rate": rate, "line_rate": line, "runs": runs}
-        print(f"| {ds.name} | {rate:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} | {100 * share:.2f}% | "
-              f"{mid[3]:.3f} | {fmt_runs([100 * r[0] for r in runs])} % |")
+            if base_line:
+                if args.cache == "cold":
+                    ds.evict()
+                base_runs.append(base_pass("stall", ds, args, batch, window,
+                                           rate=args.stall_load * base_line))
+        for name, rs, r in ((ds.name, runs, rate),
+                            (ds.name + " (base)", base_runs,
+                             args.stall_load * (base_line or 0))):
+            if not rs:
+                continue
+            share = median([x[0] for x in rs])
+            mid = sorted(rs, key=lambda x: x[0])[len(rs) // 2]
+            results["stall"][name] = {"rate": r, "runs": rs}
+            print(f"| {name} | {r:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} | {100 * share:.2f}% | "
+                  f"{mid[3]:.3f} | {fmt_runs([100 * x[0] for x in rs])} % |")
     return results
 
 
@@ -399,7 +455,15 @@ def main():
     ap.add_argument("--aws", default="/usr/bin/aws")
     ap.add_argument("--quick", action="store_true", help="tiny inputs, one repetition")
     ap.add_argument("--dir", default=None, help="where to write the data (default: temp)")
+    ap.add_argument("--base", default=None,
+                    help="PYTHONPATH of another gantry build (e.g. the commit before a change): "
+                         "adds its gantry and gantry0 as gantry_base, gantry0_base (and a stall "
+                         "row), each pass in a child process, interleaved with the rest")
+    ap.add_argument("--one-pass", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_pass:
+        one_pass(args.one_pass)
+        return
     if args.quick:
         args.small_count, args.small_per_shard = 300, 100
         args.large_count, args.large_size, args.large_per_shard = 12, 64 << 10, 4

@@ -41,6 +41,7 @@
 #include "gantry/data/dataset.h"
 #include "gantry/data/loader_metrics.h"
 #include "gantry/data/order.h"
+#include "gantry/data/shard_bytes.h"
 #include "gantry/data/shard_cache.h"
 
 namespace gantry::data {
@@ -59,6 +60,9 @@ class LoadedShard {
   // Sample i (< size()): its key ("" when it has none; MDS: the "__key__" column when there is
   // one) and its fields in stored order. InvalidArgument for a sample whose layout is damaged.
   virtual Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const = 0;
+  // The bytes every field's bytes point into (a mapped file, or memory), kept alive by this.
+  // Default: empty bytes (a shard whose fields point elsewhere; never damaged).
+  virtual const std::shared_ptr<const ShardBytes>& bytes() const;
 };
 
 // A dataset's shards, as its index (MDS) or listing (WebDataset) names them.
@@ -98,6 +102,10 @@ struct ShardSourceOptions {
   // MetricsRegistry::Default().
   MetricsRegistry* metrics = nullptr;
   std::string job = DefaultJobId();
+  // Local shards (a file:// source, the node-local cache) are mapped read-only instead of read
+  // into memory (shard_bytes.h): no copy, pages shared through the page cache by every worker
+  // and process, only the pages a reader touches faulted in its page tables. False: read.
+  bool map_files = true;
 };
 
 // Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gantry/common/status.h"
+#include "gantry/data/shard_bytes.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry::data {
@@ -55,16 +56,22 @@ class WdsShard {
  public:
   // `stored`: the shard object's bytes as stored; gzip when `name` ends in ".gz" or ".tgz".
   static Result<WdsShard> Parse(std::string stored, std::string name, const ReadLimits& limits);
+  // The same over bytes held elsewhere (a mapped file): an uncompressed shard's samples point
+  // into `stored` itself, which the shard keeps alive.
+  static Result<WdsShard> Parse(std::shared_ptr<const ShardBytes> stored, std::string name,
+                                const ReadLimits& limits);
 
   const std::string& name() const { return name_; }
   uint64_t stored_bytes() const { return stored_bytes_; }
   uint64_t tar_bytes() const { return tar_->size(); }
   const std::vector<WdsSample>& samples() const { return samples_; }
+  // The (uncompressed) tar bytes every field's bytes point into.
+  const std::shared_ptr<const ShardBytes>& bytes() const { return tar_; }
 
  private:
   std::string name_;
   uint64_t stored_bytes_ = 0;
-  std::unique_ptr<const std::string> tar_;  // heap-held so moves keep the views valid
+  std::shared_ptr<const ShardBytes> tar_;  // heap-held so moves keep the views valid
   std::vector<WdsSample> samples_;
 };
 
