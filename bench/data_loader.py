@@ -8,7 +8,10 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             raw       one thread reading the tar shards sequentially, 4 MiB reads (the line rate)
             gantry    StreamingDataset(shards, decode=False) through a DataLoader, W workers
             gantry0   the same with num_workers=0 (the loader alone, no worker IPC; its fields
-                      are memoryviews of the mapped shards, collated into lists)
+                      are memoryviews of the mapped shards, collated into lists: delivered, not
+                      read, as the consumer only takes their lengths)
+            gantry0_touch  gantry0 whose consumer also reads every byte once (a copy of each
+                      sample into one reused buffer): the rate when the bytes are used
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -223,6 +226,10 @@ def timed_read(kind, ds, args, batch, window, url=None):
         if got != ds.shard_bytes:
             raise SystemExit(f"raw read {got} bytes of {ds.shard_bytes}")
         return dt, None
+    touch = kind == "gantry0_touch"
+    if touch:
+        kind = "gantry0"
+        buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
     first = None
     samples = nbytes = 0
@@ -232,6 +239,9 @@ def timed_read(kind, ds, args, batch, window, url=None):
         p = payload(kind, b)
         samples += len(p)
         nbytes += sum(len(x) for x in p)
+        if touch:  # the consumer reads every byte once: a copy into one reused buffer
+            for x in p:
+                buf[:len(x)] = x
     dt = time.perf_counter() - t0
     if samples != ds.count or nbytes != ds.count * ds.size:
         raise SystemExit(f"{kind} on {ds.name}: {samples} samples, {nbytes} bytes; want "
@@ -313,6 +323,9 @@ def local_part(sets, args, results):
     kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
     if args.base:
         kinds[3:3] = ["gantry_base", "gantry0_base"]
+    kinds[3:3] = ["gantry0_touch"]
+    if args.kinds:
+        kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)
@@ -459,6 +472,8 @@ def main():
                     help="PYTHONPATH of another gantry build (e.g. the commit before a change): "
                          "adds its gantry and gantry0 as gantry_base, gantry0_base (and a stall "
                          "row), each pass in a child process, interleaved with the rest")
+    ap.add_argument("--kinds", default=None,
+                    help="comma-separated loaders of the local part to run (gantry always)")
     ap.add_argument("--one-pass", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one_pass:

@@ -183,8 +183,8 @@ class Fetcher {
     return store.backend() == "http" ? FetchSource::kPeer : FetchSource::kDurable;
   }
 
-  // The cached copy if intact; nullopt when there is none (a damaged one is deleted, counted
-  // and treated as none, so it is fetched again).
+  // The cached copy (mapped, unless map_files is off) if intact; nullptr when there is none (a
+  // damaged one is deleted, counted and treated as none, so it is fetched again).
   Result<std::shared_ptr<const ShardBytes>> Lookup(uint32_t shard, const Expected& e,
                                                    const std::string& where) {
     Result<std::shared_ptr<const ShardBytes>> got =
