@@ -56,6 +56,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 
 import torch
 import torch.utils.data
@@ -195,10 +196,21 @@ def lists(samples):
     return {k: [s[k] for s in samples] for k in samples[0]}
 
 
-def make_loader(kind, ds, url, args, batch, window):
+def as_tensors(sample):
+    """A transform run in the worker: each field's bytes as a uint8 tensor, which the
+    DataLoader hands to the training process through shared memory (moved there in the worker),
+    where bytes go through a pipe that the training process drains inside next()."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # frombuffer of read-only bytes: the tensor is not written
+        return {k: v if k == "__key__" else torch.frombuffer(v, dtype=torch.uint8)
+                for k, v in sample.items()}
+
+
+def make_loader(kind, ds, url, args, batch, window, tensors=False):
     w = 0 if kind == "gantry0" else args.workers
     if kind in ("gantry", "gantry0"):
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
+                                transform=as_tensors if tensors else None,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
                                 + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
         return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w,
@@ -278,10 +290,10 @@ def one_pass(spec_json):
     print(json.dumps(list(out)))
 
 
-def stall_run(ds, args, batch, window, rate):
+def stall_run(ds, args, batch, window, rate, tensors=False):
     """A loop consuming `batch`-sample steps at `rate` samples/s (compute = sleep). Returns
     (stall share after the first shard, stalled s, loop s, first-batch s)."""
-    loader = make_loader("gantry", ds, ds.shards_dir, args, batch, window)
+    loader = make_loader("gantry", ds, ds.shards_dir, args, batch, window, tensors=tensors)
     step_s = batch / rate
     t0 = time.perf_counter()
     it = iter(loader)
@@ -374,18 +386,22 @@ def stall_part(sets, args, results):
     for ds, batch, window in sets:
         line = results["local"][ds.name]["median_samples_per_s"]["gantry"]
         rate = args.stall_load * line
-        runs, base_runs = [], []
+        runs, base_runs, tensor_runs = [], [], []
         base_line = results["local"][ds.name]["median_samples_per_s"].get("gantry_base")
         for _ in range(args.repeat):
             if args.cache == "cold":
                 ds.evict()
             runs.append(stall_run(ds, args, batch, window, rate))
+            if args.stall_tensors:
+                if args.cache == "cold":
+                    ds.evict()
+                tensor_runs.append(stall_run(ds, args, batch, window, rate, tensors=True))
             if base_line:
                 if args.cache == "cold":
                     ds.evict()
                 base_runs.append(base_pass("stall", ds, args, batch, window,
                                            rate=args.stall_load * base_line))
-        for name, rs, r in ((ds.name, runs, rate),
+        for name, rs, r in ((ds.name, runs, rate), (ds.name + " (tensors)", tensor_runs, rate),
                             (ds.name + " (base)", base_runs,
                              args.stall_load * (base_line or 0))):
             if not rs:
@@ -463,6 +479,8 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--stall-tensors", action="store_true",
+                    help="also a stall row whose workers hand over uint8 tensors (as_tensors)")
     ap.add_argument("--parts", default="local,stall",
                     help="comma-separated: local, stall (needs local), s3 (needs the RGW)")
     ap.add_argument("--aws", default="/usr/bin/aws")

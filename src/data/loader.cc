@@ -568,6 +568,16 @@ class SampleIterator::ReadAhead {
     }
   }
 
+  // A shuffled window's positions reach all of its shards within its first few samples, so at
+  // a window boundary the consumer needs the next window's shards together, not one after the
+  // other as the rate rule assumes: the depth is at least the shards one window spans (up to
+  // max_shards), so they are all read ahead before the boundary.
+  void SetWindowShards(uint32_t shards) {
+    std::lock_guard<std::mutex> lock(mu_);
+    window_floor_ = std::min(shards, options_.max_shards);
+    depth_ = std::max(depth_, window_floor_);
+  }
+
   // The consumer spent `seconds` (not stalled) on its previous shard.
   uint64_t ObserveConsumer(double seconds) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -584,7 +594,7 @@ class SampleIterator::ReadAhead {
 
   void Resize() {
     if (fetch_s_ < 0 || consume_s_ < 0) return;
-    depth_ = ReadAheadDepth(fetch_s_, consume_s_, options_.max_shards);
+    depth_ = std::max(ReadAheadDepth(fetch_s_, consume_s_, options_.max_shards), window_floor_);
   }
 
   void Work() {
@@ -625,6 +635,7 @@ class SampleIterator::ReadAhead {
   std::unordered_map<uint32_t, Entry> entries_;  // started, not yet taken
   std::unordered_set<uint32_t> planned_;         // every shard ever planned this epoch
   uint32_t depth_;
+  uint32_t window_floor_ = 0;  // SetWindowShards
   uint32_t urgent_ = UINT32_MAX;
   double fetch_s_ = -1;  // moving averages; -1: not measured yet
   double consume_s_ = -1;
@@ -658,6 +669,27 @@ Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOr
     it.ahead_ = std::make_unique<ReadAhead>(source, *it.order_heap_, positions, 0, read_ahead);
   }
   return it;
+}
+
+uint32_t SampleIterator::ShardsInWindow(uint64_t window_start) const {
+  // Shards lie contiguously in shard order: the first that ends past the window's start, then
+  // every one that begins before its end (counted up to a bound: the depth is capped anyway).
+  size_t lo = 0, hi = order_.num_shards();
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (order_.ShardEnd(mid) <= window_start) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  uint32_t n = 0;
+  for (size_t k = lo;
+       k < order_.num_shards() && n < 1024 && order_.ShardBegin(k) < window_start + order_.window();
+       ++k) {
+    if (order_.ShardEnd(k) > order_.ShardBegin(k)) ++n;  // empty shards hold no position
+  }
+  return n;
 }
 
 Result<std::shared_ptr<const LoadedShard>> SampleIterator::Obtain(uint32_t shard) {
@@ -703,6 +735,10 @@ Result<bool> SampleIterator::Next(Sample& out) {
     } else {
       ++it;
     }
+  }
+  if (ahead_ != nullptr && order_.options().shuffle && window_start != last_window_) {
+    last_window_ = window_start;
+    ahead_->SetWindowShards(ShardsInWindow(window_start));
   }
   if (ahead_ != nullptr) ahead_->Advance(next_);
   const SampleRef ref = order_.At(p);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "gantry/data/loader.h"
 #include "gantry/data/mds.h"
@@ -285,6 +286,39 @@ TEST(MappedShards, ReadAheadAndMappingKeepTheOrder) {
     EXPECT_EQ(run(true, 0, slot), want);
     EXPECT_EQ(run(true, 4, slot), want);
     EXPECT_EQ(run(true, 1, slot), want);
+  }
+}
+
+// A shuffled window needs all its shards right after its boundary: the read-ahead goes at least
+// as deep as one window's shards, where the rate rule alone (a slow consumer) gives 2.
+TEST(MappedShards, ReadAheadCoversAShuffledWindowsShards) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 12, 10, 100);
+  for (bool shuffle : {true, false}) {
+    SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+    MetricsRegistry registry;
+    ShardSourceOptions o;
+    o.metrics = &registry;
+    o.job = "ahead";
+    auto d = LocateDataset("file://" + data, {});
+    ASSERT_TRUE(d.ok());
+    auto source = OpenShardSource(std::move(*d), o);
+    ASSERT_TRUE(source.ok());
+    // Windows of 40 samples: 4 shards each.
+    auto order = EpochOrder::Create((*source)->shard_samples(),
+                                    {.seed = 9, .shuffle = shuffle, .window = 40}, 0);
+    auto it = SampleIterator::Create(**source, *order, {}, 0, {6, 2});
+    ASSERT_TRUE(it.ok());
+    Sample s;
+    uint64_t n = 0;
+    while (*it->Next(s)) {
+      ++n;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a slow consumer
+    }
+    EXPECT_EQ(n, 120u);
+    const DataStats st = LoaderMetrics::For(registry, "file://" + data, "ahead")->Snapshot();
+    EXPECT_EQ(st.read_ahead_depth, shuffle ? 4u : 2u);
   }
 }
 

@@ -130,6 +130,8 @@ struct Sample {
 // consume_seconds the moving average time the consumer spends on one shard's worth of its
 // positions (not counting its stalls): enough shards in flight that the next is ready when the
 // consumer gets there, plus one. It starts at min(2, max_shards) before anything is measured.
+// When the order is shuffled, the depth is also at least the shards one window spans (capped
+// at max_shards): a shuffled window needs all its shards at once, right after its boundary.
 // The shards read ahead are held in memory (and pinned in the cache) until consumed.
 struct ReadAheadOptions {
   uint32_t max_shards = 4;  // 0: no read-ahead, each shard is fetched when first needed
@@ -170,6 +172,8 @@ class SampleIterator {
   SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions);
   // The shard, from the read-ahead or fetched here; counts the consumer's stall.
   Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
+  // Non-empty shards overlapping the window that starts at shard-order position `window_start`.
+  uint32_t ShardsInWindow(uint64_t window_start) const;
 
   ShardSource* source_;
   EpochOrder order_;
@@ -180,9 +184,10 @@ class SampleIterator {
   size_t max_held_ = 0;
   std::unique_ptr<EpochOrder> order_heap_;  // the read-ahead's view of the order
   std::unique_ptr<ReadAhead> ahead_;
-  int64_t last_next_ns_ = 0;      // when Next last returned (0: not yet), for active time
-  int64_t last_shard_ns_ = 0;     // when the consumer last reached a new shard
-  double stall_since_shard_ = 0;  // stall seconds since then
+  uint64_t last_window_ = UINT64_MAX;  // the window the read-ahead was last told about
+  int64_t last_next_ns_ = 0;           // when Next last returned (0: not yet), for active time
+  int64_t last_shard_ns_ = 0;          // when the consumer last reached a new shard
+  double stall_since_shard_ = 0;       // stall seconds since then
 };
 
 }  // namespace gantry::data
