@@ -18,6 +18,7 @@
 #include "gantry/data/shard_bytes.h"
 #include "gantry/data/shard_cache.h"
 #include "gantry/data/webdataset.h"
+#include "gantry/storage/memory_store.h"
 
 namespace gantry::data {
 namespace {
@@ -205,6 +206,45 @@ TEST(MappedShards, CachedShardsAreMappedAndOutliveTheirEviction) {
   }
   EXPECT_EQ((*again)->bytes()->view(), copy);
   EXPECT_FALSE((*again)->bytes()->damaged());
+}
+
+// A remote shard (here: an in-memory store, which is not mapped) is fetched into memory,
+// published to the cache and then served from the cached file, mapped; the next read is a hit.
+TEST(MappedShards, RemoteShardIsServedFromItsCachedFileOncePublished) {
+  TempDir tmp;
+  auto mem = OpenMemoryStore("mmap-test-remote");
+  WdsWriterOptions wo;
+  wo.max_samples = 4;
+  auto w = WdsWriter::Create(*mem, wo);
+  ASSERT_TRUE(w.ok());
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE((*w)->Write("k" + std::to_string(i), {{"bin", Pattern(1000 + i)}}).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+  for (bool cached : {true, false}) {
+    SCOPED_TRACE(cached ? "cache" : "no cache");
+    DatasetLocation d;
+    d.url = "mem://mmap-test-remote";
+    d.store = OpenMemoryStore("mmap-test-remote");
+    d.format = DatasetFormat::kWebDataset;
+    d.wds_shards = (*w)->shards_written();
+    ShardSourceOptions o;
+    if (cached) o.cache.dir = tmp.path() + "/cache";
+    auto source = OpenShardSource(std::move(d), o);
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    auto first = (*source)->Read(1);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ((*first)->bytes()->mapped(), cached);
+    std::string key;
+    std::vector<SampleField> fields;
+    ASSERT_TRUE((*first)->Get(0, key, fields).ok());
+    EXPECT_EQ(key, "k4");
+    EXPECT_EQ(fields[0].bytes, Pattern(1004));
+    auto again = (*source)->Read(1);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ((*again)->bytes()->mapped(), cached);
+    EXPECT_EQ((*again)->bytes()->view(), (*first)->bytes()->view());
+  }
 }
 
 TEST(MappedShards, CachedCopyCutShortIsDeletedAndFetchedAgain) {

@@ -3,6 +3,7 @@
 #include "gantry/data/shard_bytes.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -85,6 +86,9 @@ void EnsureHandler() {
   static bool initialised = false;
   if (!initialised) {
     initialised = true;
+    // A DataLoader forks its workers while the read-ahead's threads may be mapping: the child
+    // must not inherit g_mu locked by a thread that does not exist there.
+    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); });
     const long page = sysconf(_SC_PAGESIZE);
     if (page > 0) g_page = static_cast<uintptr_t>(page);
     for (int i = kGuardSlots - 1; i >= 0; --i) g_free.push_back(i);
