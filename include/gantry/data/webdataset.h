@@ -9,8 +9,9 @@
 // sample. So "p.1.txt" then "p.2.txt" are one sample "p" with fields "1.txt" and "2.txt", as the
 // Python reader returns them. A field repeated within a sample is an error (as in WebDataset).
 //
-// A shard is read whole into memory (bounded by ReadLimits::max_shard_bytes, also for the
-// decompressed size of a .tar.gz), and its samples hold views into it.
+// A shard is read whole into memory, or mapped (shard_bytes.h), bounded by
+// ReadLimits::max_shard_bytes (also for the decompressed size of a .tar.gz), and its samples hold
+// views into it.
 //
 //   GANTRY_ASSIGN_OR_RETURN(WdsShard shard, ReadWdsShard(*store, "train/shard-000000.tar", {}));
 //   for (const WdsSample& s : shard.samples()) Use(s.key, s.Find("jpg"));
