@@ -7,7 +7,11 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
   local   for small (~4 KiB) and large (~1 MiB) samples in a local directory, samples/s of
             raw       one thread reading the tar shards sequentially, 4 MiB reads (the line rate)
             gantry    StreamingDataset(shards, decode=False) through a DataLoader, W workers
-            gantry0   the same with num_workers=0 (the loader alone, no worker IPC)
+            gantry0   the same with num_workers=0 (the loader alone, no worker IPC; its fields
+                      are memoryviews of the mapped shards, collated into lists: delivered, not
+                      read, as the consumer only takes their lengths)
+            gantry0_touch  gantry0 whose consumer also reads every byte once (a copy of each
+                      sample into one reused buffer): the rate when the bytes are used
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -35,6 +39,9 @@ Usage (docs/performance.md "Data loader" records a run):
   ... --parts s3           the RGW rows (source "$(scripts/rgw start)" first); --parts takes
                            any of local,stall,s3 (default local,stall)
   ... --quick              tiny inputs, one repetition: a smoke run (python/tests)
+  ... --base PYTHONPATH    also the gantry of another build (the commit before a change), as
+                           gantry_base/gantry0_base and a stall row, each pass in a child
+                           process with that PYTHONPATH: before and after in one run
 Output: a Markdown table per part, then one JSON object with every run (last line).
 """
 
@@ -49,6 +56,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 
 import torch
 import torch.utils.data
@@ -181,13 +189,32 @@ def raw_read(paths):
     return total
 
 
-def make_loader(kind, ds, url, args, batch, window):
+def lists(samples):
+    """Collates sample dicts into a dict of lists: what default_collate does with bytes, and
+    leaves memoryviews (gantry in process, decode=False) as they are instead of treating them as
+    sequences of ints."""
+    return {k: [s[k] for s in samples] for k in samples[0]}
+
+
+def as_tensors(sample):
+    """A transform run in the worker: each field's bytes as a uint8 tensor, which the
+    DataLoader hands to the training process through shared memory (moved there in the worker),
+    where bytes go through a pipe that the training process drains inside next()."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # frombuffer of read-only bytes: the tensor is not written
+        return {k: v if k == "__key__" else torch.frombuffer(v, dtype=torch.uint8)
+                for k, v in sample.items()}
+
+
+def make_loader(kind, ds, url, args, batch, window, tensors=False):
     w = 0 if kind == "gantry0" else args.workers
     if kind in ("gantry", "gantry0"):
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
+                                transform=as_tensors if tensors else None,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
                                 + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
-        return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w)
+        return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w,
+                                           collate_fn=lists)
     if kind == "tarfile":
         return torch.utils.data.DataLoader(TarShards(ds.shards), batch_size=batch, num_workers=w)
     if kind == "imagefolder":
@@ -202,6 +229,8 @@ def make_loader(kind, ds, url, args, batch, window):
 def timed_read(kind, ds, args, batch, window, url=None):
     """Seconds for one whole pass (from building the dataset to the last batch), and seconds
     to the first batch; checks every sample's bytes arrived."""
+    if kind.endswith("_base"):
+        return base_pass(kind[:-len("_base")], ds, args, batch, window, url)
     t0 = time.perf_counter()
     if kind == "raw":
         got = raw_read(ds.shards)
@@ -209,6 +238,10 @@ def timed_read(kind, ds, args, batch, window, url=None):
         if got != ds.shard_bytes:
             raise SystemExit(f"raw read {got} bytes of {ds.shard_bytes}")
         return dt, None
+    touch = kind == "gantry0_touch"
+    if touch:
+        kind = "gantry0"
+        buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
     first = None
     samples = nbytes = 0
@@ -218,6 +251,9 @@ def timed_read(kind, ds, args, batch, window, url=None):
         p = payload(kind, b)
         samples += len(p)
         nbytes += sum(len(x) for x in p)
+        if touch:  # the consumer reads every byte once: a copy into one reused buffer
+            for x in p:
+                buf[:len(x)] = x
     dt = time.perf_counter() - t0
     if samples != ds.count or nbytes != ds.count * ds.size:
         raise SystemExit(f"{kind} on {ds.name}: {samples} samples, {nbytes} bytes; want "
@@ -225,10 +261,39 @@ def timed_read(kind, ds, args, batch, window, url=None):
     return dt, first
 
 
-def stall_run(ds, args, batch, window, rate):
+def base_pass(kind, ds, args, batch, window, url=None, rate=None):
+    """One timed pass of `kind` (gantry, gantry0, or stall at `rate`) with the build at
+    --base, in a child process (its own gantry modules); timed inside the child exactly as
+    here."""
+    spec = {"kind": kind, "shards_dir": ds.shards_dir, "shards": ds.shards, "count": ds.count,
+            "size": ds.size, "per_shard": ds.per_shard, "shard_bytes": ds.shard_bytes,
+            "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate}
+    env = dict(os.environ, PYTHONPATH=args.base)
+    r = subprocess.run([sys.executable, __file__, "--one-pass", json.dumps(spec)], env=env,
+                       capture_output=True, text=True, check=True)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return tuple(out) if kind == "stall" else (out[0], out[1])
+
+
+def one_pass(spec_json):
+    """The child side of base_pass: prints the pass's result as JSON."""
+    spec = json.loads(spec_json)
+    ds = argparse.Namespace(**{k: spec[k] for k in ("shards_dir", "shards", "count", "size",
+                                                     "per_shard", "shard_bytes")})
+    ds.name = "base"
+    args = argparse.Namespace(workers=spec["workers"])
+    torch.set_num_threads(1)
+    if spec["kind"] == "stall":
+        out = stall_run(ds, args, spec["batch"], spec["window"], spec["rate"])
+    else:
+        out = timed_read(spec["kind"], ds, args, spec["batch"], spec["window"], url=spec["url"])
+    print(json.dumps(list(out)))
+
+
+def stall_run(ds, args, batch, window, rate, tensors=False):
     """A loop consuming `batch`-sample steps at `rate` samples/s (compute = sleep). Returns
     (stall share after the first shard, stalled s, loop s, first-batch s)."""
-    loader = make_loader("gantry", ds, ds.shards_dir, args, batch, window)
+    loader = make_loader("gantry", ds, ds.shards_dir, args, batch, window, tensors=tensors)
     step_s = batch / rate
     t0 = time.perf_counter()
     it = iter(loader)
@@ -268,6 +333,11 @@ def fmt_runs(xs, digits=2):
 
 def local_part(sets, args, results):
     kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
+    if args.base:
+        kinds[3:3] = ["gantry_base", "gantry0_base"]
+    kinds[3:3] = ["gantry0_touch"]
+    if args.kinds:
+        kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)
@@ -302,7 +372,7 @@ def local_part(sets, args, results):
         print("|---|---:|---:|---:|---|---|")
         goals = {"raw": ">= 0.9", "tarfile": ">= 2", "imagefolder": ">= 2", "files": ">= 5"}
         for k in kinds:
-            ratio = med["gantry"] / med[k]
+            ratio = med["gantry0" if k == "gantry0_base" else "gantry"] / med[k]
             print(f"| {k} | {med[k]:,.0f} | {med[k] * ds.size / 1e6:,.0f} | {ratio:.2f} | "
                   f"{goals.get(k, '')} | {fmt_runs(rates[k], 0)} |")
     return results
@@ -316,16 +386,31 @@ def stall_part(sets, args, results):
     for ds, batch, window in sets:
         line = results["local"][ds.name]["median_samples_per_s"]["gantry"]
         rate = args.stall_load * line
-        runs = []
+        runs, base_runs, tensor_runs = [], [], []
+        base_line = results["local"][ds.name]["median_samples_per_s"].get("gantry_base")
         for _ in range(args.repeat):
             if args.cache == "cold":
                 ds.evict()
             runs.append(stall_run(ds, args, batch, window, rate))
-        share = median([r[0] for r in runs])
-        mid = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-        results["stall"][ds.name] = {"rate": rate, "line_rate": line, "runs": runs}
-        print(f"| {ds.name} | {rate:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} | {100 * share:.2f}% | "
-              f"{mid[3]:.3f} | {fmt_runs([100 * r[0] for r in runs])} % |")
+            if args.stall_tensors:
+                if args.cache == "cold":
+                    ds.evict()
+                tensor_runs.append(stall_run(ds, args, batch, window, rate, tensors=True))
+            if base_line:
+                if args.cache == "cold":
+                    ds.evict()
+                base_runs.append(base_pass("stall", ds, args, batch, window,
+                                           rate=args.stall_load * base_line))
+        for name, rs, r in ((ds.name, runs, rate), (ds.name + " (tensors)", tensor_runs, rate),
+                            (ds.name + " (base)", base_runs,
+                             args.stall_load * (base_line or 0))):
+            if not rs:
+                continue
+            share = median([x[0] for x in rs])
+            mid = sorted(rs, key=lambda x: x[0])[len(rs) // 2]
+            results["stall"][name] = {"rate": r, "runs": rs}
+            print(f"| {name} | {r:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} | {100 * share:.2f}% | "
+                  f"{mid[3]:.3f} | {fmt_runs([100 * x[0] for x in rs])} % |")
     return results
 
 
@@ -394,12 +479,24 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--stall-tensors", action="store_true",
+                    help="also a stall row whose workers hand over uint8 tensors (as_tensors)")
     ap.add_argument("--parts", default="local,stall",
                     help="comma-separated: local, stall (needs local), s3 (needs the RGW)")
     ap.add_argument("--aws", default="/usr/bin/aws")
     ap.add_argument("--quick", action="store_true", help="tiny inputs, one repetition")
     ap.add_argument("--dir", default=None, help="where to write the data (default: temp)")
+    ap.add_argument("--base", default=None,
+                    help="PYTHONPATH of another gantry build (e.g. the commit before a change): "
+                         "adds its gantry and gantry0 as gantry_base, gantry0_base (and a stall "
+                         "row), each pass in a child process, interleaved with the rest")
+    ap.add_argument("--kinds", default=None,
+                    help="comma-separated loaders of the local part to run (gantry always)")
+    ap.add_argument("--one-pass", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_pass:
+        one_pass(args.one_pass)
+        return
     if args.quick:
         args.small_count, args.small_per_shard = 300, 100
         args.large_count, args.large_size, args.large_per_shard = 12, 64 << 10, 4

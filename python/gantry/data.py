@@ -57,7 +57,7 @@ def _pil_image(data):
     try:
         from PIL import Image
     except ImportError:
-        return data  # Pillow is optional: images stay encoded bytes
+        return bytes(data)  # Pillow is optional: images stay encoded bytes
     image = Image.open(io.BytesIO(data))
     image.load()
     return image
@@ -69,18 +69,19 @@ def _numpy():
 
 
 def decode_field(name, encoding, data):
-    """Decodes one field's stored bytes.
+    """Decodes one field's stored bytes (bytes, or a memoryview of them).
 
     MDS columns go by their encoding: str, int (8 bytes little-endian), int8..uint64 and
     float16..float64 (a numpy scalar), ndarray:DTYPE:SHAPE (a numpy array), json, str_int,
     str_float, jpeg/png (a PIL image when Pillow is installed); bytes, pkl (never unpickled),
     pil and the variable ndarray encodings stay bytes. WebDataset fields go by their last
     extension: txt/text (str), json, cls/index/id (int), npy (numpy.load, no pickles), image
-    extensions (PIL when installed); anything else stays bytes.
+    extensions (PIL when installed); anything else stays bytes. A memoryview is read in place
+    where the decoder can (text, numbers, arrays) and copied into bytes only where it must.
     """
     if encoding:
         if encoding == "str":
-            return data.decode("utf-8")
+            return str(data, "utf-8")
         if encoding == "int":
             return int.from_bytes(data, "little", signed=True)
         if encoding in _NUMPY_SCALARS:
@@ -90,26 +91,26 @@ def decode_field(name, encoding, data):
             dims = tuple(int(d) for d in shape.split(","))
             return _numpy().frombuffer(data, dtype=dtype).reshape(dims).copy()
         if encoding == "json":
-            return json.loads(data)
+            return json.loads(str(data, "utf-8"))
         if encoding == "str_int":
-            return int(data.decode("utf-8"))
+            return int(str(data, "utf-8"))
         if encoding == "str_float":
-            return float(data.decode("utf-8"))
+            return float(str(data, "utf-8"))
         if encoding in ("jpeg", "png"):
             return _pil_image(data)
-        return data
+        return bytes(data)
     ext = name.rsplit(".", 1)[-1]
     if ext in _TEXT:
-        return data.decode("utf-8")
+        return str(data, "utf-8")
     if ext in _JSON:
-        return json.loads(data)
+        return json.loads(str(data, "utf-8"))
     if ext in _INT:
-        return int(data.decode("utf-8").strip())
+        return int(str(data, "utf-8").strip())
     if ext == "npy":
         return _numpy().load(io.BytesIO(data), allow_pickle=False)
     if ext in _IMAGE:
         return _pil_image(data)
-    return data
+    return bytes(data)
 
 
 def _env_int(name, default):
@@ -191,12 +192,23 @@ class StreamingDataset(_Base):
     damaged at `url`. read_ahead: most shards fetched ahead of the reader (0: none); the depth
     in use follows measured throughput. job: the metrics' job label (default: $GANTRY_JOB_ID,
     else $SLURM_JOB_ID).
+
+    Local shards (a file:// or plain path dataset, and the node-local cache) are mapped, not
+    read (mmap=False reads them): nothing is copied, and every worker and process on the node
+    shares the page cache. With decode=False a field is a read-only memoryview of its shard's
+    bytes, valid for as long as it is referenced (it keeps the mapping alive, even after the
+    dataset and its iterator are gone); bytes(view) copies it. In a DataLoader worker fields
+    are bytes instead, as the DataLoader pickles samples (zero_copy=True forces memoryviews,
+    for a collate_fn that consumes them in the worker; zero_copy=False forces bytes). A local
+    file cut short while mapped does not crash the process: the bytes past the cut read as
+    zeros in views already handed out, and the next sample from that shard raises
+    DataLossError naming it (docs/data.md).
     """
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
-                 read_ahead=4, job=None):
+                 read_ahead=4, job=None, zero_copy=None, mmap=True):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -226,6 +238,8 @@ class StreamingDataset(_Base):
             raise InvalidArgumentError("read_ahead must be at least 0")
         self.read_ahead = int(read_ahead)
         self.job = job
+        self.zero_copy = zero_copy
+        self.mmap = bool(mmap)
         source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
                                     verify_hashes=verify_hashes)
         self.format = source.format
@@ -267,14 +281,16 @@ class StreamingDataset(_Base):
         source = _gantry.DataSource(self.url, wds_shard_samples=self._wds_counts(),
                                     verify_hashes=self.verify_hashes, cache_dir=self.cache_dir,
                                     cache_bytes=self.cache_bytes,
-                                    fallback_urls=self.fallback_urls, job=self.job)
+                                    fallback_urls=self.fallback_urls, job=self.job,
+                                    map_files=self.mmap)
         if list(source.shard_samples) != self.shard_samples:
             raise DataLossError(f"{self.url}: the dataset changed since it was opened "
                                 f"({sum(source.shard_samples)} samples, not {self.num_samples})")
         reader = _gantry.DataReader(
             source, seed=self.seed, shuffle=self.shuffle, window=self.window, epoch=self._epoch,
             world=self.world_size, rank=self.rank, workers=workers, worker=worker,
-            batch=self.batch_size, start=self._start, read_ahead=self.read_ahead)
+            batch=self.batch_size, start=self._start, read_ahead=self.read_ahead,
+            zero_copy=self._zero_copy(info))
         report = self._worker_reporter(info) if info is not None else None
         n = 0
         try:
@@ -363,6 +379,17 @@ class StreamingDataset(_Base):
         read = s["bytes_cache"] + s["bytes_peer"] + s["bytes_durable"]
         s["cache_hit_ratio"] = s["bytes_cache"] / read if read else 0.0
         return s
+
+    def _zero_copy(self, info):
+        """Whether the reader hands out memoryviews: always when decoding (the decoders read
+        them in place, copying only what stays bytes); with decode=False, as zero_copy says, by
+        default everywhere but in a DataLoader worker, whose samples are pickled to the training
+        process (a memoryview cannot be) and so are bytes."""
+        if self.decode:
+            return True
+        if self.zero_copy is None:
+            return info is None
+        return bool(self.zero_copy)
 
     def _wds_counts(self):
         return self.shard_samples if self.format == "webdataset" else None

@@ -2,15 +2,19 @@
 // (include/gantry/data/loader.h) that gantry/data.py builds StreamingDataset on.
 //
 //   source = _gantry.DataSource("s3://bkt/train", wds_shard_samples=None, verify_hashes=False,
-//                               cache_dir=None, cache_bytes=0, fallback_urls=None, job=None)
+//                               cache_dir=None, cache_bytes=0, fallback_urls=None, job=None,
+//                               map_files=True)
 //   reader = _gantry.DataReader(source, seed=0, shuffle=True, window=262144, epoch=0,
 //                               world=1, rank=0, workers=0, worker=0, batch=1, start=0,
-//                               read_ahead=4)
-//   for position, key, fields in reader: ...   # fields: [(name, encoding, bytes)]
+//                               read_ahead=4, zero_copy=False)
+//   for position, key, fields in reader: ...   # fields: [(name, encoding, bytes|memoryview)]
 //   _gantry.data_stats("s3://bkt/train", job)   # the loader's metrics, a dict
 //
-// The order and the iteration are C++; fetching a shard releases the GIL. Each field's bytes
-// are copied into a Python bytes object (the shard is dropped once its window has passed).
+// The order and the iteration are C++; fetching a shard releases the GIL. With zero_copy each
+// field is a read-only memoryview into its shard's bytes (a mapped file, or the fetched copy):
+// every view of a shard slices one ShardBuffer that holds the shard (its mapping and cache pin)
+// alive for as long as any view of it exists, so views outlive the reader and the source
+// safely. Without it, each field's bytes are copied into a Python bytes object.
 // Objects are for one thread; a DataLoader worker opens its own (they are not picklable).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -25,6 +29,7 @@
 #include "gantry/data/loader.h"
 #include "gantry/data/loader_metrics.h"
 #include "gantry/data/order.h"
+#include "gantry/data/shard_bytes.h"
 #include "module.h"
 
 namespace py = pybind11;
@@ -43,6 +48,11 @@ T Unwrap(Result<T> result) {
   return std::move(result).value();
 }
 
+// A shard's bytes through the buffer protocol, read-only: what a reader's memoryviews slice.
+struct ShardBuffer {
+  std::shared_ptr<const data::LoadedShard> shard;
+};
+
 struct PySource {
   std::shared_ptr<ShardSource> source;
   std::string url;
@@ -51,7 +61,7 @@ struct PySource {
 PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>> wds_samples,
                     bool verify_hashes, std::optional<std::string> cache_dir, uint64_t cache_bytes,
                     std::optional<std::vector<std::string>> fallback_urls,
-                    std::optional<std::string> job) {
+                    std::optional<std::string> job, bool map_files) {
   Result<std::unique_ptr<ShardSource>> opened = [&]() -> Result<std::unique_ptr<ShardSource>> {
     py::gil_scoped_release release;
     GANTRY_ASSIGN_OR_RETURN(data::DatasetLocation d, data::LocateDataset(url, {}));
@@ -62,6 +72,7 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
     options.cache.capacity_bytes = cache_bytes;
     if (fallback_urls) options.fallback_urls = *fallback_urls;
     if (job) options.job = *job;
+    options.map_files = map_files;
     return data::OpenShardSource(std::move(d), options);
   }();
   return PySource{std::shared_ptr<ShardSource>(Unwrap(std::move(opened))), url};
@@ -70,8 +81,9 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
 class PyReader {
  public:
   PyReader(const PySource& source, const OrderOptions& options, uint64_t epoch,
-           const data::Slot& slot, uint64_t start, uint32_t read_ahead)
-      : source_(source.source),
+           const data::Slot& slot, uint64_t start, uint32_t read_ahead, bool zero_copy)
+      : zero_copy_(zero_copy),
+        source_(source.source),
         order_(Unwrap(EpochOrder::Create(source_->shard_samples(), options, epoch))),
         it_(Unwrap(SampleIterator::Create(
             *source_, order_, slot, start,
@@ -93,11 +105,30 @@ class PyReader {
       return it_.Next(sample_);
     }();
     if (!Unwrap(std::move(more))) throw py::stop_iteration();
+    // Python code may have replaced the SIGBUS handler since (faulthandler.enable()).
+    data::ShardBytes::EnsureGuard();
+    if (zero_copy_ && sample_.shard != view_shard_) {
+      // One buffer per shard; each field is a slice of its memoryview (a new view object, no
+      // copy), which keeps the buffer and so the shard alive.
+      view_ = py::memoryview(py::cast(ShardBuffer{sample_.shard}));
+      view_shard_ = sample_.shard;
+    }
+    const std::string_view whole = zero_copy_ ? sample_.shard->bytes()->view() : std::string_view();
     py::list fields;
     for (const data::SampleField& f : sample_.fields) {
+      py::object value;
+      const auto offset = static_cast<uint64_t>(f.bytes.data() - whole.data());
+      if (zero_copy_ && (f.bytes.empty() || (f.bytes.data() >= whole.data() &&
+                                             offset + f.bytes.size() <= whole.size()))) {
+        const uint64_t begin = f.bytes.empty() ? 0 : offset;
+        py::slice range(static_cast<ssize_t>(begin), static_cast<ssize_t>(begin + f.bytes.size()),
+                        1);
+        value = view_[range];
+      } else {
+        value = py::bytes(f.bytes.data(), f.bytes.size());
+      }
       fields.append(py::make_tuple(py::str(f.name.data(), f.name.size()),
-                                   py::str(f.encoding.data(), f.encoding.size()),
-                                   py::bytes(f.bytes.data(), f.bytes.size())));
+                                   py::str(f.encoding.data(), f.encoding.size()), value));
     }
     // Keys may not be UTF-8 (tar member names are bytes): decoded with surrogateescape.
     PyObject* key = PyUnicode_DecodeUTF8(
@@ -107,21 +138,36 @@ class PyReader {
   }
 
  private:
+  const bool zero_copy_;
   std::shared_ptr<ShardSource> source_;
   EpochOrder order_;
   SampleIterator it_;
   data::Sample sample_;
+  std::shared_ptr<const data::LoadedShard> view_shard_;  // the shard view_ is of
+  py::object view_;
 };
 
 }  // namespace
 
 void DefineDataModule(py::module_& m) {
+  py::class_<ShardBuffer>(m, "ShardBuffer", py::buffer_protocol(),
+                          "A shard's bytes, read-only, held alive while any view of them exists")
+      .def_buffer([](ShardBuffer& b) {
+        const std::string_view v = b.shard->bytes()->view();
+        return py::buffer_info(const_cast<char*>(v.data()), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<ssize_t>(v.size())}, {ssize_t{1}}, /*readonly=*/true);
+      })
+      .def_property_readonly("mapped",
+                             [](const ShardBuffer& b) { return b.shard->bytes()->mapped(); });
+  m.def("live_mappings", &data::ShardBytes::LiveMappings,
+        "Shard files mapped in this process now (for tests)");
   py::class_<PySource>(m, "DataSource",
                        "A dataset's shards (MDS or WebDataset) at a store URL, for DataReader")
       .def(py::init(&OpenSource), py::arg("url"), py::arg("wds_shard_samples") = py::none(),
            py::arg("verify_hashes") = false, py::arg("cache_dir") = py::none(),
            py::arg("cache_bytes") = 0, py::arg("fallback_urls") = py::none(),
-           py::arg("job") = py::none())
+           py::arg("job") = py::none(), py::arg("map_files") = true)
       .def_readonly("url", &PySource::url)
       .def_property_readonly(
           "format", [](const PySource& s) { return data::DatasetFormatName(s.source->format()); })
@@ -136,15 +182,16 @@ void DefineDataModule(py::module_& m) {
                        "One reader's samples of one epoch, in the global order (docs/data.md)")
       .def(py::init([](const PySource& source, uint64_t seed, bool shuffle, uint64_t window,
                        uint64_t epoch, uint32_t world, uint32_t rank, uint32_t workers,
-                       uint32_t worker, uint64_t batch, uint64_t start, uint32_t read_ahead) {
+                       uint32_t worker, uint64_t batch, uint64_t start, uint32_t read_ahead,
+                       bool zero_copy) {
              return std::make_unique<PyReader>(source, OrderOptions{seed, shuffle, window}, epoch,
                                                data::Slot{world, rank, workers, worker, batch},
-                                               start, read_ahead);
+                                               start, read_ahead, zero_copy);
            }),
            py::arg("source"), py::kw_only(), py::arg("seed") = 0, py::arg("shuffle") = true,
            py::arg("window") = uint64_t{1} << 18, py::arg("epoch") = 0, py::arg("world") = 1,
            py::arg("rank") = 0, py::arg("workers") = 0, py::arg("worker") = 0, py::arg("batch") = 1,
-           py::arg("start") = 0, py::arg("read_ahead") = 4)
+           py::arg("start") = 0, py::arg("read_ahead") = 4, py::arg("zero_copy") = false)
       .def_property_readonly("remaining", &PyReader::remaining)
       .def_property_readonly("shards_read", &PyReader::shards_read)
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })

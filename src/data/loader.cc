@@ -16,6 +16,7 @@
 
 #include "codec.h"
 #include "gantry/data/mds.h"
+#include "gantry/storage/posix_store.h"
 
 namespace gantry::data {
 namespace {
@@ -56,6 +57,11 @@ std::pair<std::string, std::string> PickHash(const std::map<std::string, std::st
   return {};
 }
 
+// A mapped shard whose file was cut short under the mapping (shard_bytes.h).
+Status CutShort(const std::string& where) {
+  return DataLoss(where + ": its file was cut short while mapped (changed under the reader)");
+}
+
 Status CheckCopy(std::string_view bytes, const Expected& e, const std::string& where) {
   if (e.bytes && bytes.size() != *e.bytes) {
     return DataLoss(where + ": " + std::to_string(bytes.size()) + " bytes, the index says " +
@@ -81,6 +87,7 @@ class Fetcher {
               const std::string& fingerprint) {
     url_ = dataset.url;
     limits_ = options.limits;
+    map_files_ = options.map_files;
     MetricsRegistry& registry =
         options.metrics != nullptr ? *options.metrics : MetricsRegistry::Default();
     metrics_ = LoaderMetrics::For(registry, dataset.url, options.job);
@@ -112,7 +119,8 @@ class Fetcher {
   LoaderMetrics* metrics() const { return metrics_.get(); }
 
   // The shard's stored bytes, checked against `e`, and its pin when the cache holds it.
-  Result<std::string> Fetch(uint32_t shard, const Expected& e, std::shared_ptr<CachePin>& pin_out) {
+  Result<std::shared_ptr<const ShardBytes>> Fetch(uint32_t shard, const Expected& e,
+                                                  std::shared_ptr<CachePin>& pin_out) {
     const std::string where = "shard '" + e.key + "'";
     if (e.bytes && *e.bytes > limits_.max_shard_bytes) {
       return ResourceExhausted(where + ": " + std::to_string(*e.bytes) +
@@ -121,31 +129,37 @@ class Fetcher {
     }
     if (cache_ == nullptr) {
       FetchSource kind;
-      GANTRY_ASSIGN_OR_RETURN(std::string bytes, FromSources(e, where, kind));
-      metrics_->AddFetch(kind, bytes.size());
+      GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> bytes, FromSources(e, where, kind));
+      metrics_->AddFetch(kind, bytes->size());
       return bytes;
     }
     // Pinned before the lookup, so no evictor deletes it between the lookup and its use.
     auto pin = std::make_shared<CachePin>();
     pin->cache = cache_;
     GANTRY_ASSIGN_OR_RETURN(pin->pin, cache_->PinShard(shard));
-    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> hit, Lookup(shard, e, where));
+    GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> hit, Lookup(shard, e, where));
     if (!hit) {
       // One fetcher per shard on the node: whoever waited here finds the winner's copy.
       GANTRY_ASSIGN_OR_RETURN(ShardCache::FetchLock lock, cache_->LockFetch(shard));
       GANTRY_ASSIGN_OR_RETURN(hit, Lookup(shard, e, where));
       if (!hit) {
         FetchSource kind;
-        GANTRY_ASSIGN_OR_RETURN(std::string bytes, FromSources(e, where, kind));
-        metrics_->AddFetch(kind, bytes.size());
+        GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> bytes,
+                                FromSources(e, where, kind));
+        metrics_->AddFetch(kind, bytes->size());
         const ShardCacheCounters before = cache_->counters();
-        Status put = cache_->Put(shard, e.key, bytes);
+        Status put = cache_->Put(shard, e.key, bytes->view());
         metrics_->AddEvictions(cache_->counters().evictions - before.evictions);
         if (put.code() == StatusCode::kResourceExhausted) {
           metrics_->AddUncached();  // the window's pins fill the cache: served from memory
           pin.reset();
         } else if (!put.ok()) {
           return Status(put.code(), where + ": " + put.message());
+        } else if (map_files_ && !bytes->mapped()) {
+          // Served from the cached file from now on: the fetched copy's memory is freed, and
+          // the page cache holding the file is shared with every other reader on the node.
+          Result<std::shared_ptr<const ShardBytes>> mapped = cache_->Map(shard, e.key);
+          if (mapped.ok() && (*mapped)->size() == bytes->size()) bytes = std::move(*mapped);
         }
         pin_out = std::move(pin);
         return bytes;
@@ -153,7 +167,7 @@ class Fetcher {
     }
     metrics_->AddFetch(FetchSource::kCache, hit->size());
     pin_out = std::move(pin);
-    return std::move(*hit);
+    return hit;
   }
 
  private:
@@ -169,28 +183,51 @@ class Fetcher {
     return store.backend() == "http" ? FetchSource::kPeer : FetchSource::kDurable;
   }
 
-  // The cached copy if intact; nullopt when there is none (a damaged one is deleted, counted
-  // and treated as none, so it is fetched again).
-  Result<std::optional<std::string>> Lookup(uint32_t shard, const Expected& e,
-                                            const std::string& where) {
-    Result<std::string> got = cache_->Get(shard, e.key);
+  // The cached copy (mapped, unless map_files is off) if intact; nullptr when there is none (a
+  // damaged one is deleted, counted and treated as none, so it is fetched again).
+  Result<std::shared_ptr<const ShardBytes>> Lookup(uint32_t shard, const Expected& e,
+                                                   const std::string& where) {
+    Result<std::shared_ptr<const ShardBytes>> got =
+        map_files_ ? cache_->Map(shard, e.key)
+                   : [&]() -> Result<std::shared_ptr<const ShardBytes>> {
+      GANTRY_ASSIGN_OR_RETURN(std::string bytes, cache_->Get(shard, e.key));
+      return ShardBytes::FromString(std::move(bytes));
+    }();
     if (got.ok()) {
       // The trailer's checksum proved the copy is what was cached, and it was checked against
       // the index (hash included) before it was; the folder is this version's (fingerprint).
       // The size is checked again for free.
-      if (!e.bytes || got->size() == *e.bytes) return std::optional<std::string>(std::move(*got));
+      if (!e.bytes || (*got)->size() == *e.bytes) return std::move(*got);
       metrics_->AddCacheDamaged();
-      return std::optional<std::string>();
+      return std::shared_ptr<const ShardBytes>();
     }
     if (got.status().code() == StatusCode::kDataLoss) {
       metrics_->AddCacheDamaged();
-      return std::optional<std::string>();
+      return std::shared_ptr<const ShardBytes>();
     }
-    if (got.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+    if (got.status().code() == StatusCode::kNotFound) return std::shared_ptr<const ShardBytes>();
     return Status(got.status().code(), where + ": " + got.status().message());
   }
 
-  Result<std::string> FromSources(const Expected& e, const std::string& where, FetchSource& kind) {
+  // A local (file://) source's shard, mapped; nullptr when it is not one (or cannot be mapped
+  // safely: then it is read like any other).
+  Result<std::shared_ptr<const ShardBytes>> MapLocal(const Source& src, const std::string& key) {
+    auto* posix = dynamic_cast<PosixStore*>(src.store);
+    if (!map_files_ || posix == nullptr || !ValidateKey(key).ok()) {
+      return std::shared_ptr<const ShardBytes>();
+    }
+    Result<std::shared_ptr<ShardBytes>> mapped =
+        ShardBytes::MapFile(posix->root() + "/" + key, MapOptions{});
+    if (mapped.ok()) return std::shared_ptr<const ShardBytes>(std::move(*mapped));
+    if (mapped.status().code() == StatusCode::kResourceExhausted) {
+      return std::shared_ptr<const ShardBytes>();
+    }
+    return Status(mapped.status().code(),
+                  src.url + ": get '" + key + "': " + mapped.status().message());
+  }
+
+  Result<std::shared_ptr<const ShardBytes>> FromSources(const Expected& e, const std::string& where,
+                                                        FetchSource& kind) {
     std::string problems;
     bool damaged = false, all_missing = true;
     StatusCode other = StatusCode::kOk;
@@ -227,12 +264,22 @@ class Fetcher {
                                  " bytes, more than the limit of " +
                                  std::to_string(limits_.max_shard_bytes));
       }
-      Result<std::string> bytes = src.store->Get(e.key);
+      Result<std::shared_ptr<const ShardBytes>> bytes = MapLocal(src, e.key);
+      if (bytes.ok() && *bytes == nullptr) {
+        Result<std::string> got = src.store->Get(e.key);
+        if (got.ok()) {
+          bytes = ShardBytes::FromString(std::move(*got));
+        } else {
+          bytes = got.status();
+        }
+      }
       if (!bytes.ok()) {
         note(src, bytes.status());
         continue;
       }
-      Status check = CheckCopy(*bytes, e, "copy");
+      Status check = CheckCopy((*bytes)->view(), e, "copy");
+      // Cut short under the mapping while being checked (the guard zeroed the rest).
+      if (check.ok() && (*bytes)->damaged()) check = DataLoss("copy: the file was cut short");
       if (!check.ok()) {
         metrics_->AddSourceDamaged();
         note(src, check);
@@ -252,6 +299,7 @@ class Fetcher {
   std::vector<Source> sources_;
   std::shared_ptr<ShardCache> cache_;
   std::shared_ptr<LoaderMetrics> metrics_;
+  bool map_files_ = true;
 };
 
 class MdsLoaded final : public LoadedShard {
@@ -263,6 +311,7 @@ class MdsLoaded final : public LoadedShard {
     }
   }
   uint64_t size() const override { return shard_.num_samples(); }
+  const std::shared_ptr<const ShardBytes>& bytes() const override { return shard_.bytes(); }
   Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const override {
     GANTRY_ASSIGN_OR_RETURN(std::vector<std::string_view> cols,
                             shard_.Sample(static_cast<uint32_t>(i)));
@@ -316,9 +365,11 @@ class MdsSource final : public ShardSource {
     Expected e{info.stored().basename, info.stored().bytes, "", ""};
     std::tie(e.hash_algo, e.hash_hex) = PickHash(info.stored().hashes);
     std::shared_ptr<CachePin> pin;
-    GANTRY_ASSIGN_OR_RETURN(std::string stored, fetcher_.Fetch(shard, e, pin));
+    GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> stored,
+                            fetcher_.Fetch(shard, e, pin));
     GANTRY_ASSIGN_OR_RETURN(MdsShard parsed,
                             DecodeMdsShard(std::move(stored), info, options_, where));
+    if (parsed.bytes()->damaged()) return CutShort(where);
     return std::shared_ptr<const LoadedShard>(
         std::make_shared<MdsLoaded>(std::move(parsed), info, std::move(pin)));
   }
@@ -337,6 +388,7 @@ class WdsLoaded final : public LoadedShard {
   WdsLoaded(WdsShard shard, std::shared_ptr<CachePin> pin)
       : shard_(std::move(shard)), pin_(std::move(pin)) {}
   uint64_t size() const override { return shard_.samples().size(); }
+  const std::shared_ptr<const ShardBytes>& bytes() const override { return shard_.bytes(); }
   Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const override {
     const WdsSample& s = shard_.samples()[i];
     key = s.key;
@@ -373,9 +425,11 @@ class WdsSource final : public ShardSource {
     Expected e{dataset_.wds_shards[shard], std::nullopt, "", ""};
     if (shard < dataset_.wds_shard_bytes.size()) e.bytes = dataset_.wds_shard_bytes[shard];
     std::shared_ptr<CachePin> pin;
-    GANTRY_ASSIGN_OR_RETURN(std::string stored, fetcher_.Fetch(shard, e, pin));
+    GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> stored,
+                            fetcher_.Fetch(shard, e, pin));
     GANTRY_ASSIGN_OR_RETURN(
         WdsShard parsed, WdsShard::Parse(std::move(stored), dataset_.wds_shards[shard], limits_));
+    if (parsed.bytes()->damaged()) return CutShort("shard '" + dataset_.wds_shards[shard] + "'");
     if (parsed.samples().size() != samples_[shard]) {
       return DataLoss(dataset_.url + ": shard " + dataset_.wds_shards[shard] + " holds " +
                       std::to_string(parsed.samples().size()) + " samples, not the " +
@@ -424,6 +478,11 @@ Result<std::unique_ptr<ShardSource>> OpenShardSource(DatasetLocation dataset,
   auto source = std::make_unique<WdsSource>(std::move(dataset), std::move(samples), options.limits);
   GANTRY_RETURN_IF_ERROR(source->Init(options));
   return std::unique_ptr<ShardSource>(std::move(source));
+}
+
+const std::shared_ptr<const ShardBytes>& LoadedShard::bytes() const {
+  static const std::shared_ptr<const ShardBytes> empty = ShardBytes::FromString({});
+  return empty;
 }
 
 const SampleField* Sample::Find(std::string_view name) const {
@@ -509,6 +568,16 @@ class SampleIterator::ReadAhead {
     }
   }
 
+  // A shuffled window's positions reach all of its shards within its first few samples, so at
+  // a window boundary the consumer needs the next window's shards together, not one after the
+  // other as the rate rule assumes: the depth is at least the shards one window spans (up to
+  // max_shards), so they are all read ahead before the boundary.
+  void SetWindowShards(uint32_t shards) {
+    std::lock_guard<std::mutex> lock(mu_);
+    window_floor_ = std::min(shards, options_.max_shards);
+    depth_ = std::max(depth_, window_floor_);
+  }
+
   // The consumer spent `seconds` (not stalled) on its previous shard.
   uint64_t ObserveConsumer(double seconds) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -525,7 +594,7 @@ class SampleIterator::ReadAhead {
 
   void Resize() {
     if (fetch_s_ < 0 || consume_s_ < 0) return;
-    depth_ = ReadAheadDepth(fetch_s_, consume_s_, options_.max_shards);
+    depth_ = std::max(ReadAheadDepth(fetch_s_, consume_s_, options_.max_shards), window_floor_);
   }
 
   void Work() {
@@ -566,6 +635,7 @@ class SampleIterator::ReadAhead {
   std::unordered_map<uint32_t, Entry> entries_;  // started, not yet taken
   std::unordered_set<uint32_t> planned_;         // every shard ever planned this epoch
   uint32_t depth_;
+  uint32_t window_floor_ = 0;  // SetWindowShards
   uint32_t urgent_ = UINT32_MAX;
   double fetch_s_ = -1;  // moving averages; -1: not measured yet
   double consume_s_ = -1;
@@ -599,6 +669,27 @@ Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOr
     it.ahead_ = std::make_unique<ReadAhead>(source, *it.order_heap_, positions, 0, read_ahead);
   }
   return it;
+}
+
+uint32_t SampleIterator::ShardsInWindow(uint64_t window_start) const {
+  // Shards lie contiguously in shard order: the first that ends past the window's start, then
+  // every one that begins before its end (counted up to a bound: the depth is capped anyway).
+  size_t lo = 0, hi = order_.num_shards();
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (order_.ShardEnd(mid) <= window_start) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  uint32_t n = 0;
+  for (size_t k = lo;
+       k < order_.num_shards() && n < 1024 && order_.ShardBegin(k) < window_start + order_.window();
+       ++k) {
+    if (order_.ShardEnd(k) > order_.ShardBegin(k)) ++n;  // empty shards hold no position
+  }
+  return n;
 }
 
 Result<std::shared_ptr<const LoadedShard>> SampleIterator::Obtain(uint32_t shard) {
@@ -645,6 +736,10 @@ Result<bool> SampleIterator::Next(Sample& out) {
       ++it;
     }
   }
+  if (ahead_ != nullptr && order_.options().shuffle && window_start != last_window_) {
+    last_window_ = window_start;
+    ahead_->SetWindowShards(ShardsInWindow(window_start));
+  }
   if (ahead_ != nullptr) ahead_->Advance(next_);
   const SampleRef ref = order_.At(p);
   auto it = held_.find(ref.shard);
@@ -658,6 +753,12 @@ Result<bool> SampleIterator::Next(Sample& out) {
     }
     it = held_.emplace(ref.shard, std::move(shard)).first;
     max_held_ = std::max(max_held_, held_.size());
+  }
+  if (it->second->bytes()->damaged()) {
+    // Its file was cut short under the mapping: dropped, so the next call fetches it again
+    // (and finds the damage, or another source's copy).
+    held_.erase(it);
+    return CutShort("shard '" + source_->ShardName(ref.shard) + "'");
   }
   out.position = p;
   out.ref = ref;

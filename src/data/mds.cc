@@ -208,9 +208,15 @@ Result<MdsIndex> ReadMdsIndex(ObjectStore& store, const std::string& prefix) {
 // ---------------------------------------------------------------------------------------------
 
 Result<MdsShard> MdsShard::Parse(std::string raw, const MdsShardInfo& info, std::string where) {
+  return Parse(ShardBytes::FromString(std::move(raw)), info, std::move(where));
+}
+
+Result<MdsShard> MdsShard::Parse(std::shared_ptr<const ShardBytes> bytes, const MdsShardInfo& info,
+                                 std::string where) {
   MdsShard shard;
   shard.where_ = std::move(where);
   const std::string& w = shard.where_;
+  const std::string_view raw = bytes->view();
   if (raw.size() < 4) return DataLoss(w + ": " + std::to_string(raw.size()) + " bytes, cut short");
   const uint64_t n = LoadU32(raw.data());
   if (n != info.samples) {
@@ -222,7 +228,7 @@ Result<MdsShard> MdsShard::Parse(std::string raw, const MdsShardInfo& info, std:
     return DataLoss(w + ": " + std::to_string(raw.size()) + " bytes cannot hold the offsets of " +
                     std::to_string(n) + " samples (cut short)");
   }
-  shard.raw_ = std::make_unique<const std::string>(std::move(raw));
+  shard.raw_ = std::move(bytes);
   shard.num_samples_ = static_cast<uint32_t>(n);
   for (const MdsColumn& c : info.columns) shard.sizes_.push_back(c.size);
   uint64_t prev = header;
@@ -249,7 +255,7 @@ Result<std::vector<std::string_view>> MdsShard::Sample(uint32_t i) const {
                       std::to_string(num_samples_));
   }
   const uint64_t begin = Offset(i), end = Offset(i + 1);
-  const std::string_view s = std::string_view(*raw_).substr(begin, end - begin);
+  const std::string_view s = raw_->view().substr(begin, end - begin);
   uint64_t variable = 0;
   for (const auto& z : sizes_) variable += z ? 0 : 1;
   const std::string at =
@@ -328,15 +334,20 @@ Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
 
 Result<MdsShard> DecodeMdsShard(std::string stored, const MdsShardInfo& info,
                                 const MdsReadOptions& options, const std::string& where) {
-  if (stored.size() != info.stored().bytes) {
-    return DataLoss(where + ": " + std::to_string(stored.size()) + " bytes, the index says " +
+  return DecodeMdsShard(ShardBytes::FromString(std::move(stored)), info, options, where);
+}
+
+Result<MdsShard> DecodeMdsShard(std::shared_ptr<const ShardBytes> stored, const MdsShardInfo& info,
+                                const MdsReadOptions& options, const std::string& where) {
+  if (stored->size() != info.stored().bytes) {
+    return DataLoss(where + ": " + std::to_string(stored->size()) + " bytes, the index says " +
                     std::to_string(info.stored().bytes) +
-                    (stored.size() < info.stored().bytes ? " (cut short)" : ""));
+                    (stored->size() < info.stored().bytes ? " (cut short)" : ""));
   }
-  const std::string* bytes = &stored;
+  const std::string_view bytes = stored->view();
   if (options.verify_hashes && info.zip)
-    GANTRY_RETURN_IF_ERROR(CheckHashes(*info.zip, *bytes, where));
-  std::string raw;
+    GANTRY_RETURN_IF_ERROR(CheckHashes(*info.zip, bytes, where));
+  std::shared_ptr<const ShardBytes> raw;
   if (info.zip) {
     GANTRY_ASSIGN_OR_RETURN(Compression c, ParseCompression(info.compression, where));
     if (c.algo != "zstd" && c.algo != "gz") {
@@ -344,23 +355,23 @@ Result<MdsShard> DecodeMdsShard(std::string stored, const MdsShardInfo& info,
                            "' is not supported (zstd and gz are)");
     }
     Result<std::string> out = c.algo == "zstd"
-                                  ? internal::ZstdDecompress(*bytes, info.raw.bytes, where)
-                                  : internal::GunzipBounded(*bytes, info.raw.bytes, where);
+                                  ? internal::ZstdDecompress(bytes, info.raw.bytes, where)
+                                  : internal::GunzipBounded(bytes, info.raw.bytes, where);
     // Decompression is bounded by the size the index records: more is damage, not a full disk.
     if (!out.ok() && out.status().code() == StatusCode::kResourceExhausted) {
       return DataLoss(where + ": decompresses to more than the " + std::to_string(info.raw.bytes) +
                       " bytes the index says");
     }
     if (!out.ok()) return out.status();
-    raw = std::move(*out);
-    if (raw.size() != info.raw.bytes) {
-      return DataLoss(where + ": decompresses to " + std::to_string(raw.size()) +
+    if (out->size() != info.raw.bytes) {
+      return DataLoss(where + ": decompresses to " + std::to_string(out->size()) +
                       " bytes, the index says " + std::to_string(info.raw.bytes));
     }
+    raw = ShardBytes::FromString(std::move(*out));
   } else {
     raw = std::move(stored);
   }
-  if (options.verify_hashes) GANTRY_RETURN_IF_ERROR(CheckHashes(info.raw, raw, where));
+  if (options.verify_hashes) GANTRY_RETURN_IF_ERROR(CheckHashes(info.raw, raw->view(), where));
   return MdsShard::Parse(std::move(raw), info, where);
 }
 

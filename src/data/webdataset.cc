@@ -58,17 +58,23 @@ std::pair<std::string, std::string> SplitWdsName(std::string_view member) {
 }
 
 Result<WdsShard> WdsShard::Parse(std::string stored, std::string name, const ReadLimits& limits) {
+  return Parse(ShardBytes::FromString(std::move(stored)), std::move(name), limits);
+}
+
+Result<WdsShard> WdsShard::Parse(std::shared_ptr<const ShardBytes> stored, std::string name,
+                                 const ReadLimits& limits) {
   WdsShard shard;
   shard.name_ = std::move(name);
-  shard.stored_bytes_ = stored.size();
+  shard.stored_bytes_ = stored->size();
   if (IsGzipName(shard.name_)) {
-    GANTRY_ASSIGN_OR_RETURN(std::string tar,
-                            internal::GunzipBounded(stored, limits.max_shard_bytes, shard.name_));
-    shard.tar_ = std::make_unique<const std::string>(std::move(tar));
+    GANTRY_ASSIGN_OR_RETURN(
+        std::string tar,
+        internal::GunzipBounded(stored->view(), limits.max_shard_bytes, shard.name_));
+    shard.tar_ = ShardBytes::FromString(std::move(tar));
   } else {
-    shard.tar_ = std::make_unique<const std::string>(std::move(stored));
+    shard.tar_ = std::move(stored);
   }
-  const std::string& tar = *shard.tar_;
+  const std::string_view tar = shard.tar_->view();
   GANTRY_ASSIGN_OR_RETURN(std::vector<TarMember> members, ListTarMembers(tar, shard.name_));
   for (const TarMember& m : members) {
     if (!m.IsRegularFile() || IsMetaMember(m.name)) continue;
@@ -83,8 +89,7 @@ Result<WdsShard> WdsShard::Parse(std::string stored, std::string name, const Rea
                              ": member '" + m.name + "' repeats field '" + field + "' of sample '" +
                              s.key + "'");
     }
-    s.fields.push_back(
-        WdsField{std::move(field), m.name, std::string_view(tar).substr(m.data_offset, m.size)});
+    s.fields.push_back(WdsField{std::move(field), m.name, tar.substr(m.data_offset, m.size)});
   }
   return shard;
 }

@@ -41,6 +41,7 @@
 #include "gantry/data/dataset.h"
 #include "gantry/data/loader_metrics.h"
 #include "gantry/data/order.h"
+#include "gantry/data/shard_bytes.h"
 #include "gantry/data/shard_cache.h"
 
 namespace gantry::data {
@@ -59,6 +60,9 @@ class LoadedShard {
   // Sample i (< size()): its key ("" when it has none; MDS: the "__key__" column when there is
   // one) and its fields in stored order. InvalidArgument for a sample whose layout is damaged.
   virtual Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const = 0;
+  // The bytes every field's bytes point into (a mapped file, or memory), kept alive by this.
+  // Default: empty bytes (a shard whose fields point elsewhere; never damaged).
+  virtual const std::shared_ptr<const ShardBytes>& bytes() const;
 };
 
 // A dataset's shards, as its index (MDS) or listing (WebDataset) names them.
@@ -98,6 +102,10 @@ struct ShardSourceOptions {
   // MetricsRegistry::Default().
   MetricsRegistry* metrics = nullptr;
   std::string job = DefaultJobId();
+  // Local shards (a file:// source, the node-local cache) are mapped read-only instead of read
+  // into memory (shard_bytes.h): no copy, pages shared through the page cache by every worker
+  // and process, only the pages a reader touches faulted in its page tables. False: read.
+  bool map_files = true;
 };
 
 // Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.
@@ -122,6 +130,8 @@ struct Sample {
 // consume_seconds the moving average time the consumer spends on one shard's worth of its
 // positions (not counting its stalls): enough shards in flight that the next is ready when the
 // consumer gets there, plus one. It starts at min(2, max_shards) before anything is measured.
+// When the order is shuffled, the depth is also at least the shards one window spans (capped
+// at max_shards): a shuffled window needs all its shards at once, right after its boundary.
 // The shards read ahead are held in memory (and pinned in the cache) until consumed.
 struct ReadAheadOptions {
   uint32_t max_shards = 4;  // 0: no read-ahead, each shard is fetched when first needed
@@ -162,6 +172,8 @@ class SampleIterator {
   SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions);
   // The shard, from the read-ahead or fetched here; counts the consumer's stall.
   Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
+  // Non-empty shards overlapping the window that starts at shard-order position `window_start`.
+  uint32_t ShardsInWindow(uint64_t window_start) const;
 
   ShardSource* source_;
   EpochOrder order_;
@@ -172,9 +184,10 @@ class SampleIterator {
   size_t max_held_ = 0;
   std::unique_ptr<EpochOrder> order_heap_;  // the read-ahead's view of the order
   std::unique_ptr<ReadAhead> ahead_;
-  int64_t last_next_ns_ = 0;      // when Next last returned (0: not yet), for active time
-  int64_t last_shard_ns_ = 0;     // when the consumer last reached a new shard
-  double stall_since_shard_ = 0;  // stall seconds since then
+  uint64_t last_window_ = UINT64_MAX;  // the window the read-ahead was last told about
+  int64_t last_next_ns_ = 0;           // when Next last returned (0: not yet), for active time
+  int64_t last_shard_ns_ = 0;          // when the consumer last reached a new shard
+  double stall_since_shard_ = 0;       // stall seconds since then
 };
 
 }  // namespace gantry::data

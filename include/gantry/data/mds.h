@@ -77,9 +77,14 @@ class MdsShard {
   // `raw`: the uncompressed shard file, whose layout is checked against `info` (sample count,
   // offsets inside the file); `where` names it in errors.
   static Result<MdsShard> Parse(std::string raw, const MdsShardInfo& info, std::string where);
+  // The same over bytes held elsewhere (a mapped file), which the shard keeps alive.
+  static Result<MdsShard> Parse(std::shared_ptr<const ShardBytes> raw, const MdsShardInfo& info,
+                                std::string where);
 
   uint32_t num_samples() const { return num_samples_; }
   uint64_t raw_bytes() const { return raw_->size(); }
+  // The raw shard file every sample's bytes point into.
+  const std::shared_ptr<const ShardBytes>& bytes() const { return raw_; }
   // Sample i: each column's stored bytes, in column order (views into this shard, valid while
   // it lives). OutOfRange past the end; InvalidArgument if the sample's sizes do not add up.
   Result<std::vector<std::string_view>> Sample(uint32_t i) const;
@@ -90,7 +95,7 @@ class MdsShard {
   uint32_t Offset(uint32_t i) const;
 
   std::string where_;
-  std::unique_ptr<const std::string> raw_;  // heap-held so moves keep the views valid
+  std::shared_ptr<const ShardBytes> raw_;  // heap-held so moves keep the views valid
   std::vector<std::optional<uint64_t>> sizes_;
   uint32_t num_samples_ = 0;
 };
@@ -111,6 +116,9 @@ Result<MdsShard> ReadMdsShard(ObjectStore& store, const std::string& prefix,
 // cache), checked against the index's size (and hashes, when asked), then decompressed and
 // parsed. `where` names the shard in errors.
 Result<MdsShard> DecodeMdsShard(std::string stored, const MdsShardInfo& info,
+                                const MdsReadOptions& options, const std::string& where);
+// The same over bytes held elsewhere (a mapped file): an uncompressed shard is parsed in place.
+Result<MdsShard> DecodeMdsShard(std::shared_ptr<const ShardBytes> stored, const MdsShardInfo& info,
                                 const MdsReadOptions& options, const std::string& where);
 
 // The byte size of one value of a fixed-size encoding ("int" 8, "float32" 4,

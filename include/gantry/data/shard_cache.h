@@ -37,6 +37,7 @@
 
 #include "gantry/common/status.h"
 #include "gantry/common/thread_annotations.h"
+#include "gantry/data/shard_bytes.h"
 
 namespace gantry::data {
 
@@ -100,6 +101,10 @@ class ShardCache {
   // Shard i's bytes (marked recently used). NotFound when it is not cached; DataLoss when the
   // cached copy was damaged, after deleting it.
   Result<std::string> Get(uint32_t shard, std::string_view name);
+  // The same, mapped instead of read (shard_bytes.h): the trailer's checksum is checked over the
+  // mapping, and the bytes stay valid after the file is evicted (unlinked) or replaced, for as
+  // long as the returned bytes live. Read into memory when no mapping guard is free.
+  Result<std::shared_ptr<const ShardBytes>> Map(uint32_t shard, std::string_view name);
   // Publishes shard i (see the protocol above). ResourceExhausted when it cannot fit.
   Status Put(uint32_t shard, std::string_view name, std::string_view bytes);
 

@@ -9,8 +9,9 @@
 // sample. So "p.1.txt" then "p.2.txt" are one sample "p" with fields "1.txt" and "2.txt", as the
 // Python reader returns them. A field repeated within a sample is an error (as in WebDataset).
 //
-// A shard is read whole into memory (bounded by ReadLimits::max_shard_bytes, also for the
-// decompressed size of a .tar.gz), and its samples hold views into it.
+// A shard is read whole into memory, or mapped (shard_bytes.h), bounded by
+// ReadLimits::max_shard_bytes (also for the decompressed size of a .tar.gz), and its samples hold
+// views into it.
 //
 //   GANTRY_ASSIGN_OR_RETURN(WdsShard shard, ReadWdsShard(*store, "train/shard-000000.tar", {}));
 //   for (const WdsSample& s : shard.samples()) Use(s.key, s.Find("jpg"));
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "gantry/common/status.h"
+#include "gantry/data/shard_bytes.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry::data {
@@ -55,16 +57,22 @@ class WdsShard {
  public:
   // `stored`: the shard object's bytes as stored; gzip when `name` ends in ".gz" or ".tgz".
   static Result<WdsShard> Parse(std::string stored, std::string name, const ReadLimits& limits);
+  // The same over bytes held elsewhere (a mapped file): an uncompressed shard's samples point
+  // into `stored` itself, which the shard keeps alive.
+  static Result<WdsShard> Parse(std::shared_ptr<const ShardBytes> stored, std::string name,
+                                const ReadLimits& limits);
 
   const std::string& name() const { return name_; }
   uint64_t stored_bytes() const { return stored_bytes_; }
   uint64_t tar_bytes() const { return tar_->size(); }
   const std::vector<WdsSample>& samples() const { return samples_; }
+  // The (uncompressed) tar bytes every field's bytes point into.
+  const std::shared_ptr<const ShardBytes>& bytes() const { return tar_; }
 
  private:
   std::string name_;
   uint64_t stored_bytes_ = 0;
-  std::unique_ptr<const std::string> tar_;  // heap-held so moves keep the views valid
+  std::shared_ptr<const ShardBytes> tar_;  // heap-held so moves keep the views valid
   std::vector<WdsSample> samples_;
 };
 

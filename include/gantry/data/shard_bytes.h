@@ -1,0 +1,85 @@
+// ShardBytes: one shard's bytes, read-only, shared by the parsed shard and every sample (and
+// Python memoryview) that points into them: either a string in memory (a remote fetch, a
+// decompressed shard) or a read-only mapping of a local file (a file:// dataset, a node-local
+// cache entry), so reading a local shard copies nothing and touches only the pages used.
+//
+//   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<ShardBytes> b, ShardBytes::MapFile(path, {}));
+//   Parse(b->view());
+//   if (b->damaged()) return DataLoss(...);   // the file was cut short under the mapping
+//
+// A mapped file that another process truncates would raise SIGBUS on the next access to a page
+// past its new end and kill the process. Every mapping is registered with a SIGBUS handler that
+// replaces the pages from the faulting one to the mapping's end with zero pages, marks the
+// mapping damaged() and lets the access continue; faults outside Gantry's mappings go to the
+// handler installed before (chained; re-installed on top at each mapping and EnsureGuard when
+// someone, e.g. Python's faulthandler, replaced it since; a handler on top that re-raises the
+// signal after printing, as faulthandler does, gets the fault repaired too, after its message).
+// Readers check damaged() after verifying and before each
+// sample they hand out, and fail loudly naming the shard (loader.h). Bytes of a file rewritten
+// in place at the same size are not detected after the mapping was verified: datasets are
+// expected to be immutable while read (the cache's files are, by its protocol: published by
+// rename, evicted by unlink, never rewritten).
+//
+// Thread-safe (immutable after creation; damaged() is atomic).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gantry/common/status.h"
+
+namespace gantry::data {
+
+struct MapOptions {
+  // Fault every page in at map time (MAP_POPULATE): the I/O and page-table work happens on the
+  // thread that maps (the read-ahead's), not on the consumer's first touch.
+  bool populate = true;
+};
+
+class ShardBytes {
+ public:
+  static std::shared_ptr<const ShardBytes> FromString(std::string bytes);
+  // Maps the whole file read-only (shared with the page cache, madvise WILLNEED). NotFound when
+  // it does not exist; ResourceExhausted when no guard slot is free (the caller reads it
+  // instead: an unguarded mapping could crash the process).
+  static Result<std::shared_ptr<ShardBytes>> MapFile(const std::string& path,
+                                                     const MapOptions& options);
+  ~ShardBytes();
+  ShardBytes(const ShardBytes&) = delete;
+  ShardBytes& operator=(const ShardBytes&) = delete;
+
+  std::string_view view() const { return {data_, size_}; }
+  const char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool mapped() const { return guard_ >= 0; }
+  // The file the bytes are mapped from was cut short under the mapping: some of view()'s pages
+  // now read as zeros. Always false for bytes in memory.
+  bool damaged() const;
+  // Narrows view() to its first n bytes (n <= size()): e.g. the cache's trailer off. Call before
+  // sharing.
+  void Truncate(uint64_t n) {
+    if (n < size_) size_ = n;
+  }
+
+  // Puts the SIGBUS guard back on top if another handler replaced it since (MapFile does this
+  // too); one sigaction(2) query when it is in place. For callers that hand mapped bytes to code
+  // that may install handlers of its own between mappings (the Python binding, per sample).
+  static void EnsureGuard();
+
+  // Mappings alive in this process, and how many were damaged since it started (for tests).
+  static uint64_t LiveMappings();
+  static uint64_t DamagedMappings();
+
+ private:
+  ShardBytes() = default;
+  std::string owned_;
+  const char* data_ = nullptr;
+  uint64_t size_ = 0;
+  void* map_ = nullptr;  // the mapping (page aligned) and its length
+  uint64_t map_len_ = 0;
+  int guard_ = -1;  // the SIGBUS guard slot, or -1 for bytes in memory
+};
+
+}  // namespace gantry::data

@@ -1,0 +1,400 @@
+// Mapped shards (shard_bytes.h and the loader's use of them): local and cached shards are
+// mapped, not read; a file cut short under a mapping reads zeros instead of killing the
+// process and the reader fails naming the shard; a SIGBUS outside Gantry's mappings still ends
+// the process; mapped bytes outlive eviction; read-ahead keeps the order; and memory stays
+// bounded by the window's pages, not by copies of its shards.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "gantry/data/loader.h"
+#include "gantry/data/mds.h"
+#include "gantry/data/shard_bytes.h"
+#include "gantry/data/shard_cache.h"
+#include "gantry/data/webdataset.h"
+#include "gantry/storage/memory_store.h"
+
+namespace gantry::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/gantry-mmap-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + i % 23);
+  return s;
+}
+
+// A WebDataset of `shards` tar shards of `per_shard` samples, each one field of `bytes` bytes.
+void WriteWds(const std::string& dir, int shards, int per_shard, size_t bytes) {
+  auto store = OpenObjectStore("file://" + dir, {});
+  ASSERT_TRUE(store.ok());
+  WdsWriterOptions o;
+  o.max_samples = per_shard;
+  o.max_bytes = 0;
+  auto w = WdsWriter::Create(**store, o);
+  ASSERT_TRUE(w.ok());
+  for (int i = 0; i < shards * per_shard; ++i) {
+    std::string v(bytes, static_cast<char>('A' + i % 26));
+    ASSERT_TRUE((*w)->Write("k" + std::to_string(i), {{"bin", v}}).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+std::unique_ptr<ShardSource> Open(const std::string& url, ShardSourceOptions o = {}) {
+  MetricsRegistry* registry = new MetricsRegistry();  // outlives the source; a test leak only
+  o.metrics = registry;
+  auto d = LocateDataset(url, {});
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  auto s = OpenShardSource(std::move(*d), o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(*s);
+}
+
+// This process's anonymous resident memory (heap and the like, not file pages), in bytes.
+uint64_t RssAnon() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  }
+  return 0;
+}
+
+TEST(ShardBytes, MapsAFileReadOnlyAndUnmapsWhenLastHolderGoes) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  const std::string bytes = Pattern(100000);
+  WriteFile(path, bytes);
+  const uint64_t live = ShardBytes::LiveMappings();
+  {
+    auto b = ShardBytes::MapFile(path, {});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_TRUE((*b)->mapped());
+    EXPECT_EQ((*b)->view(), bytes);
+    EXPECT_EQ(ShardBytes::LiveMappings(), live + 1);
+    (*b)->Truncate(10);
+    EXPECT_EQ((*b)->view(), bytes.substr(0, 10));
+  }
+  EXPECT_EQ(ShardBytes::LiveMappings(), live);
+  EXPECT_EQ(ShardBytes::MapFile(tmp.path() + "/none", {}).status().code(), StatusCode::kNotFound);
+  WriteFile(tmp.path() + "/empty", "");
+  auto empty = ShardBytes::MapFile(tmp.path() + "/empty", {});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->size(), 0u);
+  EXPECT_FALSE(ShardBytes::FromString("x")->mapped());
+  EXPECT_FALSE(ShardBytes::FromString("x")->damaged());
+}
+
+TEST(ShardBytes, FileCutShortUnderTheMappingReadsZerosAndIsDamagedNotACrash) {
+  TempDir tmp;
+  for (bool populate : {false, true}) {
+    SCOPED_TRACE(populate ? "populated" : "lazy");
+    const std::string path = tmp.path() + "/f";
+    const std::string bytes = Pattern(256 * 1024);
+    WriteFile(path, bytes);
+    auto b = ShardBytes::MapFile(path, MapOptions{populate});
+    ASSERT_TRUE(b.ok());
+    const uint64_t damaged_before = ShardBytes::DamagedMappings();
+    ASSERT_EQ(truncate(path.c_str(), 5000), 0);
+    EXPECT_FALSE((*b)->damaged());  // nothing touched past the cut yet
+    // Without the guard this read raises SIGBUS and ends the process.
+    const volatile char* p = (*b)->data();
+    EXPECT_EQ(p[200000], 0);
+    EXPECT_TRUE((*b)->damaged());
+    EXPECT_EQ(ShardBytes::DamagedMappings(), damaged_before + 1);
+    EXPECT_EQ(p[100], bytes[100]);  // before the cut: the file's bytes
+    EXPECT_EQ(p[255 * 1024], 0);    // every page after it: zeros, no second fault
+  }
+}
+
+TEST(ShardBytesDeathTest, SigbusOutsideGantrysMappingsStillEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  WriteFile(path, Pattern(64 * 1024));
+  auto keep = ShardBytes::MapFile(path, {});  // the guard is installed
+  ASSERT_TRUE(keep.ok());
+  EXPECT_EXIT(
+      {
+        const std::string other = tmp.path() + "/g";
+        WriteFile(other, Pattern(64 * 1024));
+        const int fd = open(other.c_str(), O_RDONLY);
+        auto* p = static_cast<const volatile char*>(
+            mmap(nullptr, 64 * 1024, PROT_READ, MAP_SHARED, fd, 0));
+        if (ftruncate(open(other.c_str(), O_RDWR), 0) != 0) _exit(3);
+        (void)p[32 * 1024];  // not Gantry's: the guard leaves it to the default action
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+TEST(MappedShards, LocalShardsAreMappedAndReadTheSameAsReadOnes) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 3, 10, 5000);
+  auto mapped = Open("file://" + data);
+  ShardSourceOptions o;
+  o.map_files = false;
+  auto read = Open("file://" + data, o);
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    auto a = mapped->Read(shard);
+    auto b = read->Read(shard);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE((*a)->bytes()->mapped());
+    EXPECT_FALSE((*b)->bytes()->mapped());
+    EXPECT_EQ((*a)->bytes()->view(), (*b)->bytes()->view());
+    std::string ka, kb;
+    std::vector<SampleField> fa, fb;
+    for (uint64_t i = 0; i < (*a)->size(); ++i) {
+      ASSERT_TRUE((*a)->Get(i, ka, fa).ok());
+      ASSERT_TRUE((*b)->Get(i, kb, fb).ok());
+      EXPECT_EQ(ka, kb);
+      ASSERT_EQ(fa.size(), 1u);
+      EXPECT_EQ(fa[0].bytes, fb[0].bytes);
+      // The field points into the mapping itself: no copy.
+      const std::string_view whole = (*a)->bytes()->view();
+      EXPECT_GE(fa[0].bytes.data(), whole.data());
+      EXPECT_LE(fa[0].bytes.data() + fa[0].bytes.size(), whole.data() + whole.size());
+    }
+  }
+}
+
+TEST(MappedShards, CachedShardsAreMappedAndOutliveTheirEviction) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 2, 4, 3000);
+  ShardSourceOptions o;
+  o.cache.dir = tmp.path() + "/cache";
+  auto source = Open("file://" + data, o);
+  auto first = source->Read(0);  // fetched, cached, then served from the cached file
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE((*first)->bytes()->mapped());
+  auto again = source->Read(0);  // a hit
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)->bytes()->mapped());
+  const std::string copy((*again)->bytes()->view());
+  // Evicted (deleted) under the mapping: the bytes stay what they were.
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path() + "/cache")) {
+    if (e.is_regular_file() && e.path().filename().string().rfind("0.", 0) == 0) {
+      fs::remove(e.path());
+    }
+  }
+  EXPECT_EQ((*again)->bytes()->view(), copy);
+  EXPECT_FALSE((*again)->bytes()->damaged());
+}
+
+// A remote shard (here: an in-memory store, which is not mapped) is fetched into memory,
+// published to the cache and then served from the cached file, mapped; the next read is a hit.
+TEST(MappedShards, RemoteShardIsServedFromItsCachedFileOncePublished) {
+  TempDir tmp;
+  auto mem = OpenMemoryStore("mmap-test-remote");
+  WdsWriterOptions wo;
+  wo.max_samples = 4;
+  auto w = WdsWriter::Create(*mem, wo);
+  ASSERT_TRUE(w.ok());
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE((*w)->Write("k" + std::to_string(i), {{"bin", Pattern(1000 + i)}}).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+  for (bool cached : {true, false}) {
+    SCOPED_TRACE(cached ? "cache" : "no cache");
+    DatasetLocation d;
+    d.url = "mem://mmap-test-remote";
+    d.store = OpenMemoryStore("mmap-test-remote");
+    d.format = DatasetFormat::kWebDataset;
+    d.wds_shards = (*w)->shards_written();
+    ShardSourceOptions o;
+    if (cached) o.cache.dir = tmp.path() + "/cache";
+    auto source = OpenShardSource(std::move(d), o);
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    auto first = (*source)->Read(1);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ((*first)->bytes()->mapped(), cached);
+    std::string key;
+    std::vector<SampleField> fields;
+    ASSERT_TRUE((*first)->Get(0, key, fields).ok());
+    EXPECT_EQ(key, "k4");
+    EXPECT_EQ(fields[0].bytes, Pattern(1004));
+    auto again = (*source)->Read(1);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ((*again)->bytes()->mapped(), cached);
+    EXPECT_EQ((*again)->bytes()->view(), (*first)->bytes()->view());
+  }
+}
+
+TEST(MappedShards, CachedCopyCutShortIsDeletedAndFetchedAgain) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 1, 4, 3000);
+  ShardCacheOptions co{tmp.path() + "/cache", 0};
+  auto cache = ShardCache::Open(co, "file://x");
+  ASSERT_TRUE(cache.ok());
+  ASSERT_TRUE((*cache)->Put(0, "s", Pattern(20000)).ok());
+  auto ok = (*cache)->Map(0, "s");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)->view(), Pattern(20000));
+  fs::resize_file((*cache)->PathOf(0, "s"), 9000);
+  EXPECT_EQ((*cache)->Map(0, "s").status().code(), StatusCode::kDataLoss);
+  EXPECT_FALSE(fs::exists((*cache)->PathOf(0, "s")));
+  EXPECT_EQ((*cache)->Map(0, "s").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*ok)->view().substr(0, 100), Pattern(100));  // the old mapping: still readable
+}
+
+// A shard file truncated while the iterator holds it mapped: the bytes read past the cut are
+// zeros (no crash), and the next sample from it is DataLoss naming the shard; it stays so (the
+// shard is fetched again and is now the wrong size), never skipped.
+TEST(MappedShards, ShardCutShortWhileReadFailsLoudlyNamingIt) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 2, 8, 20000);
+  for (uint32_t ahead : {0u, 4u}) {
+    SCOPED_TRACE(ahead);
+    auto source = Open("file://" + data);
+    auto order = EpochOrder::Create(source->shard_samples(), {.seed = 1, .shuffle = false}, 0);
+    ASSERT_TRUE(order.ok());
+    auto it = SampleIterator::Create(*source, *order, {}, 0, {ahead, 2});
+    ASSERT_TRUE(it.ok());
+    Sample s;
+    ASSERT_TRUE(*it->Next(s));
+    const std::string name = source->ShardName(s.ref.shard);
+    fs::resize_file(data + "/" + name, 30000);
+    // The last sample's bytes lie past the cut.
+    Sample last = s;
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(*it->Next(last));
+    const SampleField* f = last.Find("bin");
+    ASSERT_NE(f, nullptr);
+    const volatile char* p = f->bytes.data();
+    EXPECT_EQ(p[f->bytes.size() - 1], 0);  // zeros, not SIGBUS
+    auto next = it->Next(s);
+    ASSERT_FALSE(next.ok());
+    EXPECT_EQ(next.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(next.status().message().find(name), std::string::npos) << next.status().ToString();
+    auto retry = it->Next(s);  // fetched again: the file is now the wrong size
+    ASSERT_FALSE(retry.ok());
+    EXPECT_EQ(retry.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(retry.status().message().find(name), std::string::npos);
+    // Put back for the next round.
+    fs::remove_all(data);
+    WriteWds(data, 2, 8, 20000);
+  }
+}
+
+// The same global order with and without read-ahead, mapped or read, for several slots.
+TEST(MappedShards, ReadAheadAndMappingKeepTheOrder) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 9, 7, 100);
+  auto run = [&](bool map, uint32_t ahead, Slot slot) {
+    ShardSourceOptions o;
+    o.map_files = map;
+    auto source = Open("file://" + data, o);
+    auto order = EpochOrder::Create(source->shard_samples(), {.seed = 4, .window = 20}, 2);
+    auto it = SampleIterator::Create(*source, *order, slot, 0, {ahead, 2});
+    std::vector<std::pair<uint64_t, std::string>> got;
+    Sample s;
+    while (*it->Next(s)) got.emplace_back(s.position, s.key);
+    return got;
+  };
+  for (Slot slot : {Slot{}, Slot{2, 1, 3, 2, 4}}) {
+    const auto want = run(false, 0, slot);
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(run(true, 0, slot), want);
+    EXPECT_EQ(run(true, 4, slot), want);
+    EXPECT_EQ(run(true, 1, slot), want);
+  }
+}
+
+// A shuffled window needs all its shards right after its boundary: the read-ahead goes at least
+// as deep as one window's shards, where the rate rule alone (a slow consumer) gives 2.
+TEST(MappedShards, ReadAheadCoversAShuffledWindowsShards) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 12, 10, 100);
+  for (bool shuffle : {true, false}) {
+    SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+    MetricsRegistry registry;
+    ShardSourceOptions o;
+    o.metrics = &registry;
+    o.job = "ahead";
+    auto d = LocateDataset("file://" + data, {});
+    ASSERT_TRUE(d.ok());
+    auto source = OpenShardSource(std::move(*d), o);
+    ASSERT_TRUE(source.ok());
+    // Windows of 40 samples: 4 shards each.
+    auto order = EpochOrder::Create((*source)->shard_samples(),
+                                    {.seed = 9, .shuffle = shuffle, .window = 40}, 0);
+    auto it = SampleIterator::Create(**source, *order, {}, 0, {6, 2});
+    ASSERT_TRUE(it.ok());
+    Sample s;
+    uint64_t n = 0;
+    while (*it->Next(s)) {
+      ++n;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a slow consumer
+    }
+    EXPECT_EQ(n, 120u);
+    const DataStats st = LoaderMetrics::For(registry, "file://" + data, "ahead")->Snapshot();
+    EXPECT_EQ(st.read_ahead_depth, shuffle ? 4u : 2u);
+  }
+}
+
+// A window covering the whole dataset holds every shard at once: mapped, that costs address
+// space and shared page cache, not this process's anonymous memory; read, it costs the
+// dataset's size.
+TEST(MappedShards, MemoryStaysBoundedWhenTheWindowIsLarge) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  const int shards = 16, per = 16;
+  const size_t bytes = 256 * 1024;  // 64 MiB in all
+  WriteWds(data, shards, per, bytes);
+  auto peak_growth = [&](bool map) {
+    ShardSourceOptions o;
+    o.map_files = map;
+    auto source = Open("file://" + data, o);
+    auto order = EpochOrder::Create(source->shard_samples(),
+                                    {.seed = 2, .window = uint64_t{shards} * per}, 0);
+    auto it = SampleIterator::Create(*source, *order, {}, 0, {4, 2});
+    const uint64_t base = RssAnon();
+    uint64_t peak = base, sum = 0, n = 0;
+    Sample s;
+    while (*it->Next(s)) {
+      sum += static_cast<unsigned char>(s.fields[0].bytes[bytes / 2]);
+      ++n;
+      peak = std::max(peak, RssAnon());
+    }
+    EXPECT_EQ(n, uint64_t{shards} * per);
+    EXPECT_GT(it->max_shards_held(), size_t{shards} / 2);  // the window holds (nearly) all
+    return peak - base;
+  };
+  const uint64_t mapped = peak_growth(true);
+  const uint64_t read = peak_growth(false);
+  EXPECT_LT(mapped, uint64_t{8} << 20) << "mapped: " << mapped << ", read: " << read;
+  EXPECT_GT(read, uint64_t{32} << 20) << "the comparison measures what it claims";
+}
+
+}  // namespace
+}  // namespace gantry::data
