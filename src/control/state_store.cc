@@ -564,6 +564,16 @@ Result<JobRecord> StateStore::Get(const std::string& id) const {
   return impl_->Lookup(id);
 }
 
+Result<std::shared_ptr<const JobRecord>> StateStore::GetRef(const std::string& id) const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
+  // A change staged in the open batch is a plain record; anything else active is shared.
+  if (impl_->staged_.empty() || impl_->staged_.count(id) == 0) {
+    if (auto it = impl_->active_.find(id); it != impl_->active_.end()) return it->second;
+  }
+  GANTRY_ASSIGN_OR_RETURN(JobRecord r, impl_->Lookup(id));
+  return std::make_shared<const JobRecord>(std::move(r));
+}
+
 Result<std::vector<JobRecord>> StateStore::ActiveJobs() const {
   GANTRY_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const JobRecord>> refs, ActiveJobRefs());
   std::vector<JobRecord> out;

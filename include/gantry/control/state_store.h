@@ -114,6 +114,8 @@ class StateStore {
 
   // NotFound for an unknown id. Jobs not yet done are answered from memory.
   Result<JobRecord> Get(const std::string& id) const;
+  // The same without a copy for a job not yet done (the store's immutable record, shared).
+  Result<std::shared_ptr<const JobRecord>> GetRef(const std::string& id) const;
   // Every job not yet done, by submit time then id.
   Result<std::vector<JobRecord>> ActiveJobs() const;
   // The same, without copying: each record is immutable and shared with the store until the
