@@ -657,25 +657,8 @@ TEST_F(GantrydSlurmTest, RefusesASecondDaemonOnTheSameState) {
 // - every job completed exactly once (one sacct record, COMPLETED; gantryd recorded it done,
 //   completed, never requeued, on the nodes Slurm ran it on).
 TEST_F(GantrydSlurmTest, ThreeTeamsWithQuotasFiftyFourJobsFairOrderInsideDomains) {
-  // A third team beside the cluster's physics (16 GPUs) and biology (8): added here, once per
-  // cluster (sacctmgr says "nothing new" the next time), so that the import below sees it.
-  const std::string cluster_name = Env("GANTRY_SLURM_CLUSTER");
-  ASSERT_FALSE(cluster_name.empty());
-  const std::string user = Env("USER").empty() ? "root" : Env("USER");
-  (void)client_->Run({"sacctmgr", "-i", "add", "account", "chemistry", "Cluster=" + cluster_name});
-  (void)client_->Run(
-      {"sacctmgr", "-i", "modify", "account", "chemistry", "set", "GrpTRES=gres/gpu=8"});
-  (void)client_->Run({"sacctmgr", "-i", "add", "user", user, "Account=chemistry"});
+  // The cluster's three teams (scripts/slurm): physics 16 GPUs, biology 8, chemistry 8.
   const std::map<std::string, int> quota = {{"physics", 16}, {"biology", 8}, {"chemistry", 8}};
-  // slurmctld learns the association from slurmdbd a moment later: wait until it accepts it.
-  bool accepted = false;
-  for (int i = 0; i < 150 && !accepted; ++i) {
-    auto assoc =
-        client_->Run({"scontrol", "show", "assoc_mgr", "accounts=chemistry", "flags=assoc"});
-    accepted = assoc.ok() && assoc->find("Account=chemistry UserName=" + user) != std::string::npos;
-    if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  ASSERT_TRUE(accepted) << "slurmctld never accepted account chemistry";
 
   SetUpSite();
   Result<Cluster> site = LoadClusterSpecFile(tmp_.sub("site.yaml"));
