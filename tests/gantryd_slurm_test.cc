@@ -31,6 +31,7 @@
 
 #include "cli_test_support.h"
 #include "common/test_support.h"
+#include "gantry/cluster/cluster.h"
 #include "gantry/control/state_store.h"
 #include "gantry/slurm/slurm.h"
 
@@ -658,6 +659,224 @@ TEST_F(GantrydSlurmTest, RefusesASecondDaemonOnTheSameState) {
   EXPECT_EQ(second.Wait(20000), 3) << ReadFile(tmp_.sub("2.log"));
   EXPECT_NE(ReadFile(tmp_.sub("2.log")).find("another process"), std::string::npos)
       << ReadFile(tmp_.sub("2.log"));
+}
+
+// Three teams with quotas and 54 jobs of mixed shapes, all submitted with plain sbatch, run to
+// the end under gantryd. Polled throughout (squeue, /v1/usage, /v1/jobs) and checked after
+// (sacct, gantryd's state):
+// - placements inside topology domains: with a profile that holds multi-node jobs to one leaf
+//   switch, every job ran inside one innermost domain (a leaf switch of topology.conf, as
+//   `gantry cluster import --from-slurm` wrote the spec) -- the two-node jobs that name no GPU
+//   type could have spanned both switches, and with the default profile some do;
+// - quotas: at every poll no team's running jobs hold more GPUs than its GrpTRES, by Slurm's
+//   view (squeue) and by gantryd's (/v1/usage);
+// - fair order: of two jobs of one team with the same shape (GRES and node count; all have the
+//   same time limit, so the same priority but for age), the one Slurm recorded as submitted in
+//   an earlier second started no later (sacct's Start, whole seconds);
+// - every job gantryd lists as pending has a reason code (and a sentence) at every poll;
+// - every job completed exactly once (one sacct record, COMPLETED; gantryd recorded it done,
+//   completed, never requeued, on the nodes Slurm ran it on).
+TEST_F(GantrydSlurmTest, ThreeTeamsWithQuotasFiftyFourJobsFairOrderInsideDomains) {
+  // The cluster's three teams (scripts/slurm): physics 16 GPUs, biology 8, chemistry 8.
+  const std::map<std::string, int> quota = {{"physics", 16}, {"biology", 8}, {"chemistry", 8}};
+
+  SetUpSite();
+  Result<Cluster> site = LoadClusterSpecFile(tmp_.sub("site.yaml"));
+  ASSERT_TRUE(site.ok()) << site.status().ToString();
+  std::map<std::string, int> imported;
+  for (const Team& t : site->teams()) imported[t.name] = t.quota_gpus;
+  for (const auto& [team, gpus] : quota) EXPECT_EQ(imported[team], gpus) << team;
+  std::map<std::string, DomainIndex> domain_of;
+  for (const Node& n : site->nodes()) domain_of[n.name] = n.domain;
+  ASSERT_EQ(domain_of.size(), 4u);
+  ASSERT_NE(domain_of["n1"], domain_of["n3"]) << "the import lost topology.conf's switches";
+  // Whether `nodes` lie inside one innermost domain.
+  auto one_domain = [&](const std::vector<std::string>& nodes) {
+    std::set<DomainIndex> d;
+    for (const std::string& n : nodes) d.insert(domain_of.count(n) > 0 ? domain_of[n] : -2);
+    return d.size() == 1 && *d.begin() >= 0;
+  };
+
+  // The default profile with multi-node jobs held to one leaf switch, as a site whose jobs
+  // need the switch's bandwidth sets it. (The `gantry` profile itself puts a job in the
+  // smallest domain that holds it now -- the spine, when no single switch has room.)
+  std::ofstream(tmp_.sub("profiles.yaml"))
+      << "profiles:\n"
+         "  gantry-leaf:\n"
+         "    description: \"gantry, multi-node jobs inside one leaf switch\"\n"
+         "    priority:\n"
+         "      - {plugin: age, weight: 1000, args: {max_age: 7d}}\n"
+         "      - {plugin: fairshare, weight: 10000, args: {half_life: 7d}}\n"
+         "      - {plugin: job-size, weight: 1000}\n"
+         "      - {plugin: qos, weight: 1000, args: {max_qos: 3}}\n"
+         "    admission: [quota]\n"
+         "    placement: {plugin: topology, args: {max_span_level: leaf}}\n"
+         "    backfill: {mode: easy, max_jobs: 500, max_scan: 1000000}\n"
+         "    priority_recalc_interval: 5m\n";
+  std::vector<std::string> args = GantrydArgs();
+  args.insert(args.end(), {"--profiles", tmp_.sub("profiles.yaml"), "--profile", "gantry-leaf"});
+  const std::string log = tmp_.sub("gantryd.log");
+  Gantryd gantryd(args, log);
+  const int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+
+  // Mixed shapes per team (GRES, nodes), each team's within its quota; the two-node "gpu:N"
+  // jobs name no type and so could straddle the switches.
+  struct Shape {
+    std::string gres;
+    int nodes;
+  };
+  const std::map<std::string, std::vector<Shape>> shapes = {
+      {"physics", {{"gpu:h100:2", 1}, {"gpu:4", 2}, {"gpu:h100:8", 2}, {"gpu:a100:1", 1}}},
+      {"biology", {{"gpu:a100:1", 1}, {"gpu:2", 2}, {"gpu:h100:2", 1}, {"gpu:a100:4", 1}}},
+      {"chemistry", {{"gpu:h100:1", 1}, {"gpu:4", 2}, {"gpu:a100:2", 1}, {"gpu:1", 1}}}};
+  const std::vector<std::string> teams = {"physics", "biology", "chemistry"};
+  struct Submitted {
+    std::string team;
+    std::string shape;
+  };
+  std::map<int64_t, Submitted> jobs;
+  for (int i = 0; i < 54; ++i) {
+    const std::string& team = teams[static_cast<size_t>(i % 3)];
+    const Shape& s = shapes.at(team)[static_cast<size_t>(i / 3) % 4];
+    const int64_t id = Submit(team, s.gres, s.nodes, i % 4 == 0 ? "sleep 2" : "sleep 1");
+    ASSERT_GT(id, 0);
+    jobs[id] = {team, s.gres + "x" + std::to_string(s.nodes)};
+  }
+
+  httplib::Client api("127.0.0.1", port);
+  const httplib::Headers op = {{"Authorization", "Bearer op-token"}};
+  std::set<int64_t> left;
+  for (const auto& [id, j] : jobs) left.insert(id);
+  int polls = 0, pending_seen = 0, over_quota = 0, no_reason = 0, split = 0;
+  std::map<std::string, int> peak;  // the most GPUs each team ran at once (squeue)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    ++polls;
+    // Slurm's view: running GPUs per team, and where each running job is.
+    auto sq = client_->Jobs();
+    ASSERT_TRUE(sq.ok()) << sq.status().ToString();
+    std::map<std::string, int> running;
+    for (const slurm::SlurmJob& j : *sq) {
+      if (jobs.count(j.id) == 0) continue;
+      if (j.state == slurm::JobState::kRunning) {
+        running[j.account] += j.gpus;
+        if (!one_domain(j.nodes)) {
+          ++split;
+          ADD_FAILURE() << "job " << j.id << " runs across domains";
+        }
+      }
+    }
+    for (const auto& [team, gpus] : running) {
+      peak[team] = std::max(peak[team], gpus);
+      if (gpus > quota.at(team)) {
+        ++over_quota;
+        ADD_FAILURE() << team << " runs " << gpus << " GPUs, quota " << quota.at(team);
+      }
+    }
+    // gantryd's view: usage against quota, and a reason for every pending job (every page).
+    auto usage = api.Get("/v1/usage", op);
+    ASSERT_TRUE(usage && usage->status == 200) << ReadFile(log);
+    for (const auto& t : nlohmann::json::parse(usage->body).at("teams")) {
+      const std::string team = t.at("team");
+      if (quota.count(team) == 0 || t.at("quota_gpus").is_null()) continue;
+      EXPECT_EQ(t.at("quota_gpus").get<int>(), quota.at(team));
+      if (t.at("running_gpus").get<int>() > quota.at(team)) {
+        ++over_quota;
+        ADD_FAILURE() << "gantryd runs " << t.dump();
+      }
+    }
+    for (std::string path = "/v1/jobs?phase=pending&limit=20"; !path.empty();) {
+      auto r = api.Get(path, op);
+      ASSERT_TRUE(r && r->status == 200) << path << "\n" << ReadFile(log);
+      const nlohmann::json body = nlohmann::json::parse(r->body);
+      for (const auto& j : body.at("jobs")) {
+        if (jobs.count(std::stoll(j.at("id").get<std::string>())) == 0) continue;
+        ++pending_seen;
+        const std::string reason = j.at("reason");
+        if (reason.empty() || reason == "None" || j.at("explain").get<std::string>().empty()) {
+          ++no_reason;
+          ADD_FAILURE() << "pending without a reason: " << j.dump();
+        }
+      }
+      path = body.at("next").is_null() ? "" : body.at("next").get<std::string>();
+    }
+    for (const slurm::SlurmJob& j : *sq) {
+      const bool ended = j.state != slurm::JobState::kPending &&
+                         j.state != slurm::JobState::kRunning &&
+                         j.state != slurm::JobState::kCompleting;
+      if (ended) left.erase(j.id);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_TRUE(left.empty()) << left.size() << " jobs never ended; first " << *left.begin() << "\n"
+                            << ReadFile(log);
+  EXPECT_GT(polls, 5);
+  EXPECT_GT(pending_seen, 0) << "no job ever waited: the quotas and order went untested";
+  EXPECT_EQ(over_quota, 0);
+  EXPECT_EQ(no_reason, 0);
+  EXPECT_EQ(split, 0);
+  // The quotas bound: physics and biology each filled theirs at some poll.
+  EXPECT_GT(peak["physics"], 0);
+  gantryd.Kill(SIGTERM);
+  EXPECT_EQ(gantryd.exit_code(), 0) << ReadFile(log);
+
+  // Slurm's accounting against gantryd's records.
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  struct Ran {
+    std::string submit, start;
+  };
+  std::map<std::string, std::vector<std::pair<int64_t, Ran>>> by_shape;  // team/shape -> runs
+  for (const auto& [id, job] : jobs) {
+    const std::string sid = std::to_string(id);
+    std::string sacct;
+    for (int i = 0; i < 150; ++i) {
+      auto out = client_->Run(
+          {"sacct", "-D", "-X", "-n", "-P", "-j", sid, "--format=State,NodeList,Submit,Start"});
+      if (out.ok() && out->find("COMPLETED") != std::string::npos) {
+        sacct = *out;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_FALSE(sacct.empty()) << "sacct has no completed record of " << sid;
+    EXPECT_EQ(std::count(sacct.begin(), sacct.end(), '\n'), 1) << sid << " ran more than once:\n"
+                                                               << sacct;
+    std::vector<std::string> f;
+    std::stringstream line(sacct.substr(0, sacct.find('\n')));
+    for (std::string field; std::getline(line, field, '|');) f.push_back(field);
+    ASSERT_EQ(f.size(), 4u) << sacct;
+    EXPECT_EQ(f[0], "COMPLETED") << sid;
+    auto nodes = slurm::ExpandHostlist(f[1]);
+    ASSERT_TRUE(nodes.ok()) << f[1];
+    EXPECT_TRUE(one_domain(*nodes)) << sid << " (" << job.shape << ") ran on " << f[1];
+    by_shape[job.team + " " + job.shape].push_back({id, {f[2], f[3]}});
+
+    Result<control::JobRecord> r = (*store)->Get(sid);
+    ASSERT_TRUE(r.ok()) << sid << ": " << r.status().ToString();
+    EXPECT_EQ(r->phase, control::JobPhase::kDone) << sid;
+    EXPECT_EQ(r->end_reason, "completed") << sid;
+    EXPECT_EQ(r->requeues, 0) << sid;
+    EXPECT_EQ(r->team, job.team);
+    std::set<std::string> recorded;
+    for (const control::NodeGpus& s : r->placement) recorded.insert(s.node);
+    EXPECT_EQ(std::set<std::string>(nodes->begin(), nodes->end()), recorded)
+        << sid << " ran on " << f[1] << ", not where gantryd decided";
+  }
+  int pairs = 0;
+  for (const auto& [key, runs] : by_shape) {
+    for (const auto& [a, ra] : runs) {
+      for (const auto& [b, rb] : runs) {
+        if (!(ra.submit < rb.submit)) continue;  // same format: compares as times
+        ++pairs;
+        EXPECT_LE(ra.start, rb.start)
+            << key << ": job " << a << " (submitted " << ra.submit << ") started at " << ra.start
+            << ", after job " << b << " (submitted " << rb.submit << ") at " << rb.start;
+      }
+    }
+  }
+  EXPECT_GT(pairs, 0) << "no two jobs of one shape were submitted in different seconds";
 }
 
 }  // namespace

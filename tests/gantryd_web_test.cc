@@ -95,8 +95,8 @@ void ExpectChartDrawn(const std::string& dom, const std::string& id, const std::
   EXPECT_NE(chart.find(" d=\"M", path), std::string::npos) << id << ": marks without geometry";
 }
 
-control::JobView View(const std::string& id, const std::string& team, const std::string& user,
-                      control::JobPhase phase) {
+std::shared_ptr<const control::JobView> View(const std::string& id, const std::string& team,
+                                             const std::string& user, control::JobPhase phase) {
   control::JobView v;
   v.record.id = id;
   v.record.team = team;
@@ -106,7 +106,7 @@ control::JobView View(const std::string& id, const std::string& team, const std:
   v.reason = phase == control::JobPhase::kPending ? "Resources" : "StartedHead";
   v.explain = "waits for " + user;
   v.estimated_start = phase == control::JobPhase::kPending ? 1700000600 : -1;
-  return v;
+  return std::make_shared<const control::JobView>(std::move(v));
 }
 
 TEST(WebPageBrowserTest, ShowsHostileNamesAsTextNotMarkup) {

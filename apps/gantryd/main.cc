@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
   api_options.cancel = [ctl](const std::string& id, const std::string& by) {
     return ctl->RequestCancel(id, by, time(nullptr));
   };
+  api_options.explain = [ctl](const std::string& id) { return ctl->ExplainNow(id); };
   auto api = gantry::control::ApiServer::Start(
       api_options, [ctl] { return ctl->Snapshot(); }, &metrics);
   if (!api.ok()) {

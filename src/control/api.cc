@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -191,31 +195,41 @@ class ApiServer::Impl {
             {"active_jobs", snap->jobs.size()},
             {"gpus", {{"total", snap->total_gpus}, {"busy", snap->busy_gpus}}}});
     });
+    // Every active job the caller sees, by submit time then id, a page at a time.
     server_.Get("/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
       Caller c = Authenticate(req, res);
       if (!c.authenticated) return;
       const std::string phase = req.get_param_value("phase");
       const std::string team = req.get_param_value("team");
-      auto snap = snapshot_();
-      nlohmann::json jobs = nlohmann::json::array();
-      for (const JobView& v : snap->jobs) {
-        if (!c.Sees(v.record)) continue;
-        if (!phase.empty() && phase != JobPhaseName(v.record.phase)) continue;
-        if (!team.empty() && team != v.record.team) continue;
-        jobs.push_back(JobJson(v));
-      }
-      Json(res, 200, {{"time", snap->time}, {"jobs", std::move(jobs)}});
+      Page page;
+      if (!ParsePage(req, res, &page)) return;
+      auto snap = PagedSnapshot(page);
+      std::vector<const JobView*> all;
+      all.reserve(snap->jobs.size());
+      for (const auto& v : snap->jobs) all.push_back(v.get());
+      Serve(res, "/v1/jobs", snap, all, page, ListKey::kSubmit, {{"phase", phase}, {"team", team}},
+            [&](const JobView& v) {
+              return c.Sees(v.record) && (phase.empty() || phase == JobPhaseName(v.record.phase)) &&
+                     (team.empty() || team == v.record.team);
+            });
     });
     server_.Get(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       Caller c = Authenticate(req, res);
       if (!c.authenticated) return;
       const std::string id = req.matches[1];
       auto snap = snapshot_();
-      for (const JobView& v : snap->jobs) {
-        if (v.record.id == id && c.Sees(v.record)) return Json(res, 200, JobJson(v));
-      }
+      const JobView* v = snap->Find(id);
       // Another team's job answers as a missing one: a token learns nothing of other teams.
-      Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
+      if (v == nullptr || !c.Sees(v->record)) {
+        return Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
+      }
+      nlohmann::json j = JobJson(*v);
+      // Asked for by name: the sentence as of now, not as of the job's last change.
+      if (options_.explain) {
+        Result<std::string> now = options_.explain(id);
+        if (now.ok()) j["explain"] = *now;
+      }
+      Json(res, 200, j);
     });
     // Cancel: the caller must see the job (another team's is 404, like a missing one).
     server_.Delete(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req,
@@ -224,10 +238,8 @@ class ApiServer::Impl {
       if (!c.authenticated) return;
       const std::string id = req.matches[1];
       auto snap = snapshot_();
-      const JobView* job = nullptr;
-      for (const JobView& v : snap->jobs) {
-        if (v.record.id == id && c.Sees(v.record)) job = &v;
-      }
+      const JobView* job = snap->Find(id);
+      if (job != nullptr && !c.Sees(job->record)) job = nullptr;
       if (job == nullptr) {
         return Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
       }
@@ -252,8 +264,8 @@ class ApiServer::Impl {
       if (!c.authenticated) return;
       auto snap = snapshot_();
       std::set<std::string> visible;
-      for (const JobView& v : snap->jobs) {
-        if (c.Sees(v.record)) visible.insert(v.record.id);
+      for (const auto& v : snap->jobs) {
+        if (c.Sees(v->record)) visible.insert(v->record.id);
       }
       nlohmann::json nodes = nlohmann::json::array();
       for (const NodeView& n : snap->nodes) {
@@ -284,23 +296,21 @@ class ApiServer::Impl {
       auto snap = snapshot_();
       Json(res, 200, {{"time", snap->time}, {"profile", ProfileJson(snap->profile)}});
     });
-    // The pending jobs in the order the plan expects them to start (no estimate last).
+    // The pending jobs in the order the plan expects them to start (no estimate last), a page
+    // at a time.
     server_.Get("/v1/queue", [this](const httplib::Request& req, httplib::Response& res) {
       Caller c = Authenticate(req, res);
       if (!c.authenticated) return;
-      auto snap = snapshot_();
-      std::vector<const JobView*> pending;
-      for (const JobView& v : snap->jobs) {
-        if (v.record.phase == JobPhase::kPending && c.Sees(v.record)) pending.push_back(&v);
-      }
-      std::stable_sort(pending.begin(), pending.end(), [](const JobView* a, const JobView* b) {
-        const Time ea = a->estimated_start < 0 ? kInfiniteTime : a->estimated_start;
-        const Time eb = b->estimated_start < 0 ? kInfiniteTime : b->estimated_start;
-        return ea < eb;
-      });
-      nlohmann::json jobs = nlohmann::json::array();
-      for (const JobView* v : pending) jobs.push_back(JobJson(*v));
-      Json(res, 200, {{"time", snap->time}, {"jobs", std::move(jobs)}});
+      const std::string team = req.get_param_value("team");
+      const std::string reason = req.get_param_value("reason");
+      Page page;
+      if (!ParsePage(req, res, &page)) return;
+      auto snap = PagedSnapshot(page);
+      Serve(res, "/v1/queue", snap, snap->Queue(), page, ListKey::kEstimate,
+            {{"team", team}, {"reason", reason}}, [&](const JobView& v) {
+              return c.Sees(v.record) && (team.empty() || team == v.record.team) &&
+                     (reason.empty() || reason == v.reason);
+            });
     });
     // The web page's feed: occupancy is cluster-wide, the rest the caller's team's (web.h).
     server_.Get("/v1/overview", [this](const httplib::Request& req, httplib::Response& res) {
@@ -374,6 +384,175 @@ class ApiServer::Impl {
     return c;
   }
 
+  // Paging (docs/openapi.yaml, "Paging"). A list is walked in a fixed order; the cursor names
+  // the snapshot the first page came from and the last job returned. The next page comes from
+  // that same snapshot while it is among the last kPinned ones paged, so a walk sees one
+  // consistent list however many cycles pass; after that, from the current snapshot, after
+  // the last job returned in the list's order (no job twice in /v1/jobs, whose order never
+  // changes; the queue's order may have moved by then).
+  static constexpr int kDefaultLimit = 1000;
+  static constexpr int kMaxLimit = 10000;
+  static constexpr size_t kPinned = 8;
+  enum class ListKey { kSubmit, kEstimate };
+  struct Key {
+    Time estimate = kInfiniteTime;  // kEstimate lists only
+    Time submit = 0;
+    std::string id;
+  };
+  struct Page {
+    int limit = kDefaultLimit;
+    bool has_cursor = false;
+    int64_t cycles = -1;  // the snapshot of the first page
+    Key after;
+  };
+
+  static Key KeyOf(const JobView& v, ListKey k) {
+    Key key;
+    if (k == ListKey::kEstimate && v.estimated_start >= 0) key.estimate = v.estimated_start;
+    key.submit = v.record.submit;
+    key.id = v.record.id;
+    return key;
+  }
+  static bool Less(const Key& a, const Key& b) {
+    if (a.estimate != b.estimate) return a.estimate < b.estimate;
+    if (a.submit != b.submit) return a.submit < b.submit;
+    return a.id < b.id;
+  }
+  // Opaque to clients: hex of "cycles estimate submit id", so it is safe in a query string.
+  static std::string EncodeCursor(int64_t cycles, const Key& k) {
+    const std::string raw = std::to_string(cycles) + " " + std::to_string(k.estimate) + " " +
+                            std::to_string(k.submit) + " " + k.id;
+    static const char* kHex = "0123456789abcdef";
+    std::string out;
+    for (unsigned char ch : raw) {
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+    return out;
+  }
+  static bool DecodeCursor(const std::string& text, Page* page) {
+    if (text.empty() || text.size() % 2 != 0 || text.size() > 2048) return false;
+    std::string raw;
+    for (size_t i = 0; i < text.size(); i += 2) {
+      int v = 0;
+      for (size_t k = i; k < i + 2; ++k) {
+        const char ch = text[k];
+        const int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                      : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                               : -1;
+        if (d < 0) return false;
+        v = v * 16 + d;
+      }
+      raw += static_cast<char>(v);
+    }
+    long long cycles = 0, estimate = 0, submit = 0;
+    int used = 0;
+    if (std::sscanf(raw.c_str(), "%lld %lld %lld %n", &cycles, &estimate, &submit, &used) != 3 ||
+        used <= 0 || static_cast<size_t>(used) >= raw.size()) {
+      return false;
+    }
+    page->has_cursor = true;
+    page->cycles = cycles;
+    page->after.estimate = estimate;
+    page->after.submit = submit;
+    page->after.id = raw.substr(static_cast<size_t>(used));
+    return true;
+  }
+
+  // limit and cursor from the query; false (and a 400 written) when either is malformed.
+  static bool ParsePage(const httplib::Request& req, httplib::Response& res, Page* page) {
+    if (req.has_param("limit")) {
+      const std::string text = req.get_param_value("limit");
+      char* end = nullptr;
+      const long v = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || v < 1 || v > kMaxLimit) {
+        Error(res, 400, "invalid_argument",
+              "limit must be a whole number from 1 to " + std::to_string(kMaxLimit));
+        return false;
+      }
+      page->limit = static_cast<int>(v);
+    }
+    if (req.has_param("cursor") && !DecodeCursor(req.get_param_value("cursor"), page)) {
+      Error(res, 400, "invalid_argument",
+            "cursor is not one this server gave out (take it from a response's 'next')");
+      return false;
+    }
+    return true;
+  }
+
+  // The snapshot a page reads: the cursor's, while pinned; else the current one.
+  std::shared_ptr<const ControlSnapshot> PagedSnapshot(const Page& page) {
+    if (page.has_cursor) {
+      std::lock_guard<std::mutex> lock(pinned_mu_);
+      for (const auto& p : pinned_) {
+        if (p->cycles == page.cycles) return p;
+      }
+    }
+    return snapshot_();
+  }
+  void Pin(const std::shared_ptr<const ControlSnapshot>& snap) {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    for (const auto& p : pinned_) {
+      if (p.get() == snap.get()) return;
+    }
+    // One per cycle count: a snapshot published again under the same count replaces it.
+    for (auto it = pinned_.begin(); it != pinned_.end(); ++it) {
+      if ((*it)->cycles == snap->cycles) {
+        pinned_.erase(it);
+        break;
+      }
+    }
+    pinned_.push_back(snap);
+    while (pinned_.size() > kPinned) pinned_.pop_front();
+  }
+
+  // Writes one page of `list` (in `order`'s order) filtered by `keep`: the jobs, how many
+  // match in all, and the link to the next page (null on the last).
+  template <typename Keep>
+  void Serve(httplib::Response& res, const std::string& path,
+             const std::shared_ptr<const ControlSnapshot>& snap_ref,
+             const std::vector<const JobView*>& list, const Page& page, ListKey order,
+             const std::vector<std::pair<std::string, std::string>>& filters, Keep keep) {
+    const ControlSnapshot& snap = *snap_ref;
+    size_t from = 0;
+    if (page.has_cursor) {
+      Key after = page.after;
+      if (order == ListKey::kSubmit) after.estimate = kInfiniteTime;
+      from = static_cast<size_t>(std::upper_bound(list.begin(), list.end(), after,
+                                                  [&](const Key& k, const JobView* v) {
+                                                    return Less(k, KeyOf(*v, order));
+                                                  }) -
+                                 list.begin());
+    }
+    nlohmann::json jobs = nlohmann::json::array();
+    const JobView* last = nullptr;
+    bool more = false;
+    int64_t total = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!keep(*list[i])) continue;
+      ++total;
+      if (i < from || more) continue;
+      if (static_cast<int>(jobs.size()) == page.limit) {
+        more = true;
+        continue;
+      }
+      jobs.push_back(JobJson(*list[i]));
+      last = list[i];
+    }
+    nlohmann::json next = nullptr;
+    if (more && last != nullptr) {
+      std::string link = path + "?limit=" + std::to_string(page.limit) +
+                         "&cursor=" + EncodeCursor(snap.cycles, KeyOf(*last, order));
+      for (const auto& [name, value] : filters) {
+        if (!value.empty()) link += "&" + name + "=" + httplib::detail::encode_query_param(value);
+      }
+      next = link;
+      Pin(snap_ref);
+    }
+    Json(res, 200,
+         {{"time", snap.time}, {"total", total}, {"jobs", std::move(jobs)}, {"next", next}});
+  }
+
   static void Json(httplib::Response& res, int status, const nlohmann::json& body) {
     res.status = status;
     res.set_content(body.dump() + "\n", "application/json");
@@ -391,6 +570,8 @@ class ApiServer::Impl {
 
   ApiOptions options_;
   SnapshotSource snapshot_;
+  std::mutex pinned_mu_;
+  std::deque<std::shared_ptr<const ControlSnapshot>> pinned_;  // oldest first
   MetricsRegistry* metrics_;
   std::vector<Token> tokens_;
   httplib::Server server_;

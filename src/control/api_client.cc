@@ -51,15 +51,19 @@ Result<JobView> FromJson(const nlohmann::json& j) {
   return v;
 }
 
-Result<std::vector<JobView>> ListFromJson(const std::string& text) {
+// One page's jobs appended to `out`; `next` becomes the next page's link, empty on the last.
+Status PageFromJson(const std::string& text, std::vector<JobView>* out, std::string* next) {
   try {
     const nlohmann::json body = nlohmann::json::parse(text);
-    std::vector<JobView> out;
     for (const auto& j : body.at("jobs")) {
       GANTRY_ASSIGN_OR_RETURN(JobView v, FromJson(j));
-      out.push_back(std::move(v));
+      out->push_back(std::move(v));
     }
-    return out;
+    next->clear();
+    if (body.contains("next") && !body.at("next").is_null()) {
+      *next = body.at("next").get<std::string>();
+    }
+    return Status::Ok();
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(std::string("gantryd's answer is not the documented JSON: ") + e.what());
   }
@@ -206,14 +210,27 @@ Result<std::string> ApiClient::Send(const std::string& method, const std::string
   }
 }
 
-Result<std::vector<JobView>> ApiClient::Queue() const {
-  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/queue"));
-  return ListFromJson(body);
-}
+Result<std::vector<JobView>> ApiClient::Queue() const { return AllPages("/v1/queue"); }
 
-Result<std::vector<JobView>> ApiClient::Jobs() const {
-  GANTRY_ASSIGN_OR_RETURN(std::string body, Get("/v1/jobs"));
-  return ListFromJson(body);
+Result<std::vector<JobView>> ApiClient::Jobs() const { return AllPages("/v1/jobs"); }
+
+Result<std::vector<JobView>> ApiClient::AllPages(const std::string& first) const {
+  std::vector<JobView> out;
+  std::string path =
+      options_.page_limit > 0 ? first + "?limit=" + std::to_string(options_.page_limit) : first;
+  // Each page names the next; a server that keeps naming pages past any sane count is broken.
+  for (int pages = 0; !path.empty(); ++pages) {
+    if (pages >= kMaxPages) {
+      return DataLoss("gantryd's " + first + " named more than " + std::to_string(kMaxPages) +
+                      " pages");
+    }
+    if (path.rfind(first, 0) != 0) {
+      return DataLoss("gantryd's " + first + " named a next page elsewhere: " + path);
+    }
+    GANTRY_ASSIGN_OR_RETURN(std::string body, Get(path));
+    GANTRY_RETURN_IF_ERROR(PageFromJson(body, &out, &path));
+  }
+  return out;
 }
 
 Result<JobView> ApiClient::Job(const std::string& id) const {

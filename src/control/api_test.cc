@@ -6,16 +6,21 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
+#include <cstdio>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "gantry/control/api_client.h"
 
 namespace gantry::control {
 namespace {
 
-JobView View(const std::string& id, const std::string& team, JobPhase phase, Time estimate) {
+std::shared_ptr<const JobView> View(const std::string& id, const std::string& team, JobPhase phase,
+                                    Time estimate) {
   JobView v;
   v.record.id = id;
   v.record.team = team;
@@ -26,7 +31,7 @@ JobView View(const std::string& id, const std::string& team, JobPhase phase, Tim
   v.reason = phase == JobPhase::kPending ? "Resources" : "StartedHead";
   v.explain = "why " + id;
   v.estimated_start = estimate;
-  return v;
+  return std::make_shared<const JobView>(std::move(v));
 }
 
 class ApiTest : public testing::Test {
@@ -245,9 +250,9 @@ TEST_F(ApiTest, TheClientReadsBackWhatTheServerShows) {
   EXPECT_EQ(one->record.team, "vision");
   EXPECT_EQ(one->record.user, "u-vision");
   // Every field survives JSON both ways.
-  Result<JobView> back = JobViewFromJson(JobViewJson(snap_->jobs[0]));
+  Result<JobView> back = JobViewFromJson(JobViewJson(*snap_->jobs[0]));
   ASSERT_TRUE(back.ok());
-  EXPECT_EQ(JobViewJson(*back), JobViewJson(snap_->jobs[0]));
+  EXPECT_EQ(JobViewJson(*back), JobViewJson(*snap_->jobs[0]));
 
   // Errors are codes.
   EXPECT_EQ(vision.Job("3").status().code(), StatusCode::kNotFound);  // nlp's
@@ -369,6 +374,218 @@ TEST_F(ApiTest, ASilentClientDoesNotBlockOthers) {
   ASSERT_TRUE(r) << "no answer while silent clients were connected";
   EXPECT_EQ(r->status, 200);
   for (int fd : silent) ::close(fd);
+}
+
+// A snapshot of `n` pending jobs j0000..j(n-1), vision's and nlp's alternately, each expected to
+// start `n - i` seconds from now (so the queue's order is the reverse of the submit order).
+std::shared_ptr<ControlSnapshot> Deep(int n, int64_t cycles) {
+  auto snap = std::make_shared<ControlSnapshot>();
+  snap->time = 100;
+  snap->cycles = cycles;
+  for (int i = 0; i < n; ++i) {
+    char id[16];
+    std::snprintf(id, sizeof id, "j%04d", i);
+    JobView v;
+    v.record.id = id;
+    v.record.team = i % 2 == 0 ? "vision" : "nlp";
+    v.record.user = "u";
+    v.record.gpus = 1;
+    v.record.submit = i;
+    v.reason = i % 3 == 0 ? "Quota" : "Resources";
+    v.explain = "why";
+    v.estimated_start = 1000 + n - i;
+    snap->jobs.push_back(std::make_shared<const JobView>(std::move(v)));
+  }
+  return snap;
+}
+
+// Every page of `path` for `token`, following `next`; the ids in order, and the pages read.
+std::vector<std::string> Walk(httplib::Client& client, std::string path, const std::string& token,
+                              int* pages, const std::function<void(int)>& between = nullptr) {
+  std::vector<std::string> ids;
+  *pages = 0;
+  while (!path.empty()) {
+    auto r = client.Get(path, {{"Authorization", "Bearer " + token}});
+    if (!r || r->status != 200) return {"(failed: " + path + ")"};
+    const nlohmann::json body = nlohmann::json::parse(r->body);
+    for (const auto& j : body.at("jobs")) ids.push_back(j.at("id").get<std::string>());
+    path = body.at("next").is_null() ? "" : body.at("next").get<std::string>();
+    ++*pages;
+    if (between) between(*pages);
+  }
+  return ids;
+}
+
+TEST_F(ApiTest, TheQueueComesInPagesThatNameTheNext) {
+  SetSnapshot(Deep(25, 1));
+  // One page with everything: the order the pages must reproduce.
+  auto whole = Get("/v1/queue?limit=10000", "op-token");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200);
+  const nlohmann::json body = nlohmann::json::parse(whole->body);
+  EXPECT_EQ(body.at("total"), 25);
+  EXPECT_TRUE(body.at("next").is_null());
+  const std::vector<std::string> expected = Ids(whole);
+  ASSERT_EQ(expected.size(), 25u);
+  EXPECT_EQ(expected.front(), "j0024");  // the earliest estimate first
+
+  int pages = 0;
+  EXPECT_EQ(Walk(*client_, "/v1/queue?limit=7", "op-token", &pages), expected);
+  EXPECT_EQ(pages, 4);
+  // The default page holds all 25; a first page of 7 says how many there are in all.
+  EXPECT_EQ(Ids(Get("/v1/queue", "op-token")), expected);
+  const nlohmann::json first = nlohmann::json::parse(Get("/v1/queue?limit=7", "op-token")->body);
+  EXPECT_EQ(first.at("jobs").size(), 7u);
+  EXPECT_EQ(first.at("total"), 25);
+  // Filters stay on every page: a team's token pages through its own jobs only.
+  std::vector<std::string> vision;
+  for (const std::string& id : expected) {
+    if (std::stoi(id.substr(1)) % 2 == 0) vision.push_back(id);
+  }
+  EXPECT_EQ(Walk(*client_, "/v1/queue?limit=4", "vision-token", &pages), vision);
+  std::vector<std::string> quota_nlp;
+  for (const std::string& id : expected) {
+    const int i = std::stoi(id.substr(1));
+    if (i % 2 == 1 && i % 3 == 0) quota_nlp.push_back(id);
+  }
+  EXPECT_EQ(Walk(*client_, "/v1/queue?limit=1&team=nlp&reason=Quota", "op-token", &pages),
+            quota_nlp);
+  EXPECT_EQ(pages, static_cast<int>(quota_nlp.size()));
+  // /v1/jobs pages by submit time.
+  std::vector<std::string> by_submit(expected.rbegin(), expected.rend());
+  EXPECT_EQ(Walk(*client_, "/v1/jobs?limit=6", "op-token", &pages), by_submit);
+  EXPECT_EQ(pages, 5);
+
+  // Malformed paging is a 400, not a guess.
+  for (const char* bad :
+       {"/v1/queue?limit=0", "/v1/queue?limit=10001", "/v1/queue?limit=x", "/v1/jobs?limit=-3",
+        "/v1/queue?cursor=zz", "/v1/queue?cursor=31", "/v1/jobs?cursor="}) {
+    auto r = Get(bad, "op-token");
+    ASSERT_TRUE(r) << bad;
+    EXPECT_EQ(r->status, 400) << bad << ": " << r->body;
+  }
+}
+
+// A walk through the pages reads the snapshot its first page came from, however the queue moves
+// meanwhile: every job of it exactly once, none submitted since, in its order.
+TEST_F(ApiTest, PagesStayOnOneSnapshotWhileJobsArrive) {
+  SetSnapshot(Deep(30, 1));
+  const std::vector<std::string> expected = Ids(Get("/v1/queue?limit=10000", "op-token"));
+  int pages = 0;
+  int64_t cycle = 1;
+  // After each page a cycle publishes a new snapshot with more jobs, ahead in the queue.
+  auto arrive = [&](int) {
+    ++cycle;
+    SetSnapshot(Deep(30 + 5 * static_cast<int>(cycle), cycle));
+  };
+  EXPECT_EQ(Walk(*client_, "/v1/queue?limit=4", "op-token", &pages, arrive), expected);
+  EXPECT_EQ(pages, 8);
+
+  // A snapshot no longer pinned (more walks started since than the server keeps): the walk goes
+  // on in the current snapshot after the last job returned, so /v1/jobs, whose order never
+  // changes, still shows no job twice.
+  SetSnapshot(Deep(30, 100));
+  auto first = Get("/v1/jobs?limit=10", "op-token");
+  const std::string next = nlohmann::json::parse(first->body).at("next").get<std::string>();
+  for (int64_t c = 101; c < 120; ++c) {  // other clients' walks, each pinning its snapshot
+    SetSnapshot(Deep(30, c));
+    ASSERT_EQ(Get("/v1/jobs?limit=10", "op-token")->status, 200);
+  }
+  SetSnapshot(Deep(40, 200));  // ten more submitted
+  std::vector<std::string> ids = Ids(first);
+  std::vector<std::string> rest = Walk(*client_, next, "op-token", &pages);
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  std::vector<std::string> all = Ids(Get("/v1/jobs?limit=10000", "op-token"));
+  EXPECT_EQ(ids, all);  // the first ten, then j0010..j0039, each once
+}
+
+TEST_F(ApiTest, OneJobByIdCarriesTheSentenceAsOfNow) {
+  std::vector<std::string> asked;
+  options_.explain = [&](const std::string& id) -> Result<std::string> {
+    asked.push_back(id);
+    if (id == "4") return NotFound("not in the engine");
+    return "now: " + id;
+  };
+  Restart();
+  auto r = Get("/v1/jobs/2", "vision-token");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(nlohmann::json::parse(r->body).at("explain"), "now: 2");
+  // The engine no longer has it: the snapshot's sentence.
+  EXPECT_EQ(nlohmann::json::parse(Get("/v1/jobs/4", "vision-token")->body).at("explain"), "why 4");
+  // The lists show the snapshot's sentences and ask nothing.
+  const nlohmann::json queue = nlohmann::json::parse(Get("/v1/queue", "vision-token")->body);
+  EXPECT_EQ(queue.at("jobs").at(0).at("explain"), "why 5");
+  // Another team's job is not asked about.
+  EXPECT_EQ(Get("/v1/jobs/3", "vision-token")->status, 404);
+  EXPECT_EQ(asked, (std::vector<std::string>{"2", "4"}));
+}
+
+TEST_F(ApiTest, TheClientFollowsEveryPage) {
+  SetSnapshot(Deep(23, 1));
+  const std::string server = "http://127.0.0.1:" + std::to_string(api_->port());
+  ApiClientOptions o{server, "op-token"};
+  o.page_limit = 5;
+  Result<std::vector<JobView>> queue = ApiClient(o).Queue();
+  ASSERT_TRUE(queue.ok()) << queue.status().ToString();
+  ASSERT_EQ(queue->size(), 23u);
+  for (size_t i = 0; i < queue->size(); ++i) {
+    EXPECT_EQ((*queue)[i].record.id, snap_->Queue()[i]->record.id) << i;
+  }
+  Result<std::vector<JobView>> all = ApiClient(o).Jobs();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 23u);
+  EXPECT_EQ(all->back().record.id, "j0022");
+}
+
+TEST(ControlSnapshotTest, FindsJobsByIdAndOrdersTheQueue) {
+  auto snap = Deep(1000, 1);
+  for (int i : {0, 1, 499, 999}) {
+    char id[16];
+    std::snprintf(id, sizeof id, "j%04d", i);
+    const JobView* v = snap->Find(id);
+    ASSERT_NE(v, nullptr) << id;
+    EXPECT_EQ(v->record.id, id);
+  }
+  EXPECT_EQ(snap->Find("j1000"), nullptr);
+  EXPECT_EQ(snap->Find(""), nullptr);
+  const auto& q = snap->Queue();
+  ASSERT_EQ(q.size(), 1000u);
+  for (size_t i = 1; i < q.size(); ++i) EXPECT_LT(q[i - 1]->estimated_start, q[i]->estimated_start);
+}
+
+// docs/openapi.yaml describes what the server does: every endpoint it serves, the paging
+// parameters and their bounds, and the fields of a page.
+TEST_F(ApiTest, TheOpenApiDocumentMatchesTheServer) {
+  YAML::Node doc = YAML::LoadFile(std::string(GANTRY_SOURCE_DIR) + "/docs/openapi.yaml");
+  const YAML::Node paths = doc["paths"];
+  for (const char* path : {"/v1/health", "/v1/jobs", "/v1/jobs/{id}", "/v1/nodes", "/v1/usage",
+                           "/v1/profiles", "/v1/queue", "/v1/overview", "/metrics"}) {
+    ASSERT_TRUE(paths[path] && paths[path]["get"]) << path << " is not documented";
+  }
+  for (const char* path : {"/v1/jobs", "/v1/queue"}) {
+    std::set<std::string> refs;
+    for (const auto& p : paths[path]["get"]["parameters"]) {
+      if (p["$ref"]) refs.insert(p["$ref"].as<std::string>());
+    }
+    EXPECT_EQ(refs.count("#/components/parameters/Limit"), 1u) << path;
+    EXPECT_EQ(refs.count("#/components/parameters/Cursor"), 1u) << path;
+    EXPECT_TRUE(paths[path]["get"]["responses"]["400"]) << path;
+  }
+  const YAML::Node limit = doc["components"]["parameters"]["Limit"]["schema"];
+  const int max = limit["maximum"].as<int>();
+  const int def = limit["default"].as<int>();
+  EXPECT_EQ(Get("/v1/queue?limit=" + std::to_string(max), "op-token")->status, 200);
+  EXPECT_EQ(Get("/v1/queue?limit=" + std::to_string(max + 1), "op-token")->status, 400);
+  SetSnapshot(Deep(def + 1, 1));
+  const nlohmann::json page = nlohmann::json::parse(Get("/v1/queue", "op-token")->body);
+  EXPECT_EQ(page.at("jobs").size(), static_cast<size_t>(def));
+  std::set<std::string> keys;
+  for (const auto& [k, v] : page.items()) keys.insert(k);
+  std::set<std::string> required;
+  for (const auto& k : doc["components"]["schemas"]["JobList"]["required"]) {
+    required.insert(k.as<std::string>());
+  }
+  EXPECT_EQ(keys, required);
 }
 
 }  // namespace

@@ -2,11 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 #include <set>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace gantry::control {
+
+namespace {
+// Every value Reason (a uint8_t) can take: the queue depth is counted in a flat table.
+constexpr size_t kReasonCount = 256;
+}  // namespace
 
 class Controller::Impl {
  public:
@@ -45,9 +54,11 @@ class Controller::Impl {
 
   Status Cycle(Time now, CycleReport* report) {
     const auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> engine_lock(engine_mu_);
     Status s = CycleInner(now, report);
     ++cycles_;
     if (s.ok()) s = Publish(now);
+    engine_lock.unlock();
     if (metrics_ != nullptr) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -81,31 +92,85 @@ class Controller::Impl {
     snap->total_gpus = cluster_.total_gpus();
     snap->busy_gpus = snap->total_gpus - engine_->free_index().total_free();
     snap->profile = profile_;
-    GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
-    BuildNodesAndTeams(active, now, snap.get());
-    GANTRY_RETURN_IF_ERROR(
-        overview_->Update(now, cluster_, engine_->free_index(), active, *store_));
-    snap->overview = overview_->Current();
-    std::map<std::pair<std::string, std::string>, int> depth;  // (team, reason) -> jobs
-    for (JobRecord& r : active) {
-      JobView v;
-      auto it = by_id_.find(r.id);
-      if (it != by_id_.end()) {
-        const JobStatus& st = engine_->status(it->second);
-        v.reason = ReasonName(st.reason);
-        v.explain = engine_->Explain(it->second);
-        if (st.phase == JobStatus::Phase::kPending && st.reserved_start < kInfiniteTime) {
-          v.estimated_start = st.reserved_start;
-        }
-        if (st.phase == JobStatus::Phase::kPending) ++depth[{r.team, v.reason}];
+    GANTRY_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const JobRecord>> active,
+                            store_->ActiveJobRefs());
+    // Queue depth per (team, reason): the reason codes are read from the engine every cycle,
+    // so the counts are exact whatever the views below reuse.
+    std::vector<int> depth(teams_.size() * kReasonCount, 0);
+    std::vector<int> team_of(active.size());
+    std::vector<CachedView> views;
+    views.reserve(active.size());
+    snap->jobs.reserve(active.size());
+    // The last cycle's views are in the same order (submit time, then id) as `active`: walk
+    // both together. An unchanged job is the same record object, so matching costs a pointer
+    // comparison, not a lookup by id.
+    size_t k = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      const std::shared_ptr<const JobRecord>& r = active[i];
+      while (k < views_.size() && views_[k].record != r && SubmitOrder(*views_[k].record, *r)) ++k;
+      CachedView c;
+      if (k < views_.size() && (views_[k].record == r || (views_[k].record->submit == r->submit &&
+                                                          views_[k].record->id == r->id))) {
+        c = std::move(views_[k++]);
       }
-      v.record = std::move(r);
-      snap->jobs.push_back(std::move(v));
+      if (c.record != r) {
+        auto t = team_index_.find(r->team);
+        c.team = t == team_index_.end() ? shared_team_ : t->second;
+      }
+      team_of[i] = c.team;
+      // The engine's index of the job: the one seen last cycle while the engine still has it
+      // live (a job resubmitted or ended there leaves its old index done), else a lookup.
+      JobIndex index = c.index;
+      if (index < 0 || engine_->status(index).phase == JobStatus::Phase::kDone) {
+        auto it = by_id_.find(r->id);
+        index = it != by_id_.end() ? it->second : -1;
+      }
+      Reason reason = Reason::kPriority;
+      Time estimate = -1;
+      if (index >= 0) {
+        const JobStatus& st = engine_->status(index);
+        reason = st.reason;
+        if (st.phase == JobStatus::Phase::kPending) {
+          if (st.reserved_start < kInfiniteTime) estimate = st.reserved_start;
+          ++depth[static_cast<size_t>(c.team) * kReasonCount + static_cast<size_t>(reason)];
+        }
+      }
+      // The view (and its sentence) is rebuilt only when something it shows changed: the
+      // record (a new one from the store), the engine's index, reason or estimate.
+      if (c.view == nullptr || c.record != r || c.index != index || c.reason != reason ||
+          c.estimate != estimate) {
+        auto v = std::make_shared<JobView>();
+        v->record = *r;
+        if (index >= 0) {
+          v->reason = ReasonName(reason);
+          v->explain = engine_->Explain(index);
+          v->estimated_start = estimate;
+        }
+        c.record = r;
+        c.index = index;
+        c.reason = reason;
+        c.estimate = estimate;
+        c.view = std::move(v);
+        ++explained_;
+      }
+      snap->jobs.push_back(c.view);
+      views.push_back(std::move(c));
     }
+    views_ = std::move(views);
+    BuildNodesAndTeams(active, team_of, now, snap.get());
+    GANTRY_RETURN_IF_ERROR(
+        overview_->Update(now, cluster_, engine_->free_index(), active, *store_, &team_of));
+    snap->overview = overview_->Current();
     if (metrics_ != nullptr) {
       // Series seen before and empty now go to zero rather than keep a stale depth.
-      for (const auto& key : queue_series_) depth.emplace(key, 0);
-      for (const auto& [key, n] : depth) {
+      std::map<std::pair<std::string, std::string>, int> named;
+      for (size_t i = 0; i < depth.size(); ++i) {
+        if (depth[i] == 0) continue;
+        named[{teams_[i / kReasonCount].name, ReasonName(static_cast<Reason>(i % kReasonCount))}] =
+            depth[i];
+      }
+      for (const auto& key : queue_series_) named.emplace(key, 0);
+      for (const auto& [key, n] : named) {
         metrics_
             ->GetGauge("gantry_queue_jobs", "Pending jobs per team and reason.",
                        {{"team", key.first}, {"reason", key.second}})
@@ -144,7 +209,9 @@ class Controller::Impl {
   }
 
   // The API's views of nodes and teams, from the cluster spec, the engine and the active jobs.
-  void BuildNodesAndTeams(const std::vector<JobRecord>& active, Time now, ControlSnapshot* snap) {
+  // `team_of[i]`: the index in teams_ of active[i]'s team.
+  void BuildNodesAndTeams(const std::vector<std::shared_ptr<const JobRecord>>& active,
+                          const std::vector<int>& team_of, Time now, ControlSnapshot* snap) {
     std::map<std::string, size_t> node_at;
     for (size_t i = 0; i < cluster_.nodes().size(); ++i) {
       const Node& n = cluster_.nodes()[i];
@@ -176,18 +243,16 @@ class Controller::Impl {
       node_at[n.name] = snap->nodes.size();
       snap->nodes.push_back(std::move(v));
     }
-    std::map<std::string, size_t> team_at;
     for (const Team& t : teams_) {
       TeamView v;
       v.name = t.name;
       v.quota_gpus = t.quota_gpus;
       v.shares = t.shares;
-      team_at[t.name] = snap->teams.size();
       snap->teams.push_back(std::move(v));
     }
-    for (const JobRecord& r : active) {
-      auto t = team_at.find(team_index_.count(r.team) > 0 ? r.team : teams_[shared_team_].name);
-      TeamView& team = snap->teams[t->second];
+    for (size_t i = 0; i < active.size(); ++i) {
+      const JobRecord& r = *active[i];
+      TeamView& team = snap->teams[static_cast<size_t>(team_of[i])];
       if (r.phase == JobPhase::kPending) {
         ++team.pending_jobs;
         team.pending_gpus += r.gpus;
@@ -345,7 +410,9 @@ class Controller::Impl {
     GANTRY_RETURN_IF_ERROR(ObserveNodes(now, report));
     GANTRY_ASSIGN_OR_RETURN(std::vector<RmJob> observed, rm_->Jobs());
     report->observed = static_cast<int>(observed.size());
-    std::set<std::string> seen;
+    // Views into `observed`, hashed: with 100k jobs a tree of copied ids cost tens of ms a cycle.
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(observed.size());
     for (const RmJob& o : observed) seen.insert(o.request.id);
     // Endings first (ended, or gone from the resource manager), so that what they free is free
     // before jobs started behind Gantry's back are adopted.
@@ -364,15 +431,16 @@ class Controller::Impl {
         if (o.state == ObservedState::kFinished) to_requeue_.erase(o.request.id);
         // A job about to be requeued is settled by RequeueInterrupted, not by what the
         // resource manager said before it was held again.
-        if (to_requeue_.count(o.request.id) > 0) continue;
-        Result<JobRecord> r = store_->Get(o.request.id);
+        if (!to_requeue_.empty() && to_requeue_.count(o.request.id) > 0) continue;
+        // The record without copying it: most jobs of a deep queue are held and stay so.
+        Result<std::shared_ptr<const JobRecord>> r = store_->GetRef(o.request.id);
         if (r.status().code() == StatusCode::kNotFound) {
           GANTRY_RETURN_IF_ERROR(Accept(o, now, report));
           continue;
         }
         if (!r.ok()) return r.status();
-        if (r->phase == JobPhase::kDone) continue;
-        GANTRY_RETURN_IF_ERROR(Apply(*r, &o, now, report));
+        if ((*r)->phase == JobPhase::kDone) continue;
+        GANTRY_RETURN_IF_ERROR(Apply(**r, &o, now, report));
       }
     }
     return RequeueInterrupted(now, report);
@@ -568,6 +636,23 @@ class Controller::Impl {
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;
   std::set<std::pair<std::string, std::string>> queue_series_;
+  // The view published for each active job and what it was built from; reused while these
+  // stay the same. In the order of the last Publish's active jobs (submit time, then id).
+  struct CachedView {
+    std::shared_ptr<const JobRecord> record;
+    int team = 0;  // index in teams_
+    JobIndex index = -1;
+    Reason reason = Reason::kPriority;
+    Time estimate = -1;
+    std::shared_ptr<const JobView> view;
+  };
+  static bool SubmitOrder(const JobRecord& a, const JobRecord& b) {
+    return a.submit != b.submit ? a.submit < b.submit : a.id < b.id;
+  }
+  std::vector<CachedView> views_;
+  int64_t explained_ = 0;  // views (and sentences) built, for the tests
+  // Held by the loop while it uses the engine (a cycle, Open), and by ExplainNow.
+  mutable std::mutex engine_mu_;
   std::unique_ptr<OverviewTracker> overview_;
   mutable std::mutex snapshot_mu_;
   std::shared_ptr<const ControlSnapshot> snapshot_ = std::make_shared<ControlSnapshot>();
@@ -580,7 +665,10 @@ Result<std::unique_ptr<Controller>> Controller::Open(const Cluster& cluster, con
                                                      StateStore* store, ResourceManager* rm,
                                                      Time now) {
   auto impl = std::make_unique<Impl>(cluster, profile, store, rm);
-  GANTRY_RETURN_IF_ERROR(impl->Open(now));
+  {
+    std::lock_guard<std::mutex> lock(impl->engine_mu_);
+    GANTRY_RETURN_IF_ERROR(impl->Open(now));
+  }
   return std::unique_ptr<Controller>(new Controller(std::move(impl)));
 }
 
@@ -618,6 +706,38 @@ Result<std::string> Controller::Explain(const std::string& id) const {
   auto it = impl_->by_id_.find(id);
   if (it == impl_->by_id_.end()) return NotFound("the engine has no job '" + id + "'");
   return impl_->engine_->Explain(it->second);
+}
+
+Result<std::string> Controller::ExplainNow(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(impl_->engine_mu_);
+  return Explain(id);
+}
+
+int64_t Controller::views_built() const { return impl_->explained_; }
+
+const JobView* ControlSnapshot::Find(std::string_view id) const {
+  std::call_once(by_id_once_, [this] {
+    by_id_.reserve(jobs.size());
+    for (const auto& v : jobs) by_id_.emplace(v->record.id, v.get());
+  });
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+const std::vector<const JobView*>& ControlSnapshot::Queue() const {
+  std::call_once(queue_once_, [this] {
+    for (const auto& v : jobs) {
+      if (v->record.phase == JobPhase::kPending) queue_.push_back(v.get());
+    }
+    // `jobs` is by submit time then id already: a stable sort on the estimate keeps that order
+    // among equal estimates.
+    std::stable_sort(queue_.begin(), queue_.end(), [](const JobView* a, const JobView* b) {
+      const Time ea = a->estimated_start < 0 ? kInfiniteTime : a->estimated_start;
+      const Time eb = b->estimated_start < 0 ? kInfiniteTime : b->estimated_start;
+      return ea < eb;
+    });
+  });
+  return queue_;
 }
 
 }  // namespace gantry::control

@@ -298,11 +298,11 @@ TEST_F(ControllerTest, PublishesASnapshotAndMetricsEachCycle) {
   EXPECT_EQ(snap->cycles, 1);
   EXPECT_EQ(snap->busy_gpus, 32);
   ASSERT_EQ(snap->jobs.size(), 3u);
-  EXPECT_EQ(snap->jobs[0].record.id, "1");
-  EXPECT_EQ(snap->jobs[0].record.phase, JobPhase::kStarting);
-  EXPECT_EQ(snap->jobs[1].record.phase, JobPhase::kPending);
-  EXPECT_FALSE(snap->jobs[1].reason.empty());
-  EXPECT_FALSE(snap->jobs[1].explain.empty());
+  EXPECT_EQ(snap->jobs[0]->record.id, "1");
+  EXPECT_EQ(snap->jobs[0]->record.phase, JobPhase::kStarting);
+  EXPECT_EQ(snap->jobs[1]->record.phase, JobPhase::kPending);
+  EXPECT_FALSE(snap->jobs[1]->reason.empty());
+  EXPECT_FALSE(snap->jobs[1]->explain.empty());
   std::string text = metrics.PrometheusText();
   EXPECT_NE(text.find("gantry_decisions_total 1"), std::string::npos) << text;
   EXPECT_NE(text.find("gantry_gpus_busy{domain=\"nv-0\"} 16"), std::string::npos) << text;
@@ -324,6 +324,69 @@ TEST_F(ControllerTest, PublishesASnapshotAndMetricsEachCycle) {
       << text;
   EXPECT_NE(text.find("team=\"nlp\"} 0"), std::string::npos) << text;
   EXPECT_EQ(ctl->Snapshot()->jobs.size(), 0u);
+}
+
+// A job's view and sentence are built when it is new or something it shows changed, not for
+// every pending job every cycle; the reasons (and the queue depth per reason) stay exact.
+TEST_F(ControllerTest, BuildsAJobsSentenceOnlyWhenItChanges) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  MetricsRegistry metrics;
+  ctl->set_metrics(&metrics);
+  // 32 GPUs: the first four whole-node jobs of nlp run, the rest wait.
+  for (int i = 0; i < 20; ++i) rm_->Submit(std::to_string(100 + i), "nlp", 8, 8, 50, 0);
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, nullptr).ok());
+  const int64_t settled = ctl->views_built();
+  EXPECT_GE(settled, 20);
+  std::shared_ptr<const ControlSnapshot> before = ctl->Snapshot();
+  for (Time t = 3; t < 8; ++t) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+  }
+  EXPECT_EQ(ctl->views_built(), settled) << "idle cycles rebuilt views";
+  std::shared_ptr<const ControlSnapshot> after = ctl->Snapshot();
+  ASSERT_EQ(after->jobs.size(), 20u);
+  for (size_t i = 0; i < after->jobs.size(); ++i) {
+    EXPECT_EQ(after->jobs[i].get(), before->jobs[i].get()) << "a view not shared: " << i;
+    // The reason shown is the engine's now, and the sentence the engine's for it.
+    Result<JobStatus> st = ctl->JobStatusOf(after->jobs[i]->record.id);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(after->jobs[i]->reason, ReasonName(st->reason));
+    EXPECT_EQ(after->jobs[i]->explain, *ctl->Explain(after->jobs[i]->record.id));
+    EXPECT_EQ(*ctl->ExplainNow(after->jobs[i]->record.id),
+              *ctl->Explain(after->jobs[i]->record.id));
+  }
+  // The queue depth per reason counts every pending job by its reason of this cycle.
+  std::map<std::string, int> depth;
+  for (const auto& v : after->jobs) {
+    if (v->record.phase == JobPhase::kPending) ++depth[v->reason];
+  }
+  ASSERT_FALSE(depth.empty());
+  std::string text = metrics.PrometheusText();
+  for (const auto& [reason, n] : depth) {
+    const std::string series =
+        "gantry_queue_jobs{reason=\"" + reason + "\",team=\"nlp\"} " + std::to_string(n) + "\n";
+    EXPECT_NE(text.find(series), std::string::npos) << series << text;
+  }
+  // Four jobs end and four more start: those eight change, and the waiting ones whose reason or
+  // estimate moved; nothing else is rebuilt.
+  rm_->Advance(60);
+  ASSERT_TRUE(ctl->Cycle(60, nullptr).ok());
+  std::shared_ptr<const ControlSnapshot> moved = ctl->Snapshot();
+  int changed = 0;
+  for (const auto& v : moved->jobs) {
+    const JobView* old = before->Find(v->record.id);
+    if (old == nullptr || old != v.get()) ++changed;
+    Result<JobStatus> st = ctl->JobStatusOf(v->record.id);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(v->reason, ReasonName(st->reason)) << v->record.id;
+    EXPECT_EQ(v->explain, *ctl->Explain(v->record.id)) << v->record.id;
+  }
+  EXPECT_EQ(ctl->views_built() - settled, changed);
+  EXPECT_GE(changed, 4);
 }
 
 TEST_F(ControllerTest, ARefusedStartGoesBackToPendingAndStartsLater) {

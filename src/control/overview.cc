@@ -9,7 +9,8 @@ OverviewTracker::OverviewTracker(std::vector<Team> teams, int shared_team)
     : teams_(std::move(teams)), shared_team_(shared_team) {}
 
 Status OverviewTracker::Update(Time now, const Cluster& cluster, const FreeIndex& free,
-                               const std::vector<JobRecord>& active, const StateStore& store) {
+                               const std::vector<std::shared_ptr<const JobRecord>>& active,
+                               const StateStore& store, const std::vector<int>* team_of) {
   // Occupancy per innermost domain, in the spec's order.
   now_.occupancy.clear();
   std::map<int, size_t> slot;  // domain index (-1: none) -> occupancy entry
@@ -42,9 +43,15 @@ Status OverviewTracker::Update(Time now, const Cluster& cluster, const FreeIndex
     now_.teams[t].quota_gpus = teams_[t].quota_gpus;
     team_index[teams_[t].name] = t;
   }
-  for (const JobRecord& r : active) {
-    auto it = team_index.find(r.team);
-    const size_t t = it != team_index.end() ? it->second : static_cast<size_t>(shared_team_);
+  for (size_t i = 0; i < active.size(); ++i) {
+    const JobRecord& r = *active[i];
+    size_t t;
+    if (team_of != nullptr && i < team_of->size()) {
+      t = static_cast<size_t>((*team_of)[i]);
+    } else {
+      auto it = team_index.find(r.team);
+      t = it != team_index.end() ? it->second : static_cast<size_t>(shared_team_);
+    }
     if (t >= now_.teams.size()) continue;
     TeamUsage& u = now_.teams[t];
     if (r.phase == JobPhase::kPending) {
@@ -87,9 +94,9 @@ Status OverviewTracker::Update(Time now, const Cluster& cluster, const FreeIndex
     if (d.seq > first_new) wanted.emplace(d.job, nullptr);
   }
   if (!wanted.empty()) {
-    for (const JobRecord& r : active) {
-      auto it = wanted.find(r.id);
-      if (it != wanted.end()) it->second = &r;
+    for (const auto& r : active) {
+      auto it = wanted.find(r->id);
+      if (it != wanted.end()) it->second = r.get();
     }
   }
   for (Decision& d : decisions_) {

@@ -273,8 +273,7 @@ class StateStore::Impl {
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
       GANTRY_ASSIGN_OR_RETURN(JobRecord j, RowToJob(s));
-      std::string id = j.id;
-      active_.emplace(std::move(id), std::move(j));
+      Commit(std::move(j));
     }
     return rc == SQLITE_DONE ? Status() : SqliteStatus(db_, rc, "state store: list jobs");
   }
@@ -337,22 +336,34 @@ class StateStore::Impl {
       staged_.clear();
       return s;
     }
-    for (auto& [id, j] : staged_) {
-      if (j.phase == JobPhase::kDone) {
-        active_.erase(id);
-      } else {
-        active_[id] = std::move(j);
-      }
-    }
+    for (auto& [id, j] : staged_) Commit(std::move(j));
     staged_.clear();
     return s;
+  }
+
+  // Makes `j` the committed view of its job: a new immutable record (readers holding the old
+  // one keep it), or none when it is done.
+  void Commit(JobRecord j) {
+    auto it = active_.find(j.id);
+    if (it != active_.end()) {
+      ordered_.erase({it->second->submit, j.id});
+      if (j.phase == JobPhase::kDone) {
+        active_.erase(it);
+        return;
+      }
+    } else if (j.phase == JobPhase::kDone) {
+      return;
+    }
+    auto rec = std::make_shared<const JobRecord>(std::move(j));
+    ordered_[{rec->submit, rec->id}] = rec;
+    active_[rec->id] = std::move(rec);
   }
 
   // The record as this connection sees it: this transaction's staged change, else the active
   // view, else (a job that has ended) the database.
   Result<JobRecord> Lookup(const std::string& id) const {
     if (auto it = staged_.find(id); it != staged_.end()) return it->second;
-    if (auto it = active_.find(id); it != active_.end()) return it->second;
+    if (auto it = active_.find(id); it != active_.end()) return *it->second;
     return GetLocked(id);
   }
 
@@ -408,7 +419,10 @@ class StateStore::Impl {
   // Recursive: a Batch holds it across the writes it groups, which lock it again.
   mutable std::recursive_mutex mu_;
   int depth_ = 0;  // open transactions: 0 none, 1 a transaction, more: savepoints inside it
-  std::map<std::string, JobRecord> active_;  // committed jobs not yet done, by id
+  // Committed jobs not yet done, by id and by (submit, id); a record is replaced, never changed,
+  // so a reader may keep one while the store moves on.
+  std::map<std::string, std::shared_ptr<const JobRecord>> active_;
+  std::map<std::pair<Time, std::string>, std::shared_ptr<const JobRecord>> ordered_;
   std::map<std::string, JobRecord> staged_;  // the open transaction's new records
 };
 
@@ -550,18 +564,42 @@ Result<JobRecord> StateStore::Get(const std::string& id) const {
   return impl_->Lookup(id);
 }
 
-Result<std::vector<JobRecord>> StateStore::ActiveJobs() const {
+Result<std::shared_ptr<const JobRecord>> StateStore::GetRef(const std::string& id) const {
   std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
+  // A change staged in the open batch is a plain record; anything else active is shared.
+  if (impl_->staged_.empty() || impl_->staged_.count(id) == 0) {
+    if (auto it = impl_->active_.find(id); it != impl_->active_.end()) return it->second;
+  }
+  GANTRY_ASSIGN_OR_RETURN(JobRecord r, impl_->Lookup(id));
+  return std::make_shared<const JobRecord>(std::move(r));
+}
+
+Result<std::vector<JobRecord>> StateStore::ActiveJobs() const {
+  GANTRY_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const JobRecord>> refs, ActiveJobRefs());
   std::vector<JobRecord> out;
+  out.reserve(refs.size());
+  for (const auto& r : refs) out.push_back(*r);
+  return out;
+}
+
+Result<std::vector<std::shared_ptr<const JobRecord>>> StateStore::ActiveJobRefs() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
+  std::vector<std::shared_ptr<const JobRecord>> out;
   out.reserve(impl_->active_.size() + impl_->staged_.size());
-  for (const auto& [id, j] : impl_->active_) {
-    if (impl_->staged_.count(id) == 0) out.push_back(j);
+  if (impl_->staged_.empty()) {
+    // Already in order: no copy of a record and no sort, whatever the queue's depth.
+    for (const auto& [key, r] : impl_->ordered_) out.push_back(r);
+    return out;
+  }
+  // Inside a batch: its staged records are not committed yet but reads see them.
+  for (const auto& [key, r] : impl_->ordered_) {
+    if (impl_->staged_.count(key.second) == 0) out.push_back(r);
   }
   for (const auto& [id, j] : impl_->staged_) {
-    if (j.phase != JobPhase::kDone) out.push_back(j);
+    if (j.phase != JobPhase::kDone) out.push_back(std::make_shared<const JobRecord>(j));
   }
-  std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) {
-    return a.submit != b.submit ? a.submit < b.submit : a.id < b.id;
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a->submit != b->submit ? a->submit < b->submit : a->id < b->id;
   });
   return out;
 }

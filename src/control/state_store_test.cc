@@ -113,6 +113,53 @@ TEST(StateStore, LifecycleSurvivesReopen) {
   EXPECT_EQ(*counts, (std::vector<int64_t>{1, 0, 1, 1}));
 }
 
+// The shared records: the same object until the job changes, in submit order, and what an
+// open batch staged is seen (as a copy) before it commits.
+TEST(StateStore, SharedRecordsChangeOnlyWithTheirJob) {
+  TempDir dir("gantry-store-refs");
+  auto store = OpenOrDie(dir.sub("state.db"));
+  ASSERT_TRUE(store->AddJob(MakeJob("b", 10, 2), 1).ok());
+  ASSERT_TRUE(store->AddJob(MakeJob("a", 10, 1), 1).ok());
+  ASSERT_TRUE(store->AddJob(MakeJob("c", 5, 4), 1).ok());
+  auto refs = store->ActiveJobRefs();
+  ASSERT_TRUE(refs.ok());
+  std::vector<std::string> ids;
+  for (const auto& r : *refs) ids.push_back(r->id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"c", "a", "b"}));  // submit time, then id
+  auto a1 = store->GetRef("a");
+  ASSERT_TRUE(a1.ok());
+  EXPECT_EQ(a1->get(), (*refs)[1].get());
+  ASSERT_TRUE(store->Decide("a", {{"n1", 1}}, 2).ok());
+  auto a2 = store->GetRef("a");
+  ASSERT_TRUE(a2.ok());
+  EXPECT_NE(a2->get(), a1->get());
+  EXPECT_EQ((*a1)->phase, JobPhase::kPending);  // the old record is unchanged
+  EXPECT_EQ((*a2)->phase, JobPhase::kStarting);
+  EXPECT_EQ(store->GetRef("b")->get(), (*refs)[2].get());
+  ASSERT_TRUE(store
+                  ->Batch([&]() -> Status {
+                    GANTRY_RETURN_IF_ERROR(store->Finish("c", 3, "completed"));
+                    GANTRY_RETURN_IF_ERROR(store->Decide("b", {{"n2", 2}}, 3));
+                    auto b = store->GetRef("b");
+                    EXPECT_TRUE(b.ok() && (*b)->phase == JobPhase::kStarting);
+                    auto inside = store->ActiveJobRefs();
+                    EXPECT_TRUE(inside.ok() && inside->size() == 2u);
+                    EXPECT_EQ(store->GetRef("a")->get(), a2->get());
+                    return Status::Ok();
+                  })
+                  .ok());
+  refs = store->ActiveJobRefs();
+  ASSERT_TRUE(refs.ok());
+  ASSERT_EQ(refs->size(), 2u);
+  EXPECT_EQ((*refs)[0]->id, "a");
+  EXPECT_EQ((*refs)[1]->id, "b");
+  EXPECT_EQ((*refs)[1]->phase, JobPhase::kStarting);
+  EXPECT_EQ(store->GetRef("zz").status().code(), StatusCode::kNotFound);
+  auto ended = store->GetRef("c");  // from the database
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ((*ended)->phase, JobPhase::kDone);
+}
+
 TEST(StateStore, RefusesWhatIsNotAllowedWithCodes) {
   TempDir dir;
   auto store = OpenOrDie(dir.sub("state.db"));

@@ -56,6 +56,7 @@ constexpr std::string_view kPageBody = R"html(
   <table id="queue"><thead><tr><th>Job</th><th>Team</th><th>User</th><th>GPUs</th>
     <th>Reason</th><th>Estimated start</th><th>Why</th></tr></thead><tbody></tbody></table>
   <p id="queue-empty" class="muted" hidden>No pending jobs.</p>
+  <p id="queue-more" class="muted" hidden></p>
 </section>
 <section>
   <h2>GPU occupancy by topology domain</h2>
@@ -232,6 +233,10 @@ constexpr std::string_view kScript = R"js(
       return [j.id, j.team, j.user, j.gpus, j.reason, relative(j.estimated_start, now), j.explain];
     }));
     show($('queue-empty'), queue.jobs.length === 0);
+    // /v1/queue answers its first page (1,000 jobs): say how many more there are.
+    $('queue-more').textContent = 'Showing the first ' + queue.jobs.length + ' of ' +
+        queue.total + ' pending jobs (gantry queue lists them all).';
+    show($('queue-more'), queue.total > queue.jobs.length);
     fill($('teams'), o.teams.map(function (t) {
       return [t.team, t.running, t.quota === null ? 'none' : t.quota, t.pending_jobs,
               t.pending_gpus];

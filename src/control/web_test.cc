@@ -61,10 +61,10 @@ class OverviewTrackerTest : public testing::Test {
     return r;
   }
 
-  std::vector<JobRecord> Active() {
-    auto a = store_->ActiveJobs();
+  std::vector<std::shared_ptr<const JobRecord>> Active() {
+    auto a = store_->ActiveJobRefs();
     EXPECT_TRUE(a.ok()) << a.status().ToString();
-    return a.ok() ? *a : std::vector<JobRecord>();
+    return a.ok() ? *a : std::vector<std::shared_ptr<const JobRecord>>();
   }
 
   TempDir dir_{"gantry-web"};

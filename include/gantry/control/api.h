@@ -9,9 +9,12 @@
 // ApiOptions::metrics_need_token. The document is docs/openapi.yaml.
 //
 // The server reads only ControlSnapshot objects the control loop publishes, so requests never
-// touch the engine and never wait for a cycle. The one write, DELETE /v1/jobs/{id}, goes
-// through ApiOptions::cancel (Controller::RequestCancel in gantryd): a team's token may cancel
-// only its own jobs (another team's is 404, as for reading).
+// touch the engine and never wait for a cycle -- except GET /v1/jobs/{id}, which asks
+// ApiOptions::explain for the job's sentence as of now (between cycles). /v1/jobs and
+// /v1/queue answer a page at a time (`limit`, default 1000, at most 10000; `cursor` from the
+// previous page's `next`), with lookups by id through the snapshot's index. The one write, DELETE
+// /v1/jobs/{id}, goes through ApiOptions::cancel (Controller::RequestCancel in gantryd): a team's
+// token may cancel only its own jobs (another team's is 404, as for reading).
 //
 //   ApiOptions o;  o.team_tokens = {{"t0k3n", "vision"}};  o.operator_token = "...";
 //   auto api = ApiServer::Start(o, [&] { return controller->Snapshot(); }, &metrics);
@@ -40,6 +43,10 @@ struct ApiOptions {
   // Cancels a job on behalf of `by` ("team physics", "operator"); called on the API's threads.
   // Null: DELETE answers 501. Its NotFound is 404, FailedPrecondition 409, others 503.
   std::function<Status(const std::string& id, const std::string& by)> cancel;
+  // The sentence for one job as of now (Controller::ExplainNow in gantryd), for GET
+  // /v1/jobs/{id}; the lists show each job's sentence as of its last change. Null, or an
+  // error: the snapshot's sentence.
+  std::function<Result<std::string>(const std::string& id)> explain;
   // Where the web page's chart library (Vega) is: a node_modules directory; empty:
   // $GANTRY_WEB_DIR, else the build's web/node_modules.
   std::string web_dir;

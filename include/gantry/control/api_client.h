@@ -24,6 +24,7 @@ struct ApiClientOptions {
   std::string server;  // "http://HOST[:PORT]"
   std::string token;   // bearer token; empty sends none
   int timeout_s = 10;
+  int page_limit = 0;  // jobs per page of /v1/queue and /v1/jobs; 0: the server's default
 };
 
 // The server gantry's client commands use: $GANTRY_SERVER, else http://127.0.0.1:8642.
@@ -33,9 +34,10 @@ class ApiClient {
  public:
   explicit ApiClient(ApiClientOptions options);
 
-  // GET /v1/queue: the pending jobs the token may see, by estimated start.
+  // GET /v1/queue: the pending jobs the token may see, by estimated start; every page of it
+  // (following each answer's `next`, from one snapshot while the server still pins it).
   Result<std::vector<JobView>> Queue() const;
-  // GET /v1/jobs: every active job the token may see.
+  // GET /v1/jobs: every active job the token may see, every page of it.
   Result<std::vector<JobView>> Jobs() const;
   // GET /v1/jobs/{id}.
   Result<JobView> Job(const std::string& id) const;
@@ -47,6 +49,9 @@ class ApiClient {
   Result<std::vector<TeamView>> Usage() const;
 
  private:
+  // More pages than a 100-million-job queue at the default page size: a loop, not a queue.
+  static constexpr int kMaxPages = 100000;
+  Result<std::vector<JobView>> AllPages(const std::string& first) const;
   Result<std::string> Get(const std::string& path) const;
   Result<std::string> Send(const std::string& method, const std::string& path) const;
   ApiClientOptions options_;

@@ -14,13 +14,17 @@
 // gantryd killed at any instant loses no job, starts none twice and leaves none held forever.
 //
 // Not thread-safe: one loop calls it; other threads read only Snapshot() and call
-// RequestCancel (which touches only the store and the resource manager, both thread-safe).
+// RequestCancel (which touches only the store and the resource manager, both thread-safe) and
+// ExplainNow (which waits for the engine between cycles).
 #pragma once
 
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
@@ -78,8 +82,11 @@ class ResourceManager {
 // A job as the API shows it: the record plus the engine's view (why it waits, when it may start).
 struct JobView {
   JobRecord record;
-  std::string reason;         // the engine's reason code, e.g. "Resources", "Quota", "StartedHead"
-  std::string explain;        // a sentence for a human
+  std::string reason;  // the engine's reason code, e.g. "Resources", "Quota", "StartedHead"
+  // A sentence for a human. In a published snapshot it is the sentence as of the cycle in which
+  // the job's reason, start estimate or record last changed (built only then, not for every
+  // pending job every cycle); Controller::ExplainNow builds it afresh.
+  std::string explain;
   Time estimated_start = -1;  // pending: the start the reservation plan promises; -1: none yet
 };
 
@@ -114,13 +121,29 @@ struct TeamView {
 struct ControlSnapshot {
   Time time = -1;  // the cycle's time; -1 before the first
   int64_t cycles = 0;
-  std::vector<JobView> jobs;    // every active job, by submit time then id
+  // Every active job, by submit time then id. A job's view is shared with earlier snapshots
+  // while nothing about it changed, so publishing a cycle copies pointers, not jobs.
+  std::vector<std::shared_ptr<const JobView>> jobs;
   std::vector<NodeView> nodes;  // every node of the cluster spec, in its order
   std::vector<TeamView> teams;  // the spec's teams, then "(other)" when it has jobs
   Profile profile;              // the scheduling profile in use
   int total_gpus = 0;
   int busy_gpus = 0;
   Overview overview;  // occupancy per domain, team usage and its history, recent decisions
+
+  // The job with this id, null when none. The index is built on the first call on this
+  // snapshot (one pass over `jobs`; readers on other threads wait for it), O(1) after that;
+  // a snapshot nobody asks costs nothing. `jobs` must not change after the first call.
+  const JobView* Find(std::string_view id) const;
+  // The pending jobs in the order the plan expects them to start: by estimated start (none
+  // last), then submit time, then id. Built on the first call, like Find's index.
+  const std::vector<const JobView*>& Queue() const;
+
+ private:
+  mutable std::once_flag by_id_once_;
+  mutable std::unordered_map<std::string_view, const JobView*> by_id_;
+  mutable std::once_flag queue_once_;
+  mutable std::vector<const JobView*> queue_;
 };
 
 struct CycleReport {
@@ -160,8 +183,14 @@ class Controller {
   const Engine& engine() const;
   // The engine's status of the job with this id; NotFound when the engine has no such job.
   Result<JobStatus> JobStatusOf(const std::string& id) const;
-  // Engine::Explain for this id.
+  // Engine::Explain for this id. Loop thread only.
   Result<std::string> Explain(const std::string& id) const;
+  // The same from any thread (the API's, for GET /v1/jobs/{id}): waits while a cycle runs,
+  // then asks the engine. NotFound when the engine has no such job.
+  Result<std::string> ExplainNow(const std::string& id) const;
+  // How many job views (each with its sentence) publishing has built so far: a view is built
+  // when a job is new or its record, reason or estimate changed, not every cycle.
+  int64_t views_built() const;
 
  private:
   class Impl;

@@ -79,9 +79,11 @@ class OverviewTracker {
 
   // Brings the overview to `now`: occupancy from `free`, usage from `active` (the store's
   // active jobs), a history sample when kUsageSampleInterval has passed since the last, and
-  // the decisions logged since the last call.
+  // the decisions logged since the last call. `team_of`, when given, is each active job's
+  // index in `teams` (the caller knows it already); else it is looked up by name.
   Status Update(Time now, const Cluster& cluster, const FreeIndex& free,
-                const std::vector<JobRecord>& active, const StateStore& store);
+                const std::vector<std::shared_ptr<const JobRecord>>& active,
+                const StateStore& store, const std::vector<int>* team_of = nullptr);
 
   // A copy for a snapshot.
   Overview Current() const;

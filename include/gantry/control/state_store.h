@@ -114,8 +114,14 @@ class StateStore {
 
   // NotFound for an unknown id. Jobs not yet done are answered from memory.
   Result<JobRecord> Get(const std::string& id) const;
+  // The same without a copy for a job not yet done (the store's immutable record, shared).
+  Result<std::shared_ptr<const JobRecord>> GetRef(const std::string& id) const;
   // Every job not yet done, by submit time then id.
   Result<std::vector<JobRecord>> ActiveJobs() const;
+  // The same, without copying: each record is immutable and shared with the store until the
+  // job changes (a change makes a new record), so a caller can tell which jobs changed since it
+  // last looked by comparing pointers. Outside a batch this copies no record and sorts nothing.
+  Result<std::vector<std::shared_ptr<const JobRecord>>> ActiveJobRefs() const;
   // Events with seq > after_seq, oldest first, at most `limit`.
   Result<std::vector<StoreEvent>> Events(int64_t after_seq, int limit) const;
   // Jobs per phase (index: JobPhase).
