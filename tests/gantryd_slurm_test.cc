@@ -463,11 +463,13 @@ TEST_F(GantrydSlurmTest, CancelNodesAndUsageThroughTheCli) {
   // More than physics' 16-GPU quota leaves beside it: held by Gantry (reason Quota).
   const int64_t waiting = Submit("physics", "gpu:h100:8", 2, "sleep 60");
   ASSERT_GT(waiting, 0);
-  // gantryd confirms it running within a cycle or two.
+  // gantryd confirms the one running and holds the other (reason Quota) within a cycle or two:
+  // what follows reads both from gantryd, so it waits for gantryd to have seen them.
   httplib::Client api("127.0.0.1", port);
   ASSERT_TRUE(Eventually([&] {
     const nlohmann::json j = ApiJob(api, running);
-    return !j.is_null() && j.at("phase") == "running";
+    const nlohmann::json w = ApiJob(api, waiting);
+    return !j.is_null() && j.at("phase") == "running" && !w.is_null() && w.at("phase") == "pending";
   })) << ReadFile(log);
 
   cli_test::CliRun nodes =
@@ -737,6 +739,10 @@ TEST_F(GantrydSlurmTest, ThreeTeamsWithQuotasFiftyFourJobsFairOrderInsideDomains
   };
   std::map<int64_t, Submitted> jobs;
   for (int i = 0; i < 54; ++i) {
+    // Two waves a second apart, each with every team's every shape: sacct's submit times have
+    // whole seconds, and on an idle machine 54 sbatch calls take less than one, which would
+    // leave the fair-order check below with no pair to compare.
+    if (i == 27) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
     const std::string& team = teams[static_cast<size_t>(i % 3)];
     const Shape& s = shapes.at(team)[static_cast<size_t>(i / 3) % 4];
     const int64_t id = Submit(team, s.gres, s.nodes, i % 4 == 0 ? "sleep 2" : "sleep 1");
