@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "common/test_support.h"
 #include "gantry/data/loader.h"
 #include "gantry/data/mds.h"
 #include "gantry/data/shard_bytes.h"
@@ -25,18 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gantry-mmap-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test_support::TempDir;
 
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "common/test_support.h"
 #include "gantry/common/thread_annotations.h"
 #include "gantry/data/loader.h"
 #include "gantry/data/mds.h"
@@ -26,18 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gantry-shard-cache-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test_support::TempDir;
 
 std::unique_ptr<ObjectStore> Dir(const std::string& path) {
   auto s = OpenObjectStore("file://" + path, {});

@@ -248,6 +248,23 @@ TimeAxis ChooseTimeAxis(const std::vector<const SimResult*>& results) {
   return axis;
 }
 
+// A step line of `rows` ({t, value, ...}) over the time axis: what every time-series chart is.
+ordered_json StepLineSpec(const std::string& title, const std::string& subtitle, ordered_json rows,
+                          const TimeAxis& axis, const std::string& y_title) {
+  ordered_json spec = BaseSpec(title, subtitle);
+  spec["data"]["values"] = std::move(rows);
+  spec["mark"]["type"] = "line";
+  spec["mark"]["interpolate"] = "step-after";
+  spec["mark"]["strokeWidth"] = 1.5;
+  spec["mark"]["clip"] = true;
+  auto& enc = spec["encoding"];
+  enc["x"] = axis.Encoding();
+  enc["y"]["field"] = "value";
+  enc["y"]["type"] = "quantitative";
+  enc["y"]["axis"]["title"] = y_title;
+  return spec;
+}
+
 // One line per profile over the sampled time series; `value` maps a sample to the y value.
 template <typename ValueFn>
 ordered_json TimeSeriesChart(const std::vector<const SimResult*>& results,
@@ -265,17 +282,8 @@ ordered_json TimeSeriesChart(const std::vector<const SimResult*>& results,
       rows.push_back(std::move(row));
     }
   }
-  ordered_json spec = BaseSpec(title, subtitle);
-  spec["data"]["values"] = std::move(rows);
-  spec["mark"]["type"] = "line";
-  spec["mark"]["interpolate"] = "step-after";
-  spec["mark"]["strokeWidth"] = 1.5;
-  spec["mark"]["clip"] = true;
+  ordered_json spec = StepLineSpec(title, subtitle, std::move(rows), axis, y_title);
   auto& enc = spec["encoding"];
-  enc["x"] = axis.Encoding();
-  enc["y"]["field"] = "value";
-  enc["y"]["type"] = "quantitative";
-  enc["y"]["axis"]["title"] = y_title;
   if (percent) enc["y"]["scale"]["domain"] = {0, 100};
   enc["color"] = ProfileColor(profiles);
   return spec;
@@ -477,17 +485,8 @@ ordered_json CumulativeChart(const std::vector<const SimResult*>& results,
       }
     }
   }
-  ordered_json spec = BaseSpec(title, subtitle);
-  spec["data"]["values"] = std::move(rows);
-  spec["mark"]["type"] = "line";
-  spec["mark"]["interpolate"] = "step-after";
-  spec["mark"]["strokeWidth"] = 1.5;
-  spec["mark"]["clip"] = true;
+  ordered_json spec = StepLineSpec(title, subtitle, std::move(rows), axis, y_title);
   auto& enc = spec["encoding"];
-  enc["x"] = axis.Encoding();
-  enc["y"]["field"] = "value";
-  enc["y"]["type"] = "quantitative";
-  enc["y"]["axis"]["title"] = y_title;
   enc["color"] = ProfileColor(profiles);
   enc["strokeDash"]["field"] = "series";
   enc["strokeDash"]["type"] = "nominal";
