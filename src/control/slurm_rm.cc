@@ -5,6 +5,8 @@
 #include <set>
 #include <utility>
 
+#include "gantry/slurm/mapping.h"
+
 namespace gantry::control {
 
 namespace {
@@ -46,6 +48,13 @@ Result<RmJob> ToRmJob(const slurm::SlurmJob& job) {
   r.nodes = job.gpus_per_node > 0 ? std::max(job.node_count, 1) : 0;
   if (job.gpus_per_node > 0) r.gpus = r.gpus_per_node * r.nodes;
   r.time_limit = job.time_limit_minutes * 60;
+  // A malformed declaration cannot come from job_submit.lua (it refuses the job): one written
+  // by hand is ignored rather than hiding the job from Gantry.
+  if (Result<slurm::DataDeclarations> data = slurm::ParseDataDeclarations(job.admin_comment);
+      data.ok()) {
+    r.datasets = std::move(data->datasets);
+    r.checkpoint = std::move(data->checkpoint);
+  }
   switch (job.state) {
     case slurm::JobState::kPending:
       if (job.held) {

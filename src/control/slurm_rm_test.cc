@@ -44,8 +44,11 @@ TEST(SlurmRm, JobsAndIds) {
   j.state = slurm::JobState::kPending;
   j.held = false;
   j.required_nodes = {"n1", "n2"};
+  j.admin_comment = "gantry-data dataset=s3://b/a dataset=file:///d checkpoint=s3://b/ck";
   Result<RmJob> o = ToRmJob(j);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->request.datasets, (std::vector<std::string>{"s3://b/a", "file:///d"}));
+  EXPECT_EQ(o->request.checkpoint, "s3://b/ck");
   EXPECT_EQ(o->state, ObservedState::kReleased);
   EXPECT_EQ(o->placement, (std::vector<NodeGpus>{{"n1", 2}, {"n2", 2}}));
   j.held = true;
@@ -53,6 +56,8 @@ TEST(SlurmRm, JobsAndIds) {
   j.state = slurm::JobState::kNodeFail;
   EXPECT_EQ(ToRmJob(j)->state, ObservedState::kFinished);
   EXPECT_EQ(ToRmJob(j)->end_state, "node_fail");
+  j.admin_comment = "gantry-data dataset";  // not job_submit.lua's: the job still counts
+  EXPECT_TRUE(ToRmJob(j)->request.datasets.empty());
   j.gpus = 0;
   EXPECT_EQ(ToRmJob(j).status().code(), StatusCode::kNotFound);  // not Gantry's
   EXPECT_EQ(*SlurmJobId("42"), 42);

@@ -82,7 +82,9 @@ nlohmann::json RequestJson(const JobRecord& j) {
           {"time_limit", j.time_limit},
           {"qos", j.qos},
           {"checkpoint_interval", j.checkpoint_interval},
-          {"restart_cost", j.restart_cost}};
+          {"restart_cost", j.restart_cost},
+          {"datasets", j.datasets},
+          {"checkpoint", j.checkpoint}};
 }
 
 std::string PlacementJson(const std::vector<NodeGpus>& p) {
@@ -153,6 +155,9 @@ Result<JobRecord> RowToJob(const Stmt& s) {
     j.qos = r.at("qos").get<int>();
     j.checkpoint_interval = r.at("checkpoint_interval").get<Duration>();
     j.restart_cost = r.at("restart_cost").get<Duration>();
+    // Absent in databases written before jobs declared data.
+    j.datasets = r.value("datasets", std::vector<std::string>{});
+    j.checkpoint = r.value("checkpoint", std::string());
     for (const auto& slot : nlohmann::json::parse(s.Text(4))) {
       j.placement.push_back({slot.at(0).get<std::string>(), slot.at(1).get<int>()});
     }

@@ -34,6 +34,8 @@ JobRecord MakeJob(const std::string& id, Time submit, int gpus) {
   j.qos = 2;
   j.checkpoint_interval = 600;
   j.restart_cost = 120;
+  j.datasets = {"s3://data/" + id, "file:///shared/common"};
+  j.checkpoint = "s3://ckpt/" + id;
   return j;
 }
 
@@ -83,6 +85,8 @@ TEST(StateStore, LifecycleSurvivesReopen) {
   EXPECT_EQ(a.qos, 2);
   EXPECT_EQ(a.checkpoint_interval, 600);
   EXPECT_EQ(a.restart_cost, 120);
+  EXPECT_EQ(a.datasets, want.datasets);
+  EXPECT_EQ(a.checkpoint, "s3://ckpt/101");
   const JobRecord& c = (*active)[1];
   EXPECT_EQ(c.id, "103");
   EXPECT_EQ(c.phase, JobPhase::kPending);

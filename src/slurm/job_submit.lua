@@ -34,6 +34,58 @@ local function gantry_silent_for()
    return nil
 end
 
+-- A job's data, declared in its batch script the way #SBATCH options are, before the first
+-- command:
+--   #GANTRY --dataset=s3://bucket/imagenet-mds     (repeatable: every dataset the job reads)
+--   #GANTRY --checkpoint=s3://bucket/ckpt/run-42   (where its checkpoints live)
+-- They go into the job's AdminComment as one line Gantry reads back from squeue --json:
+--   gantry-data dataset=URL dataset=URL checkpoint=URL
+-- (users cannot set an AdminComment themselves, so nobody but this script writes it). Returns
+-- that line (nil when the script declares nothing), or nil and a message for the user.
+local data_schemes = { file = true, s3 = true, http = true, https = true }
+local max_declarations = 16
+local max_url_length = 1024
+
+local function data_declarations(script)
+   if script == nil then return nil end
+   local words = {}
+   local first = true
+   for line in string.gmatch(script, "([^\n]*)\n?") do
+      if first and string.sub(line, 1, 2) == "#!" then
+         -- the interpreter line
+      elseif string.match(line, "^%s*$") then
+         -- blank lines do not end the directives
+      elseif string.sub(line, 1, 1) ~= "#" then
+         break  -- the first command: directives after it are ignored, as sbatch does
+      else
+         local key, url = string.match(line, "^#GANTRY%s+%-%-(%a+)[=%s]%s*(%S+)%s*$")
+         if key == nil and string.match(line, "^#GANTRY") then
+            return nil, "cannot read '" .. line .. "': use #GANTRY --dataset=URL or --checkpoint=URL"
+         end
+         if key ~= nil then
+            if key ~= "dataset" and key ~= "checkpoint" then
+               return nil, "unknown directive #GANTRY --" .. key .. " (--dataset or --checkpoint)"
+            end
+            local scheme = string.match(url, "^(%a[%w+.-]*)://")
+            if scheme == nil or not data_schemes[string.lower(scheme)] then
+               return nil, "#GANTRY --" .. key .. " " .. url ..
+                  ": not a file://, s3://, http:// or https:// URL"
+            end
+            if #url > max_url_length then
+               return nil, "#GANTRY --" .. key .. ": URL longer than " .. max_url_length
+            end
+            table.insert(words, key .. "=" .. url)
+            if #words > max_declarations then
+               return nil, "more than " .. max_declarations .. " #GANTRY data directives"
+            end
+         end
+      end
+      first = false
+   end
+   if #words == 0 then return nil end
+   return "gantry-data " .. table.concat(words, " ")
+end
+
 -- True when the comma-separated partition list `parts` names a managed partition.
 local function is_managed(parts)
    if parts == nil then return false end
@@ -54,6 +106,12 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
    local parts = job_desc.partition or default_partition(part_list)
    if is_managed(parts) then
+      local data, problem = data_declarations(job_desc.script)
+      if problem ~= nil then
+         slurm.log_user("gantry: %s", problem)
+         return slurm.ERROR
+      end
+      if data ~= nil then job_desc.admin_comment = data end
       local silent = gantry_silent_for()
       if silent ~= nil then
          slurm.log_info("gantry: fail-open, gantryd silent for %d s: job %s of uid %u left to Slurm",

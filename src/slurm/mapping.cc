@@ -1,6 +1,7 @@
 // Slurm jobs and node names in the engine's terms; see gantry/slurm/mapping.h.
 #include "gantry/slurm/mapping.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,37 @@ Result<JobRequest> ToJobRequest(const SlurmJob& job, const Cluster& cluster, Tim
   }
   r.time_limit = job.time_limit_minutes > 0 ? Duration{job.time_limit_minutes} * 60 : 0;
   return r;
+}
+
+Result<DataDeclarations> ParseDataDeclarations(std::string_view admin_comment) {
+  DataDeclarations out;
+  constexpr std::string_view kTag = "gantry-data";
+  if (admin_comment.substr(0, kTag.size()) != kTag ||
+      (admin_comment.size() > kTag.size() && admin_comment[kTag.size()] != ' ')) {
+    return out;
+  }
+  std::string_view rest = admin_comment.substr(kTag.size());
+  while (!rest.empty()) {
+    const size_t begin = rest.find_first_not_of(' ');
+    if (begin == std::string_view::npos) break;
+    rest.remove_prefix(begin);
+    const size_t end = std::min(rest.find(' '), rest.size());
+    const std::string_view word = rest.substr(0, end);
+    rest.remove_prefix(end);
+    const size_t eq = word.find('=');
+    const std::string_view key = word.substr(0, eq);
+    const std::string url(eq == std::string_view::npos ? "" : word.substr(eq + 1));
+    if (url.empty() || (key != "dataset" && key != "checkpoint")) {
+      return InvalidArgument("AdminComment '" + std::string(admin_comment) + "': cannot read '" +
+                             std::string(word) + "' (dataset=URL or checkpoint=URL)");
+    }
+    if (key == "checkpoint") {
+      out.checkpoint = url;
+    } else if (std::find(out.datasets.begin(), out.datasets.end(), url) == out.datasets.end()) {
+      out.datasets.push_back(url);
+    }
+  }
+  return out;
 }
 
 Result<std::vector<NodeIndex>> NodeIndices(const Cluster& cluster,

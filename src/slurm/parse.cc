@@ -357,6 +357,7 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(std::string_view text) {
     job.start_time = IntOr(j, "start_time", 0);
     job.end_time = IntOr(j, "end_time", 0);
     job.restart_count = static_cast<int>(IntOr(j, "restart_cnt", 0));
+    job.admin_comment = StrOr(j, "admin_comment");
     // Minutes; null when UNLIMITED.
     job.time_limit_minutes = IntOr(j, "time_limit", 0);
     out.push_back(std::move(job));

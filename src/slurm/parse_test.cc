@@ -116,7 +116,8 @@ constexpr const char* kSqueue = R"js({
      "node_count": 2, "tres_per_node": "gres:gpu:h100:8",
      "tres_req_str": "cpu=2,mem=2000M,node=2,billing=2,gres/gpu=16", "tres_alloc_str": "",
      "nodes": "", "required_nodes": "", "submit_time": 1796073897, "start_time": 0,
-     "end_time": 0, "restart_cnt": 0},
+     "end_time": 0, "restart_cnt": 0,
+     "admin_comment": "gantry-data dataset=s3://b/imagenet checkpoint=file:///ck/run"},
     {"job_id": 1, "name": "wrap", "user_name": "root", "account": "biology",
      "partition": "gantry", "job_state": "RUNNING", "state_reason": "None",
      "priority": 4294901759, "node_count": 1, "tres_per_node": "gres:gpu:2",
@@ -142,6 +143,7 @@ TEST(SlurmSqueue, MapsHeldRunningAndPendingJobs) {
   EXPECT_EQ(held.gpu_type, "h100");
   EXPECT_EQ(held.gpus, 16);
   EXPECT_TRUE(held.nodes.empty());
+  EXPECT_EQ(held.admin_comment, "gantry-data dataset=s3://b/imagenet checkpoint=file:///ck/run");
   const SlurmJob& running = (*jobs)[1];
   EXPECT_EQ(running.state, JobState::kRunning);
   EXPECT_FALSE(running.held);
@@ -385,6 +387,25 @@ TEST(SlurmMapping, JobsBecomeEngineRequests) {
   cpu_only.gpus_per_node = 0;
   cpu_only.gpus = 0;
   EXPECT_EQ(ToJobRequest(cpu_only, c, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+// job_submit.lua's line: datasets in order and once each, the checkpoint; an administrator's own
+// AdminComment declares nothing; a Gantry line Gantry cannot read is an error.
+TEST(SlurmMapping, DataDeclarationsFromTheAdminComment) {
+  auto d = ParseDataDeclarations(
+      "gantry-data dataset=s3://b/a checkpoint=file:///ck dataset=file:///d/b dataset=s3://b/a");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_THAT(d->datasets, ElementsAre("s3://b/a", "file:///d/b"));
+  EXPECT_EQ(d->checkpoint, "file:///ck");
+  for (const char* none : {"", "reboot after this job", "gantry-database", "gantry-data"}) {
+    auto n = ParseDataDeclarations(none);
+    ASSERT_TRUE(n.ok()) << none;
+    EXPECT_TRUE(n->datasets.empty()) << none;
+    EXPECT_TRUE(n->checkpoint.empty()) << none;
+  }
+  for (const char* bad : {"gantry-data dataset=", "gantry-data s3://b/a", "gantry-data x=s3://b"}) {
+    EXPECT_EQ(ParseDataDeclarations(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(SlurmMapping, NodeNamesAndIndicesRoundTrip) {

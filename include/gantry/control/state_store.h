@@ -61,6 +61,10 @@ struct JobRecord {
   int qos = 0;
   Duration checkpoint_interval = 0;
   Duration restart_cost = 0;
+  // The data it declared (#GANTRY --dataset / --checkpoint in its batch script): dataset URLs
+  // gantryd stages onto its nodes before it starts, and where its checkpoints live.
+  std::vector<std::string> datasets;
+  std::string checkpoint;
 
   JobPhase phase = JobPhase::kPending;
   std::vector<NodeGpus> placement;  // kStarting and kRunning

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
@@ -26,6 +27,17 @@ namespace gantry::slurm {
 // NotFound for an account that is not a team or a GPU type the cluster lacks (import again);
 // InvalidArgument for a job without GPUs (Gantry schedules GPU jobs).
 Result<JobRequest> ToJobRequest(const SlurmJob& job, const Cluster& cluster, Time epoch_unix);
+
+// The data a job declared in its batch script (`#GANTRY --dataset=URL`, `#GANTRY
+// --checkpoint=URL`), which Gantry's job_submit.lua wrote into its AdminComment as
+// "gantry-data dataset=URL ... checkpoint=URL".
+struct DataDeclarations {
+  std::vector<std::string> datasets;  // in the script's order, each once
+  std::string checkpoint;             // empty: none declared
+};
+// Parses an AdminComment. One that is not Gantry's (an administrator's own words) declares
+// nothing; InvalidArgument for a "gantry-data" line with a word that is not key=URL.
+Result<DataDeclarations> ParseDataDeclarations(std::string_view admin_comment);
 
 // Node names (as Slurm reports them) as the cluster's node indices; NotFound for a name the
 // cluster does not have.
