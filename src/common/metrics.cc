@@ -171,6 +171,14 @@ Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
   return Slot(GetFamily(name, help, Type::kGauge, labels).gauges, labels);
 }
 
+void MetricsRegistry::RemoveGauge(std::string_view name, MetricLabels labels) {
+  MutexLock lock(mu_);
+  auto f = families_.find(name);
+  if (f == families_.end() || f->second.type != Type::kGauge) return;
+  std::sort(labels.begin(), labels.end());
+  f->second.gauges.erase(labels);
+}
+
 Histogram& MetricsRegistry::GetHistogram(std::string_view name, std::string_view help,
                                          MetricLabels labels, std::vector<double> bounds) {
   MutexLock lock(mu_);

@@ -21,6 +21,20 @@ TEST(Metrics, CounterAndGaugeRenderWithHelpAndType) {
             "gantry_hits_total{tier=\"mem\"} 3\n");
 }
 
+TEST(Metrics, ARemovedGaugeLeavesTheScrapeAndOthersStay) {
+  MetricsRegistry m;
+  m.GetGauge("job_bytes", "Bytes.", {{"job", "1"}, {"team", "a"}}).Set(5);
+  m.GetGauge("job_bytes", "Bytes.", {{"job", "2"}, {"team", "a"}}).Set(7);
+  m.RemoveGauge("job_bytes", {{"team", "a"}, {"job", "1"}});  // any label order
+  m.RemoveGauge("job_bytes", {{"job", "9"}});                 // none such: nothing happens
+  m.RemoveGauge("no_such_family", {});
+  EXPECT_EQ(m.PrometheusText(),
+            "# HELP job_bytes Bytes.\n"
+            "# TYPE job_bytes gauge\n"
+            "job_bytes{job=\"2\",team=\"a\"} 7\n");
+  EXPECT_EQ(m.GetGauge("job_bytes", "Bytes.", {{"job", "1"}, {"team", "a"}}).value(), 0);
+}
+
 TEST(Metrics, SameSeriesRegardlessOfLabelOrder) {
   MetricsRegistry m;
   Counter& a = m.GetCounter("c_total", "C.", {{"a", "1"}, {"b", "2"}});

@@ -99,6 +99,11 @@ class MetricsRegistry {
   Histogram& GetHistogram(std::string_view name, std::string_view help, MetricLabels labels,
                           std::vector<double> bounds) EXCLUDES(mu_);
 
+  // Drops a gauge series (for a per-job series once its job has gone), so a long-lived
+  // daemon's scrape does not grow with every job it ever saw. References to it from GetGauge
+  // dangle afterwards: the caller must not keep any. No-op when there is no such series.
+  void RemoveGauge(std::string_view name, MetricLabels labels) EXCLUDES(mu_);
+
   // Every family with "# HELP" and "# TYPE" lines, then its series. Deterministic.
   std::string PrometheusText() const EXCLUDES(mu_);
 

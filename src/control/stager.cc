@@ -1,0 +1,227 @@
+#include "gantry/control/stager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+namespace gantry::control {
+
+namespace {
+
+constexpr char kJobBytes[] = "gantry_staging_job_bytes";
+constexpr char kJobBytesHelp[] =
+    "Bytes of a waiting or starting job's datasets on its nodes: staged so far (kind=done) and "
+    "in all (kind=total), summed over its nodes.";
+
+bool Finished(const StageProgress& p) { return p.state == "done" || p.state == "failed"; }
+
+}  // namespace
+
+Stager::Stager(StagingAgents* agents, StagerOptions options)
+    : agents_(agents), options_(std::move(options)) {}
+
+Stager::~Stager() { Stop(); }
+
+void Stager::Want(std::vector<StageTarget> targets) {
+  MutexLock lock(mu_);
+  std::map<std::string, StageTarget> next;
+  bool adds = false;
+  for (StageTarget& t : targets) {
+    if (t.nodes.empty() || t.datasets.empty()) continue;
+    for (const std::string& node : t.nodes) {
+      for (const std::string& d : t.datasets) {
+        auto it = entries_.find({node, d});
+        adds = adds || it == entries_.end() || !it->second.asked;
+      }
+    }
+    std::string job = t.job;
+    next[job] = std::move(t);
+  }
+  wanted_ = std::move(next);
+  UpdateMetrics();
+  if (adds) {
+    ++generation_;
+    wake_.NotifyAll();
+  }
+}
+
+void Stager::Poll(Time now) {
+  // The work of this round, chosen under the lock; the calls are made without it.
+  struct Call {
+    Key key;
+    std::string job;
+    bool ask;
+  };
+  std::vector<Call> calls;
+  {
+    MutexLock lock(mu_);
+    std::set<Key> planned;
+    for (const auto& [job, t] : wanted_) {
+      for (const std::string& node : t.nodes) {
+        for (const std::string& d : t.datasets) {
+          Key key{node, d};
+          if (!planned.insert(key).second) continue;
+          Entry& e = entries_[key];
+          const bool retry = (e.progress.state == "failed" || e.progress.state == "unreachable") &&
+                             now >= e.retry_at;
+          if (!e.asked || retry) {
+            calls.push_back({key, job, true});
+          } else if (!Finished(e.progress) && e.progress.state != "unreachable") {
+            calls.push_back({key, job, false});
+          }
+        }
+      }
+    }
+  }
+  for (const Call& c : calls) {
+    Result<StageProgress> r = c.ask ? agents_->Stage(c.key.first, c.key.second, c.job)
+                                    : agents_->Get(c.key.first, c.key.second);
+    // An agent that forgot the dataset (it restarted) is asked again.
+    if (!c.ask && r.status().code() == StatusCode::kNotFound) {
+      r = agents_->Stage(c.key.first, c.key.second, c.job);
+    }
+    MutexLock lock(mu_);
+    Entry& e = entries_[c.key];
+    e.asked = true;
+    if (r.ok()) {
+      e.progress = *r;
+    } else {
+      // No agent for the node, or a refusal (a bad URL): failed; a network failure: unreachable.
+      // Both are asked again later.
+      e.progress.state = r.status().code() == StatusCode::kUnavailable ||
+                                 r.status().code() == StatusCode::kDeadlineExceeded
+                             ? "unreachable"
+                             : "failed";
+      e.progress.error = r.status().ToString();
+    }
+    e.progress.updated = now;
+    if (e.progress.state == "failed" || e.progress.state == "unreachable") {
+      e.retry_at = now + options_.retry_after_s;
+    }
+  }
+  MutexLock lock(mu_);
+  UpdateMetrics();
+}
+
+void Stager::UpdateMetrics() {
+  MetricsRegistry* m = options_.metrics;
+  if (m == nullptr) return;
+  std::map<std::string, int> by_state = {
+      {"queued", 0}, {"staging", 0}, {"done", 0}, {"failed", 0}, {"unreachable", 0}};
+  int64_t fetched = 0;
+  for (const auto& [key, e] : entries_) {
+    if (!e.progress.state.empty()) ++by_state[e.progress.state];
+    fetched += e.progress.bytes_fetched;
+  }
+  for (const auto& [state, n] : by_state) {
+    m->GetGauge("gantry_staging_datasets",
+                "Datasets on nodes by staging state (one per node and dataset gantryd asked for).",
+                {{"state", state}})
+        .Set(n);
+  }
+  m->GetGauge("gantry_staging_fetched_bytes",
+              "Bytes the agents fetched to stage datasets gantryd asked for, as they last said.")
+      .Set(static_cast<double>(fetched));
+  // Per-job series only while the job is wanted, so the scrape does not grow with history.
+  std::vector<std::string> now_jobs;
+  for (const auto& [job, t] : wanted_) {
+    int64_t done = 0;
+    int64_t total = 0;
+    for (const std::string& node : t.nodes) {
+      for (const std::string& d : t.datasets) {
+        auto it = entries_.find({node, d});
+        if (it == entries_.end()) continue;
+        done += it->second.progress.bytes_done;
+        total += it->second.progress.bytes_total;
+      }
+    }
+    m->GetGauge(kJobBytes, kJobBytesHelp, {{"job", job}, {"kind", "done"}})
+        .Set(static_cast<double>(done));
+    m->GetGauge(kJobBytes, kJobBytesHelp, {{"job", job}, {"kind", "total"}})
+        .Set(static_cast<double>(total));
+    now_jobs.push_back(job);
+  }
+  for (const std::string& job : job_series_) {
+    if (wanted_.count(job) > 0) continue;
+    m->RemoveGauge(kJobBytes, {{"job", job}, {"kind", "done"}});
+    m->RemoveGauge(kJobBytes, {{"job", job}, {"kind", "total"}});
+  }
+  job_series_ = std::move(now_jobs);
+}
+
+void Stager::Start() {
+  MutexLock lock(mu_);
+  if (thread_.joinable() || stop_) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Stager::Stop() {
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+    wake_.NotifyAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Stager::Run() {
+  int64_t seen = -1;
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (seen == generation_) {
+        wake_.WaitFor(mu_, std::chrono::milliseconds(options_.poll_interval_ms));
+      }
+      if (stop_) return;
+      seen = generation_;
+    }
+    Poll(DefaultClock().Now());
+  }
+}
+
+StageProgress Stager::Progress(const std::string& node, const std::string& dataset) const {
+  MutexLock lock(mu_);
+  auto it = entries_.find({node, dataset});
+  return it == entries_.end() ? StageProgress{} : it->second.progress;
+}
+
+std::vector<Stager::Part> Stager::JobProgress(const std::string& job) const {
+  MutexLock lock(mu_);
+  std::vector<Part> out;
+  auto w = wanted_.find(job);
+  if (w == wanted_.end()) return out;
+  for (const std::string& node : w->second.nodes) {
+    for (const std::string& d : w->second.datasets) {
+      auto it = entries_.find({node, d});
+      out.push_back({node, d, it == entries_.end() ? StageProgress{} : it->second.progress});
+    }
+  }
+  return out;
+}
+
+bool Stager::Ready(const std::string& job) const {
+  std::vector<Part> parts = JobProgress(job);
+  return !parts.empty() && std::all_of(parts.begin(), parts.end(),
+                                       [](const Part& p) { return p.progress.state == "done"; });
+}
+
+std::string Stager::Failure(const std::string& job) const {
+  for (const Part& p : JobProgress(job)) {
+    if (p.progress.state == "failed") {
+      return p.node + ": " + p.dataset + ": " +
+             (p.progress.error.empty() ? "staging failed" : p.progress.error);
+    }
+  }
+  return "";
+}
+
+std::vector<std::pair<std::string, std::string>> Stager::Held() const {
+  MutexLock lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, e] : entries_) {
+    if (e.progress.state == "done") out.push_back(key);
+  }
+  return out;
+}
+
+}  // namespace gantry::control

@@ -1,0 +1,161 @@
+#include "gantry/control/stager.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gantry/common/metrics.h"
+
+namespace gantry::control {
+namespace {
+
+// Agents that stage in steps: each Get moves a dataset 50 bytes further, of 100.
+class FakeAgents : public StagingAgents {
+ public:
+  Result<StageProgress> Stage(const std::string& node, const std::string& dataset,
+                              const std::string& job) override {
+    ++asks[{node, dataset}];
+    asked_by.push_back(job);
+    if (down.count(node) > 0) return Unavailable("connection refused");
+    if (dataset.find("missing") != std::string::npos) {
+      StageProgress p;
+      p.state = "failed";
+      p.error = "NotFound: shard.00000.mds";
+      return p;
+    }
+    StageProgress& p = state[{node, dataset}];
+    if (p.state.empty()) {
+      p.state = "staging";
+      p.bytes_total = 100;
+    }
+    return p;
+  }
+  Result<StageProgress> Get(const std::string& node, const std::string& dataset) override {
+    ++gets[{node, dataset}];
+    if (down.count(node) > 0) return Unavailable("connection refused");
+    auto it = state.find({node, dataset});
+    if (it == state.end()) return NotFound("never asked");
+    StageProgress& p = it->second;
+    p.bytes_done = std::min<int64_t>(p.bytes_done + 50, p.bytes_total);
+    p.bytes_fetched = p.bytes_done;
+    if (p.bytes_done == p.bytes_total) p.state = "done";
+    return p;
+  }
+
+  std::map<std::pair<std::string, std::string>, StageProgress> state;
+  std::map<std::pair<std::string, std::string>, int> asks;
+  std::map<std::pair<std::string, std::string>, int> gets;
+  std::vector<std::string> asked_by;
+  std::set<std::string> down;
+};
+
+TEST(Stager, AsksEveryNodeForEveryDatasetOnceAndPollsUntilDone) {
+  FakeAgents agents;
+  MetricsRegistry metrics;
+  Stager stager(&agents, {.metrics = &metrics});
+  stager.Want({{"7", {"n1", "n2"}, {"s3://b/a", "file:///d/b"}}});
+  EXPECT_FALSE(stager.Ready("7"));
+  stager.Poll(100);  // four asks, no gets yet
+  EXPECT_EQ(agents.asks.size(), 4u);
+  EXPECT_TRUE(agents.gets.empty());
+  EXPECT_EQ(stager.Progress("n2", "file:///d/b").state, "staging");
+  EXPECT_FALSE(stager.Ready("7"));
+  stager.Poll(101);  // 50 of 100
+  EXPECT_EQ(stager.Progress("n1", "s3://b/a").bytes_done, 50);
+  EXPECT_NE(metrics.PrometheusText().find("gantry_staging_job_bytes{job=\"7\",kind=\"done\"} 200"),
+            std::string::npos)
+      << metrics.PrometheusText();
+  stager.Poll(102);  // done
+  EXPECT_TRUE(stager.Ready("7"));
+  stager.Poll(103);  // nothing left to ask
+  for (const auto& [key, n] : agents.asks) EXPECT_EQ(n, 1) << key.first << " " << key.second;
+  for (const auto& [key, n] : agents.gets) EXPECT_EQ(n, 2) << key.first << " " << key.second;
+  EXPECT_EQ(stager.Held().size(), 4u);
+  const std::vector<Stager::Part> parts = stager.JobProgress("7");
+  ASSERT_EQ(parts.size(), 4u);
+  EXPECT_EQ(parts[0].node, "n1");
+  EXPECT_EQ(parts[0].dataset, "s3://b/a");
+  EXPECT_EQ(parts[0].progress.updated, 102);
+  // The job starts and leaves: its series go, what the nodes hold stays known.
+  stager.Want({});
+  EXPECT_FALSE(stager.Ready("7"));  // not wanted: no parts
+  EXPECT_EQ(metrics.PrometheusText().find("job=\"7\""), std::string::npos);
+  EXPECT_EQ(stager.Held().size(), 4u);
+  EXPECT_NE(metrics.PrometheusText().find("gantry_staging_datasets{state=\"done\"} 4"),
+            std::string::npos);
+}
+
+// Two jobs reading one dataset on one node: the agent is asked once.
+TEST(Stager, SharedDatasetOnANodeIsAskedForOnce) {
+  FakeAgents agents;
+  Stager stager(&agents, {});
+  stager.Want({{"1", {"n1"}, {"s3://b/a"}}, {"2", {"n1", "n2"}, {"s3://b/a"}}});
+  stager.Poll(0);
+  EXPECT_EQ((agents.asks[{"n1", "s3://b/a"}]), 1);
+  EXPECT_EQ((agents.asks[{"n2", "s3://b/a"}]), 1);
+  stager.Poll(1);
+  stager.Poll(2);
+  EXPECT_TRUE(stager.Ready("1"));
+  EXPECT_TRUE(stager.Ready("2"));
+}
+
+TEST(Stager, FailuresAreReportedAndUnreachableAgentsRetriedLater) {
+  FakeAgents agents;
+  agents.down.insert("n2");
+  Stager stager(&agents, {.retry_after_s = 30});
+  stager.Want({{"5", {"n1"}, {"s3://b/missing"}}, {"6", {"n2"}, {"s3://b/a"}}});
+  stager.Poll(100);
+  EXPECT_EQ(stager.Failure("5"), "n1: s3://b/missing: NotFound: shard.00000.mds");
+  EXPECT_EQ(stager.Progress("n2", "s3://b/a").state, "unreachable");
+  EXPECT_EQ(stager.Failure("6"), "");  // not a failure: it is retried
+  stager.Poll(110);                    // too soon to retry either
+  EXPECT_EQ((agents.asks[{"n2", "s3://b/a"}]), 1);
+  EXPECT_EQ((agents.asks[{"n1", "s3://b/missing"}]), 1);
+  agents.down.clear();
+  stager.Poll(130);  // retried: the agent is back
+  EXPECT_EQ((agents.asks[{"n2", "s3://b/a"}]), 2);
+  EXPECT_EQ(stager.Progress("n2", "s3://b/a").state, "staging");
+  stager.Poll(131);
+  stager.Poll(132);
+  EXPECT_TRUE(stager.Ready("6"));
+  EXPECT_FALSE(stager.Ready("5"));
+}
+
+// An agent that restarted forgets what it was asked: the stager asks again instead of polling
+// a dataset the agent no longer knows forever.
+TEST(Stager, AnAgentThatForgotIsAskedAgain) {
+  FakeAgents agents;
+  Stager stager(&agents, {});
+  stager.Want({{"1", {"n1"}, {"s3://b/a"}}});
+  stager.Poll(0);
+  agents.state.clear();  // restarted
+  stager.Poll(1);
+  EXPECT_EQ((agents.asks[{"n1", "s3://b/a"}]), 2);
+  EXPECT_EQ(stager.Progress("n1", "s3://b/a").state, "staging");
+}
+
+// Jobs without nodes or datasets want nothing; the thread polls on its own and stops promptly.
+TEST(Stager, TheThreadPollsUntilStopped) {
+  FakeAgents agents;
+  Stager stager(&agents, {.poll_interval_ms = 5});
+  stager.Want({{"1", {}, {"s3://b/a"}}, {"2", {"n1"}, {}}});
+  EXPECT_TRUE(stager.JobProgress("1").empty());
+  EXPECT_TRUE(stager.JobProgress("2").empty());
+  stager.Start();
+  stager.Want({{"3", {"n1"}, {"s3://b/a"}}});
+  for (int i = 0; i < 2000 && !stager.Ready("3"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(stager.Ready("3"));
+  stager.Stop();
+  stager.Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace gantry::control
