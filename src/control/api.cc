@@ -55,6 +55,19 @@ nlohmann::json JobJson(const JobView& v) {
                       {"explain", v.explain}};
   j["estimated_start"] = v.estimated_start >= 0 ? nlohmann::json(v.estimated_start) : nullptr;
   j["started"] = r.started >= 0 ? nlohmann::json(r.started) : nullptr;
+  j["datasets"] = r.datasets;
+  j["checkpoint"] = r.checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.checkpoint);
+  nlohmann::json staging = nlohmann::json::array();
+  for (const StagingView& s : v.staging) {
+    staging.push_back({{"node", s.node},
+                       {"dataset", s.dataset},
+                       {"state", s.state},
+                       {"bytes_done", s.bytes_done},
+                       {"bytes_total", s.bytes_total},
+                       {"error", s.error}});
+  }
+  j["staging"] = std::move(staging);
+  j["data_wait_until"] = v.data_wait_until >= 0 ? nlohmann::json(v.data_wait_until) : nullptr;
   return j;
 }
 
@@ -224,8 +237,9 @@ class ApiServer::Impl {
         return Error(res, 404, "not_found", "no active job '" + id + "' visible to this token");
       }
       nlohmann::json j = JobJson(*v);
-      // Asked for by name: the sentence as of now, not as of the job's last change.
-      if (options_.explain) {
+      // Asked for by name: the sentence as of now, not as of the job's last change (the engine
+      // has no sentence for a job held back for its data: the loop's stands).
+      if (options_.explain && v->data_wait_until < 0) {
         Result<std::string> now = options_.explain(id);
         if (now.ok()) j["explain"] = *now;
       }

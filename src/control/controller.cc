@@ -10,6 +10,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "gantry/common/units.h"
+
 namespace gantry::control {
 
 namespace {
@@ -135,10 +137,25 @@ class Controller::Impl {
           ++depth[static_cast<size_t>(c.team) * kReasonCount + static_cast<size_t>(reason)];
         }
       }
+      // Staging progress, for the few jobs that declared data.
+      std::vector<StagingView> staging;
+      uint64_t staging_sig = 0;
+      auto waiting = waiting_.find(r->id);
+      if (stager_ != nullptr && !r->datasets.empty()) {
+        for (Stager::Part& p : stager_->JobProgress(r->id)) {
+          staging_sig = staging_sig * 1000003 + std::hash<std::string>()(p.node + p.dataset +
+                                                                         p.progress.state) +
+                        static_cast<uint64_t>(p.progress.bytes_done);
+          staging.push_back({std::move(p.node), std::move(p.dataset), std::move(p.progress.state),
+                             p.progress.bytes_done, p.progress.bytes_total,
+                             std::move(p.progress.error)});
+        }
+        if (waiting != waiting_.end()) staging_sig ^= 0x9e3779b97f4a7c15ull;
+      }
       // The view (and its sentence) is rebuilt only when something it shows changed: the
-      // record (a new one from the store), the engine's index, reason or estimate.
+      // record (a new one from the store), the engine's index, reason or estimate, or staging.
       if (c.view == nullptr || c.record != r || c.index != index || c.reason != reason ||
-          c.estimate != estimate) {
+          c.estimate != estimate || c.staging_sig != staging_sig) {
         auto v = std::make_shared<JobView>();
         v->record = *r;
         if (index >= 0) {
@@ -146,10 +163,17 @@ class Controller::Impl {
           v->explain = engine_->Explain(index);
           v->estimated_start = estimate;
         }
+        v->staging = std::move(staging);
+        if (waiting != waiting_.end()) {
+          v->reason = "StagingData";
+          v->data_wait_until = waiting->second.deadline;
+          v->explain = WaitingSentence(*v);
+        }
         c.record = r;
         c.index = index;
         c.reason = reason;
         c.estimate = estimate;
+        c.staging_sig = staging_sig;
         c.view = std::move(v);
         ++explained_;
       }
@@ -368,6 +392,7 @@ class Controller::Impl {
 
     std::vector<StartDecision> starts;
     engine_->Schedule(now, &starts);
+    report->waiting_for_data = 0;
     std::vector<std::vector<NodeGpus>> placements;
     placements.reserve(starts.size());
     for (const StartDecision& d : starts) {
@@ -387,20 +412,114 @@ class Controller::Impl {
     }));
     for (size_t i = 0; i < starts.size(); ++i) {
       const JobRequest& req = requests_[static_cast<size_t>(starts[i].job)];
-      Status s = rm_->Start(req.id, placements[i]);
-      if (s.ok()) {
-        ++report->started;
+      if (stager_ != nullptr && wait_for_data_ > 0 && datasets_of_.count(req.id) > 0) {
+        waiting_[req.id] = Waiting{placements[i], now, now + wait_for_data_};
+        GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, req.id, "stage-wait",
+                                                "held until its data is on its nodes"));
         continue;
       }
-      if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) {
-        ++report->refused;
-        GANTRY_RETURN_IF_ERROR(store_->Requeue(req.id, now, "start refused: " + s.message()));
-        GANTRY_RETURN_IF_ERROR(Resubmit(req.id, now));
+      GANTRY_RETURN_IF_ERROR(StartInRm(req.id, placements[i], now, report));
+    }
+    if (stager_ != nullptr) GANTRY_RETURN_IF_ERROR(Stage(now, report));
+    return Status::Ok();
+  }
+
+  // Why a decided job has not been released yet.
+  static std::string WaitingSentence(const JobView& v) {
+    int64_t done = 0;
+    int64_t total = 0;
+    int parts_done = 0;
+    for (const StagingView& s : v.staging) {
+      done += s.bytes_done;
+      total += s.bytes_total;
+      parts_done += s.state == "done" ? 1 : 0;
+    }
+    std::string nodes;
+    for (const NodeGpus& slot : v.record.placement) nodes += (nodes.empty() ? "" : ",") + slot.node;
+    return "Decided to start on " + nodes + "; held until its data is staged there (" +
+           std::to_string(parts_done) + " of " + std::to_string(v.staging.size()) +
+           " datasets on nodes done, " + FormatBytes(done) + " of " + FormatBytes(total) +
+           "); released by t=" + std::to_string(v.data_wait_until) + " at the latest.";
+  }
+
+  // Releases a decided job in the resource manager.
+  Status StartInRm(const std::string& id, const std::vector<NodeGpus>& placement, Time now,
+                   CycleReport* report) {
+    Status s = rm_->Start(id, placement);
+    if (s.ok()) {
+      ++report->started;
+      return Status::Ok();
+    }
+    if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) {
+      ++report->refused;
+      GANTRY_RETURN_IF_ERROR(store_->Requeue(id, now, "start refused: " + s.message()));
+      return Resubmit(id, now);
+    }
+    // Transient: the release may or may not have happened; the next observation tells (held:
+    // requeue; released or running: confirmed).
+    return store_->LogEvent(now, id, "start-unconfirmed", s.ToString());
+  }
+
+  // Hands the stager this cycle's targets -- decided jobs waiting for their data, and pending
+  // ones on the nodes the reservation plan expects them to start on -- and releases the waiting
+  // jobs whose data is in place, whose staging failed, or whose wait ran out.
+  Status Stage(Time now, CycleReport* report) {
+    std::vector<StageTarget> targets;
+    for (const auto& [id, datasets] : datasets_of_) {
+      StageTarget t{id, {}, datasets};
+      if (auto w = waiting_.find(id); w != waiting_.end()) {
+        for (const NodeGpus& slot : w->second.placement) t.nodes.push_back(slot.node);
+      } else if (auto b = by_id_.find(id); b != by_id_.end() &&
+                 engine_->status(b->second).phase == JobStatus::Phase::kPending) {
+        for (const Slot& slot : engine_->planned_placement(b->second)) {
+          t.nodes.push_back(cluster_.nodes()[static_cast<size_t>(slot.node)].name);
+        }
+      }
+      if (!t.nodes.empty()) targets.push_back(std::move(t));
+    }
+    stager_->Want(std::move(targets));
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      const std::string id = it->first;
+      const Waiting w = it->second;
+      std::string outcome;
+      std::string detail;
+      if (stager_->Ready(id)) {
+        outcome = "staged";
+        detail = "its data is on its nodes";
+      } else if (std::string failure = stager_->Failure(id); !failure.empty()) {
+        outcome = "failed";
+        detail = "staging failed, it reads from the source: " + failure;
+      } else if (now >= w.deadline) {
+        outcome = "timeout";
+        detail = "its data was not staged within " + FormatDuration(wait_for_data_);
+      } else {
+        ++report->waiting_for_data;
+        ++it;
         continue;
       }
-      // Transient: the release may or may not have happened; the next observation tells
-      // (held: requeue; released or running: confirmed).
-      GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, req.id, "start-unconfirmed", s.ToString()));
+      it = waiting_.erase(it);
+      GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "stage-" + outcome, detail));
+      if (metrics_ != nullptr) {
+        metrics_
+            ->GetCounter("gantry_data_starts_total",
+                         "Jobs with declared data released after waiting for it, by outcome "
+                         "(staged, failed, timeout).",
+                         {{"outcome", outcome}})
+            .Increment();
+        metrics_
+            ->GetHistogram("gantry_data_wait_seconds",
+                           "Time from a start decision to the release of a job that waited for "
+                           "its data.",
+                           {}, Histogram::LatencyBuckets())
+            .Observe(static_cast<double>(now - w.decided));
+      }
+      GANTRY_RETURN_IF_ERROR(StartInRm(id, w.placement, now, report));
+    }
+    if (metrics_ != nullptr) {
+      metrics_
+          ->GetGauge("gantry_jobs_waiting_for_data",
+                     "Decided jobs held back until their declared data is on their nodes.")
+          .Set(report->waiting_for_data);
     }
     return Status::Ok();
   }
@@ -432,6 +551,11 @@ class Controller::Impl {
         // A job about to be requeued is settled by RequeueInterrupted, not by what the
         // resource manager said before it was held again.
         if (!to_requeue_.empty() && to_requeue_.count(o.request.id) > 0) continue;
+        // A decided job waiting for its data is held on purpose.
+        if (o.state == ObservedState::kHeld && !waiting_.empty() &&
+            waiting_.count(o.request.id) > 0) {
+          continue;
+        }
         // The record without copying it: most jobs of a deep queue are held and stay so.
         Result<std::shared_ptr<const JobRecord>> r = store_->GetRef(o.request.id);
         if (r.status().code() == StatusCode::kNotFound) {
@@ -564,6 +688,7 @@ class Controller::Impl {
     Status s = engine_->Submit(*req, now);
     if (!s.ok()) return store_->Finish(r.id, now, "rejected: " + s.message());
     by_id_[r.id] = req->index;
+    if (!r.datasets.empty()) datasets_of_[r.id] = r.datasets;
     return Status::Ok();
   }
 
@@ -576,6 +701,8 @@ class Controller::Impl {
 
   // Takes the job out of the engine: finished, or cancelled (`cancelled`, or when pending).
   Status EndInEngine(const std::string& id, Time now, bool cancelled = false) {
+    waiting_.erase(id);
+    datasets_of_.erase(id);
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return Status::Ok();
     const JobIndex j = it->second;
@@ -635,6 +762,18 @@ class Controller::Impl {
   std::map<std::string, RmNode> rm_nodes_;  // the latest report of each node
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;
+  Stager* stager_ = nullptr;
+  Duration wait_for_data_ = 0;
+  // The declared datasets of every job in the engine that declared any (few: a map walked
+  // every cycle, not the whole queue).
+  std::map<std::string, std::vector<std::string>> datasets_of_;
+  // Decided jobs held back until their data is on their nodes.
+  struct Waiting {
+    std::vector<NodeGpus> placement;
+    Time decided = 0;
+    Time deadline = 0;
+  };
+  std::map<std::string, Waiting> waiting_;
   std::set<std::pair<std::string, std::string>> queue_series_;
   // The view published for each active job and what it was built from; reused while these
   // stay the same. In the order of the last Publish's active jobs (submit time, then id).
@@ -644,6 +783,7 @@ class Controller::Impl {
     JobIndex index = -1;
     Reason reason = Reason::kPriority;
     Time estimate = -1;
+    uint64_t staging_sig = 0;  // of the staging progress the view shows
     std::shared_ptr<const JobView> view;
   };
   static bool SubmitOrder(const JobRecord& a, const JobRecord& b) {
@@ -685,6 +825,11 @@ std::shared_ptr<const ControlSnapshot> Controller::Snapshot() const {
 }
 
 void Controller::set_metrics(MetricsRegistry* metrics) { impl_->metrics_ = metrics; }
+
+void Controller::set_stager(Stager* stager, Duration wait_for_data) {
+  impl_->stager_ = stager;
+  impl_->wait_for_data_ = std::max<Duration>(wait_for_data, 0);
+}
 
 Status Controller::RequestCancel(const std::string& id, const std::string& by, Time now) {
   StateStore* store = impl_->store_;

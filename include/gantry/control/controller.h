@@ -13,6 +13,11 @@
 // from the store and what the resource manager reports (StateStore's Reconcile rules), so a
 // gantryd killed at any instant loses no job, starts none twice and leaves none held forever.
 //
+// With a Stager (set_stager), jobs that declared datasets have them staged onto the nodes the
+// reservation plan expects them to run on while they wait, and a decided one is released only
+// once its data is there (or staging failed, or the wait ran out). A gantryd restarted while a
+// job waits finds it decided but still held, and decides it anew (Reconcile's requeue).
+//
 // Not thread-safe: one loop calls it; other threads read only Snapshot() and call
 // RequestCancel (which touches only the store and the resource manager, both thread-safe) and
 // ExplainNow (which waits for the engine between cycles).
@@ -32,6 +37,7 @@
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
 #include "gantry/control/overview.h"
+#include "gantry/control/stager.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
@@ -79,6 +85,16 @@ class ResourceManager {
   virtual Status Cancel(const std::string& id) = 0;
 };
 
+// One dataset of a job on one of its nodes, as its agent last reported staging it.
+struct StagingView {
+  std::string node;
+  std::string dataset;
+  std::string state;  // "queued", "staging", "done", "failed", "unreachable"; "": not asked yet
+  int64_t bytes_done = 0;
+  int64_t bytes_total = 0;
+  std::string error;
+};
+
 // A job as the API shows it: the record plus the engine's view (why it waits, when it may start).
 struct JobView {
   JobRecord record;
@@ -88,6 +104,12 @@ struct JobView {
   // pending job every cycle); Controller::ExplainNow builds it afresh.
   std::string explain;
   Time estimated_start = -1;  // pending: the start the reservation plan promises; -1: none yet
+  // Staging of its declared datasets onto the nodes it is planned or decided to run on; empty
+  // when it declared none, or no nodes are known yet.
+  std::vector<StagingView> staging;
+  // Decided, and held back until its data is on its nodes, until then at the latest; -1: not
+  // waiting for data.
+  Time data_wait_until = -1;
 };
 
 // What the control loop publishes after each cycle, for readers on other threads (the API):
@@ -155,6 +177,7 @@ struct CycleReport {
   int finished = 0;      // jobs seen ending
   int requeued = 0;      // jobs interrupted by a node going down, held again to be decided anew
   int node_changes = 0;  // nodes whose state changed (drain, down, up)
+  int waiting_for_data = 0;  // decided jobs held back until their data is on their nodes
 };
 
 class Controller {
@@ -179,6 +202,13 @@ class Controller {
   // Where the loop records its metrics (queue depth per team and reason, decisions, refusals,
   // cycle latency, busy GPUs per topology domain); null: none. Borrowed; set before cycling.
   void set_metrics(MetricsRegistry* metrics);
+  // Stages the declared datasets of jobs onto the nodes they will run on (borrowed; null: no
+  // staging, the default). A decided job that declared data is released to the resource
+  // manager once its data is on all its nodes, once staging failed (it then reads from the
+  // source), or after `wait_for_data` seconds, whichever comes first; meanwhile its GPUs stay
+  // booked, as Slurm's burst buffer stage-in holds a job's nodes. 0: never hold a job back
+  // (staging then happens only ahead of time, from the reservation plan). Set before cycling.
+  void set_stager(Stager* stager, Duration wait_for_data);
 
   const Engine& engine() const;
   // The engine's status of the job with this id; NotFound when the engine has no such job.
