@@ -244,8 +244,9 @@ class Engine::Impl {
   Status Init() {
     const PluginRegistry& registry =
         options_.registry ? *options_.registry : PluginRegistry::Builtin();
-    const PluginContext ctx{&cluster_, &teams_,        options_.oracle,
-                            &registry, options_.users, options_.queues};
+    PluginContext ctx{&cluster_, &teams_,        options_.oracle,
+                      &registry, options_.users, options_.queues};
+    ctx.data_locality = options_.data_locality;
     for (const PluginSpec& spec : profile_.priority) {
       auto f = registry.CreatePriority(spec.name, spec.args, ctx);
       if (!f.ok()) return f.status().WithContext("profile '" + profile_.name + "'");
@@ -632,6 +633,17 @@ class Engine::Impl {
     if (j < 0 || static_cast<size_t>(j) >= state_.size()) return kEmpty;
     return state_[j].placement;
   }
+  // Shown only while the job is pending with a finite estimate, so it can never disagree with
+  // reserved_start, whichever path cleared that.
+  const Placement& planned_placement(JobIndex j) const {
+    static const Placement kEmpty;
+    if (j < 0 || static_cast<size_t>(j) >= state_.size()) return kEmpty;
+    const JobState& s = state_[j];
+    if (s.status.phase != JobStatus::Phase::kPending || s.status.reserved_start >= kInfiniteTime) {
+      return kEmpty;
+    }
+    return s.planned;
+  }
   std::string Explain(JobIndex j) const;
 
   const FreeIndex& free_index() const { return free_; }
@@ -657,6 +669,9 @@ class Engine::Impl {
     bool resumed = false;    // requeued: its next run restores a checkpoint first
     bool signalled = false;  // running, signalled for preemption (GraceTime)
     Placement placement;
+    // Pending: where the reservation plan expects it to start, at status.reserved_start
+    // (planned_placement); stale, and not shown, once reserved_start is infinite.
+    Placement planned;
     int32_t shared_gpu = -1;  // running as a share (gpu_milli): its shared GPU (SharedGpus)
     // The cycle that last examined the job, and its reason and estimate before that cycle.
     uint64_t touched = 0;
@@ -1010,8 +1025,11 @@ class Engine::Impl {
 
   // EASY: when the blocked head job can start if running jobs end at their time limits, and
   // which GPUs it will take then. Fills caps_ so that jobs running past that time leave those
-  // GPUs alone. Returns the shadow time (kInfiniteTime if running jobs never free enough).
-  Time ComputeReservation(const JobRequest& head, Time now) {
+  // GPUs alone, and `planned` with where the placement plugin would put the head at that time
+  // (planned_placement). Returns the shadow time (kInfiniteTime if running jobs never free
+  // enough).
+  Time ComputeReservation(const JobRequest& head, Time now, Placement* planned) {
+    planned->clear();
     ++stats_.reservations_computed;
     caps_.Clear();
     const JobShape shape = ShapeOf(head);
@@ -1023,7 +1041,9 @@ class Engine::Impl {
     int total = free_.FreeOfTypes(mask);
     Time shadow = kInfiniteTime;
     const bool all_up = nodes_not_up_ == 0;  // a local: kept in a register through the walk
-    for (const auto& [end, r] : running_by_end_) {
+    auto walk = running_by_end_.begin();
+    for (; walk != running_by_end_.end(); ++walk) {
+      const auto& [end, r] = *walk;
       if (state_[r].shared_gpu >= 0 && !LastOnSharedGpu(r)) [[unlikely]]
         continue;
       for (const Slot& slot : state_[r].placement) {
@@ -1065,7 +1085,33 @@ class Engine::Impl {
         return need > 0 && nodes_left > 0;
       });
     }
+    // The planned placement sees every GPU back by the shadow time: the walk stopped at the
+    // first job that made room, and others may end at that same instant.
+    for (++walk; walk != running_by_end_.end() && walk->first <= shadow; ++walk) {
+      const JobIndex r = walk->second;
+      if (state_[r].shared_gpu >= 0 && !LastOnSharedGpu(r)) [[unlikely]]
+        continue;
+      for (const Slot& slot : state_[r].placement) {
+        if (!((mask >> nodes[slot.node].gpu_type) & 1u)) continue;
+        if (!all_up && node_state_[slot.node] != NodeState::kUp) continue;
+        extra_[slot.node] += slot.gpus;
+      }
+    }
+    shadow_extra_.clear();
+    for (const auto& [n, e] : extra_) shadow_extra_.push_back({n, e});
+    PlanAtShadow(head, planned);
     return shadow;
+  }
+
+  // Where the placement plugin would put `head` on the GPUs free now plus shadow_extra_ (those
+  // expected back by the reservation's shadow time): they are counted free for the one call and
+  // taken back. Placement plugins keep no state across calls that this could change (the
+  // head's own placement was tried this cycle, so scores that learn the workload saw it).
+  void PlanAtShadow(const JobRequest& head, Placement* planned) {
+    for (const Slot& e : shadow_extra_) free_.Release(e.node, e.gpus);
+    if (!placement_->Place(head, free_, nullptr, planned)) planned->clear();
+    for (const Slot& e : shadow_extra_) free_.Allocate(e.node, e.gpus);
+    planned_stale_ = false;
   }
 
   // Free GPUs from now on, as running jobs end at their limits. Down nodes hold no running jobs
@@ -1190,6 +1236,7 @@ class Engine::Impl {
           node_plan_.Add(slot.node, t + length, slot.gpus);
         }
         st.reserved_start = t;
+        state_[j].planned = scratch_;
         return false;
       }
       from = profile_steps_.NextStepAfter(t);
@@ -1308,7 +1355,7 @@ class Engine::Impl {
           // it: reuse it instead of walking the running jobs again.
           if (j != reservation_head_ || running_epoch_ != reservation_epoch_ ||
               now >= reservation_shadow_ || admitted->gpu_type_mask != reservation_mask_) {
-            reservation_shadow_ = ComputeReservation(*admitted, now);
+            reservation_shadow_ = ComputeReservation(*admitted, now, &st.planned);
             reservation_head_ = j;
             reservation_epoch_ = running_epoch_;
             reservation_mask_ = admitted->gpu_type_mask;
@@ -1333,6 +1380,15 @@ class Engine::Impl {
                 caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
             }
           }
+          // The head's planned placement: a short job's GPUs are back by the shadow time; a
+          // long one's are not, which may move the plan (redone once, at the end of the cycle).
+          if (share_target_ < 0) {
+            if (!short_enough) {
+              planned_stale_ = true;
+            } else if (!IsShare(job)) {
+              shadow_extra_.insert(shadow_extra_.end(), scratch_.begin(), scratch_.end());
+            }
+          }
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
           const Reason r = power_refused_ ? Reason::kPower : BlockedReason(*admitted);
@@ -1346,6 +1402,20 @@ class Engine::Impl {
         st.status.reason = r == Reason::kTopology ? Reason::kReservation : r;
         PlanConservative(j, *admitted, now, starts);
       }
+    }
+    // EASY: long backfills took GPUs the head's planned placement counted free at the shadow
+    // time, or changed what the placement plugin prefers there: plan it once more. Only while
+    // the reservation is still exact (no job ended this cycle, which a preemption would do).
+    if (planned_stale_ && mode == BackfillMode::kEasy && head >= 0 && head == reservation_head_ &&
+        running_epoch_ == reservation_epoch_ && shadow < kInfiniteTime) {
+      JobState& hs = state_[head];
+      const JobRequest* planned_for = hs.job;
+      if (reservation_mask_ != planned_for->gpu_type_mask) {
+        narrowed_ = *planned_for;
+        narrowed_.gpu_type_mask = reservation_mask_;
+        planned_for = &narrowed_;
+      }
+      PlanAtShadow(*planned_for, &hs.planned);
     }
   }
 
@@ -1460,6 +1530,7 @@ class Engine::Impl {
     Queues(job.team, s.old).erase({s.key, job.submit, j});
     s.status.reason = Reason::kPreempting;
     s.status.reserved_start = end_by;
+    s.planned = w.placement;
     s.status.blocked_by = -1;
     starts->push_back({j, now, w.placement, Reason::kPreempting, w.victims, end_by});
     waiting_.push_back(std::move(w));
@@ -1652,6 +1723,10 @@ class Engine::Impl {
   JobIndex reservation_head_ = -1;
   uint32_t reservation_mask_ = 0;
   Time reservation_shadow_ = kInfiniteTime;
+  // GPUs expected back by the shadow time (per node, a node may repeat), for the head's planned
+  // placement, and whether backfills since it was planned may have moved it.
+  std::vector<Slot> shadow_extra_;
+  bool planned_stale_ = false;
   // Per-job admission (AdmissionPlugin::per_job): the current job's decision, and the job with
   // its types narrowed to the admitted flavor.
   bool per_job_admission_ = false;
@@ -1752,11 +1827,21 @@ std::string Engine::Impl::Explain(JobIndex j) const {
       }
     }
   }
-  const std::string estimate =
-      st.reserved_start < kInfiniteTime
-          ? "; expected to start by t=" + std::to_string(st.reserved_start) +
-                " (if running jobs end at their time limits)"
-          : std::string();
+  std::string estimate;
+  if (st.reserved_start < kInfiniteTime) {
+    estimate = "; expected to start by t=" + std::to_string(st.reserved_start);
+    const Placement& planned = planned_placement(j);
+    // The planned nodes (planned_placement), a few by name: where a driver stages its data.
+    constexpr size_t kNamed = 8;
+    for (size_t i = 0; i < planned.size() && i < kNamed; ++i) {
+      estimate += (i == 0 ? (planned.size() == 1 ? " on node " : " on nodes ") : ",") +
+                  cluster_.nodes()[planned[i].node].name;
+    }
+    if (planned.size() > kNamed) {
+      estimate += " and " + std::to_string(planned.size() - kNamed) + " more";
+    }
+    estimate += " (if running jobs end at their time limits)";
+  }
   switch (st.reason) {
     case Reason::kQuota:
       return "waiting for quota";
@@ -1819,6 +1904,9 @@ Time Engine::NextWakeup(Time now) const { return impl_->NextWakeup(now); }
 const JobStatus& Engine::status(JobIndex job) const { return impl_->status(job); }
 const std::vector<JobIndex>& Engine::status_changes() const { return impl_->status_changes(); }
 const Placement& Engine::placement(JobIndex job) const { return impl_->placement(job); }
+const Placement& Engine::planned_placement(JobIndex job) const {
+  return impl_->planned_placement(job);
+}
 std::string Engine::Explain(JobIndex job) const { return impl_->Explain(job); }
 std::vector<PriorityTerm> Engine::PriorityTerms(JobIndex job, Time now) const {
   return impl_->PriorityTerms(job, now);
