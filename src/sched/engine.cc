@@ -634,17 +634,20 @@ class Engine::Impl {
     return state_[j].placement;
   }
   // Shown only while the job is pending with a finite estimate, so it can never disagree with
-  // reserved_start, whichever path cleared that.
-  const Placement& planned_placement(JobIndex j) const {
+  // reserved_start, whichever path cleared that. EASY's head's is computed here, on demand.
+  const Placement& planned_placement(JobIndex j) {
     static const Placement kEmpty;
     if (j < 0 || static_cast<size_t>(j) >= state_.size()) return kEmpty;
     const JobState& s = state_[j];
     if (s.status.phase != JobStatus::Phase::kPending || s.status.reserved_start >= kInfiniteTime) {
       return kEmpty;
     }
+    if (head_plan_dirty_ && j == reservation_head_ && s.status.reason != Reason::kPreempting) {
+      PlanHead();
+    }
     return s.planned;
   }
-  std::string Explain(JobIndex j) const;
+  std::string Explain(JobIndex j);
 
   const FreeIndex& free_index() const { return free_; }
   const SharedGpus& shared_gpus() const { return shares_; }
@@ -1025,9 +1028,8 @@ class Engine::Impl {
 
   // EASY: when the blocked head job can start if running jobs end at their time limits, and
   // which GPUs it will take then. Fills caps_ so that jobs running past that time leave those
-  // GPUs alone, and `planned` with where the placement plugin would put the head at that time
-  // (planned_placement). Returns the shadow time (kInfiniteTime if running jobs never free
-  // enough).
+  // GPUs alone. The head's planned placement is cleared, for PlanHead to compute when it is
+  // asked for. Returns the shadow time (kInfiniteTime if running jobs never free enough).
   Time ComputeReservation(const JobRequest& head, Time now, Placement* planned) {
     planned->clear();
     ++stats_.reservations_computed;
@@ -1041,9 +1043,7 @@ class Engine::Impl {
     int total = free_.FreeOfTypes(mask);
     Time shadow = kInfiniteTime;
     const bool all_up = nodes_not_up_ == 0;  // a local: kept in a register through the walk
-    auto walk = running_by_end_.begin();
-    for (; walk != running_by_end_.end(); ++walk) {
-      const auto& [end, r] = *walk;
+    for (const auto& [end, r] : running_by_end_) {
       if (state_[r].shared_gpu >= 0 && !LastOnSharedGpu(r)) [[unlikely]]
         continue;
       for (const Slot& slot : state_[r].placement) {
@@ -1063,6 +1063,7 @@ class Engine::Impl {
       }
     }
     if (shadow >= kInfiniteTime) return shadow;
+    head_plan_dirty_ = true;
     // Choose the reserved GPUs: nodes freed by the ending jobs first (lowest index), then nodes
     // free now. For each, slack = what is free at the shadow time minus what the head takes.
     std::vector<std::pair<NodeIndex, int>> avail;  // (node, free at shadow)
@@ -1085,33 +1086,44 @@ class Engine::Impl {
         return need > 0 && nodes_left > 0;
       });
     }
-    // The planned placement sees every GPU back by the shadow time: the walk stopped at the
-    // first job that made room, and others may end at that same instant.
-    for (++walk; walk != running_by_end_.end() && walk->first <= shadow; ++walk) {
-      const JobIndex r = walk->second;
-      if (state_[r].shared_gpu >= 0 && !LastOnSharedGpu(r)) [[unlikely]]
-        continue;
-      for (const Slot& slot : state_[r].placement) {
-        if (!((mask >> nodes[slot.node].gpu_type) & 1u)) continue;
-        if (!all_up && node_state_[slot.node] != NodeState::kUp) continue;
-        extra_[slot.node] += slot.gpus;
-      }
-    }
-    shadow_extra_.clear();
-    for (const auto& [n, e] : extra_) shadow_extra_.push_back({n, e});
-    PlanAtShadow(head, planned);
     return shadow;
   }
 
-  // Where the placement plugin would put `head` on the GPUs free now plus shadow_extra_ (those
-  // expected back by the reservation's shadow time): they are counted free for the one call and
-  // taken back. Placement plugins keep no state across calls that this could change (the
-  // head's own placement was tried this cycle, so scores that learn the workload saw it).
-  void PlanAtShadow(const JobRequest& head, Placement* planned) {
-    for (const Slot& e : shadow_extra_) free_.Release(e.node, e.gpus);
-    if (!placement_->Place(head, free_, nullptr, planned)) planned->clear();
-    for (const Slot& e : shadow_extra_) free_.Allocate(e.node, e.gpus);
-    planned_stale_ = false;
+  // EASY: the head's planned placement, computed on demand (planned_placement, Explain) rather
+  // than with every reservation: a placement that succeeds is a real search, and the GPUs back
+  // by the shadow time are all the running jobs ending by then (every overdue one too), where
+  // the reservation's walk stops at the first that makes room. Done with every reservation,
+  // the engine benchmark's slurm-like cycle took 20 to 80 times as long (many overdue jobs);
+  // the simulator never asks. From the state
+  // now: the placement plugin runs on the GPUs free now plus those of the running jobs expected
+  // to end by the head's estimate (of its admitted GPU types, on nodes that are up), counted
+  // free for the one call and taken back. Placement plugins keep no state across calls that
+  // this could change (the head was tried in its cycle, so scores that learn the workload saw
+  // it).
+  void PlanHead() {
+    head_plan_dirty_ = false;
+    JobState& s = state_[reservation_head_];
+    const Time shadow = s.status.reserved_start;
+    const JobRequest* head = s.job;
+    if (reservation_mask_ != head->gpu_type_mask) {
+      plan_job_ = *head;
+      plan_job_.gpu_type_mask = reservation_mask_;
+      head = &plan_job_;
+    }
+    const uint32_t mask = head->gpu_type_mask;
+    plan_back_.clear();
+    for (const auto& [end, r] : running_by_end_) {
+      if (end > shadow) break;
+      if (state_[r].shared_gpu >= 0 && !LastOnSharedGpu(r)) continue;
+      for (const Slot& slot : state_[r].placement) {
+        if (!((mask >> free_.gpu_type(slot.node)) & 1u)) continue;
+        if (nodes_not_up_ != 0 && node_state_[slot.node] != NodeState::kUp) continue;
+        plan_back_.push_back(slot);
+      }
+    }
+    for (const Slot& b : plan_back_) free_.Release(b.node, b.gpus);
+    if (!placement_->Place(*head, free_, nullptr, &s.planned)) s.planned.clear();
+    for (const Slot& b : plan_back_) free_.Allocate(b.node, b.gpus);
   }
 
   // Free GPUs from now on, as running jobs end at their limits. Down nodes hold no running jobs
@@ -1380,15 +1392,9 @@ class Engine::Impl {
                 caps_.Set(slot.node, caps_.cap(slot.node) - slot.gpus);
             }
           }
-          // The head's planned placement: a short job's GPUs are back by the shadow time; a
-          // long one's are not, which may move the plan (redone once, at the end of the cycle).
-          if (share_target_ < 0) {
-            if (!short_enough) {
-              planned_stale_ = true;
-            } else if (!IsShare(job)) {
-              shadow_extra_.insert(shadow_extra_.end(), scratch_.begin(), scratch_.end());
-            }
-          }
+          // The head's planned placement: a job running past the shadow time holds GPUs the
+          // plan may have counted, or changes what the placement plugin prefers then.
+          if (!short_enough) head_plan_dirty_ = true;
           Start(j, now, Reason::kStartedBackfill, starts);
         } else {
           const Reason r = power_refused_ ? Reason::kPower : BlockedReason(*admitted);
@@ -1402,20 +1408,6 @@ class Engine::Impl {
         st.status.reason = r == Reason::kTopology ? Reason::kReservation : r;
         PlanConservative(j, *admitted, now, starts);
       }
-    }
-    // EASY: long backfills took GPUs the head's planned placement counted free at the shadow
-    // time, or changed what the placement plugin prefers there: plan it once more. Only while
-    // the reservation is still exact (no job ended this cycle, which a preemption would do).
-    if (planned_stale_ && mode == BackfillMode::kEasy && head >= 0 && head == reservation_head_ &&
-        running_epoch_ == reservation_epoch_ && shadow < kInfiniteTime) {
-      JobState& hs = state_[head];
-      const JobRequest* planned_for = hs.job;
-      if (reservation_mask_ != planned_for->gpu_type_mask) {
-        narrowed_ = *planned_for;
-        narrowed_.gpu_type_mask = reservation_mask_;
-        planned_for = &narrowed_;
-      }
-      PlanAtShadow(*planned_for, &hs.planned);
     }
   }
 
@@ -1723,10 +1715,11 @@ class Engine::Impl {
   JobIndex reservation_head_ = -1;
   uint32_t reservation_mask_ = 0;
   Time reservation_shadow_ = kInfiniteTime;
-  // GPUs expected back by the shadow time (per node, a node may repeat), for the head's planned
-  // placement, and whether backfills since it was planned may have moved it.
-  std::vector<Slot> shadow_extra_;
-  bool planned_stale_ = false;
+  // The reservation head's planned placement is to be computed (PlanHead); plan_job_ is the
+  // head with its admitted GPU types, plan_back_ the GPUs counted back by its estimate.
+  bool head_plan_dirty_ = false;
+  JobRequest plan_job_;
+  Placement plan_back_;
   // Per-job admission (AdmissionPlugin::per_job): the current job's decision, and the job with
   // its types narrowed to the admitted flavor.
   bool per_job_admission_ = false;
@@ -1759,7 +1752,7 @@ class Engine::Impl {
   std::vector<uint8_t> quota_marked_;
 };
 
-std::string Engine::Impl::Explain(JobIndex j) const {
+std::string Engine::Impl::Explain(JobIndex j) {
   const JobStatus& st = status(j);
   if (st.phase == JobStatus::Phase::kUnknown) return "unknown job";
   const JobState& s = state_[j];

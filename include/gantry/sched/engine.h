@@ -218,12 +218,15 @@ class Engine {
   // the nodes and GPUs a live driver stages the job's data onto while it waits. Non-empty only
   // while reserved_start is finite (empty under backfill none, for a job waiting for quota, once
   // it starts or is cancelled). Conservative backfill plans every examined job's placement;
-  // EASY plans the head's, through the profile's placement plugin on the GPUs free now plus
-  // those of running jobs expected to end by the shadow time, when the reservation is computed
-  // and again after backfills that may move it; a waiting preemptor's (GraceTime) is where it
-  // will start. Empty, with a finite estimate, when the plugin finds no placement on those GPUs
-  // (a topology span limit). An expectation: jobs that end early, new arrivals and placement
-  // scores that change meanwhile (data locality) may move the actual start.
+  // a waiting preemptor's (GraceTime) is where it will start. EASY plans the head's through the
+  // profile's placement plugin on the GPUs free now plus those of every running job expected to
+  // end by its estimate, computed on the first call after a cycle that (re)computed the
+  // reservation or backfilled a job that outlives it, from the state at that call (a walk and a
+  // placement search, so the simulator, which never asks, does not pay for them); a driver asks
+  // after Schedule. Also empty, with a finite estimate, when the plugin finds no placement on
+  // those GPUs (a topology span limit). An expectation: jobs that end early, new arrivals and
+  // scores that change meanwhile (data locality) may move the actual start. Not safe to call
+  // concurrently with anything else (it may compute).
   const Placement& planned_placement(JobIndex job) const;
   // A sentence for a human: why this job waits (or why it started where it did).
   std::string Explain(JobIndex job) const;
