@@ -36,6 +36,7 @@ void RegisterBuiltinPlugins(PluginRegistry& r) {
   add(r.AddScore("most-free", NewMostFreeScore));
   add(r.AddScore("fgd", NewFgdScore));
   add(r.AddScore("scarcity", NewScarcityScore));
+  add(r.AddScore("data-locality", NewDataLocalityScore));
   add(r.AddPreemption("none", NewNoPreemption));
   add(r.AddPreemption("kueue-order", NewKueueOrder));
   add(r.AddPreemption("checkpoint-aware", NewCheckpointAware));

@@ -62,5 +62,7 @@ Result<std::unique_ptr<ScorePlugin>> NewMostFreeScore(const PluginArgs& args,
 Result<std::unique_ptr<ScorePlugin>> NewScarcityScore(const PluginArgs& args,
                                                       const PluginContext& ctx);
 Result<std::unique_ptr<ScorePlugin>> NewFgdScore(const PluginArgs& args, const PluginContext& ctx);
+Result<std::unique_ptr<ScorePlugin>> NewDataLocalityScore(const PluginArgs& args,
+                                                          const PluginContext& ctx);
 
 }  // namespace gantry::builtin

@@ -11,9 +11,11 @@
 //              first domain: filter, score "pack" (gang) or "spread" ("any"). Past the levels
 //              (or max_span_level): best-fit over the cluster, or wait
 //
-// A profile may add weighted scores on top of any of them (`args: {scores: "locality:2"}`); the
-// placement's own score then joins the sum with weight 1 and the generic path runs, since the
-// fast paths know only their own criterion.
+// A profile may add weighted scores on top of any of them (`args: {scores: "data-locality:2"}`);
+// the placement's own score then joins the sum with weight 1 and the generic path runs, since
+// the fast paths know only their own criterion, except for a job for which every extra score is
+// 0 on every node (ScorePlugin::Uniform: "data-locality" for a job that declares no data): it
+// keeps the fast path, which chooses exactly the same.
 //
 // A job's shape is either a gang (`nodes` nodes x `gpus_per_node` GPUs) or "any" (its GPUs may
 // be spread; we still pack them onto as few nodes as we can, since every extra node adds
@@ -132,10 +134,20 @@ bool MayFit(const JobRequest& job, const JobShape& s, const FreeIndex& free,
 class BuiltinPlacement : public PlacementPlugin {
  public:
   BuiltinPlacement(PlacementSearch search, OwnedScores extra)
-      : generic_(search == PlacementSearch::kGeneric || !extra.weighted.empty()),
-        extra_(std::move(extra)) {}
+      : forced_generic_(search == PlacementSearch::kGeneric), extra_(std::move(extra)) {}
 
  protected:
+  // Whether `job` goes through the generic path: when forced (the equivalence test), or when an
+  // extra score may rank nodes differently for it. A score that is 0 on every node for this job
+  // (ScorePlugin::Uniform: "data-locality" for a job without data) changes nothing, so the fast
+  // path, which knows only the placement's own criterion, still chooses exactly the same.
+  bool Generic(const JobRequest& job) const {
+    if (forced_generic_) return true;
+    for (const WeightedScore& w : extra_.weighted) {
+      if (!w.score->Uniform(job)) return true;
+    }
+    return false;
+  }
   // The placement's own score with weight 1, then the profile's.
   std::span<const WeightedScore> Scores(const ScorePlugin& own) const {
     scores_.clear();
@@ -154,7 +166,7 @@ class BuiltinPlacement : public PlacementPlugin {
     return search_.Place(job, s, free, caps, Scores(*most_free_), nullptr, out);
   }
 
-  const bool generic_;
+  const bool forced_generic_;
   OwnedScores extra_;
   mutable std::vector<WeightedScore> scores_;
   mutable ScoredSearch search_;
@@ -177,7 +189,9 @@ class FirstFit final : public BuiltinPlacement {
     out->clear();
     if (!MayFit(job, free, caps)) return false;
     const JobShape s = ShapeOf(job);
-    if (generic_) return search_.Place(job, s, free, caps, Scores(*lowest_index_), nullptr, out);
+    if (Generic(job)) {
+      return search_.Place(job, s, free, caps, Scores(*lowest_index_), nullptr, out);
+    }
     return s.any ? FirstFitAny(job, free, caps, out)
                  : FirstFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
   }
@@ -195,7 +209,7 @@ class BestFit final : public BuiltinPlacement {
     out->clear();
     if (!MayFit(job, free, caps)) return false;
     const JobShape s = ShapeOf(job);
-    if (generic_) return GenericBestFit(job, s, free, caps, out);
+    if (Generic(job)) return GenericBestFit(job, s, free, caps, out);
     return s.any ? BestFitAny(job, free, caps, out)
                  : BestFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
   }
@@ -216,8 +230,9 @@ class Topology final : public BuiltinPlacement {
     const JobShape s = ShapeOf(job);
     CollectCapLoss(job, s.any ? 1 : s.gpus_per_node, free, caps, &loss_);
     if (!MayFit(job, s, free, loss_)) return false;
+    const bool generic = Generic(job);
     const auto best_fit = [&] {
-      if (generic_) return GenericBestFit(job, s, free, caps, out);
+      if (generic) return GenericBestFit(job, s, free, caps, out);
       return s.any ? BestFitAny(job, free, caps, out)
                    : BestFitGang(job, s.nodes, s.gpus_per_node, free, caps, out);
     };
@@ -232,8 +247,8 @@ class Topology final : public BuiltinPlacement {
     const int levels = static_cast<int>(free.cluster().levels().size());
     const int top = max_span_level_ >= 0 ? std::min(max_span_level_, levels - 1) : levels - 1;
     for (int level = 0; level <= top; ++level) {
-      if (generic_ ? GenericInLevel(job, s, level, free, caps, out)
-                   : PlaceInLevel(job, s, level, free, caps, out)) {
+      if (generic ? GenericInLevel(job, s, level, free, caps, out)
+                  : PlaceInLevel(job, s, level, free, caps, out)) {
         return true;
       }
     }

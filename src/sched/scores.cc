@@ -22,9 +22,15 @@
 //                 that may use the node's type but fewer types than this job, i.e. would be
 //                 left with fewer places to run if this job took the node. Constant on a
 //                 cluster of one type, or for a job that can use only one type.
+//   data-locality the fraction of the job's declared data (JobRequest::datasets) the node's
+//                 local tier already holds, as the driver's DataLocality says
+//                 (sched/data_locality.h). 0 on every node, and Uniform, for a job that declares
+//                 no data, when the driver gives no DataLocality, or when no node holds any of
+//                 the job's data: it then changes no placement and costs no fast path.
 #include <algorithm>
 
 #include "builtin_plugins.h"
+#include "gantry/sched/data_locality.h"
 #include "gantry/sched/fragmentation.h"
 
 namespace gantry {
@@ -133,6 +139,22 @@ class ScarcityScore final : public ScorePlugin {
   MixSource mix_;
 };
 
+class DataLocalityScore final : public ScorePlugin {
+ public:
+  explicit DataLocalityScore(const DataLocality* locality) : locality_(locality) {}
+  std::string_view name() const override { return "data-locality"; }
+  double Score(const JobRequest& job, NodeIndex node, int, const FreeIndex&) const override {
+    if (locality_ == nullptr || job.datasets.empty()) return 0;
+    return std::clamp(locality_->HeldFraction(node, job), 0.0, 1.0);
+  }
+  bool Uniform(const JobRequest& job) const override {
+    return locality_ == nullptr || job.datasets.empty() || !locality_->HeldAnywhere(job);
+  }
+
+ private:
+  const DataLocality* locality_;  // borrowed from the driver (EngineOptions); may be null
+};
+
 }  // namespace
 
 namespace builtin {
@@ -174,6 +196,12 @@ Result<std::unique_ptr<ScorePlugin>> NewScarcityScore(const PluginArgs& args,
 Result<std::unique_ptr<ScorePlugin>> NewFgdScore(const PluginArgs& args, const PluginContext& ctx) {
   GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
   return std::unique_ptr<ScorePlugin>(new FgdScore(ctx.task_mix));
+}
+
+Result<std::unique_ptr<ScorePlugin>> NewDataLocalityScore(const PluginArgs& args,
+                                                          const PluginContext& ctx) {
+  GANTRY_RETURN_IF_ERROR(args.CheckKnown({}));
+  return std::unique_ptr<ScorePlugin>(new DataLocalityScore(ctx.data_locality));
 }
 
 }  // namespace builtin

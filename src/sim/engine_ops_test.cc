@@ -332,8 +332,9 @@ profiles:
   auto e = Engine::Create(c, teams, last);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(e.status().message().find("unknown score plugin 'last-node' (known: pack, spread, "
-                                      "lowest-index, least-free, most-free, fgd, scarcity)"),
+  EXPECT_NE(e.status().message().find(
+                "unknown score plugin 'last-node' (known: pack, spread, "
+                "lowest-index, least-free, most-free, fgd, scarcity, data-locality)"),
             std::string::npos)
       << e.status().ToString();
 

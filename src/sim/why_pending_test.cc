@@ -106,7 +106,7 @@ TEST(WhyPending, FragmentationWithTheHeadsEstimate) {
   EXPECT_EQ(h.Changes(), "C");
   EXPECT_EQ(h.engine().Explain(2),
             "enough GPUs are free in total, but no 1 node(s) have room for its shape; expected to "
-            "start by t=50 (if running jobs end at their time limits)");
+            "start by t=50 on node n1 (if running jobs end at their time limits)");
   h.Submit(d);
   EXPECT_EQ(h.Schedule(2), "");
   EXPECT_EQ(h.reason(3), Reason::kResources);

@@ -57,6 +57,7 @@
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/status.h"
 #include "gantry/common/time.h"
+#include "gantry/sched/data_locality.h"
 #include "gantry/sched/free_index.h"
 #include "gantry/sched/plugin.h"
 #include "gantry/sched/profile.h"
@@ -139,6 +140,10 @@ struct EngineOptions {
   // The names behind JobRequest::user and ::queue, passed to plugins (PluginContext). Borrowed.
   const std::vector<std::string>* users = nullptr;
   const std::vector<std::string>* queues = nullptr;
+  // What each node's local tier holds of each job's declared data (JobRequest::datasets), for
+  // the "data-locality" score; the driver updates it between cycles (a DataLocalityMap). Null:
+  // nothing is known, and the score changes no placement. Borrowed; must outlive the engine.
+  const DataLocality* data_locality = nullptr;
 };
 
 // One weighted term of a pending job's priority (sprio's breakdown): the factor's name, its
@@ -209,6 +214,20 @@ class Engine {
   // quota); a job stays out of this list until a cycle changes that.
   const std::vector<JobIndex>& status_changes() const;
   const Placement& placement(JobIndex job) const;
+  // Where the reservation plan expects a pending job to start, at status(job).reserved_start:
+  // the nodes and GPUs a live driver stages the job's data onto while it waits. Non-empty only
+  // while reserved_start is finite (empty under backfill none, for a job waiting for quota, once
+  // it starts or is cancelled). Conservative backfill plans every examined job's placement;
+  // a waiting preemptor's (GraceTime) is where it will start. EASY plans the head's through the
+  // profile's placement plugin on the GPUs free now plus those of every running job expected to
+  // end by its estimate, computed on the first call after a cycle that (re)computed the
+  // reservation or backfilled a job that outlives it, from the state at that call (a walk and a
+  // placement search, so the simulator, which never asks, does not pay for them); a driver asks
+  // after Schedule. Also empty, with a finite estimate, when the plugin finds no placement on
+  // those GPUs (a topology span limit). An expectation: jobs that end early, new arrivals and
+  // scores that change meanwhile (data locality) may move the actual start. Not safe to call
+  // concurrently with anything else (it may compute).
+  const Placement& planned_placement(JobIndex job) const;
   // A sentence for a human: why this job waits (or why it started where it did).
   std::string Explain(JobIndex job) const;
   // The terms of a submitted job's priority at `now`, one per factor of the profile, in profile

@@ -15,8 +15,9 @@
 //                                 index-driven fast paths proven equivalent; a profile may add
 //                                 scores to any of them; "scored" uses only the profile's
 //   score        ScorePlugin      ranks one node for one job (pack, spread, lowest-index,
-//                                 least-free, most-free, fgd, scarcity; next data
-//                                 locality)
+//                                 least-free, most-free, fgd, scarcity, data-locality:
+//                                 how much of the job's declared data the node holds,
+//                                 sched/data_locality.h)
 //   backfill     Profile::backfill none / EASY / conservative reservations (engine.cc)
 //   preemption   PreemptionPlugin victim order and eligibility for admission's preemptions, and
 //                                 priority/QoS preemption for a blocked head job, GraceTime and
@@ -117,6 +118,11 @@ class ScorePlugin {
   virtual std::string_view name() const = 0;
   virtual double Score(const JobRequest& job, NodeIndex node, int usable,
                        const FreeIndex& free) const = 0;
+  // True when Score is 0 on every node for `job` (the "data-locality" score for a job that
+  // declares no data), so it cannot change the ranking: a built-in placement whose extra scores
+  // are all uniform for a job keeps its index-driven fast path for that job. 0, not merely the
+  // same value, so that the generic path's sums are unchanged bit for bit too.
+  virtual bool Uniform(const JobRequest& job) const { return false; }
 };
 
 // What priority factors may observe of the engine.

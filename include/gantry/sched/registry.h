@@ -35,6 +35,7 @@ class RuntimeOracle {
   virtual Duration TrueRunTime(const JobRequest& job) const = 0;
 };
 
+class DataLocality;
 class PluginRegistry;
 class TaskMix;
 
@@ -53,6 +54,9 @@ struct PluginContext {
   // The workload's kinds of task, for the "fgd" score's expectation; null: it learns them from
   // the jobs it scores. Set by drivers that know the workload up front (the packing experiment).
   const TaskMix* task_mix = nullptr;
+  // What each node holds of each job's declared data, for the "data-locality" score; null: none
+  // known (a live driver gives it through EngineOptions::data_locality).
+  const DataLocality* data_locality = nullptr;
 };
 
 template <class Plugin>
