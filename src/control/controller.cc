@@ -33,7 +33,9 @@ class Controller::Impl {
     for (size_t i = 0; i < cluster_.nodes().size(); ++i) {
       node_index_[cluster_.nodes()[i].name] = static_cast<NodeIndex>(i);
     }
-    GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_));
+    EngineOptions options;
+    options.data_locality = &locality_;
+    GANTRY_ASSIGN_OR_RETURN(engine_, Engine::Create(cluster_, teams_, profile_, options));
     overview_ = std::make_unique<OverviewTracker>(teams_, shared_team_);
     // Restart: every job the store has not seen end, reconciled with the resource manager
     // (its writes in one commit). Nodes first, so that a job the resource manager reports on a
@@ -143,8 +145,8 @@ class Controller::Impl {
       auto waiting = waiting_.find(r->id);
       if (stager_ != nullptr && !r->datasets.empty()) {
         for (Stager::Part& p : stager_->JobProgress(r->id)) {
-          staging_sig = staging_sig * 1000003 + std::hash<std::string>()(p.node + p.dataset +
-                                                                         p.progress.state) +
+          staging_sig = staging_sig * 1000003 +
+                        std::hash<std::string>()(p.node + p.dataset + p.progress.state) +
                         static_cast<uint64_t>(p.progress.bytes_done);
           staging.push_back({std::move(p.node), std::move(p.dataset), std::move(p.progress.state),
                              p.progress.bytes_done, p.progress.bytes_total,
@@ -390,6 +392,15 @@ class Controller::Impl {
     *report = CycleReport();
     GANTRY_RETURN_IF_ERROR(store_->Batch([&] { return Observe(now, report); }));
 
+    // What the nodes hold, as the stager last heard: the data-locality score's view.
+    if (stager_ != nullptr) {
+      locality_.Clear();
+      for (const auto& [node, dataset] : stager_->Held()) {
+        if (auto n = node_index_.find(node); n != node_index_.end()) {
+          locality_.Set(dataset, n->second, 1.0);
+        }
+      }
+    }
     std::vector<StartDecision> starts;
     engine_->Schedule(now, &starts);
     report->waiting_for_data = 0;
@@ -414,8 +425,8 @@ class Controller::Impl {
       const JobRequest& req = requests_[static_cast<size_t>(starts[i].job)];
       if (stager_ != nullptr && wait_for_data_ > 0 && datasets_of_.count(req.id) > 0) {
         waiting_[req.id] = Waiting{placements[i], now, now + wait_for_data_};
-        GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, req.id, "stage-wait",
-                                                "held until its data is on its nodes"));
+        GANTRY_RETURN_IF_ERROR(
+            store_->LogEvent(now, req.id, "stage-wait", "held until its data is on its nodes"));
         continue;
       }
       GANTRY_RETURN_IF_ERROR(StartInRm(req.id, placements[i], now, report));
@@ -469,8 +480,8 @@ class Controller::Impl {
       StageTarget t{id, {}, datasets};
       if (auto w = waiting_.find(id); w != waiting_.end()) {
         for (const NodeGpus& slot : w->second.placement) t.nodes.push_back(slot.node);
-      } else if (auto b = by_id_.find(id); b != by_id_.end() &&
-                 engine_->status(b->second).phase == JobStatus::Phase::kPending) {
+      } else if (auto b = by_id_.find(id); b != by_id_.end() && engine_->status(b->second).phase ==
+                                                                    JobStatus::Phase::kPending) {
         for (const Slot& slot : engine_->planned_placement(b->second)) {
           t.nodes.push_back(cluster_.nodes()[static_cast<size_t>(slot.node)].name);
         }
@@ -731,6 +742,7 @@ class Controller::Impl {
     q.qos = r.qos;
     q.checkpoint_interval = r.checkpoint_interval;
     q.restart_cost = r.restart_cost;
+    q.datasets = r.datasets;
     if (!r.gpu_types.empty()) {
       uint32_t mask = 0;
       for (const std::string& name : r.gpu_types) {
@@ -751,6 +763,7 @@ class Controller::Impl {
   std::map<std::string, int> team_index_;
   int shared_team_ = 0;
   std::map<std::string, NodeIndex> node_index_;
+  DataLocalityMap locality_;  // the engine's (EngineOptions::data_locality): outlives it
   std::unique_ptr<Engine> engine_;
   // Every request the engine was given, at stable addresses; a job submitted again (after a
   // refused start or a requeue) gets a new entry and index.

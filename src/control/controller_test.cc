@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/test_support.h"
+#include "control/fake_agents.h"
 #include "gantry/common/rng.h"
 
 namespace gantry::control {
@@ -789,6 +790,195 @@ TEST_F(ControllerTest, CrashesAndNodeFailuresAtRandomInstantsLoseNothing) {
   Result<std::vector<JobRecord>> active = store_->ActiveJobs();
   ASSERT_TRUE(active.ok());
   EXPECT_TRUE(active->empty()) << active->size() << " jobs still active";
+}
+
+// --- Jobs that declare data (set_stager) ---
+
+class ControllerStagingTest : public ControllerTest {
+ protected:
+  void SubmitWithData(const std::string& id, int gpus, Duration run_for, Time now,
+                      std::vector<std::string> datasets) {
+    rm_->Submit(id, "nlp", gpus, 8, run_for, now);
+    rm_->jobs_[id].job.request.datasets = std::move(datasets);
+  }
+  // Events of one job, "kind" each, in order.
+  std::vector<std::string> KindsOf(const std::string& id) {
+    std::vector<std::string> out;
+    Result<std::vector<StoreEvent>> events = store_->Events(0, 100000);
+    if (!events.ok()) return out;
+    for (const StoreEvent& e : *events) {
+      if (e.job == id) out.push_back(e.kind);
+    }
+    return out;
+  }
+  FakeAgents agents_;
+  Stager stager_{&agents_, {.retry_after_s = 1000}};
+};
+
+// The point of it all: while a job waits behind another, its data goes to the node the plan
+// expects it on, and when its turn comes it starts there at once, its data already local.
+TEST_F(ControllerStagingTest, DataIsStagedOnThePlannedNodeWhileTheJobWaits) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 600);
+  rm_->Submit("1", "nlp", 32, 8, 100, 0);  // the whole cluster until t=101
+  rm_->Submit("2", "nlp", 32, 8, 100, 0);  // then the whole cluster until t=201
+  SubmitWithData("3", 16, 10, 0, {"s3://b/a"});
+  rm_->Advance(1);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  const Result<JobStatus> st = ctl->JobStatusOf("3");
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->phase, JobStatus::Phase::kPending);
+  // Not the head (2 is), so EASY plans no nodes for it yet; 2 declared nothing: nothing staged.
+  EXPECT_TRUE(agents_.asks.empty());
+  // 2 starts at 101; 3 becomes the head and gets a plan: staged there while it waits.
+  rm_->Advance(101);
+  ASSERT_TRUE(ctl->Cycle(101, &r).ok());
+  ASSERT_EQ(ctl->JobStatusOf("3")->phase, JobStatus::Phase::kPending);
+  std::vector<std::string> planned;  // the nodes gantryd asked to stage onto
+  for (const Stager::Part& p : stager_.JobProgress("3")) planned.push_back(p.node);
+  ASSERT_EQ(planned.size(), 2u) << EventLog();
+  stager_.Poll(102);
+  stager_.Poll(103);
+  stager_.Poll(104);
+  EXPECT_EQ(agents_.asks.size(), 2u);
+  for (const std::string& node : planned) {
+    EXPECT_EQ((agents_.asks[{node, "s3://b/a"}]), 1) << node;
+    EXPECT_EQ(stager_.Progress(node, "s3://b/a").state, "done") << node;
+  }
+  ASSERT_TRUE(ctl->Cycle(104, &r).ok());
+  const JobView* v = ctl->Snapshot()->Find("3");
+  ASSERT_NE(v, nullptr);
+  ASSERT_EQ(v->staging.size(), 2u);
+  EXPECT_EQ(v->staging[0].state, "done");
+  EXPECT_EQ(v->staging[0].bytes_done, 100);
+  EXPECT_EQ(v->data_wait_until, -1);
+  // 2 ends at 201: 3 starts on the nodes that hold its data, in that cycle, without waiting.
+  rm_->Advance(201);
+  ASSERT_TRUE(ctl->Cycle(201, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(r.waiting_for_data, 0);
+  std::vector<std::string> ran;
+  for (const NodeGpus& s : rm_->jobs_["3"].job.placement) ran.push_back(s.node);
+  EXPECT_EQ(ran, planned);
+  EXPECT_EQ(rm_->violations_, 0);
+  EXPECT_EQ(KindsOf("3"),
+            (std::vector<std::string>{"submit", "decide", "stage-wait", "stage-staged"}))
+      << EventLog();
+}
+
+// Nothing planned ahead (the cluster was free): the decided job is held back until its data is
+// there, showing why, then released once.
+TEST_F(ControllerStagingTest, ADecidedJobIsHeldUntilItsDataIsThere) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  MetricsRegistry metrics;
+  ctl->set_metrics(&metrics);
+  ctl->set_stager(&stager_, 60);
+  SubmitWithData("7", 8, 10, 0, {"s3://b/a", "file:///d/b"});
+  rm_->Advance(1);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  EXPECT_EQ(r.started, 0);
+  EXPECT_EQ(r.waiting_for_data, 1);
+  EXPECT_EQ(rm_->jobs_["7"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(PhaseOf("7"), JobPhase::kStarting);
+  const JobView* v = ctl->Snapshot()->Find("7");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->reason, "StagingData");
+  EXPECT_EQ(v->data_wait_until, 61);
+  EXPECT_NE(v->explain.find("held until its data is staged there (0 of 2"), std::string::npos)
+      << v->explain;
+  // Still held, not mistaken for a job the resource manager held again.
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.waiting_for_data, 1);
+  EXPECT_EQ(PhaseOf("7"), JobPhase::kStarting);
+  stager_.Poll(2);
+  stager_.Poll(3);
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok());
+  v = ctl->Snapshot()->Find("7");
+  EXPECT_NE(v->explain.find("(0 of 2 datasets on nodes done, 100 B of 200 B)"),
+            std::string::npos)
+      << v->explain;  // the sentence follows the progress
+  stager_.Poll(4);
+  ASSERT_TRUE(ctl->Cycle(4, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(r.waiting_for_data, 0);
+  EXPECT_EQ(rm_->jobs_["7"].starts, 1);
+  const std::string text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_data_starts_total{outcome=\"staged\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_data_wait_seconds_sum 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_jobs_waiting_for_data 0"), std::string::npos) << text;
+}
+
+// Staging that fails, or an agent that never answers, does not hold a job forever: it is
+// released (reading from the source), and why is in the log.
+TEST_F(ControllerStagingTest, FailedOrSlowStagingReleasesTheJobAnyway) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 30);
+  SubmitWithData("1", 8, 10, 0, {"s3://b/missing"});
+  rm_->Advance(1);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  EXPECT_EQ(r.waiting_for_data, 1);
+  stager_.Poll(1);
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(KindsOf("1").back(), "stage-failed");
+  // Every node's agent down: unreachable is retried, not failed; the wait runs out at 2 + 30.
+  for (const Node& n : cluster_.nodes()) agents_.down.insert(n.name);
+  SubmitWithData("2", 8, 10, 2, {"s3://b/a"});
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  stager_.Poll(2);
+  ASSERT_TRUE(ctl->Cycle(31, &r).ok());
+  EXPECT_EQ(r.waiting_for_data, 1);
+  EXPECT_EQ(PhaseOf("2"), JobPhase::kStarting);
+  ASSERT_TRUE(ctl->Cycle(32, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(KindsOf("2").back(), "stage-timeout");
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// Without a wait (0), jobs are never held back: staging happens only ahead of time.
+TEST_F(ControllerStagingTest, NoWaitStartsAtOnce) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 0);
+  SubmitWithData("1", 8, 10, 0, {"s3://b/a"});
+  rm_->Advance(1);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(r.waiting_for_data, 0);
+}
+
+// gantryd killed while a job waits for its data: the restart finds it decided but held,
+// decides it anew, and it is released once -- never twice, never held forever.
+TEST_F(ControllerStagingTest, ARestartWhileAJobWaitsDecidesItAgain) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 600);
+  SubmitWithData("1", 8, 10, 0, {"s3://b/a"});
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  ASSERT_EQ(PhaseOf("1"), JobPhase::kStarting);
+  ctl.reset();  // killed
+  ctl = Open(2);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(PhaseOf("1"), JobPhase::kPending);  // requeued by the restart
+  ctl->set_stager(&stager_, 600);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok());
+  EXPECT_EQ(r.waiting_for_data, 1);
+  for (Time t = 3; t < 6; ++t) stager_.Poll(t);
+  ASSERT_TRUE(ctl->Cycle(6, &r).ok());
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(rm_->jobs_["1"].starts, 1);
+  EXPECT_EQ(rm_->violations_, 0);
 }
 
 }  // namespace

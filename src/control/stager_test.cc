@@ -10,50 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include "control/fake_agents.h"
 #include "gantry/common/metrics.h"
 
 namespace gantry::control {
 namespace {
-
-// Agents that stage in steps: each Get moves a dataset 50 bytes further, of 100.
-class FakeAgents : public StagingAgents {
- public:
-  Result<StageProgress> Stage(const std::string& node, const std::string& dataset,
-                              const std::string& job) override {
-    ++asks[{node, dataset}];
-    asked_by.push_back(job);
-    if (down.count(node) > 0) return Unavailable("connection refused");
-    if (dataset.find("missing") != std::string::npos) {
-      StageProgress p;
-      p.state = "failed";
-      p.error = "NotFound: shard.00000.mds";
-      return p;
-    }
-    StageProgress& p = state[{node, dataset}];
-    if (p.state.empty()) {
-      p.state = "staging";
-      p.bytes_total = 100;
-    }
-    return p;
-  }
-  Result<StageProgress> Get(const std::string& node, const std::string& dataset) override {
-    ++gets[{node, dataset}];
-    if (down.count(node) > 0) return Unavailable("connection refused");
-    auto it = state.find({node, dataset});
-    if (it == state.end()) return NotFound("never asked");
-    StageProgress& p = it->second;
-    p.bytes_done = std::min<int64_t>(p.bytes_done + 50, p.bytes_total);
-    p.bytes_fetched = p.bytes_done;
-    if (p.bytes_done == p.bytes_total) p.state = "done";
-    return p;
-  }
-
-  std::map<std::pair<std::string, std::string>, StageProgress> state;
-  std::map<std::pair<std::string, std::string>, int> asks;
-  std::map<std::pair<std::string, std::string>, int> gets;
-  std::vector<std::string> asked_by;
-  std::set<std::string> down;
-};
 
 TEST(Stager, AsksEveryNodeForEveryDatasetOnceAndPollsUntilDone) {
   FakeAgents agents;

@@ -39,6 +39,7 @@
 #include "gantry/control/overview.h"
 #include "gantry/control/stager.h"
 #include "gantry/control/state_store.h"
+#include "gantry/sched/data_locality.h"
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
 
@@ -169,14 +170,14 @@ struct ControlSnapshot {
 };
 
 struct CycleReport {
-  int observed = 0;      // jobs the resource manager listed
-  int submitted = 0;     // new jobs recorded and given to the engine
-  int started = 0;       // start decisions made durable and sent
-  int refused = 0;       // starts the resource manager refused (back to pending)
-  int confirmed = 0;     // decisions the resource manager now reports running
-  int finished = 0;      // jobs seen ending
-  int requeued = 0;      // jobs interrupted by a node going down, held again to be decided anew
-  int node_changes = 0;  // nodes whose state changed (drain, down, up)
+  int observed = 0;          // jobs the resource manager listed
+  int submitted = 0;         // new jobs recorded and given to the engine
+  int started = 0;           // start decisions made durable and sent
+  int refused = 0;           // starts the resource manager refused (back to pending)
+  int confirmed = 0;         // decisions the resource manager now reports running
+  int finished = 0;          // jobs seen ending
+  int requeued = 0;          // jobs interrupted by a node going down, held again to be decided anew
+  int node_changes = 0;      // nodes whose state changed (drain, down, up)
   int waiting_for_data = 0;  // decided jobs held back until their data is on their nodes
 };
 
