@@ -1,5 +1,6 @@
 // Helpers shared by the data module's tests (header-only, tests only): base64, JSONL reading and
-// opening a directory as a read-only store.
+// opening a directory as a read-only store, and small MDS and WebDataset datasets written
+// into a directory.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "gantry/data/mds.h"
+#include "gantry/data/webdataset.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry::data::test {
@@ -51,6 +54,47 @@ inline std::unique_ptr<ObjectStore> OpenDir(const std::string& dir, bool create 
   auto s = OpenObjectStore("file://" + dir, o);
   if (!s.ok()) throw std::runtime_error(s.status().ToString());
   return std::move(*s);
+}
+
+inline std::unique_ptr<ObjectStore> Dir(const std::string& path) {
+  auto s = OpenObjectStore("file://" + path, {});
+  if (!s.ok()) throw std::runtime_error(s.status().ToString());
+  return std::move(*s);
+}
+
+// An MDS dataset of `shards` shards of `per_shard` samples ("k<i>" -> 2000 bytes each), with
+// xxh64 digests in its index.
+inline void WriteMds(const std::string& path, int shards, int per_shard, int salt = 0) {
+  auto store = Dir(path);
+  MdsWriterOptions o;
+  o.columns = {{"__key__", "str"}, {"v", "bytes"}};
+  o.hashes = {"xxh64"};
+  // A sample takes about 2016 bytes (value, key, sizes, offset); the shard's header and config
+  // take well under 1000: this cuts exactly per_shard samples per shard.
+  o.size_limit = static_cast<uint64_t>(per_shard) * 2016 + 1000;
+  auto w = MdsWriter::Create(*store, o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (int i = 0; i < shards * per_shard; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_TRUE(
+        (*w)->Write({{"__key__", key}, {"v", std::string(2000, static_cast<char>(i + salt))}})
+            .ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+  ASSERT_EQ((*w)->index().shards.size(), static_cast<size_t>(shards));
+}
+
+inline void WriteWds(const std::string& path, int shards, int per_shard) {
+  auto store = Dir(path);
+  WdsWriterOptions o;
+  o.max_samples = per_shard;
+  auto w = WdsWriter::Create(*store, o);
+  ASSERT_TRUE(w.ok());
+  for (int i = 0; i < shards * per_shard; ++i) {
+    ASSERT_TRUE(
+        (*w)->Write("k" + std::to_string(i), {{"txt", std::string(300, 'a' + i % 26)}}).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
 }
 
 inline std::string FixturesDir() { return std::string(GANTRY_SOURCE_DIR) + "/testdata/datasets"; }
