@@ -26,23 +26,8 @@ using test_support::TempDir;
 using test::WriteMds;
 using test::WriteWds;
 
-// Stored bytes of the dataset's shard files (not its index).
-uint64_t ShardBytesIn(const std::string& dir) {
-  uint64_t total = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind("shard", 0) == 0) total += fs::file_size(e.path());
-  }
-  return total;
-}
-
-std::vector<std::string> ShardFiles(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind("shard", 0) == 0) out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using test::ShardBytesIn;
+using test::ShardFiles;
 
 StageOptions Stage(const std::string& cache, uint64_t capacity = 0) {
   StageOptions o;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -95,6 +97,21 @@ inline void WriteWds(const std::string& path, int shards, int per_shard) {
         (*w)->Write("k" + std::to_string(i), {{"txt", std::string(300, 'a' + i % 26)}}).ok());
   }
   ASSERT_TRUE((*w)->Finish().ok());
+}
+
+// The dataset's shard files ("shard*", not its index), sorted, and their stored bytes.
+inline std::vector<std::string> ShardFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("shard", 0) == 0) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+inline uint64_t ShardBytesIn(const std::string& dir) {
+  uint64_t total = 0;
+  for (const std::string& f : ShardFiles(dir)) total += std::filesystem::file_size(f);
+  return total;
 }
 
 inline std::string FixturesDir() { return std::string(GANTRY_SOURCE_DIR) + "/testdata/datasets"; }
