@@ -3,7 +3,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "storage/http_common.h"
 

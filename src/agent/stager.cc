@@ -2,6 +2,7 @@
 // data::StageDataset on them, and the state of each for the /v1/stage routes.
 #include "stager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
