@@ -1,9 +1,11 @@
 // gantry-agent: serves a node's local tier directory to peers over HTTP (read-only, byte
 // ranges), so a restoring node can fetch checkpoint chunks from a neighbour instead of the
-// durable tier. Peers must present the cluster's agent token (--token-file, or
+// durable tier; with --data-cache, also stages datasets into the node's shard cache when asked
+// (POST /v1/stage). Peers must present the cluster's agent token (--token-file, or
 // $GANTRY_AGENT_TOKEN); /healthz is open. Runs until SIGINT or SIGTERM.
 //
 //   gantry-agent --root /nvme/gantry --listen 10.0.0.7:7070 --token-file /etc/gantry/agent-token
+//       --data-cache /nvme/gantry-data --data-cache-bytes 2T   (one command line)
 //
 // Exit status: 0 after a signal, 2 on a usage error, 3 if the root cannot be served, 4 if the
 // address cannot be bound.
@@ -24,6 +26,7 @@
 
 #include "gantry/agent/agent.h"
 #include "gantry/common/daemon.h"
+#include "gantry/common/units.h"
 #include "gantry/storage/object_store.h"
 
 namespace {
@@ -82,6 +85,20 @@ int main(int argc, char** argv) {
                  "Connections one client address may hold open; more are refused (503)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  std::string data_cache_bytes = "0";
+  app.add_option("--data-cache", options.data_cache_dir,
+                 "The node-local shard cache directory (the loader's cache_dir, e.g. "
+                 "$GANTRY_DATA_CACHE_DIR) that POST /v1/stage stages datasets into; without it "
+                 "the /v1/stage routes answer 501. Staging reads any dataset URL the token "
+                 "holder names, as this agent's user");
+  app.add_option("--data-cache-bytes", data_cache_bytes,
+                 "The shard cache's byte budget, as the loaders on the node use it (e.g. 500G, "
+                 "2TiB); 0: no limit")
+      ->capture_default_str();
+  app.add_option("--stage-threads", options.stage_threads,
+                 "Datasets staged at once, on threads apart from the object workers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.set_version_flag("--version", "gantry-agent 0.1.0");
   app.footer(
       "Example:\n  GANTRY_AGENT_TOKEN=$(cat /etc/gantry/agent-token) \\\n"
@@ -96,6 +113,12 @@ int main(int argc, char** argv) {
 
   if (gantry::Status s = gantry::ParseHostPort(listen, &options.host, &options.port); !s.ok()) {
     std::cerr << "gantry-agent: --listen " << s.message() << "\n";
+    return kExitUsage;
+  }
+  if (gantry::Result<uint64_t> b = gantry::ParseBytes(data_cache_bytes); b.ok()) {
+    options.data_cache_bytes = *b;
+  } else {
+    std::cerr << "gantry-agent: --data-cache-bytes " << b.status().message() << "\n";
     return kExitUsage;
   }
   std::error_code ec;
@@ -148,7 +171,11 @@ int main(int argc, char** argv) {
     (*agent)->Stop();
     return kExitUsage;
   }
-  std::cout << "gantry-agent: serving " << options.root << " on " << (*agent)->url() << std::endl;
+  std::cout << "gantry-agent: serving " << options.root << " on " << (*agent)->url();
+  if (!options.data_cache_dir.empty()) {
+    std::cout << "; staging datasets into " << options.data_cache_dir;
+  }
+  std::cout << std::endl;
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

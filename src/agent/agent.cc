@@ -46,9 +46,11 @@
 #include <utility>
 #include <vector>
 
+#include "gantry/agent/stage_client.h"
 #include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 #include "gantry/storage/posix_store.h"
+#include "stager.h"
 
 namespace gantry {
 namespace {
@@ -56,6 +58,7 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr std::string_view kObjectsPrefix = "/v1/objects/";
+constexpr std::string_view kStagePath = "/v1/stage";
 // Each pread/send step of a body where the file system cannot sendfile: large enough to amortise
 // the syscalls, small enough that many concurrent streams stay cheap.
 constexpr size_t kStreamPiece = 1 << 20;
@@ -96,6 +99,7 @@ std::string RouteOf(std::string_view path) {
   if (path.starts_with(kObjectsPrefix)) return "objects";
   if (path == "/healthz") return "healthz";
   if (path == "/metrics") return "metrics";
+  if (path == kStagePath) return "stage";
   return "other";
 }
 
@@ -446,7 +450,8 @@ struct AgentServer::Impl {
   int wake_fd = -1;  // an eventfd that interrupts the poll thread's epoll_wait
   std::thread listener;
   std::thread poller;
-  std::vector<std::thread> workers;  // workers[0] serves the control lane
+  std::vector<std::thread> workers;                // workers[0] serves the control lane
+  std::unique_ptr<agent_internal::Stager> stager;  // null without options.data_cache_dir
 
   Mutex mu;
   CondVar data_cv;
@@ -863,6 +868,35 @@ struct AgentServer::Impl {
         });
   }
 
+  void Json(httplib::Response& res, int status, const nlohmann::json& j) {
+    res.status = status;
+    res.set_content(j.dump() + "\n", "application/json");
+  }
+
+  // POST and GET /v1/stage (agent.h): answered from the stager's memory; the staging itself
+  // runs on its threads.
+  void ServeStage(const httplib::Request& req, httplib::Response& res) {
+    if (stager == nullptr) {
+      return Text(res, 501,
+                  "this agent stages no datasets: it was started without --data-cache DIR");
+    }
+    const std::string dataset = req.get_param_value("dataset");
+    if (req.method == "POST") {
+      if (dataset.empty()) return Text(res, 400, "POST /v1/stage needs ?dataset=URL");
+      Result<StageState> s = stager->Request(dataset, req.get_param_value("job"));
+      if (!s.ok()) return Text(res, HttpStatusFor(s.status().code()), s.status().message());
+      return Json(res, 202, StageStateToJson(*s));
+    }
+    if (dataset.empty()) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const StageState& s : stager->List()) all.push_back(StageStateToJson(s));
+      return Json(res, 200, nlohmann::json{{"datasets", std::move(all)}});
+    }
+    std::optional<StageState> s = stager->Get(dataset);
+    if (!s) return Text(res, 404, "dataset '" + dataset + "' was never asked to be staged here");
+    Json(res, 200, StageStateToJson(*s));
+  }
+
   void Log(const httplib::Request& req, const httplib::Response& res) {
     metrics
         ->GetCounter("gantry_agent_requests_total", "HTTP requests answered, by route and status.",
@@ -950,6 +984,20 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   impl->open_connections =
       &m.GetGauge("gantry_agent_open_connections", "Client connections open now.");
 
+  if (!options.data_cache_dir.empty()) {
+    if (options.stage_threads < 1) {
+      return InvalidArgument("gantry-agent: stage_threads must be at least 1");
+    }
+    agent_internal::StagerOptions so;
+    so.cache_dir = options.data_cache_dir;
+    so.cache_bytes = options.data_cache_bytes;
+    so.threads = options.stage_threads;
+    // A peer's agent (an http:// dataset) takes the same cluster token as this one.
+    if (!options.token.empty()) so.store_options.agent_token = options.token;
+    so.metrics = impl->metrics;
+    impl->stager = std::make_unique<agent_internal::Stager>(std::move(so));
+  }
+
   Impl* p = impl.get();
   Server& s = impl->server;
   s.set_tcp_nodelay(true);
@@ -978,6 +1026,11 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   });
   s.Get("/healthz",
         [p](const httplib::Request&, httplib::Response& res) { p->Text(res, 200, "ok"); });
+  const auto stage = [p](const httplib::Request& req, httplib::Response& res) {
+    p->ServeStage(req, res);
+  };
+  s.Get(std::string(kStagePath), stage);
+  s.Post(std::string(kStagePath), stage);
   s.Get("/metrics", [p](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
     res.set_content(p->metrics->PrometheusText(), "text/plain; version=0.0.4; charset=utf-8");
@@ -1034,6 +1087,7 @@ void AgentServer::Stop() {
   impl_->server.stop();  // no more Admit calls once the listener has returned
   if (impl_->listener.joinable()) impl_->listener.join();
   impl_->Shutdown();
+  if (impl_->stager != nullptr) impl_->stager->Stop();  // after the routes that call it
 }
 
 }  // namespace gantry

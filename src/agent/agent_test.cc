@@ -30,6 +30,8 @@
 #include <vector>
 
 #include "common/test_support.h"
+#include "data/test_util.h"
+#include "gantry/agent/stage_client.h"
 #include "gantry/storage/http_store.h"
 #include "gantry/storage/object_store.h"
 #include "gantry/storage/posix_store.h"
@@ -1304,6 +1306,53 @@ TEST(AgentBinaryTest, TakesTheTokenFromTheEnvironment) {
   ASSERT_GT(port, 0);
   EXPECT_THAT(Get(port, "/v1/objects/obj", "", /*auth=*/false), StartsWith("HTTP/1.1 401"));
   EXPECT_EQ(BodyOf(Get(port, "/v1/objects/obj")), "payload");
+  std::filesystem::remove_all(dir);
+}
+
+// --data-cache and --data-cache-bytes reach the stager: a dataset staged through the real binary
+// fills that directory up to that budget; a size it cannot parse is a usage error.
+TEST(AgentBinaryTest, StagesIntoTheDataCacheGivenOnTheCommandLine) {
+  const std::string dir = MakeTempDir();
+  data::test::WriteMds(dir + "/data", 2, 3);
+  {
+    Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--data-cache", dir + "/cache",
+                     "--data-cache-bytes", "12Q"},
+                    dir + "/out", {std::string(kAgentTokenEnv) + "=" + kToken});
+    EXPECT_EQ(c.Wait(10000), 2);
+    EXPECT_THAT(ReadFile(dir + "/out.err"), HasSubstr("--data-cache-bytes"));
+  }
+  Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--port-file", dir + "/port",
+                   "--data-cache", dir + "/cache", "--data-cache-bytes", "10K"},
+                  dir + "/out", {std::string(kAgentTokenEnv) + "=" + kToken});
+  int port = 0;
+  for (const auto start = Clock::now(); MsSince(start) < 10000 && port == 0;) {
+    const std::string text = ReadFile(dir + "/port");
+    if (!text.empty() && text.back() == '\n') port = std::stoi(text);
+    ASSERT_EQ(c.Wait(10), -1) << "agent exited early: " << ReadFile(dir + "/out.err");
+  }
+  ASSERT_GT(port, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  const std::string dataset = "file://" + dir + "/data";
+  ASSERT_TRUE(RequestStage(url, kToken, dataset, "42").ok());
+  StageState s;
+  for (const auto start = Clock::now(); MsSince(start) < 20000 && !s.terminal();) {
+    Result<StageState> got = GetStage(url, kToken, dataset);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    s = *got;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Two shards of about 6.5 KB each: the 10 KiB budget takes the first one only.
+  const std::vector<std::string> shards = data::test::ShardFiles(dir + "/data");
+  ASSERT_EQ(shards.size(), 2u);
+  ASSERT_LT(std::filesystem::file_size(shards[0]) + 16, 10240u);
+  ASSERT_GT(data::test::ShardBytesIn(dir + "/data") + 32, 10240u);
+  EXPECT_EQ(s.state, "failed");
+  EXPECT_EQ(s.code, "ResourceExhausted") << s.error;
+  EXPECT_EQ(s.shards_done, 1u);
+  EXPECT_EQ(s.bytes_fetched, std::filesystem::file_size(shards[0]));
+  EXPECT_THAT(ReadFile(dir + "/out"), HasSubstr("; staging datasets into " + dir + "/cache"));
+  ASSERT_EQ(::kill(c.pid, SIGTERM), 0);
+  EXPECT_EQ(c.Wait(10000), 0) << ReadFile(dir + "/out.err");
   std::filesystem::remove_all(dir);
 }
 

@@ -5,9 +5,12 @@
 
 #include <filesystem>
 
+#include "common/test_support.h"
 #include "data/test_util.h"
 #include "gantry/data/dataset.h"
+#include "gantry/data/loader.h"
 #include "gantry/data/mds.h"
+#include "gantry/data/stage.h"
 #include "storage/rgw_test_env.h"
 
 namespace gantry::data {
@@ -94,6 +97,57 @@ TEST_F(DataRgwTest, PackFromS3FilesToS3MdsAndVerify) {
   EXPECT_EQ((*row)[0], "cats/img1000");  // __key__, cls, jpg
   EXPECT_EQ((*row)[1], "0");
   EXPECT_EQ((*row)[2], std::string(100, '\0'));
+}
+
+// Staging from S3 (credentials as the loader takes them) fills the node's cache so that the
+// loader reads nothing from S3 afterwards: for MDS, even with the shard objects deleted.
+TEST_F(DataRgwTest, StagedFromS3IsReadFromTheCacheAlone) {
+  test_support::TempDir tmp;
+  for (const std::string fixture : {"mds/zstd", "wds/gz"}) {
+    SCOPED_TRACE(fixture);
+    const std::string url = Upload(fixture, fixture == "mds/zstd" ? "stage-mds" : "stage-wds");
+    StageOptions o;
+    o.cache.dir = tmp.path() + "/cache";
+    o.store_options = options_;
+    Result<StageProgress> staged = StageDataset(url, o);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    EXPECT_GT(staged->shards_total, 0u);
+    EXPECT_EQ(staged->shards_done, staged->shards_total);
+    EXPECT_EQ(staged->bytes_fetched, staged->bytes_total);
+    Result<StageProgress> again = StageDataset(url, o);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->bytes_fetched, 0u);
+
+    Result<DatasetLocation> loc = LocateDataset(url, options_);
+    ASSERT_TRUE(loc.ok());
+    if (loc->format == DatasetFormat::kMds) {
+      auto listed = loc->store->List("shard", "", 1000);
+      ASSERT_TRUE(listed.ok());
+      for (const ObjectInfo& info : listed->objects) ASSERT_TRUE(loc->store->Delete(info.key).ok());
+    }
+    MetricsRegistry registry;
+    ShardSourceOptions so;
+    so.metrics = &registry;
+    so.cache.dir = o.cache.dir;
+    so.store_options = options_;
+    auto source = OpenShardSource(std::move(*loc), so);
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    auto order = EpochOrder::Create((*source)->shard_samples(), {.shuffle = false}, 0);
+    auto it = SampleIterator::Create(**source, *order, {}, 0);
+    ASSERT_TRUE(it.ok());
+    Sample sample;
+    uint64_t n = 0;
+    while (true) {
+      auto more = it->Next(sample);
+      ASSERT_TRUE(more.ok()) << more.status().ToString();
+      if (!*more) break;
+      ++n;
+    }
+    EXPECT_EQ(n, fixture == "mds/zstd" ? 2000u : 300u);
+    const DataStats st = (*source)->metrics()->Snapshot();
+    EXPECT_EQ(st.bytes_durable, 0u);
+    EXPECT_GE(st.bytes_cache, staged->bytes_total);
+  }
 }
 
 }  // namespace

@@ -406,15 +406,38 @@ class WdsSource final : public ShardSource {
  public:
   WdsSource(DatasetLocation dataset, std::vector<uint64_t> samples, const ReadLimits& limits)
       : dataset_(std::move(dataset)), samples_(std::move(samples)), limits_(limits) {}
+  // The fingerprint is the shards' names and listed sizes, not their sample counts: those are
+  // known only after reading the shards, which (CountSamples) goes through the cache keyed on
+  // it, and a stager (stage.h) and a loader given the counts must find the same folder.
   Status Init(const ShardSourceOptions& options) {
-    std::string fingerprint = "wds";
+    std::string fingerprint = "wds2";
     for (size_t i = 0; i < dataset_.wds_shards.size(); ++i) {
-      fingerprint += "\n" + dataset_.wds_shards[i] + " " + std::to_string(samples_[i]);
+      fingerprint += "\n" + dataset_.wds_shards[i];
       if (i < dataset_.wds_shard_bytes.size()) {
         fingerprint += " " + std::to_string(dataset_.wds_shard_bytes[i]);
       }
     }
     return fetcher_.Init(dataset_, options, fingerprint);
+  }
+  // Counts every shard's samples (a tar holds no index) by fetching it like Read does: from the
+  // cache when it holds the shard, else from the sources, caching it, so opening a dataset
+  // staged on this node reads nothing from its sources.
+  Status CountSamples(const ShardSourceOptions& options) {
+    samples_.clear();
+    const uint64_t n = dataset_.wds_shards.size();
+    for (uint32_t shard = 0; shard < n; ++shard) {
+      if (options.cancel != nullptr && options.cancel->load()) {
+        return Cancelled(dataset_.url + ": cancelled while counting samples");
+      }
+      std::shared_ptr<CachePin> pin;
+      GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> stored,
+                              fetcher_.Fetch(shard, ExpectedOf(shard), pin));
+      GANTRY_ASSIGN_OR_RETURN(
+          WdsShard parsed, WdsShard::Parse(std::move(stored), dataset_.wds_shards[shard], limits_));
+      samples_.push_back(parsed.samples().size());
+      if (options.open_progress) options.open_progress(shard + 1, n);
+    }
+    return Status::Ok();
   }
   DatasetFormat format() const override { return DatasetFormat::kWebDataset; }
   const std::vector<uint64_t>& shard_samples() const override { return samples_; }
@@ -422,11 +445,9 @@ class WdsSource final : public ShardSource {
   Result<std::shared_ptr<const LoadedShard>> Read(uint32_t shard) override {
     // A tar carries no hash: a copy is checked against the listed size (and, when parsed, every
     // member header's checksum and the gzip CRCs).
-    Expected e{dataset_.wds_shards[shard], std::nullopt, "", ""};
-    if (shard < dataset_.wds_shard_bytes.size()) e.bytes = dataset_.wds_shard_bytes[shard];
     std::shared_ptr<CachePin> pin;
     GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const ShardBytes> stored,
-                            fetcher_.Fetch(shard, e, pin));
+                            fetcher_.Fetch(shard, ExpectedOf(shard), pin));
     GANTRY_ASSIGN_OR_RETURN(
         WdsShard parsed, WdsShard::Parse(std::move(stored), dataset_.wds_shards[shard], limits_));
     if (parsed.bytes()->damaged()) return CutShort("shard '" + dataset_.wds_shards[shard] + "'");
@@ -441,6 +462,12 @@ class WdsSource final : public ShardSource {
   LoaderMetrics* metrics() override { return fetcher_.metrics(); }
 
  private:
+  Expected ExpectedOf(uint32_t shard) const {
+    Expected e{dataset_.wds_shards[shard], std::nullopt, "", ""};
+    if (shard < dataset_.wds_shard_bytes.size()) e.bytes = dataset_.wds_shard_bytes[shard];
+    return e;
+  }
+
   DatasetLocation dataset_;
   std::vector<uint64_t> samples_;
   ReadLimits limits_;
@@ -469,14 +496,20 @@ Result<std::unique_ptr<ShardSource>> OpenShardSource(DatasetLocation dataset,
                            " shard sizes for " + std::to_string(dataset.wds_shards.size()) +
                            " shards");
   }
-  if (samples.empty()) {
+  const bool count_through_cache = samples.empty() && !options.cache.dir.empty();
+  if (samples.empty() && !count_through_cache) {
     for (const std::string& key : dataset.wds_shards) {
+      if (options.cancel != nullptr && options.cancel->load()) {
+        return Cancelled(dataset.url + ": cancelled while counting samples");
+      }
       GANTRY_ASSIGN_OR_RETURN(WdsShard shard, ReadWdsShard(*dataset.store, key, options.limits));
       samples.push_back(shard.samples().size());
+      if (options.open_progress) options.open_progress(samples.size(), dataset.wds_shards.size());
     }
   }
   auto source = std::make_unique<WdsSource>(std::move(dataset), std::move(samples), options.limits);
   GANTRY_RETURN_IF_ERROR(source->Init(options));
+  if (count_through_cache) GANTRY_RETURN_IF_ERROR(source->CountSamples(options));
   return std::unique_ptr<ShardSource>(std::move(source));
 }
 

@@ -20,7 +20,8 @@ namespace gantry::data {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'N', 'T', 'S', 'H', 'R', 'D', '1'};
-constexpr size_t kTrailer = 16;  // u64 xxh3-64 of the bytes (little-endian), then kMagic
+constexpr size_t kTrailer =
+    ShardCache::kTrailerBytes;  // u64 xxh3-64 of the bytes (little-endian), then kMagic
 constexpr int64_t kStaleTmpSeconds = 3600;
 
 Status Errno(const std::string& what) { return StatusFromErrno(errno, what); }

@@ -1,15 +1,30 @@
 // AgentServer: the HTTP server inside gantry-agent, which serves a node's local tier directory
 // to its peers, read-only, so a restoring node can fetch chunks from a neighbour's NVMe instead
-// of the durable tier. The client side is HttpStore (include/gantry/storage/http_store.h).
+// of the durable tier, and stages datasets into the node's shard cache when gantryd asks. The
+// client sides are HttpStore (include/gantry/storage/http_store.h) and stage_client.h.
 //
 // Routes (docs/storage.md, "Peer agent"):
 //   GET|HEAD /v1/objects/KEY   the file ROOT/KEY; one byte range (`Range: bytes=A-B`, `A-`,
 //                              `-N`) answers 206 with Content-Range, an unsatisfiable one 416;
 //                              a key that ValidateKey rejects 400; a missing object 404
 //   any request with a body    413, unread (no route takes one), connection closed
+//   POST /v1/stage?dataset=URL[&job=ID]
+//                              stage the dataset into the node's shard cache in the
+//                              background (data/stage.h): 202 with its state as JSON (a
+//                              StageState, stage_client.h); a dataset queued, staging or done
+//                              answers its state, a failed one is retried; a URL that is not
+//                              file://, s3://, http:// or https:// 400; no data_cache_dir 501
+//   GET /v1/stage?dataset=URL  200 its state; 404 if never asked
+//   GET /v1/stage              200 {"datasets": [state, ...]}
 //   GET /healthz               "ok"
 //   GET /metrics               Prometheus text: requests by route and status, bytes served,
-//                              errors
+//                              errors, staging (bytes fetched per dataset, datasets staging,
+//                              failures by code)
+// Staging reads whatever dataset URL a token holder names, as the agent's user and with its
+// credentials (S3 keys from its environment): the token is the cluster's trust boundary.
+// Stagings run on stage_threads threads of their own, so they never delay object reads or
+// /healthz; Stop() cancels them between shards.
+//
 // Keys resolve beneath ROOT only: "..", absolute keys and symlinks are refused, so no request
 // reads outside the served directory. Bodies are streamed from the file in pieces (a 4 MiB chunk
 // is never copied whole into memory), from one open descriptor, so a reader sees one whole
@@ -90,6 +105,13 @@ struct AgentOptions {
   int max_connections_per_client = 64;
   // Where the metrics go; nullptr: a registry owned by the server.
   MetricsRegistry* metrics = nullptr;
+  // The node-local shard cache that POST /v1/stage stages datasets into (the directory the
+  // node's training jobs open as their loader's cache_dir, e.g. GANTRY_DATA_CACHE_DIR), and its
+  // byte budget (0: no limit). Empty: staging is off and the /v1/stage routes answer 501.
+  std::string data_cache_dir;
+  uint64_t data_cache_bytes = 0;
+  // Datasets staged at once, on threads of their own (not the object workers). Default: 2.
+  int stage_threads = 2;
 };
 
 class AgentServer {
@@ -109,8 +131,9 @@ class AgentServer {
   const std::string& root() const;
   MetricsRegistry& metrics();
 
-  // Stops accepting, lets requests in flight finish (bounded by the I/O timeouts) and joins the
-  // threads. Idempotent.
+  // Stops accepting, lets requests in flight finish (bounded by the I/O timeouts), cancels
+  // stagings in flight (each stops after the shard it is fetching) and joins the threads.
+  // Idempotent.
   void Stop();
 
  private:

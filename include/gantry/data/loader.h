@@ -29,6 +29,7 @@
 // movable value for one thread. Samples hold their shard's bytes (and its cache pin) alive.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -89,8 +90,14 @@ struct ShardSourceOptions {
   bool verify_hashes = false;  // MDS: check the digests the index records, on every read
   // WebDataset: samples per shard, when known (an earlier run's shard_samples(), or
   // `gantry data inspect --json --shards`). Empty: every shard is read once at open to count
-  // them, because a tar holds no index. Must have one entry per shard.
+  // them, because a tar holds no index (through the cache when one is configured, so a staged
+  // dataset is counted from the cache, and the count leaves every shard cached). Must have one
+  // entry per shard.
   std::vector<uint64_t> wds_shard_samples;
+  // WebDataset without wds_shard_samples: called (shards counted, shards) as the open counts,
+  // and checked between shards (Cancelled once set). Both may be empty/null.
+  DataProgress open_progress;
+  const std::atomic<bool>* cancel = nullptr;
   // The node-local shard cache; an empty dir means none (every read goes to the sources).
   ShardCacheOptions cache;
   // Further sources of the same shards under the same keys, tried in order after the dataset's

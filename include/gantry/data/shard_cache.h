@@ -57,6 +57,9 @@ struct ShardCacheCounters {
 
 class ShardCache {
  public:
+  // What a cached shard costs beyond its bytes (the trailer), against capacity_bytes.
+  static constexpr uint64_t kTrailerBytes = 16;
+
   // Opens (creating) the directory and this dataset's folder in it, and removes temporary
   // files older than an hour (left by a process that died mid-write). `fingerprint` names the
   // dataset's version (the loader passes its shards' names, sizes and hashes): a dataset

@@ -1,0 +1,66 @@
+// Staging through a node's gantry-agent, from the caller's side: the state of one dataset's
+// staging (StageState, the JSON the agent's /v1/stage routes answer with) and the calls gantryd
+// makes to ask an agent to stage a dataset into its node's shard cache and to poll it
+// (docs/storage.md, "Peer agent"; the staging itself is include/gantry/data/stage.h).
+//
+//   GANTRY_ASSIGN_OR_RETURN(StageState s,
+//                           RequestStage("http://node7:7070", token, "s3://bkt/train", "1234"));
+//   ...
+//   GANTRY_ASSIGN_OR_RETURN(s, GetStage("http://node7:7070", token, "s3://bkt/train"));
+//   if (s.state == "done") Release(job);
+//
+// The calls are thread-safe (each opens its own connection).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gantry/common/status.h"
+
+namespace gantry {
+
+// One dataset's staging on one agent. JSON (every field always present):
+//   {"dataset": URL, "state": "queued"|"staging"|"done"|"failed", "shards_total": N,
+//    "shards_done": k, "bytes_total": B, "bytes_done": b, "bytes_fetched": f, "error": "...",
+//    "code": "NotFound"|..., "jobs": ["123", ...], "started": unix_s, "finished": unix_s}
+struct StageState {
+  std::string dataset;           // the URL, as asked
+  std::string state = "queued";  // queued, staging, done or failed
+  uint64_t shards_total = 0;     // 0 until the dataset has been listed
+  uint64_t shards_done = 0;
+  uint64_t bytes_total = 0;
+  uint64_t bytes_done = 0;
+  uint64_t bytes_fetched = 0;  // of bytes_done, those fetched from a source (not already cached)
+  // Failed: what went wrong and its StatusCodeName ("NotFound", "DataLoss",
+  // "ResourceExhausted": the cache holds only part of it, ...); "" otherwise.
+  std::string error;
+  std::string code;
+  std::vector<std::string> jobs;  // the jobs that asked for it (informative), in asking order
+  int64_t started = 0;            // unix seconds the latest attempt started; 0: not yet
+  int64_t finished = 0;           // unix seconds it ended (done or failed); 0: not yet
+
+  bool terminal() const { return state == "done" || state == "failed"; }
+  // The failure as a Status (OK unless failed).
+  Status status() const;
+};
+
+nlohmann::json StageStateToJson(const StageState& s);
+// InvalidArgument for a document that is not a StageState.
+Result<StageState> StageStateFromJson(const nlohmann::json& j);
+
+// POST AGENT_URL/v1/stage?dataset=DATASET[&job=JOB]: starts staging (or answers the state of a
+// dataset already staging or staged; a failed one is retried). `agent_url` is "http://HOST:PORT";
+// `token` the cluster's agent token ("" sends none); `job` may be "". Errors by the agent's
+// answer: 400 InvalidArgument (a URL scheme it refuses), 401/403 PermissionDenied, 501
+// Unimplemented (the agent has no --data-cache); Unavailable when it cannot be reached.
+Result<StageState> RequestStage(const std::string& agent_url, const std::string& token,
+                                const std::string& dataset, const std::string& job);
+// GET AGENT_URL/v1/stage?dataset=DATASET: the state; NotFound when the agent was never asked.
+Result<StageState> GetStage(const std::string& agent_url, const std::string& token,
+                            const std::string& dataset);
+// GET AGENT_URL/v1/stage: every dataset the agent was asked to stage since it started.
+Result<std::vector<StageState>> ListStages(const std::string& agent_url, const std::string& token);
+
+}  // namespace gantry

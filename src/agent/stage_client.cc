@@ -1,0 +1,146 @@
+// StageState's JSON and the client calls of include/gantry/agent/stage_client.h, on cpp-httplib.
+#include "gantry/agent/stage_client.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "storage/http_common.h"
+
+namespace gantry {
+namespace {
+
+constexpr int kConnectTimeoutS = 5;
+constexpr int kReadTimeoutS = 30;  // the routes answer from memory; staging runs in background
+
+std::string PercentEncode(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+StatusCode CodeNamed(const std::string& name) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kCancelled); ++c) {
+    if (name == StatusCodeName(static_cast<StatusCode>(c))) return static_cast<StatusCode>(c);
+  }
+  return StatusCode::kInternal;  // a name this build does not know: still a failure
+}
+
+// Sends one request to the agent and parses its JSON answer (or turns its error into a Status).
+Result<nlohmann::json> Call(const std::string& agent_url, const std::string& token,
+                            const std::string& method, const std::string& path) {
+  httplib::Client client(agent_url);
+  if (!client.is_valid()) return InvalidArgument("agent URL '" + agent_url + "' is not valid");
+  client.set_connection_timeout(kConnectTimeoutS, 0);
+  client.set_read_timeout(kReadTimeoutS, 0);
+  client.set_write_timeout(kReadTimeoutS, 0);
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  const std::string where = method + " " + agent_url + path;
+  httplib::Result res =
+      method == "POST" ? client.Post(path, headers, "", "text/plain") : client.Get(path, headers);
+  if (!res) {
+    const httplib::Error e = res.error();
+    const StatusCode code = e == httplib::Error::ConnectionTimeout || e == httplib::Error::Read
+                                ? StatusCode::kDeadlineExceeded
+                                : StatusCode::kUnavailable;
+    return Status(code, where + ": " + httplib::to_string(e));
+  }
+  if (res->status < 200 || res->status >= 300) {
+    std::string body = res->body;
+    while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
+    return Status(storage_internal::CodeForHttpError(res->status, ""),
+                  where + ": HTTP " + std::to_string(res->status) + ": " + body);
+  }
+  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return IoError(where + ": the answer is not JSON");
+  return j;
+}
+
+}  // namespace
+
+Status StageState::status() const {
+  if (state != "failed") return Status::Ok();
+  return Status(CodeNamed(code), error);
+}
+
+nlohmann::json StageStateToJson(const StageState& s) {
+  return nlohmann::json{{"dataset", s.dataset},
+                        {"state", s.state},
+                        {"shards_total", s.shards_total},
+                        {"shards_done", s.shards_done},
+                        {"bytes_total", s.bytes_total},
+                        {"bytes_done", s.bytes_done},
+                        {"bytes_fetched", s.bytes_fetched},
+                        {"error", s.error},
+                        {"code", s.code},
+                        {"jobs", s.jobs},
+                        {"started", s.started},
+                        {"finished", s.finished}};
+}
+
+Result<StageState> StageStateFromJson(const nlohmann::json& j) {
+  StageState s;
+  try {
+    s.dataset = j.at("dataset").get<std::string>();
+    s.state = j.at("state").get<std::string>();
+    s.shards_total = j.at("shards_total").get<uint64_t>();
+    s.shards_done = j.at("shards_done").get<uint64_t>();
+    s.bytes_total = j.at("bytes_total").get<uint64_t>();
+    s.bytes_done = j.at("bytes_done").get<uint64_t>();
+    s.bytes_fetched = j.at("bytes_fetched").get<uint64_t>();
+    s.error = j.at("error").get<std::string>();
+    s.code = j.at("code").get<std::string>();
+    s.jobs = j.at("jobs").get<std::vector<std::string>>();
+    s.started = j.at("started").get<int64_t>();
+    s.finished = j.at("finished").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("not a staging state: ") + e.what());
+  }
+  static const std::array<const char*, 4> kStates = {"queued", "staging", "done", "failed"};
+  if (std::find(kStates.begin(), kStates.end(), s.state) == kStates.end()) {
+    return InvalidArgument("not a staging state: state '" + s.state + "'");
+  }
+  return s;
+}
+
+Result<StageState> RequestStage(const std::string& agent_url, const std::string& token,
+                                const std::string& dataset, const std::string& job) {
+  std::string path = "/v1/stage?dataset=" + PercentEncode(dataset);
+  if (!job.empty()) path += "&job=" + PercentEncode(job);
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "POST", path));
+  return StageStateFromJson(j);
+}
+
+Result<StageState> GetStage(const std::string& agent_url, const std::string& token,
+                            const std::string& dataset) {
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "GET",
+                                                 "/v1/stage?dataset=" + PercentEncode(dataset)));
+  return StageStateFromJson(j);
+}
+
+Result<std::vector<StageState>> ListStages(const std::string& agent_url, const std::string& token) {
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "GET", "/v1/stage"));
+  if (!j.is_object() || !j.contains("datasets") || !j["datasets"].is_array()) {
+    return IoError("GET " + agent_url + "/v1/stage: no \"datasets\" list in the answer");
+  }
+  std::vector<StageState> out;
+  for (const nlohmann::json& d : j["datasets"]) {
+    GANTRY_ASSIGN_OR_RETURN(StageState s, StageStateFromJson(d));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace gantry

@@ -1,0 +1,150 @@
+// The agent's background staging (stager.h): a queue of dataset URLs, a few threads running
+// data::StageDataset on them, and the state of each for the /v1/stage routes.
+#include "stager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "gantry/data/stage.h"
+
+namespace gantry::agent_internal {
+namespace {
+
+constexpr std::string_view kFetchedHelp =
+    "Dataset bytes the agent fetched into its node's shard cache (staging), by dataset.";
+constexpr std::string_view kFailuresHelp =
+    "Stagings that failed, by status code (ResourceExhausted: the cache holds part of it).";
+
+}  // namespace
+
+Status CheckStageUrl(const std::string& url) {
+  for (const char* scheme : {"file://", "s3://", "http://", "https://"}) {
+    if (url.starts_with(scheme) && url.size() > std::string_view(scheme).size()) {
+      return Status::Ok();
+    }
+  }
+  return InvalidArgument("dataset '" + url +
+                         "': the agent stages file://, s3://, http:// and https:// URLs only");
+}
+
+Stager::Stager(StagerOptions options)
+    : options_(std::move(options)),
+      staging_(options_.metrics->GetGauge("gantry_agent_datasets_staging",
+                                          "Datasets queued or being staged into the shard "
+                                          "cache now.")) {
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { Work(); });
+}
+
+Stager::~Stager() { Stop(); }
+
+int64_t Stager::Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<StageState> Stager::Request(const std::string& dataset, const std::string& job) {
+  GANTRY_RETURN_IF_ERROR(CheckStageUrl(dataset));
+  MutexLock lock(mu_);
+  if (stopping_) return Cancelled("the agent is stopping");
+  auto [it, inserted] = datasets_.try_emplace(dataset);
+  StageState& s = it->second;
+  if (!job.empty() && std::find(s.jobs.begin(), s.jobs.end(), job) == s.jobs.end()) {
+    s.jobs.push_back(job);
+  }
+  if (inserted || s.state == "failed") {
+    // A fresh attempt: what the failed one got is in the cache, so it is not fetched again.
+    std::vector<std::string> jobs = std::move(s.jobs);
+    s = StageState{};
+    s.dataset = dataset;
+    s.jobs = std::move(jobs);
+    queue_.push_back(dataset);
+    staging_.Add(1);
+    cv_.NotifyOne();
+  }
+  return s;
+}
+
+std::optional<StageState> Stager::Get(const std::string& dataset) const {
+  MutexLock lock(mu_);
+  auto it = datasets_.find(dataset);
+  if (it == datasets_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<StageState> Stager::List() const {
+  MutexLock lock(mu_);
+  std::vector<StageState> out;
+  for (const auto& [url, s] : datasets_) out.push_back(s);
+  return out;
+}
+
+void Stager::Work() {
+  while (true) {
+    std::string dataset;
+    {
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
+      if (stopping_) return;
+      dataset = std::move(queue_.front());
+      queue_.pop_front();
+      StageState& s = datasets_[dataset];
+      s.state = "staging";
+      s.started = Now();
+    }
+    Stage(dataset);
+  }
+}
+
+void Stager::Stage(const std::string& dataset) {
+  Counter& fetched = options_.metrics->GetCounter("gantry_agent_stage_bytes_fetched_total",
+                                                  kFetchedHelp, {{"dataset", dataset}});
+  uint64_t fetched_so_far = 0;
+  data::StageOptions o;
+  o.cache.dir = options_.cache_dir;
+  o.cache.capacity_bytes = options_.cache_bytes;
+  o.store_options = options_.store_options;
+  o.cancel = &cancel_;
+  o.progress = [&](const data::StageProgress& p) {
+    fetched.Increment(p.bytes_fetched - fetched_so_far);
+    fetched_so_far = p.bytes_fetched;
+    MutexLock lock(mu_);
+    StageState& s = datasets_[dataset];
+    s.shards_total = p.shards_total;
+    s.shards_done = p.shards_done;
+    s.bytes_total = p.bytes_total;
+    s.bytes_done = p.bytes_done;
+    s.bytes_fetched = p.bytes_fetched;
+  };
+  Result<data::StageProgress> result = data::StageDataset(dataset, o);
+  if (result.ok()) o.progress(*result);
+  MutexLock lock(mu_);
+  StageState& s = datasets_[dataset];
+  s.finished = Now();
+  staging_.Add(-1);
+  if (result.ok()) {
+    s.state = "done";
+    return;
+  }
+  s.state = "failed";
+  s.error = result.status().message();
+  s.code = StatusCodeName(result.status().code());
+  options_.metrics
+      ->GetCounter("gantry_agent_stage_failures_total", kFailuresHelp, {{"code", s.code}})
+      .Increment();
+}
+
+void Stager::Stop() {
+  MutexLock stop_lock(stop_mu_);
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  cancel_ = true;  // stagings in flight stop at their next shard
+  cv_.NotifyAll();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace gantry::agent_internal

@@ -1,0 +1,70 @@
+// Stager: the agent's background staging of datasets into its node's shard cache (the
+// /v1/stage routes of include/gantry/agent/agent.h; the staging itself is
+// include/gantry/data/stage.h). A few threads of its own, apart from the object-serving
+// workers, so staging never delays peers' chunk reads or /healthz. One entry per dataset URL,
+// kept for the agent's life: asking again for a queued, staging or staged dataset answers its
+// state; a failed one is queued again.
+//
+// Thread-safe. Stop() cancels stagings in flight (between shards) and joins the threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gantry/agent/stage_client.h"
+#include "gantry/common/metrics.h"
+#include "gantry/common/status.h"
+#include "gantry/common/thread_annotations.h"
+#include "gantry/storage/object_store.h"
+
+namespace gantry::agent_internal {
+
+struct StagerOptions {
+  std::string cache_dir;     // the node-local shard cache (required)
+  uint64_t cache_bytes = 0;  // its capacity; 0: no limit
+  int threads = 2;           // datasets staged at once
+  StoreOptions store_options;
+  MetricsRegistry* metrics = nullptr;  // required
+};
+
+// InvalidArgument unless `url` is a file://, s3://, http:// or https:// URL.
+Status CheckStageUrl(const std::string& url);
+
+class Stager {
+ public:
+  explicit Stager(StagerOptions options);
+  ~Stager();  // Stops.
+  Stager(const Stager&) = delete;
+  Stager& operator=(const Stager&) = delete;
+
+  // Queues the dataset unless it is queued, staging or done; records `job` (if not "") as one
+  // that asked for it. InvalidArgument for a URL CheckStageUrl refuses; Cancelled after Stop.
+  Result<StageState> Request(const std::string& dataset, const std::string& job) EXCLUDES(mu_);
+  std::optional<StageState> Get(const std::string& dataset) const EXCLUDES(mu_);
+  std::vector<StageState> List() const EXCLUDES(mu_);  // by URL
+  void Stop() EXCLUDES(mu_);
+
+ private:
+  void Work() EXCLUDES(mu_);
+  void Stage(const std::string& dataset) EXCLUDES(mu_);
+  static int64_t Now();
+
+  const StagerOptions options_;
+  Gauge& staging_;
+  std::atomic<bool> cancel_{false};
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::map<std::string, StageState> datasets_ GUARDED_BY(mu_);
+  std::deque<std::string> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+  Mutex stop_mu_;  // one Stop at a time; the threads are joined once
+};
+
+}  // namespace gantry::agent_internal
