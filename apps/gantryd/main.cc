@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "gantry/control/controller.h"
 #include "gantry/control/failopen.h"
 #include "gantry/control/slurm_rm.h"
+#include "gantry/control/stager.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/profile.h"
 
@@ -68,6 +70,9 @@ int main(int argc, char** argv) {
   std::string heartbeat_file;
   int64_t fail_open_after = 0;
   bool metrics_need_token = false;
+  std::vector<std::string> agent_urls;
+  std::string agent_template, agent_token_file;
+  int64_t data_wait = 600;
   app.add_option("--cluster", cluster_spec,
                  "Cluster spec (YAML; `gantry cluster import --from-slurm` writes one)")
       ->required();
@@ -94,6 +99,18 @@ int main(int argc, char** argv) {
                  "Seconds without a heartbeat after which Slurm schedules the managed partitions "
                  "itself (0: never)")
       ->capture_default_str();
+  app.add_option("--agent", agent_urls,
+                 "NODE=URL of a node's gantry-agent, for staging jobs' declared datasets "
+                 "(#GANTRY --dataset) onto it; repeatable");
+  app.add_option("--agent-url-template", agent_template,
+                 "The agent of every node not named by --agent, with {node} for its name, e.g. "
+                 "http://{node}:7070");
+  app.add_option("--agent-token-file", agent_token_file,
+                 "The agents' bearer token (default: $GANTRY_AGENT_TOKEN)");
+  app.add_option("--data-wait", data_wait,
+                 "Seconds a decided job that declared data is held until its data is on its "
+                 "nodes (0: never hold; data is then staged only ahead of time)")
+      ->capture_default_str();
   app.footer(
       "Exit status: 0 after SIGINT/SIGTERM or --cycles, 2 usage error, 3 the state database or "
       "the cluster cannot be opened, 4 the API address cannot be bound.");
@@ -105,6 +122,21 @@ int main(int argc, char** argv) {
   if (interval <= 0) return Usage("--interval must be positive");
   if (partitions.empty()) partitions = {"gantry"};
   if (fail_open_after < 0) return Usage("--fail-open-after must be 0 or more");
+  if (data_wait < 0) return Usage("--data-wait must be 0 or more");
+  auto agents_by_node = gantry::control::ParseAgentUrls(agent_urls);
+  if (!agents_by_node.ok()) return Usage("--agent " + agents_by_node.status().message());
+  const bool staging = !agents_by_node->empty() || !agent_template.empty();
+  if (!agent_template.empty() && agent_template.find("{node}") == std::string::npos) {
+    return Usage("--agent-url-template must contain {node}");
+  }
+  std::string agent_token;
+  if (!agent_token_file.empty()) {
+    auto token = gantry::ReadSecretFile(agent_token_file);
+    if (!token.ok()) return Usage("--agent-token-file: " + token.status().message());
+    agent_token = std::move(token).value();
+  } else if (const char* env = getenv("GANTRY_AGENT_TOKEN"); env != nullptr) {
+    agent_token = env;
+  }
   if (fail_open_after > 0 && heartbeat_file.empty()) {
     return Usage("--fail-open-after needs --heartbeat (where job_submit.lua reads it)");
   }
@@ -172,6 +204,17 @@ int main(int argc, char** argv) {
     return kExitCannotOpen;
   }
   (*controller)->set_metrics(&metrics);
+  // Staging of declared datasets, on a thread of its own (its HTTP calls never hold a cycle).
+  std::unique_ptr<gantry::control::StagingAgents> agents;
+  std::unique_ptr<gantry::control::Stager> stager;
+  if (staging) {
+    agents = gantry::control::HttpStagingAgents(std::move(agents_by_node).value(), agent_template,
+                                                agent_token);
+    stager = std::make_unique<gantry::control::Stager>(
+        agents.get(), gantry::control::StagerOptions{.metrics = &metrics});
+    (*controller)->set_stager(stager.get(), data_wait);
+    stager->Start();
+  }
   if (!heartbeat_file.empty()) {
     // Recovery reached Slurm: alive again, so job_submit.lua holds new jobs from now on.
     gantry::Status hb = gantry::control::WriteHeartbeat(
@@ -239,5 +282,6 @@ int main(int argc, char** argv) {
     }
   }
   (*api)->Stop();
+  if (stager != nullptr) stager->Stop();
   return exit_code;
 }

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <set>
 
+#include "gantry/agent/stage_client.h"
+
 namespace gantry::control {
 
 namespace {
@@ -15,7 +17,69 @@ constexpr char kJobBytesHelp[] =
 
 bool Finished(const StageProgress& p) { return p.state == "done" || p.state == "failed"; }
 
+StageProgress FromState(const StageState& s) {
+  StageProgress p;
+  p.state = s.state;
+  p.bytes_done = static_cast<int64_t>(s.bytes_done);
+  p.bytes_total = static_cast<int64_t>(s.bytes_total);
+  p.bytes_fetched = static_cast<int64_t>(s.bytes_fetched);
+  p.error = s.error.empty() ? "" : s.code + ": " + s.error;
+  return p;
+}
+
+class HttpAgents final : public StagingAgents {
+ public:
+  HttpAgents(std::map<std::string, std::string> urls, std::string url_template,
+             std::string token)
+      : urls_(std::move(urls)), template_(std::move(url_template)), token_(std::move(token)) {}
+
+  Result<StageProgress> Stage(const std::string& node, const std::string& dataset,
+                              const std::string& job) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    GANTRY_ASSIGN_OR_RETURN(StageState s, RequestStage(url, token_, dataset, job));
+    return FromState(s);
+  }
+  Result<StageProgress> Get(const std::string& node, const std::string& dataset) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    GANTRY_ASSIGN_OR_RETURN(StageState s, GetStage(url, token_, dataset));
+    return FromState(s);
+  }
+
+ private:
+  Result<std::string> UrlOf(const std::string& node) const {
+    if (auto it = urls_.find(node); it != urls_.end()) return it->second;
+    const size_t at = template_.find("{node}");
+    if (at == std::string::npos) return NotFound("no gantry-agent is known for node " + node);
+    std::string url = template_;
+    url.replace(at, 6, node);
+    return url;
+  }
+
+  const std::map<std::string, std::string> urls_;
+  const std::string template_;
+  const std::string token_;
+};
+
 }  // namespace
+
+std::unique_ptr<StagingAgents> HttpStagingAgents(std::map<std::string, std::string> urls,
+                                                 std::string url_template, std::string token) {
+  return std::make_unique<HttpAgents>(std::move(urls), std::move(url_template), std::move(token));
+}
+
+Result<std::map<std::string, std::string>> ParseAgentUrls(const std::vector<std::string>& words) {
+  std::map<std::string, std::string> out;
+  for (const std::string& w : words) {
+    const size_t eq = w.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == w.size()) {
+      return InvalidArgument("'" + w + "': expected NODE=URL, e.g. n1=http://n1:7070");
+    }
+    if (!out.emplace(w.substr(0, eq), w.substr(eq + 1)).second) {
+      return InvalidArgument("node '" + w.substr(0, eq) + "' is given twice");
+    }
+  }
+  return out;
+}
 
 Stager::Stager(StagingAgents* agents, StagerOptions options)
     : agents_(agents), options_(std::move(options)) {}

@@ -118,5 +118,26 @@ TEST(Stager, TheThreadPollsUntilStopped) {
   stager.Stop();  // idempotent
 }
 
+TEST(Stager, AgentUrlsAreNodeEqualsUrl) {
+  auto m = ParseAgentUrls({"n1=http://10.0.0.1:7070", "n2=http://h:1/x=y"});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->at("n1"), "http://10.0.0.1:7070");
+  EXPECT_EQ(m->at("n2"), "http://h:1/x=y");
+  for (const char* bad : {"n1", "=http://h", "n1="}) {
+    EXPECT_EQ(ParseAgentUrls({bad}).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(ParseAgentUrls({"n1=http://a", "n1=http://b"}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The HTTP agents name the node an agent is missing for; the template fills in the node.
+TEST(Stager, HttpAgentsFindEachNodesAgent) {
+  auto none = HttpStagingAgents({}, "", "t");
+  EXPECT_EQ(none->Stage("n1", "s3://b/a", "1").status().code(), StatusCode::kNotFound);
+  // Port 1 on loopback: nobody listens, so the template did produce a URL that was tried.
+  auto templ = HttpStagingAgents({}, "http://127.0.0.{node}:1", "t");
+  EXPECT_EQ(templ->Get("1", "s3://b/a").status().code(), StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace gantry::control

@@ -59,6 +59,16 @@ class StagingAgents {
   virtual Result<StageProgress> Get(const std::string& node, const std::string& dataset) = 0;
 };
 
+// The agents over HTTP (include/gantry/agent/stage_client.h): node NAME's agent is at
+// `urls[NAME]`, else at `url_template` with "{node}" replaced by NAME (e.g.
+// "http://{node}:7070"); neither: NotFound. `token` is the cluster's agent token.
+std::unique_ptr<StagingAgents> HttpStagingAgents(std::map<std::string, std::string> urls,
+                                                 std::string url_template, std::string token);
+
+// "NODE=URL" words (gantryd's --agent) as a map; InvalidArgument naming a word without
+// both, or a node given twice.
+Result<std::map<std::string, std::string>> ParseAgentUrls(const std::vector<std::string>& words);
+
 // A job that will run on `nodes` soon and reads `datasets`.
 struct StageTarget {
   std::string job;
