@@ -11,63 +11,29 @@ otherwise, failed when GANTRY_SLURM_REQUIRED is set)."""
 import faulthandler
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import unittest
 
 import torch
 
 import _gantry
-from util import SOURCE_DIR, TempDirTestCase, child_env
+from slurm_util import PATIENCE, SlurmTestCase, eventually, job_state, run, slurm_env
+from util import SOURCE_DIR, child_env
 
 BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(_gantry.__file__)))
 TRAIN = os.path.join(SOURCE_DIR, "examples", "train.py")
 # The same run on both sides: only --step-delay (a sleep per step) differs, which changes no
 # number -- it leaves the test time to set the node down between checkpoints.
 TRAIN_ARGS = ["--samples", "480", "--epochs", "2", "--every", "5", "--workers", "1"]
-PATIENCE = 180  # seconds: a loaded 2-core CI machine starts torch slowly
-
-
-def slurm_env():
-    if os.environ.get("SLURM_CONF") and os.environ.get("GANTRY_SLURM_DIR"):
-        return True
-    if os.environ.get("GANTRY_SLURM_REQUIRED"):
-        raise AssertionError("GANTRY_SLURM_REQUIRED is set but SLURM_CONF/GANTRY_SLURM_DIR are not")
-    return False
-
-
-def run(args, check=True):
-    r = subprocess.run(args, capture_output=True, text=True, check=False)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr}")
-    return r.stdout
-
-
-def eventually(what, pred, seconds=PATIENCE):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {seconds} s")
-
-
-def job_state(job):
-    """(state, node list) as squeue shows the job; ("", "") once it left the queue."""
-    out = run(["squeue", "-h", "-j", job, "-o", "%T %N"], check=False).split()
-    return (out[0], out[1] if len(out) > 1 else "") if out else ("", "")
 
 
 @unittest.skipUnless(slurm_env(), "no Slurm cluster (source \"$(scripts/slurm start)\")")
-class SlurmTrainTest(TempDirTestCase):
+class SlurmTrainTest(SlurmTestCase):
 
     def setUp(self):
         super().setUp()
         faulthandler.dump_traceback_later(3 * PATIENCE + 300, exit=True)  # two runs of train.py
-        self.procs = []
         self.down = None
 
     def tearDown(self):
@@ -76,26 +42,7 @@ class SlurmTrainTest(TempDirTestCase):
             run(["scontrol", "update", f"NodeName={self.down}", "State=RESUME"], check=False)
             eventually(f"{self.down} idle again", lambda: run(
                 ["sinfo", "-h", "-n", self.down, "-o", "%T"], check=False).strip() == "idle", 60)
-        for p in self.procs:
-            p.send_signal(signal.SIGTERM)
-            p.wait(timeout=30)
         super().tearDown()
-
-    def spawn(self, args, log):
-        with open(self.path(log), "w") as f:
-            p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
-
-    def port(self, name):
-        def read():
-            try:
-                with open(self.path(name)) as f:
-                    text = f.read()
-                return int(text) if text.endswith("\n") else None
-            except (FileNotFoundError, ValueError):
-                return None
-        return eventually(f"{name} written", read, 30)
 
     def test_node_down_mid_run_resumes_from_a_peer_and_ends_bit_identical(self):
         # The run never interrupted, packing the dataset both runs read.

@@ -1,0 +1,171 @@
+"""End to end on the live Slurm cluster (scripts/slurm): a job whose batch script declares a
+dataset (#GANTRY --dataset=URL) waits behind others; meanwhile gantryd asks the gantry-agent of
+the node the reservation plan expects it on to stage the dataset into that node's shard cache,
+and the job starts with every shard already there -- it reads nothing from the source.
+
+Needs SLURM_CONF and GANTRY_SLURM_DIR of a running cluster (scripts/test provides one; skipped
+otherwise, failed when GANTRY_SLURM_REQUIRED is set)."""
+
+import faulthandler
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+import urllib.error
+import urllib.request
+
+import _gantry
+from slurm_util import PATIENCE, SlurmTestCase, eventually, job_state, run, slurm_env
+from util import SOURCE_DIR, child_env
+
+BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(_gantry.__file__)))
+READER = os.path.join(SOURCE_DIR, "examples", "read_dataset.py")
+PARTITION = os.environ.get("GANTRY_SLURM_PARTITION", "gantry")
+
+
+@unittest.skipUnless(slurm_env(), "no Slurm cluster (source \"$(scripts/slurm start)\")")
+class SlurmStagingTest(SlurmTestCase):
+
+    def setUp(self):
+        super().setUp()
+        faulthandler.dump_traceback_later(3 * PATIENCE, exit=True)
+        self.jobs = []
+
+    def tearDown(self):
+        for job in self.jobs:
+            run(["scancel", job], check=False)
+        for job in self.jobs:
+            eventually(f"job {job} gone", lambda: job_state(job)[0] == "", 60)
+        super().tearDown()
+
+    def sbatch(self, args, script=None):
+        cmd = ["sbatch", "--parsable", "-p", PARTITION, "--export=ALL"] + args
+        if script is not None:
+            cmd.append(script)
+        job = subprocess.run(cmd, env=child_env(), capture_output=True, text=True,
+                             check=True).stdout.strip().split(";")[0]
+        self.jobs.append(job)
+        return job
+
+    def api(self, path):
+        """The document at `path`, or None while gantryd has not seen the job (404)."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.gantryd_port}{path}",
+                                     headers={"Authorization": "Bearer op-secret"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def logs(self):
+        """The end of every daemon's log, for a failure's message."""
+        text = ""
+        for name in sorted(os.listdir(self.tmp)):
+            if name.endswith(".log"):
+                with open(self.path(name)) as f:
+                    text += f"--- {name}\n" + "".join(f.readlines()[-15:])
+        return text
+
+    def test_declared_dataset_is_on_the_node_before_the_job_starts(self):
+        # A dataset of 24 samples in MDS shards of ~16 KiB, on a "durable" file:// store.
+        src = self.path("src")
+        os.makedirs(src)
+        for i in range(24):
+            with open(os.path.join(src, f"s{i:03d}.bin"), "wb") as f:
+                f.write(bytes([i]) * 6000)
+        url = "file://" + self.path("dataset")
+        run([os.path.join(BUILD_DIR, "apps/gantry/gantry"), "data", "pack", src, url,
+             "--format", "mds", "--shard-size", "16K"])
+        shards = len([n for n in os.listdir(self.path("dataset")) if n.endswith(".mds")])
+        self.assertGreater(shards, 3)
+
+        # Every node's agent, with its node's shard cache.
+        with open(self.path("agent-token"), "w") as f:
+            f.write("agent-secret\n")
+        nodes = sorted(set(run(["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N"]).split()))
+        agents = []
+        for node in nodes:
+            os.makedirs(self.path("local", node))
+            self.spawn([os.path.join(BUILD_DIR, "apps/gantry-agent/gantry-agent"),
+                        "--root", self.path("local", node), "--listen", "127.0.0.1:0",
+                        "--data-cache", self.path("cache", node),
+                        "--port-file", self.path(f"agent-{node}.port"),
+                        "--token-file", self.path("agent-token")], f"agent-{node}.log")
+            agents += ["--agent", f"{node}=http://127.0.0.1:{self.port(f'agent-{node}.port')}"]
+
+        site = self.path("site.yaml")
+        run([os.path.join(BUILD_DIR, "apps/gantry/gantry"), "cluster", "import", "--from-slurm",
+             "-o", site])
+        with open(self.path("op-token"), "w") as f:
+            f.write("op-secret\n")
+        self.spawn([os.path.join(BUILD_DIR, "apps/gantryd/gantryd"), "--cluster", site,
+                    "--state", self.path("state.db"), "--listen", "127.0.0.1:0",
+                    "--port-file", self.path("gantryd.port"),
+                    "--operator-token-file", self.path("op-token"), "--interval", "0.2",
+                    "--agent-token-file", self.path("agent-token"), "--data-wait", "120"] +
+                   agents, "gantryd.log")
+        self.gantryd_port = self.port("gantryd.port")
+
+        # Both H100 nodes busy for a while (time limit 1 minute, so the plan has an end).
+        blockers = [self.sbatch(["-A", account, "-N", "1", "--gres=gpu:h100:8", "-t", "1",
+                                 "-o", "/dev/null", "--wrap", "sleep 25"])
+                    for account in ("physics", "biology")]
+        for b in blockers:
+            eventually(f"blocker {b} running", lambda: job_state(b)[0] == "RUNNING")
+
+        # The job, declaring its dataset the way users do: in its batch script.
+        script = self.path("job.sbatch")
+        with open(script, "w") as f:
+            f.write("#!/bin/bash\n"
+                    f"#GANTRY --dataset={url}\n"
+                    f"exec {sys.executable} {READER} {url} "
+                    f"--cache-dir {self.path('cache')}/$SLURMD_NODENAME\n")
+        out = self.path("job.out")
+        job = self.sbatch(["-A", "chemistry", "-N", "1", "--gres=gpu:h100:8", "-t", "5",
+                           "-o", out], script)
+
+        # While it waits, gantryd shows its dataset and stages it onto the planned node.
+        seen = []
+
+        def staged_while_pending():
+            j = self.api(f"/v1/jobs/{job}")
+            if j is None:
+                return None
+            seen.append(j)
+            done = [s for s in j["staging"] if s["state"] == "done"]
+            return j if j["phase"] == "pending" and done else None
+        try:
+            pending = eventually("staged ahead while pending", staged_while_pending)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; gantryd last said {seen[-1:]}\n{self.logs()}") from None
+        self.assertEqual(pending["datasets"], [url])
+        planned = [s["node"] for s in pending["staging"] if s["state"] == "done"]
+        self.assertTrue(set(planned) <= {"n1", "n2"}, pending["staging"])
+        for s in pending["staging"]:
+            if s["state"] == "done":
+                self.assertGreater(s["bytes_total"], 0)
+                self.assertEqual(s["bytes_done"], s["bytes_total"])
+
+        # It runs once the blockers end, with every shard in its node's cache from the start.
+        eventually("the job ran", lambda: job_state(job)[0] == "", PATIENCE)
+        with open(out) as f:
+            text = f.read()
+        ran_on = re.search(r"^node (\S+)$", text, re.M)
+        self.assertIsNotNone(ran_on, text)
+        self.assertIn(ran_on.group(1), {"n1", "n2"})
+        self.assertIn(f"cached before reading: {shards} shards", text)
+        stats = json.loads(re.search(r"^stats (.*)$", text, re.M).group(1))
+        self.assertEqual(stats["samples_read"], 24, stats)
+        self.assertEqual(stats["bytes_durable"], 0, stats)
+        self.assertEqual(stats["bytes_peer"], 0, stats)
+        self.assertGreater(stats["bytes_cache"], 0, stats)
+        sacct = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "--format=State"])
+        self.assertIn("COMPLETED", sacct)
+
+
+if __name__ == "__main__":
+    unittest.main()
