@@ -1094,12 +1094,11 @@ class Engine::Impl {
   // by the shadow time are all the running jobs ending by then (every overdue one too), where
   // the reservation's walk stops at the first that makes room. Done with every reservation,
   // the engine benchmark's slurm-like cycle took 20 to 80 times as long (many overdue jobs);
-  // the simulator never asks. From the state
-  // now: the placement plugin runs on the GPUs free now plus those of the running jobs expected
-  // to end by the head's estimate (of its admitted GPU types, on nodes that are up), counted
-  // free for the one call and taken back. Placement plugins keep no state across calls that
-  // this could change (the head was tried in its cycle, so scores that learn the workload saw
-  // it).
+  // the simulator never asks. From the state now: the placement plugin runs on the GPUs free
+  // now plus those of the running jobs expected to end by the head's estimate (of its admitted
+  // GPU types, on nodes that are up), counted free for the one call and taken back. Placement
+  // plugins keep no state across calls that this could change (the head was tried in its
+  // cycle, so scores that learn the workload saw it).
   void PlanHead() {
     head_plan_dirty_ = false;
     JobState& s = state_[reservation_head_];
