@@ -85,6 +85,7 @@ class Driver {
     engine_->Schedule(now, &starts);
     std::string out;
     for (const StartDecision& d : starts) {
+      if (d.reason == Reason::kPreempting) continue;  // not a start: its victims were signalled
       out += static_cast<char>('A' + d.job);
       ends_.insert({now + jobs_[d.job]->time_limit, d.job});
       started_[d.job] = {now, d.placement};
@@ -286,6 +287,37 @@ TEST(PlannedPlacement, FollowsTheData) {
   EXPECT_EQ(d.Step(100), "BC");
   EXPECT_EQ(d.started().at(1).placement, (Placement{{2, 4}}));
   EXPECT_EQ(d.started().at(2).placement, (Placement{{0, 4}}));
+}
+
+// GraceTime: a preemptor waiting for its signalled victim has the placement it will start on
+// as its plan. One node of 8: A (6 GPUs, QoS 0) runs; B (8 GPUs, QoS 1) preempts it at t=1000
+// with 120 s of grace, so it is planned on n0 at t=1120, and starts there when A ends then.
+TEST(PlannedPlacement, WaitingPreemptorKeepsItsPlacement) {
+  auto p = ParseProfiles(R"(
+profiles:
+  p:
+    priority: [{plugin: qos, weight: 1000, args: {max_qos: 3}}, {plugin: age, args: {max_age: inf}}]
+    placement: first-fit
+    backfill: easy
+    preemption: {plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}
+)",
+                         "test.yaml");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Driver d(FlatCluster(1, 8), {{"a", kNoQuota, 1.0}}, p->front());
+  const JobRequest a = MakeJob(0, 0, 6, 1, 1120);
+  JobRequest b = MakeJob(1, 1000, 8, 1, 10);
+  b.qos = 1;
+  d.Submit(a);
+  EXPECT_EQ(d.Step(0), "A");
+  d.Submit(b);
+  EXPECT_EQ(d.Step(1000), "");
+  EXPECT_EQ(d.engine().status(1).reason, Reason::kPreempting);
+  EXPECT_EQ(d.engine().status(1).reserved_start, 1120);
+  EXPECT_EQ(d.engine().planned_placement(1), (Placement{{0, 8}}));
+  d.RunToEnd(1000);
+  EXPECT_EQ(d.started().at(1).time, 1120);
+  EXPECT_EQ(d.started().at(1).placement, (Placement{{0, 8}}));
+  EXPECT_TRUE(d.engine().planned_placement(1).empty());
 }
 
 // Random workloads on a flat cluster, all submitted at t=0 (FIFO order never changes), each
