@@ -396,6 +396,7 @@ class Engine::Impl {
       JobState& s = state_[j];
       Queues(s.job->team, s.old).erase({s.key, s.job->submit, j});
       if (s.status.reason == Reason::kPreempting) DropWaitingPreemptor(j, now);
+      planned_.erase(j);
       --pending_;
       s.status.phase = JobStatus::Phase::kDone;
       dirty_ = true;  // the head of the queue may have changed
@@ -645,7 +646,8 @@ class Engine::Impl {
     if (head_plan_dirty_ && j == reservation_head_ && s.status.reason != Reason::kPreempting) {
       PlanHead();
     }
-    return s.planned;
+    auto it = planned_.find(j);
+    return it == planned_.end() ? kEmpty : it->second;
   }
   std::string Explain(JobIndex j);
 
@@ -672,9 +674,6 @@ class Engine::Impl {
     bool resumed = false;    // requeued: its next run restores a checkpoint first
     bool signalled = false;  // running, signalled for preemption (GraceTime)
     Placement placement;
-    // Pending: where the reservation plan expects it to start, at status.reserved_start
-    // (planned_placement); stale, and not shown, once reserved_start is infinite.
-    Placement planned;
     int32_t shared_gpu = -1;  // running as a share (gpu_milli): its shared GPU (SharedGpus)
     // The cycle that last examined the job, and its reason and estimate before that cycle.
     uint64_t touched = 0;
@@ -998,6 +997,7 @@ class Engine::Impl {
     JobState& s = state_[j];
     const JobRequest& job = *s.job;
     Queues(job.team, s.old).erase({s.key, job.submit, j});
+    if (!planned_.empty()) planned_.erase(j);
     s.placement = scratch_;
     if (IsShare(job)) [[unlikely]] {
       TakeShare(j, s);
@@ -1094,15 +1094,15 @@ class Engine::Impl {
   // by the shadow time are all the running jobs ending by then (every overdue one too), where
   // the reservation's walk stops at the first that makes room. Done with every reservation,
   // the engine benchmark's slurm-like cycle took 20 to 80 times as long (many overdue jobs);
-  // the simulator never asks. From the state
-  // now: the placement plugin runs on the GPUs free now plus those of the running jobs expected
-  // to end by the head's estimate (of its admitted GPU types, on nodes that are up), counted
-  // free for the one call and taken back. Placement plugins keep no state across calls that
-  // this could change (the head was tried in its cycle, so scores that learn the workload saw
-  // it).
+  // the simulator never asks. From the state now: the placement plugin runs on the GPUs free
+  // now plus those of the running jobs expected to end by the head's estimate (of its admitted
+  // GPU types, on nodes that are up), counted free for the one call and taken back. Placement
+  // plugins keep no state across calls that this could change (the head was tried in its
+  // cycle, so scores that learn the workload saw it).
   void PlanHead() {
     head_plan_dirty_ = false;
     JobState& s = state_[reservation_head_];
+    Placement& planned = planned_[reservation_head_];
     const Time shadow = s.status.reserved_start;
     const JobRequest* head = s.job;
     if (reservation_mask_ != head->gpu_type_mask) {
@@ -1122,7 +1122,7 @@ class Engine::Impl {
       }
     }
     for (const Slot& b : plan_back_) free_.Release(b.node, b.gpus);
-    if (!placement_->Place(*head, free_, nullptr, &s.planned)) s.planned.clear();
+    if (!placement_->Place(*head, free_, nullptr, &planned)) planned.clear();
     for (const Slot& b : plan_back_) free_.Allocate(b.node, b.gpus);
   }
 
@@ -1248,7 +1248,7 @@ class Engine::Impl {
           node_plan_.Add(slot.node, t + length, slot.gpus);
         }
         st.reserved_start = t;
-        state_[j].planned = scratch_;
+        planned_[j] = scratch_;
         return false;
       }
       from = profile_steps_.NextStepAfter(t);
@@ -1367,7 +1367,7 @@ class Engine::Impl {
           // it: reuse it instead of walking the running jobs again.
           if (j != reservation_head_ || running_epoch_ != reservation_epoch_ ||
               now >= reservation_shadow_ || admitted->gpu_type_mask != reservation_mask_) {
-            reservation_shadow_ = ComputeReservation(*admitted, now, &st.planned);
+            reservation_shadow_ = ComputeReservation(*admitted, now, &planned_[j]);
             reservation_head_ = j;
             reservation_epoch_ = running_epoch_;
             reservation_mask_ = admitted->gpu_type_mask;
@@ -1522,7 +1522,7 @@ class Engine::Impl {
     Queues(job.team, s.old).erase({s.key, job.submit, j});
     s.status.reason = Reason::kPreempting;
     s.status.reserved_start = end_by;
-    s.planned = w.placement;
+    planned_[j] = w.placement;
     s.status.blocked_by = -1;
     starts->push_back({j, now, w.placement, Reason::kPreempting, w.victims, end_by});
     waiting_.push_back(std::move(w));
@@ -1720,6 +1720,10 @@ class Engine::Impl {
   bool head_plan_dirty_ = false;
   JobRequest plan_job_;
   Placement plan_back_;
+  // Planned placements (planned_placement), kept apart from JobState because few jobs have one
+  // (EASY's head, the jobs conservative backfill examines, waiting preemptors): erased when the
+  // job starts or is cancelled, shown only while its estimate is finite.
+  std::unordered_map<JobIndex, Placement> planned_;
   // Per-job admission (AdmissionPlugin::per_job): the current job's decision, and the job with
   // its types narrowed to the admitted flavor.
   bool per_job_admission_ = false;

@@ -1,5 +1,6 @@
 // Google Benchmark: the engine's per-event costs with a deep pending queue on a 12,500-node
-// (100,000-GPU) DGX H100 cluster: one scheduling cycle after one job finishes, and one Submit.
+// (100,000-GPU) DGX H100 cluster: one scheduling cycle after one job finishes, one Submit, and
+// one query of the blocked head's planned placement.
 // Engines, clusters and jobs are built outside the timed loops (not included in the times).
 #include <benchmark/benchmark.h>
 
@@ -121,6 +122,43 @@ BENCHMARK(BM_EngineFinishAndSchedule)
     ->ArgNames({"profile", "pending"})
     ->Args({0, 10000})
     ->Args({1, 10000})
+    ->Unit(benchmark::kMicrosecond);
+
+// Cost of a live driver asking where the blocked head will start (Engine::planned_placement)
+// after each event, in the saturated cluster above: under EASY (slurm-like) a walk over the
+// running jobs that end by the head's estimate and one placement search, paid on the first
+// call after a cycle (the simulator never asks). Only the call is timed; the head is found from
+// status_changes() while the timer is paused.
+void BM_EngineHeadPlannedPlacement(benchmark::State& state) {
+  DeepQueue q("slurm-like", static_cast<int>(state.range(0)));
+  JobIndex head = -1;
+  int64_t planned = 0, slots = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    q.FinishOneAndSchedule();
+    const Engine& e = q.engine();
+    if (head < 0 || e.status(head).phase != JobStatus::Phase::kPending ||
+        e.status(head).reserved_start >= kInfiniteTime) {
+      head = -1;
+    }
+    for (JobIndex j : e.status_changes()) {
+      if (e.status(j).reserved_start < kInfiniteTime) head = j;
+    }
+    state.ResumeTiming();
+    if (head >= 0) {
+      const Placement& p = e.planned_placement(head);
+      planned += p.empty() ? 0 : 1;
+      slots += static_cast<int64_t>(p.size());
+    }
+  }
+  state.counters["planned_share"] =
+      benchmark::Counter(static_cast<double>(planned) / static_cast<double>(state.iterations()));
+  state.counters["nodes_per_plan"] =
+      benchmark::Counter(planned > 0 ? static_cast<double>(slots) / planned : 0.0);
+}
+BENCHMARK(BM_EngineHeadPlannedPlacement)
+    ->ArgNames({"pending"})
+    ->Arg(10000)
     ->Unit(benchmark::kMicrosecond);
 
 // Cost of one Submit into a queue `range(1)` deep (no cycle runs).

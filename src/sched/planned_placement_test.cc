@@ -63,8 +63,9 @@ profiles:
 // pending job's latest plan and estimate.
 class Driver {
  public:
-  Driver(Cluster c, std::vector<Team> teams, const Profile& p) : cluster_(std::move(c)) {
-    auto e = Engine::Create(cluster_, std::move(teams), p);
+  Driver(Cluster c, std::vector<Team> teams, const Profile& p, const EngineOptions& options = {})
+      : cluster_(std::move(c)) {
+    auto e = Engine::Create(cluster_, std::move(teams), p, options);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
   }
@@ -84,6 +85,7 @@ class Driver {
     engine_->Schedule(now, &starts);
     std::string out;
     for (const StartDecision& d : starts) {
+      if (d.reason == Reason::kPreempting) continue;  // not a start: its victims were signalled
       out += static_cast<char>('A' + d.job);
       ends_.insert({now + jobs_[d.job]->time_limit, d.job});
       started_[d.job] = {now, d.placement};
@@ -255,6 +257,67 @@ TEST(PlannedPlacement, ClearedOnCancel) {
   ASSERT_TRUE(d.engine().Cancel(1, 2).ok());
   EXPECT_TRUE(d.engine().planned_placement(1).empty());
   EXPECT_EQ(d.engine().status(1).reserved_start, kInfiniteTime);
+}
+
+// With the data-locality score the plan follows the data: three nodes of 4, first-fit with
+// data-locality:2 (first-fit's own score, 1 - node / 3, is 1, 0.67, 0.33). A holds the whole
+// cluster until t=100; B (4 GPUs on one node) declares a dataset that n2 holds, so at the
+// shadow time n2 scores 0.33 + 2 against n0's 1: the plan, and then the start, are on n2. C
+// (no data) behind it has no plan (EASY plans the head only) and at t=100 takes first-fit's n0.
+TEST(PlannedPlacement, FollowsTheData) {
+  DataLocalityMap held;
+  held.Set("s3://corpus", 2, 1.0);
+  EngineOptions options;
+  options.data_locality = &held;
+  Driver d(FlatCluster(3, 4), {{"a", kNoQuota, 1.0}},
+           MakeProfile("{plugin: first-fit, args: {scores: \"data-locality:2\"}}", "easy"),
+           options);
+  const JobRequest a = MakeJob(0, 0, 12, 3, 100);
+  JobRequest b = MakeJob(1, 1, 4, 1, 10);
+  b.datasets = {"s3://corpus"};
+  const JobRequest c = MakeJob(2, 2, 4, 1, 10);
+  d.Submit(a);
+  EXPECT_EQ(d.Step(0), "A");
+  d.Submit(b);
+  EXPECT_EQ(d.Step(1), "");
+  EXPECT_EQ(d.engine().planned_placement(1), (Placement{{2, 4}}));
+  d.Submit(c);
+  EXPECT_EQ(d.Step(2), "");
+  EXPECT_TRUE(d.engine().planned_placement(2).empty());  // EASY plans the head only
+  EXPECT_EQ(d.Step(100), "BC");
+  EXPECT_EQ(d.started().at(1).placement, (Placement{{2, 4}}));
+  EXPECT_EQ(d.started().at(2).placement, (Placement{{0, 4}}));
+}
+
+// GraceTime: a preemptor waiting for its signalled victim has the placement it will start on
+// as its plan. One node of 8: A (6 GPUs, QoS 0) runs; B (8 GPUs, QoS 1) preempts it at t=1000
+// with 120 s of grace, so it is planned on n0 at t=1120, and starts there when A ends then.
+TEST(PlannedPlacement, WaitingPreemptorKeepsItsPlacement) {
+  auto p = ParseProfiles(R"(
+profiles:
+  p:
+    priority: [{plugin: qos, weight: 1000, args: {max_qos: 3}}, {plugin: age, args: {max_age: inf}}]
+    placement: first-fit
+    backfill: easy
+    preemption: {plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}
+)",
+                         "test.yaml");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Driver d(FlatCluster(1, 8), {{"a", kNoQuota, 1.0}}, p->front());
+  const JobRequest a = MakeJob(0, 0, 6, 1, 1120);
+  JobRequest b = MakeJob(1, 1000, 8, 1, 10);
+  b.qos = 1;
+  d.Submit(a);
+  EXPECT_EQ(d.Step(0), "A");
+  d.Submit(b);
+  EXPECT_EQ(d.Step(1000), "");
+  EXPECT_EQ(d.engine().status(1).reason, Reason::kPreempting);
+  EXPECT_EQ(d.engine().status(1).reserved_start, 1120);
+  EXPECT_EQ(d.engine().planned_placement(1), (Placement{{0, 8}}));
+  d.RunToEnd(1000);
+  EXPECT_EQ(d.started().at(1).time, 1120);
+  EXPECT_EQ(d.started().at(1).placement, (Placement{{0, 8}}));
+  EXPECT_TRUE(d.engine().planned_placement(1).empty());
 }
 
 // Random workloads on a flat cluster, all submitted at t=0 (FIFO order never changes), each

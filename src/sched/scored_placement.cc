@@ -6,9 +6,9 @@
 //   score   sum over the profile's scores of weight * ScorePlugin::Score; ties: lower node index
 //   choose  a gang takes its `nodes` best nodes; an "any" job fills the best nodes in order
 //
-// Scores are plugins (registry.h), so a new criterion (data locality, power) is a new file and a
+// Scores are plugins (registry.h), so a new criterion (power, say) is a new file and a
 // registry line, with no edit here. Profile: placement: {plugin: scored, args: {scores:
-// "pack:2,locality:1"}} (name[:weight], comma-separated; default "pack"). The free index gives
+// "pack:2,data-locality:1"}} (name[:weight], comma-separated; default "pack"). The free index gives
 // the candidates when it skips most nodes (ScoredSearch), then every candidate is scored.
 #include "builtin_plugins.h"
 #include "filter_score.h"
