@@ -10,6 +10,7 @@ import faulthandler
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import unittest
@@ -68,6 +69,12 @@ class SlurmStagingTest(SlurmTestCase):
             if name.endswith(".log"):
                 with open(self.path(name)) as f:
                     text += f"--- {name}\n" + "".join(f.readlines()[-15:])
+        try:
+            with sqlite3.connect(f"file:{self.path('state.db')}?mode=ro", uri=True) as db:
+                rows = db.execute("SELECT time, job, kind, detail FROM events ORDER BY seq").fetchall()
+            text += "--- gantryd's events\n" + "\n".join(" ".join(map(str, r)) for r in rows[-20:])
+        except sqlite3.Error as e:
+            text += f"--- gantryd's events: {e}"
         return text
 
     def test_declared_dataset_is_on_the_node_before_the_job_starts(self):

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -141,10 +142,16 @@ Result<std::unique_ptr<ShardCache>> ShardCache::Open(const ShardCacheOptions& op
   std::string root = options.dir;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   const std::string dir = root + "/" + id;
-  for (const std::string& d : {root, dir}) {
-    if (mkdir(d.c_str(), 0777) != 0 && errno != EEXIST) {
-      return Errno("shard cache: mkdir " + d);
-    }
+  // The cache's own folder with its parents (a node's fresh /nvme/gantry/data-cache), then the
+  // dataset's.
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) {
+    errno = ec.value();
+    return Errno("shard cache: mkdir " + root);
+  }
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    return Errno("shard cache: mkdir " + dir);
   }
   ShardCacheOptions o = options;
   o.dir = root;

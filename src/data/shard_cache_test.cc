@@ -132,6 +132,18 @@ TEST(ShardCache, PutGetAndDamagedCopyIsDeleted) {
   EXPECT_EQ((*cache)->Get(1, "s1").status().code(), StatusCode::kDataLoss);
 }
 
+// A node's cache folder is often configured before it exists (gantry-agent --data-cache
+// /nvme/gantry/data-cache on a fresh disk): its parents are made; a file in the way is an error.
+TEST(ShardCache, MakesTheFolderWithItsParents) {
+  TempDir tmp;
+  auto cache = ShardCache::Open({tmp.path() + "/a/b/c", 0}, "file:///data/a");
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  ASSERT_TRUE((*cache)->Put(0, "s0", "bytes").ok());
+  EXPECT_TRUE(fs::exists((*cache)->PathOf(0, "s0")));
+  std::ofstream(tmp.path() + "/file") << "x";
+  EXPECT_FALSE(ShardCache::Open({tmp.path() + "/file/c", 0}, "file:///data/a").ok());
+}
+
 TEST(ShardCache, EvictsLeastRecentlyUsedButNeverAPinnedShard) {
   TempDir tmp;
   const uint64_t kShard = 1000, kFile = kShard + 16;  // 16: the trailer
