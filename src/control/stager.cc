@@ -29,8 +29,7 @@ StageProgress FromState(const StageState& s) {
 
 class HttpAgents final : public StagingAgents {
  public:
-  HttpAgents(std::map<std::string, std::string> urls, std::string url_template,
-             std::string token)
+  HttpAgents(std::map<std::string, std::string> urls, std::string url_template, std::string token)
       : urls_(std::move(urls)), template_(std::move(url_template)), token_(std::move(token)) {}
 
   Result<StageProgress> Stage(const std::string& node, const std::string& dataset,

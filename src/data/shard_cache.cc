@@ -12,9 +12,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <vector>
 
 namespace gantry::data {
