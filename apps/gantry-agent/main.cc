@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
                  "Datasets staged at once, on threads apart from the object workers")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--stage-allow", options.stage_allow,
+                 "A URL prefix staged datasets must start with (repeatable; e.g. s3://datasets/, "
+                 "file:///lustre/data/); others are refused with 403. Set it on any cluster with "
+                 "more than one user: the agent reads as its own user");
   app.set_version_flag("--version", "gantry-agent 0.1.0");
   app.footer(
       "Example:\n  GANTRY_AGENT_TOKEN=$(cat /etc/gantry/agent-token) \\\n"
@@ -176,6 +180,10 @@ int main(int argc, char** argv) {
     std::cout << "; staging datasets into " << options.data_cache_dir;
   }
   std::cout << std::endl;
+  if (!options.data_cache_dir.empty() && options.stage_allow.empty()) {
+    std::cerr << "gantry-agent: warning: no --stage-allow: any holder of the agent token may have "
+                 "this agent read any URL it can into the node's shared cache\n";
+  }
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

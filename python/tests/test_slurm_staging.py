@@ -99,7 +99,7 @@ class SlurmStagingTest(SlurmTestCase):
             os.makedirs(self.path("local", node))
             self.spawn([os.path.join(BUILD_DIR, "apps/gantry-agent/gantry-agent"),
                         "--root", self.path("local", node), "--listen", "127.0.0.1:0",
-                        "--data-cache", self.path("cache", node),
+                        "--data-cache", self.path("cache", node), "--stage-allow", url,
                         "--port-file", self.path(f"agent-{node}.port"),
                         "--token-file", self.path("agent-token")], f"agent-{node}.log")
             agents += ["--agent", f"{node}=http://127.0.0.1:{self.port(f'agent-{node}.port')}"]

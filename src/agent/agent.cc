@@ -992,6 +992,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     so.cache_dir = options.data_cache_dir;
     so.cache_bytes = options.data_cache_bytes;
     so.threads = options.stage_threads;
+    so.allow = options.stage_allow;
     // A peer's agent (an http:// dataset) takes the same cluster token as this one.
     if (!options.token.empty()) so.store_options.agent_token = options.token;
     so.metrics = impl->metrics;

@@ -209,6 +209,32 @@ TEST_F(AgentStageTest, ListsEveryDatasetAskedAndNotFoundForOthers) {
             StatusCode::kNotFound);
 }
 
+// --stage-allow: only datasets under the allowed prefixes are staged; "..", a symlink or a
+// sibling folder sharing the prefix's spelling cannot reach past it.
+TEST_F(AgentStageTest, OnlyAllowedPrefixesAreStaged) {
+  fs::create_directories(tmp_.path() + "/allowed");
+  data::test::WriteMds(tmp_.path() + "/allowed/ds", 2, 2);
+  fs::create_directory_symlink(data_, tmp_.path() + "/allowed/link");
+  fs::create_directories(tmp_.path() + "/allowed-not");
+  data::test::WriteMds(tmp_.path() + "/allowed-not/ds", 2, 2);
+  Start([&](AgentOptions& o) { o.stage_allow = {"file://" + tmp_.path() + "/allowed/"}; });
+  const std::string ok = "file://" + tmp_.path() + "/allowed/ds";
+  Result<StageState> s = RequestStage(agent_->url(), kToken, ok, "1");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(WaitEnded(ok).state, "done");
+  for (const std::string& bad :
+       {dataset_, "file://" + tmp_.path() + "/allowed/../data",
+        "file://" + tmp_.path() + "/allowed/link", "file://" + tmp_.path() + "/allowed-not/ds",
+        std::string("s3://bucket/x")}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(RequestStage(agent_->url(), kToken, bad, "1").status().code(),
+              StatusCode::kPermissionDenied);
+  }
+  Result<std::vector<StageState>> all = ListStages(agent_->url(), kToken);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 1u);  // refused ones are not queued
+}
+
 TEST_F(AgentStageTest, WithoutACacheTheRoutesAreUnimplemented) {
   Start([](AgentOptions& o) { o.data_cache_dir.clear(); });
   EXPECT_EQ(RequestStage(agent_->url(), kToken, dataset_, "").status().code(),

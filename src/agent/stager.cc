@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <utility>
 
 #include "gantry/data/stage.h"
@@ -18,14 +19,46 @@ constexpr std::string_view kFailuresHelp =
 
 }  // namespace
 
-Status CheckStageUrl(const std::string& url) {
+namespace {
+
+// A file:// URL with its path resolved ("..", ".", symlinks; the part that does not exist yet
+// lexically), so that a prefix check cannot be walked around; other URLs as they are.
+std::string Resolved(const std::string& url) {
+  constexpr std::string_view kFile = "file://";
+  if (!url.starts_with(kFile)) return url;
+  std::error_code ec;
+  const std::filesystem::path p =
+      std::filesystem::weakly_canonical(std::filesystem::path(url.substr(kFile.size())), ec);
+  return ec ? url : std::string(kFile) + p.lexically_normal().string();
+}
+
+// `url` starts with `prefix`, ending at a path component's boundary.
+bool UnderPrefix(const std::string& url, std::string prefix) {
+  while (prefix.size() > 1 && prefix.back() == '/' && !prefix.ends_with("://")) prefix.pop_back();
+  if (!url.starts_with(prefix)) return false;
+  return url.size() == prefix.size() || prefix.back() == '/' || url[prefix.size()] == '/';
+}
+
+}  // namespace
+
+Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow) {
+  bool scheme_ok = false;
   for (const char* scheme : {"file://", "s3://", "http://", "https://"}) {
-    if (url.starts_with(scheme) && url.size() > std::string_view(scheme).size()) {
-      return Status::Ok();
-    }
+    scheme_ok =
+        scheme_ok || (url.starts_with(scheme) && url.size() > std::string_view(scheme).size());
   }
-  return InvalidArgument("dataset '" + url +
-                         "': the agent stages file://, s3://, http:// and https:// URLs only");
+  if (!scheme_ok) {
+    return InvalidArgument("dataset '" + url +
+                           "': the agent stages file://, s3://, http:// and https:// URLs only");
+  }
+  if (allow.empty()) return Status::Ok();
+  const std::string resolved = Resolved(url);
+  for (const std::string& prefix : allow) {
+    if (UnderPrefix(resolved, Resolved(prefix))) return Status::Ok();
+  }
+  return PermissionDenied("dataset '" + url +
+                          "' is not under any of this agent's --stage-allow "
+                          "prefixes");
 }
 
 Stager::Stager(StagerOptions options)
@@ -45,7 +78,7 @@ int64_t Stager::Now() {
 }
 
 Result<StageState> Stager::Request(const std::string& dataset, const std::string& job) {
-  GANTRY_RETURN_IF_ERROR(CheckStageUrl(dataset));
+  GANTRY_RETURN_IF_ERROR(CheckStageUrl(dataset, options_.allow));
   MutexLock lock(mu_);
   if (stopping_) return Cancelled("the agent is stopping");
   auto [it, inserted] = datasets_.try_emplace(dataset);

@@ -26,15 +26,17 @@
 namespace gantry::agent_internal {
 
 struct StagerOptions {
-  std::string cache_dir;     // the node-local shard cache (required)
-  uint64_t cache_bytes = 0;  // its capacity; 0: no limit
-  int threads = 2;           // datasets staged at once
+  std::string cache_dir;           // the node-local shard cache (required)
+  uint64_t cache_bytes = 0;        // its capacity; 0: no limit
+  int threads = 2;                 // datasets staged at once
+  std::vector<std::string> allow;  // URL prefixes allowed (AgentOptions::stage_allow); empty: all
   StoreOptions store_options;
   MetricsRegistry* metrics = nullptr;  // required
 };
 
-// InvalidArgument unless `url` is a file://, s3://, http:// or https:// URL.
-Status CheckStageUrl(const std::string& url);
+// InvalidArgument unless `url` is a file://, s3://, http:// or https:// URL; PermissionDenied
+// unless it starts with one of `allow` (when not empty; see AgentOptions::stage_allow).
+Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow = {});
 
 class Stager {
  public:

@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
@@ -112,6 +113,13 @@ struct AgentOptions {
   uint64_t data_cache_bytes = 0;
   // Datasets staged at once, on threads of their own (not the object workers). Default: 2.
   int stage_threads = 2;
+  // URL prefixes a staged dataset must start with ("s3://datasets/", "file:///lustre/data/");
+  // another is refused with 403 (PermissionDenied). A file:// URL is compared after resolving
+  // "..", "." and symlinks, and a prefix matches whole path components only. The agent reads
+  // as its own user (often root) and the cache is readable by every job on the node, while any
+  // holder of the agent token -- a job restoring checkpoints from peers has it -- may ask: set
+  // this on any cluster with more than one user. Empty: every URL is allowed.
+  std::vector<std::string> stage_allow;
 };
 
 class AgentServer {
