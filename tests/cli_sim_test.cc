@@ -526,4 +526,14 @@ TEST(CliSim, OpenbSharesShareGpusUnlessRounded) {
   EXPECT_EQ(r[0]["fractional_gpus_rounded"].get<int64_t>(), 4);
   EXPECT_DOUBLE_EQ(r[0]["wait_mean_s"].get<double>(), 80.0);
   EXPECT_NEAR(r[0]["gpu_utilization"].get<double>(), 500.0 / 600.0, 1e-6);
+  // trace inspect tells the same story: the shares are requests, not rounded GPUs.
+  CliRun inspect = RunCli("trace inspect " + (d / "pods.csv").string());
+  ASSERT_EQ(inspect.code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("fractional GPU requests (gpu_milli < 1000): 4; gantry sim shares"),
+            std::string::npos)
+      << inspect.output;
+  EXPECT_EQ(inspect.output.find("rounded up"), std::string::npos) << inspect.output;
+  CliRun inspect_json = RunCli("trace inspect --json " + (d / "pods.csv").string());
+  ASSERT_EQ(inspect_json.code, 0) << inspect_json.output;
+  EXPECT_EQ(nlohmann::json::parse(inspect_json.output)["fractional_gpu_requests"], 4);
 }

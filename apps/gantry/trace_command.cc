@@ -60,6 +60,9 @@ nlohmann::json ToJson(const Workload& w, const TraceStats& s, int top) {
   j["rows_skipped"] = w.stats.rows_skipped;
   j["skipped_by_reason"] = nlohmann::json::object();
   for (const auto& [reason, n] : w.stats.skipped_by_reason) j["skipped_by_reason"][reason] = n;
+  // The reader keeps a share's gpu_milli: the engine shares GPUs between such jobs, and only
+  // `gantry sim --round-fractional` rounds them. The old key stays for scripts that read it.
+  j["fractional_gpu_requests"] = w.stats.fractional_gpu_rounded;
   j["fractional_gpu_rounded"] = w.stats.fractional_gpu_rounded;
   const std::map<int, double> hours = GpuHoursBySize(w);
   j["jobs_by_gpus"] = nlohmann::json::array();
@@ -90,8 +93,8 @@ void PrintText(const Workload& w, const TraceStats& s, int top, std::ostream& ou
     out << "    " << reason << ": " << n << "\n";
   }
   if (w.stats.fractional_gpu_rounded > 0) {
-    out << "  fractional GPU requests rounded up to 1 GPU: " << w.stats.fractional_gpu_rounded
-        << "\n";
+    out << "  fractional GPU requests (gpu_milli < 1000): " << w.stats.fractional_gpu_rounded
+        << "; gantry sim shares GPUs between them (--round-fractional gives each a whole GPU)\n";
   }
   if (s.jobs == 0) return;
 
