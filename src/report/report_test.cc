@@ -331,6 +331,29 @@ TEST(SummaryTableTest, AlignedRowsPerProfile) {
   EXPECT_THAT(lines[2], HasSubstr("25.0"));   // frag-wait %
 }
 
+// Oracles and the recorded history are marked in the terminal table as in the report, with a
+// line saying what the mark means; a table without them has no such line.
+TEST(SummaryTableTest, MarksOraclesAndTheRecordedHistory) {
+  Fixture f1, f2, f3;
+  f2.result.profile = "sjf-oracle";
+  f2.result.oracle = true;
+  Summarize(f2.result);
+  f3.result.profile = "as-recorded";
+  f3.result.as_recorded = true;
+  Summarize(f3.result);
+  const std::string table = SummaryTable({&f1.result, &f2.result, &f3.result});
+  std::vector<std::string> lines;
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 7u) << table;  // header, rule, three profiles, two notes
+  EXPECT_EQ(lines[2].rfind("fifo ", 0), 0u);
+  EXPECT_EQ(lines[3].rfind("sjf-oracle * ", 0), 0u) << lines[3];
+  EXPECT_EQ(lines[4].rfind("as-recorded (recorded) ", 0), 0u) << lines[4];
+  EXPECT_EQ(lines[5].rfind("* oracle: reads the trace's true run times", 0), 0u);
+  EXPECT_EQ(lines[6], "(recorded): the trace's own start times, replayed");
+  EXPECT_EQ(SummaryTable({&f1.result}).find("oracle"), std::string::npos);
+}
+
 TEST(CompactDurationTest, PicksUnit) {
   EXPECT_EQ(report_internal::CompactDuration(0), "0.0s");
   EXPECT_EQ(report_internal::CompactDuration(42), "42s");

@@ -447,16 +447,24 @@ std::string SummaryTable(const std::vector<const SimResult*>& results) {
       "profile",  "jobs",     "done",    "makespan", "util%",    "wait avg", "wait p50",
       "wait p95", "wait p99", "JCT avg", "JCT p95",  "BSLD avg", "Jain",     "frag%"};
   std::vector<std::vector<std::string>> rows;
+  bool any_oracle = false;
+  bool any_recorded = false;
   for (const SimResult* r : results) {
     if (r == nullptr) continue;
     const SimSummary& s = r->summary;
+    // Marked as in the report: an oracle is an upper bound, the recorded history is no policy.
+    std::string name = s.profile.empty() ? r->profile : s.profile;
+    if (r->oracle) name += " *";
+    if (r->as_recorded) name += " (recorded)";
+    any_oracle = any_oracle || r->oracle;
+    any_recorded = any_recorded || r->as_recorded;
     auto fixed = [](double v, int decimals) {
       std::string out;
       AppendFixed(out, v, decimals);
       return out;
     };
     rows.push_back(
-        {s.profile.empty() ? r->profile : s.profile, std::to_string(s.jobs),
+        {name, std::to_string(s.jobs),
          std::to_string(s.jobs_completed), CompactDuration(static_cast<double>(s.makespan)),
          fixed(100 * s.gpu_utilization, 1), CompactDuration(s.wait_mean),
          CompactDuration(s.wait_p50), CompactDuration(s.wait_p95), CompactDuration(s.wait_p99),
@@ -490,6 +498,11 @@ std::string SummaryTable(const std::vector<const SimResult*>& results) {
   out += std::string(total, '-');
   out += '\n';
   for (const auto& row : rows) emit(row);
+  if (any_oracle) {
+    out += "* oracle: reads the trace's true run times -- an upper bound, not a policy a live "
+           "scheduler can run\n";
+  }
+  if (any_recorded) out += "(recorded): the trace's own start times, replayed\n";
   return out;
 }
 
