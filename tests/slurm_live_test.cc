@@ -249,6 +249,36 @@ TEST_F(SlurmLiveTest, RequeueHeldPutsARunningJobBackUnderGantry) {
   WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCancelled; });
 }
 
+// A preempted job with a grace time gets a signal (Slurm's GraceTime sends SIGTERM; gantryd
+// sends --preempt-signal), saves its work and exits; a batch job that finished that way can still
+// be requeued held, so that Gantry decides again where it goes on.
+TEST_F(SlurmLiveTest, SignalReachesTheJobAndAFinishedJobCanBeRequeuedHeld) {
+  const int64_t id = Submit(
+      "biology", "gpu:a100:1",
+      "trap 'echo saved on USR1; exit 0' USR1; echo started; while true; do sleep 0.1; done");
+  ASSERT_GT(id, 0);
+  WaitJob(id, [](const SlurmJob& x) { return x.held; });
+  ASSERT_TRUE(client_->StartOnNodes(id, {"n3"}).ok());
+  WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kRunning; });
+  const std::string out = dir_ + "/jobs/" + std::to_string(id) + ".out";
+  for (int i = 0;
+       i < kPatience * 10 && cli_test::ReadFile(out).find("started") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the trap is set
+  }
+  EXPECT_EQ(client_->Signal(id, "USR 1").code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client_->Signal(id, "USR1").ok());
+  WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCompleted; });
+  // The trap ran (the shell's sleep got the signal too: --full signals every process).
+  EXPECT_NE(cli_test::ReadFile(out).find("saved on USR1\n"), std::string::npos)
+      << cli_test::ReadFile(out);
+  EXPECT_EQ(client_->Signal(987654321, "USR1").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(client_->RequeueHeld(id).ok());
+  SlurmJob j = WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kPending; });
+  EXPECT_TRUE(j.held) << j.state_reason;
+  ASSERT_TRUE(client_->Cancel(id).ok());
+  WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCancelled; });
+}
+
 TEST_F(SlurmLiveTest, DrainedNodesAreObserved) {
   // An empty node drains at once; one with a job keeps it running and drains when it ends.
   ASSERT_TRUE(client_->DrainNode("n2", "gantry test").ok());

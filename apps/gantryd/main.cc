@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> agent_urls;
   std::string agent_template, agent_token_file;
   int64_t data_wait = 600;
+  std::string preempt_signal = "TERM";
   app.add_option("--cluster", cluster_spec,
                  "Cluster spec (YAML; `gantry cluster import --from-slurm` writes one)")
       ->required();
@@ -111,6 +112,11 @@ int main(int argc, char** argv) {
                  "Seconds a decided job that declared data is held until its data is on its "
                  "nodes (0: never hold; data is then staged only ahead of time)")
       ->capture_default_str();
+  app.add_option("--preempt-signal", preempt_signal,
+                 "The signal a job preempted with a grace time gets (the profile's preemption "
+                 "grace_time; Slurm's GraceTime sends TERM); it is requeued when the grace time "
+                 "is over or when it exits")
+      ->capture_default_str();
   app.footer(
       "Exit status: 0 after SIGINT/SIGTERM or --cycles, 2 usage error, 3 the state database or "
       "the cluster cannot be opened, 4 the API address cannot be bound.");
@@ -123,6 +129,10 @@ int main(int argc, char** argv) {
   if (partitions.empty()) partitions = {"gantry"};
   if (fail_open_after < 0) return Usage("--fail-open-after must be 0 or more");
   if (data_wait < 0) return Usage("--data-wait must be 0 or more");
+  if (preempt_signal.empty() || preempt_signal.find_first_not_of(
+                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != std::string::npos) {
+    return Usage("--preempt-signal must be a signal name like TERM or USR1");
+  }
   auto agents_by_node = gantry::control::ParseAgentUrls(agent_urls);
   if (!agents_by_node.ok()) return Usage("--agent " + agents_by_node.status().message());
   const bool staging = !agents_by_node->empty() || !agent_template.empty();
@@ -204,6 +214,7 @@ int main(int argc, char** argv) {
     return kExitCannotOpen;
   }
   (*controller)->set_metrics(&metrics);
+  (*controller)->set_preempt_signal(preempt_signal);
   // Staging of declared datasets, on a thread of its own (its HTTP calls never hold a cycle).
   std::unique_ptr<gantry::control::StagingAgents> agents;
   std::unique_ptr<gantry::control::Stager> stager;

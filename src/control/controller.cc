@@ -401,9 +401,18 @@ class Controller::Impl {
         }
       }
     }
-    std::vector<StartDecision> starts;
-    engine_->Schedule(now, &starts);
+    std::vector<StartDecision> decisions;
+    engine_->Schedule(now, &decisions);
     report->waiting_for_data = 0;
+    // Preemption first: the victims are stopped (or signalled) before their GPUs are handed on.
+    // A decision that only signalled victims (a grace time) is no start yet.
+    std::vector<StartDecision> starts;
+    starts.reserve(decisions.size());
+    for (StartDecision& d : decisions) {
+      if (!d.preempted.empty()) GANTRY_RETURN_IF_ERROR(Preempt(d, now, report));
+      if (d.reason != Reason::kPreempting) starts.push_back(std::move(d));
+    }
+    if (!to_requeue_.empty()) GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, report));
     std::vector<std::vector<NodeGpus>> placements;
     placements.reserve(starts.size());
     for (const StartDecision& d : starts) {
@@ -433,6 +442,50 @@ class Controller::Impl {
     }
     if (stager_ != nullptr) GANTRY_RETURN_IF_ERROR(Stage(now, report));
     return Status::Ok();
+  }
+
+  // The victims of decision `d`: held again now (their engine runs already ended) and decided
+  // anew, or, with a grace time, signalled and left to run until it is over.
+  Status Preempt(const StartDecision& d, Time now, CycleReport* report) {
+    const std::string& by = requests_[static_cast<size_t>(d.job)].id;
+    for (JobIndex v : d.preempted) {
+      const std::string& id = requests_[static_cast<size_t>(v)].id;
+      ++report->preempted;
+      if (metrics_ != nullptr) {
+        metrics_
+            ->GetCounter("gantry_preemptions_total",
+                         "Running jobs preempted (held again and decided anew), by how.",
+                         {{"how", d.reason == Reason::kPreempting ? "grace" : "now"}})
+            .Increment();
+      }
+      if (d.reason != Reason::kPreempting) {
+        to_requeue_[id] = "preempted by " + by;
+        GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "preempt", "by " + by));
+        continue;
+      }
+      const Time grace_end = engine_->status(v).grace_end;
+      Status s = rm_->Signal(id, preempt_signal_);
+      GANTRY_RETURN_IF_ERROR(
+          store_->LogEvent(now, id, "preempt-signal",
+                           "SIG" + preempt_signal_ + " for " + by +
+                               ", held again at t=" + std::to_string(grace_end) +
+                               (s.ok() ? "" : " (signal failed: " + s.ToString() + ")")));
+      signalled_[id] = Signalled{by, grace_end};
+    }
+    return Status::Ok();
+  }
+
+  // Signalled victims whose grace time is over are held again and requeued (by
+  // RequeueInterrupted, which runs next).
+  void EndGraceTimes(Time now) {
+    for (auto it = signalled_.begin(); it != signalled_.end();) {
+      if (now < it->second.grace_end) {
+        ++it;
+        continue;
+      }
+      to_requeue_[it->first] = "preempted by " + it->second.by + " (grace time over)";
+      it = signalled_.erase(it);
+    }
   }
 
   // Why a decided job has not been released yet.
@@ -558,6 +611,18 @@ class Controller::Impl {
     for (int pass = 0; pass < 2; ++pass) {
       for (const RmJob& o : observed) {
         if ((o.state == ObservedState::kFinished) != (pass == 0)) continue;
+        // A signalled victim that ended within its grace time (it saved its checkpoint and
+        // exited) is preempted, not done: it is requeued to go on. One its user cancelled is.
+        if (o.state == ObservedState::kFinished && !signalled_.empty()) {
+          if (auto s = signalled_.find(o.request.id); s != signalled_.end()) {
+            const std::string by = s->second.by;
+            signalled_.erase(s);
+            if (o.end_state != "cancelled") {
+              to_requeue_[o.request.id] = "preempted by " + by + " (ended within its grace time)";
+              continue;
+            }
+          }
+        }
         if (o.state == ObservedState::kFinished) to_requeue_.erase(o.request.id);
         // A job about to be requeued is settled by RequeueInterrupted, not by what the
         // resource manager said before it was held again.
@@ -578,6 +643,7 @@ class Controller::Impl {
         GANTRY_RETURN_IF_ERROR(Apply(**r, &o, now, report));
       }
     }
+    EndGraceTimes(now);
     return RequeueInterrupted(now, report);
   }
 
@@ -713,6 +779,7 @@ class Controller::Impl {
   // Takes the job out of the engine: finished, or cancelled (`cancelled`, or when pending).
   Status EndInEngine(const std::string& id, Time now, bool cancelled = false) {
     waiting_.erase(id);
+    if (cancelled) signalled_.erase(id);
     datasets_of_.erase(id);
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return Status::Ok();
@@ -787,6 +854,13 @@ class Controller::Impl {
     Time deadline = 0;
   };
   std::map<std::string, Waiting> waiting_;
+  // Victims signalled for a preemption with a grace time: by whom, and until when they run.
+  struct Signalled {
+    std::string by;
+    Time grace_end = 0;
+  };
+  std::map<std::string, Signalled> signalled_;
+  std::string preempt_signal_ = "TERM";
   std::set<std::pair<std::string, std::string>> queue_series_;
   // The view published for each active job and what it was built from; reused while these
   // stay the same. In the order of the last Publish's active jobs (submit time, then id).
@@ -838,6 +912,8 @@ std::shared_ptr<const ControlSnapshot> Controller::Snapshot() const {
 }
 
 void Controller::set_metrics(MetricsRegistry* metrics) { impl_->metrics_ = metrics; }
+
+void Controller::set_preempt_signal(const std::string& signal) { impl_->preempt_signal_ = signal; }
 
 void Controller::set_stager(Stager* stager, Duration wait_for_data) {
   impl_->stager_ = stager;

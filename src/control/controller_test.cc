@@ -120,7 +120,10 @@ class FakeRm : public ResourceManager {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFound("no job " + id);
     Entry& e = it->second;
-    if (e.job.state == ObservedState::kFinished) return FailedPrecondition("job ended");
+    // Slurm requeues a finished batch job too, while slurmctld still remembers it.
+    if (e.job.state == ObservedState::kFinished && !requeue_finished_) {
+      return FailedPrecondition("job ended");
+    }
     if (e.job.state == ObservedState::kRunning) {
       for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
     }
@@ -146,6 +149,21 @@ class FakeRm : public ResourceManager {
     e.job.state = ObservedState::kFinished;
     e.job.end_state = "cancelled";
     return Status::Ok();
+  }
+
+  Status Signal(const std::string& id, const std::string& signal) override {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job " + id);
+    if (it->second.job.state != ObservedState::kRunning) return FailedPrecondition("not running");
+    signals_.push_back(id + ":" + signal);
+    return Status::Ok();
+  }
+  // The job's program exits on its own (e.g. after saving a checkpoint on a signal).
+  void Exit(const std::string& id, const std::string& end_state) {
+    Entry& e = jobs_.at(id);
+    for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
+    e.job.state = ObservedState::kFinished;
+    e.job.end_state = end_state;
   }
 
   Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
@@ -193,6 +211,8 @@ class FakeRm : public ResourceManager {
   std::map<std::string, NodeState> node_state_;
   std::map<std::string, int> requeues_;
   bool crash_after_requeue_ = false;
+  bool requeue_finished_ = false;
+  std::vector<std::string> signals_;
   bool crash_before_start_ = false;
   bool crash_after_start_ = false;
   int violations_ = 0;
@@ -978,6 +998,139 @@ TEST_F(ControllerStagingTest, ARestartWhileAJobWaitsDecidesItAgain) {
   ASSERT_TRUE(ctl->Cycle(6, &r).ok());
   EXPECT_EQ(r.started, 1);
   EXPECT_EQ(rm_->jobs_["1"].starts, 1);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// --- Preemption ---
+
+class ControllerPreemptionTest : public ControllerTest {
+ protected:
+  // QoS 2 preempts QoS 0 (priority mode), first-fit, with or without a grace time.
+  void UseProfile(Duration grace) {
+    auto p = ParseProfiles(R"(
+profiles:
+  prio:
+    priority: [{plugin: qos, weight: 1000, args: {max_qos: 3}}]
+    placement: first-fit
+    backfill: {mode: easy}
+    preemption: {plugin: checkpoint-aware, args: {mode: priority, grace_time: )" +
+                               std::to_string(grace) + R"(}}
+)",
+                           "test");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    profile_ = (*p)[0];
+  }
+  void SubmitQos(const std::string& id, int gpus, int qos, Duration run_for, Time now) {
+    rm_->Submit(id, "nlp", gpus, 8, run_for, now);
+    rm_->jobs_[id].job.request.qos = qos;
+  }
+  // "low" (QoS 0, the whole cluster) runs from t=1; "high" (QoS 2, one node) arrives at 3 and
+  // that cycle decides.
+  CycleReport LowRunsThenHighArrives(Controller& ctl) {
+    SubmitQos("low", 32, 0, 1000, 0);
+    rm_->Advance(1);
+    EXPECT_TRUE(ctl.Cycle(1, nullptr).ok());
+    rm_->Advance(2);
+    EXPECT_TRUE(ctl.Cycle(2, nullptr).ok());
+    EXPECT_EQ(PhaseOf("low"), JobPhase::kRunning);
+    SubmitQos("high", 8, 2, 100, 3);
+    rm_->Advance(3);
+    CycleReport r;
+    EXPECT_TRUE(ctl.Cycle(3, &r).ok());
+    return r;
+  }
+};
+
+// Without a grace time the victim is held again in the resource manager (which stops it) and
+// decided anew, keeping its age, before the preemptor is released onto its GPUs.
+TEST_F(ControllerPreemptionTest, VictimsAreRequeuedBeforeThePreemptorStarts) {
+  UseProfile(0);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  MetricsRegistry metrics;
+  ctl->set_metrics(&metrics);
+  CycleReport r = LowRunsThenHighArrives(*ctl);
+  EXPECT_EQ(r.preempted, 1);
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->requeues_["low"], 1);
+  EXPECT_EQ(rm_->violations_, 0);
+  Result<JobRecord> low = store_->Get("low");
+  ASSERT_TRUE(low.ok());
+  EXPECT_EQ(low->phase, JobPhase::kPending);
+  EXPECT_EQ(low->requeues, 1);
+  EXPECT_EQ(low->submit, 0);  // its age kept
+  EXPECT_EQ(ctl->JobStatusOf("low")->phase, JobStatus::Phase::kPending);
+  EXPECT_NE(metrics.PrometheusText().find("gantry_preemptions_total{how=\"now\"} 1"),
+            std::string::npos);
+  EXPECT_NE(EventLog().find("low preempt by high"), std::string::npos) << EventLog();
+}
+
+// With a grace time the victim is signalled and runs on; the preemptor waits, its GPUs booked;
+// when the grace time is over the victim is held again and the preemptor starts.
+TEST_F(ControllerPreemptionTest, WithAGraceTimeTheVictimIsSignalledThenRequeued) {
+  UseProfile(30);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_preempt_signal("USR1");
+  CycleReport r = LowRunsThenHighArrives(*ctl);
+  EXPECT_EQ(r.preempted, 1);
+  EXPECT_EQ(r.started, 0);  // signalled, not started
+  EXPECT_EQ(rm_->signals_, (std::vector<std::string>{"low:USR1"}));
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(PhaseOf("high"), JobPhase::kPending);  // no decision recorded for a signal
+  for (Time t = 4; t < 33; t += 7) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok());
+    EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning) << t;
+    EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld) << t;
+  }
+  rm_->Advance(33);  // grace over (signalled at 3, 30 s)
+  ASSERT_TRUE(ctl->Cycle(33, &r).ok());
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->requeues_["low"], 1);
+  rm_->Advance(34);
+  ASSERT_TRUE(ctl->Cycle(34, &r).ok());
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  EXPECT_EQ(rm_->signals_.size(), 1u);
+  EXPECT_EQ(rm_->violations_, 0);
+  EXPECT_NE(EventLog().find("low preempt-signal SIGUSR1 for high, held again at t=33"),
+            std::string::npos)
+      << EventLog();
+}
+
+// A victim that saves its checkpoint and exits within its grace time is requeued to go on, not
+// finished; one its user cancels stays cancelled.
+TEST_F(ControllerPreemptionTest, AVictimThatExitsEarlyIsRequeuedACancelledOneIsNot) {
+  UseProfile(30);
+  rm_->requeue_finished_ = true;
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  SubmitQos("a", 16, 0, 1000, 0);
+  SubmitQos("b", 16, 0, 1000, 0);
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, nullptr).ok());
+  SubmitQos("high", 32, 2, 100, 3);  // needs both
+  rm_->Advance(3);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok());
+  ASSERT_EQ(r.preempted, 2);
+  rm_->Exit("a", "completed");  // checkpointed and exited on the signal
+  rm_->Exit("b", "cancelled");  // its user gave up
+  rm_->Advance(5);
+  ASSERT_TRUE(ctl->Cycle(5, &r).ok());
+  EXPECT_EQ(rm_->requeues_["a"], 1);
+  EXPECT_EQ(rm_->jobs_["a"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(PhaseOf("a"), JobPhase::kPending);
+  EXPECT_EQ(rm_->requeues_.count("b"), 0u);
+  EXPECT_EQ(PhaseOf("b"), JobPhase::kDone);
+  rm_->Advance(6);
+  ASSERT_TRUE(ctl->Cycle(6, &r).ok());
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
   EXPECT_EQ(rm_->violations_, 0);
 }
 

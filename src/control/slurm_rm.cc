@@ -159,6 +159,11 @@ Status SlurmResourceManager::Cancel(const std::string& id) {
   return client_.Cancel(job);
 }
 
+Status SlurmResourceManager::Signal(const std::string& id, const std::string& signal) {
+  GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
+  return client_.Signal(job, signal);
+}
+
 Status SlurmResourceManager::Start(const std::string& id, const std::vector<NodeGpus>& placement) {
   GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
   std::vector<std::string> nodes;

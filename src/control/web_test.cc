@@ -193,6 +193,9 @@ class StartingRm : public ResourceManager {
   }
   Status Requeue(const std::string& id) override { return Unimplemented("not in this test"); }
   Status Cancel(const std::string& id) override { return Unimplemented("not in this test"); }
+  Status Signal(const std::string& id, const std::string& signal) override {
+    return Unimplemented("not in this test");
+  }
 
  private:
   std::map<std::string, RmJob> jobs_;

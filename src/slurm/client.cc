@@ -198,16 +198,31 @@ Status SlurmClient::Release(int64_t id) const {
   return Run({"scontrol", "release", std::to_string(id)}).status();
 }
 
-Status SlurmClient::Cancel(int64_t id) const {
+Status SlurmClient::Cancel(int64_t id) const { return Scancel(id, {}); }
+
+Status SlurmClient::Signal(int64_t id, const std::string& signal) const {
+  if (signal.empty() ||
+      signal.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != std::string::npos) {
+    return InvalidArgument("signal '" + signal + "': a name like TERM or USR1");
+  }
+  return Scancel(id, {"--signal=" + signal, "--full"});
+}
+
+Status SlurmClient::Scancel(int64_t id, const std::vector<std::string>& flags) const {
   // scancel exits 0 and prints nothing when Slurm refuses, unless asked to be verbose; then it
   // also reports success on stderr ("scancel: Terminating job 7"), and a refusal as
   // "scancel: error: Kill job error on job id 7: <Slurm's error>".
-  const std::string what = "scancel " + std::to_string(id);
+  std::string what = "scancel";
+  std::vector<std::string> argv = {options_.bin_dir + "/scancel", "-v"};
+  for (const std::string& f : flags) {
+    what += " " + f;
+    argv.push_back(f);
+  }
+  what += " " + std::to_string(id);
+  argv.push_back(std::to_string(id));
   std::vector<std::string> env;
   if (!options_.slurm_conf.empty()) env.push_back("SLURM_CONF=" + options_.slurm_conf);
-  GANTRY_ASSIGN_OR_RETURN(
-      Output o, RunWithDeadline({options_.bin_dir + "/scancel", "-v", std::to_string(id)}, env,
-                                options_.timeout_ms));
+  GANTRY_ASSIGN_OR_RETURN(Output o, RunWithDeadline(argv, env, options_.timeout_ms));
   if (o.timed_out) return DeadlineExceeded(what + ": no answer");
   const size_t error = o.err.find("error:");
   if (error != std::string::npos) {

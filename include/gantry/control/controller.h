@@ -13,6 +13,14 @@
 // from the store and what the resource manager reports (StateStore's Reconcile rules), so a
 // gantryd killed at any instant loses no job, starts none twice and leaves none held forever.
 //
+// Preemption (a profile whose admission or preemption plugin preempts): the victims of a start
+// are held again in the resource manager (which stops them) and decided anew, keeping their
+// age, before the preemptor is released. With a grace time the victims are first signalled
+// (set_preempt_signal) and run on; when the grace time is over, or when one ends on its own
+// before (it saved its checkpoint and exited), it is held again and requeued, and the engine
+// starts the preemptor in a later cycle. A victim its user cancels stays cancelled. A gantryd
+// restarted during a grace time forgets the signal: the engine may preempt again.
+//
 // With a Stager (set_stager), jobs that declared datasets have them staged onto the nodes the
 // reservation plan expects them to run on while they wait, and a decided one is released only
 // once its data is there (or staging failed, or the wait ran out). A gantryd restarted while a
@@ -84,6 +92,10 @@ class ResourceManager {
   // Cancels the job. Called from the API's threads: must be safe to call concurrently with
   // the loop's calls. NotFound or FailedPrecondition when the job has ended.
   virtual Status Cancel(const std::string& id) = 0;
+  // Sends `signal` ("TERM", "USR1", ...) to a running job's processes, as Slurm's GraceTime
+  // does to a preempted job so that it saves a final checkpoint. NotFound or
+  // FailedPrecondition when it no longer runs.
+  virtual Status Signal(const std::string& id, const std::string& signal) = 0;
 };
 
 // One dataset of a job on one of its nodes, as its agent last reported staging it.
@@ -179,6 +191,7 @@ struct CycleReport {
   int requeued = 0;          // jobs interrupted by a node going down, held again to be decided anew
   int node_changes = 0;      // nodes whose state changed (drain, down, up)
   int waiting_for_data = 0;  // decided jobs held back until their data is on their nodes
+  int preempted = 0;         // running jobs preempted (requeued, or signalled with a grace time)
 };
 
 class Controller {
@@ -210,6 +223,9 @@ class Controller {
   // booked, as Slurm's burst buffer stage-in holds a job's nodes. 0: never hold a job back
   // (staging then happens only ahead of time, from the reservation plan). Set before cycling.
   void set_stager(Stager* stager, Duration wait_for_data);
+  // The signal a preempted job gets when the profile's preemption has a grace time (Slurm's
+  // GraceTime sends SIGTERM); default "TERM". Set before cycling.
+  void set_preempt_signal(const std::string& signal);
 
   const Engine& engine() const;
   // The engine's status of the job with this id; NotFound when the engine has no such job.

@@ -40,6 +40,7 @@ class SlurmResourceManager : public ResourceManager {
   Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override;
   Status Requeue(const std::string& id) override;
   Status Cancel(const std::string& id) override;
+  Status Signal(const std::string& id, const std::string& signal) override;
 
  private:
   SlurmRmOptions options_;

@@ -158,6 +158,9 @@ class SlurmClient {
   // Releases a held job without pinning nodes: Slurm's own scheduler places it (fail-open).
   Status Release(int64_t id) const;
   Status Cancel(int64_t id) const;
+  // Sends `signal` (a name: "TERM", "USR1", ...) to every process of a running job: its batch
+  // script and its steps (scancel --signal --full).
+  Status Signal(int64_t id, const std::string& signal) const;
   // Stops a running job and queues it again, held, so that Gantry decides again where it runs.
   Status RequeueHeld(int64_t id) const;
   // Administrator actions on nodes (tests use them; the engine observes their effects).
@@ -176,6 +179,9 @@ class SlurmClient {
   Result<std::string> Run(std::vector<std::string> argv) const;
 
  private:
+  // scancel -v FLAGS ID, with its refusals (printed on stderr, exit 0) as errors.
+  Status Scancel(int64_t id, const std::vector<std::string>& flags) const;
+
   SlurmOptions options_;
 };
 
