@@ -81,6 +81,9 @@ class BenchRm : public gantry::control::ResourceManager {
   gantry::Status Cancel(const std::string& id) override {
     return gantry::Unimplemented("no cancel in the bench");
   }
+  gantry::Status Signal(const std::string& id, const std::string& signal) override {
+    return gantry::Unimplemented("no preemption in the bench");
+  }
   gantry::Status Start(const std::string& id, const std::vector<NodeGpus>& placement) override {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return gantry::NotFound("no job " + id);
