@@ -11,36 +11,13 @@
 
 #include "gantry/sched/engine.h"
 #include "gantry/sched/profile.h"
+#include "sched/test_builders.h"
 
 namespace gantry {
 namespace {
 
-// `nodes` nodes of `gpus` H100s each, flat.
-Cluster FlatCluster(int nodes, int gpus) {
-  ClusterBuilder b("test", {});
-  EXPECT_TRUE(b.AddGpuType({"H100", 80, 70, 700}).ok());
-  for (int n = 0; n < nodes; ++n) {
-    EXPECT_TRUE(b.AddNode({.name = "n" + std::to_string(n), .gpu_type = 0, .gpus = gpus}).ok());
-  }
-  auto c = std::move(b).Build();
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return std::move(c).value();
-}
-
-// Job `index` is named 'A' + index; `nodes` nodes with gpus / nodes GPUs each (0: any).
-JobRequest MakeJob(JobIndex index, Time submit, int gpus, int nodes, Duration limit, int team = 0) {
-  JobRequest j;
-  j.index = index;
-  j.id = std::string(1, static_cast<char>('A' + index));
-  j.submit = submit;
-  j.gpus = gpus;
-  j.nodes = nodes;
-  j.gpus_per_node = nodes > 0 ? gpus / nodes : 0;
-  j.time_limit = limit;
-  j.team = team;
-  j.gpu_type_mask = 1;
-  return j;
-}
+using test_builders::FlatCluster;
+using test_builders::MakeRequest;
 
 Profile MakeProfile(const std::string& placement, const std::string& backfill,
                     const std::string& admission = "[]") {
@@ -144,9 +121,9 @@ class Driver {
 // caps keep n0's GPUs, the first node the walk freed: the plan is the placement plugin's.)
 TEST(PlannedPlacement, EasyHeadAtTheShadowTime) {
   Driver d(FlatCluster(3, 4), {{"a", kNoQuota, 1.0}}, MakeProfile("best-fit", "easy"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 50), b = MakeJob(1, 0, 2, 1, 50),
-                   e = MakeJob(2, 0, 1, 1, 300), c = MakeJob(3, 0, 2, 1, 200),
-                   dj = MakeJob(4, 1, 3, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 50), b = MakeRequest(1, 0, 2, 1, 50),
+                   e = MakeRequest(2, 0, 1, 1, 300), c = MakeRequest(3, 0, 2, 1, 200),
+                   dj = MakeRequest(4, 1, 3, 1, 10);
   for (const JobRequest* j : {&a, &b, &e, &c}) d.Submit(*j);
   EXPECT_EQ(d.Step(0), "ABCD");
   EXPECT_EQ(d.engine().placement(2), (Placement{{1, 1}}));
@@ -169,9 +146,9 @@ TEST(PlannedPlacement, EasyHeadAtTheShadowTime) {
 // there.
 TEST(PlannedPlacement, EasyPlanFollowsALongBackfill) {
   Driver d(FlatCluster(3, 4), {{"a", kNoQuota, 1.0}}, MakeProfile("best-fit", "easy"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 50), b = MakeJob(1, 0, 2, 1, 50),
-                   e = MakeJob(2, 0, 1, 1, 300), c = MakeJob(3, 0, 2, 1, 200),
-                   dj = MakeJob(4, 1, 3, 1, 10), f = MakeJob(5, 2, 1, 1, 1000);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 50), b = MakeRequest(1, 0, 2, 1, 50),
+                   e = MakeRequest(2, 0, 1, 1, 300), c = MakeRequest(3, 0, 2, 1, 200),
+                   dj = MakeRequest(4, 1, 3, 1, 10), f = MakeRequest(5, 2, 1, 1, 1000);
   for (const JobRequest* j : {&a, &b, &e, &c}) d.Submit(*j);
   EXPECT_EQ(d.Step(0), "ABCD");
   d.Submit(dj);
@@ -192,8 +169,8 @@ TEST(PlannedPlacement, EasyPlanFollowsALongBackfill) {
 // once C's reservation ends at t=60, before A frees n0 at t=100.
 TEST(PlannedPlacement, ConservativePlansEveryJob) {
   Driver d(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, MakeProfile("best-fit", "conservative"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 2, 1, 50),
-                   c = MakeJob(2, 1, 4, 1, 10), dj = MakeJob(3, 2, 4, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 0, 2, 1, 50),
+                   c = MakeRequest(2, 1, 4, 1, 10), dj = MakeRequest(3, 2, 4, 1, 10);
   d.Submit(a);
   d.Submit(b);
   EXPECT_EQ(d.Step(0), "AB");
@@ -214,7 +191,7 @@ TEST(PlannedPlacement, ConservativePlansEveryJob) {
 // Backfill none has no plan: the blocked head has neither an estimate nor planned nodes.
 TEST(PlannedPlacement, NoneWithoutBackfill) {
   Driver d(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, MakeProfile("first-fit", "none"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 1, 8, 2, 10);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 1, 8, 2, 10);
   d.Submit(a);
   d.Submit(b);
   EXPECT_EQ(d.Step(1), "A");
@@ -230,8 +207,8 @@ TEST(PlannedPlacement, NoneWhileWaitingForQuota) {
     SCOPED_TRACE(backfill);
     Driver d(FlatCluster(2, 4), {{"a", 4, 1.0}, {"b", kNoQuota, 1.0}},
              MakeProfile("first-fit", backfill, "[quota]"));
-    const JobRequest a = MakeJob(0, 0, 4, 1, 100, 0), b = MakeJob(1, 0, 2, 1, 100, 1),
-                     a2 = MakeJob(2, 1, 4, 1, 10, 0), b2 = MakeJob(3, 1, 4, 1, 10, 1);
+    const JobRequest a = MakeRequest(0, 0, 4, 1, 100, 0), b = MakeRequest(1, 0, 2, 1, 100, 1),
+                     a2 = MakeRequest(2, 1, 4, 1, 10, 0), b2 = MakeRequest(3, 1, 4, 1, 10, 1);
     d.Submit(a);
     d.Submit(b);
     EXPECT_EQ(d.Step(0), "AB");
@@ -248,7 +225,7 @@ TEST(PlannedPlacement, NoneWhileWaitingForQuota) {
 // A cancelled job loses its plan; so does one that another job now precedes.
 TEST(PlannedPlacement, ClearedOnCancel) {
   Driver d(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, MakeProfile("first-fit", "easy"));
-  const JobRequest a = MakeJob(0, 0, 8, 2, 100), b = MakeJob(1, 1, 4, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 8, 2, 100), b = MakeRequest(1, 1, 4, 1, 10);
   d.Submit(a);
   EXPECT_EQ(d.Step(0), "A");
   d.Submit(b);
@@ -272,10 +249,10 @@ TEST(PlannedPlacement, FollowsTheData) {
   Driver d(FlatCluster(3, 4), {{"a", kNoQuota, 1.0}},
            MakeProfile("{plugin: first-fit, args: {scores: \"data-locality:2\"}}", "easy"),
            options);
-  const JobRequest a = MakeJob(0, 0, 12, 3, 100);
-  JobRequest b = MakeJob(1, 1, 4, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 12, 3, 100);
+  JobRequest b = MakeRequest(1, 1, 4, 1, 10);
   b.datasets = {"s3://corpus"};
-  const JobRequest c = MakeJob(2, 2, 4, 1, 10);
+  const JobRequest c = MakeRequest(2, 2, 4, 1, 10);
   d.Submit(a);
   EXPECT_EQ(d.Step(0), "A");
   d.Submit(b);
@@ -304,8 +281,8 @@ profiles:
                          "test.yaml");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   Driver d(FlatCluster(1, 8), {{"a", kNoQuota, 1.0}}, p->front());
-  const JobRequest a = MakeJob(0, 0, 6, 1, 1120);
-  JobRequest b = MakeJob(1, 1000, 8, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 6, 1, 1120);
+  JobRequest b = MakeRequest(1, 1000, 8, 1, 10);
   b.qos = 1;
   d.Submit(a);
   EXPECT_EQ(d.Step(0), "A");
@@ -348,7 +325,7 @@ TEST(PlannedPlacement, PropertyPlansComeTrue) {
                            : shape == 2 ? 1 + static_cast<int>(rng() % 4)
                                         : 1 + static_cast<int>(rng() % 12);
           const int nodes = shape == 1 ? gpus / 8 : shape == 3 ? 0 : 1;
-          jobs.push_back(MakeJob(i, 0, gpus, nodes, 10 * (1 + static_cast<int>(rng() % 20))));
+          jobs.push_back(MakeRequest(i, 0, gpus, nodes, 10 * (1 + static_cast<int>(rng() % 20))));
         }
         for (const JobRequest& j : jobs) d.Submit(j);
         d.RunToEnd(0);

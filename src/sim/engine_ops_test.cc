@@ -7,33 +7,18 @@
 #include "gantry/sched/registry.h"
 #include "gantry/sim/simulator.h"
 #include "invariant_checker.h"
+#include "sched/test_builders.h"
 
 namespace gantry {
 namespace {
 
-// `nodes` nodes of `gpus` H100s each, flat, with teams.
-Cluster FlatCluster(int nodes, int gpus) {
-  ClusterBuilder b("test", {});
-  EXPECT_TRUE(b.AddGpuType({"H100", 80, 70, 700}).ok());
-  for (int n = 0; n < nodes; ++n) {
-    EXPECT_TRUE(b.AddNode({.name = "n" + std::to_string(n), .gpu_type = 0, .gpus = gpus}).ok());
-  }
-  auto c = std::move(b).Build();
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return std::move(c).value();
-}
+using test_builders::FlatCluster;
 
+// test_builders.h's request, with its true run time equal to its limit (for the oracle).
 Job MakeJob(JobIndex index, Time submit, int gpus, int nodes, Duration limit, int team = 0) {
   Job j;
-  j.index = index;
-  j.id = std::string(1, static_cast<char>('A' + index));
-  j.submit = submit;
-  j.gpus = gpus;
-  j.nodes = nodes;
-  j.gpus_per_node = nodes > 0 ? gpus / nodes : 0;
-  j.time_limit = limit;
+  static_cast<JobRequest&>(j) = test_builders::MakeRequest(index, submit, gpus, nodes, limit, team);
   j.run_time = limit;
-  j.team = team;
   return j;
 }
 

@@ -9,35 +9,13 @@
 #include "gantry/sched/profile.h"
 #include "gantry/sim/simulator.h"
 #include "invariant_checker.h"
+#include "sched/test_builders.h"
 
 namespace gantry {
 namespace {
 
-Cluster FlatCluster(int nodes, int gpus) {
-  ClusterBuilder b("test", {});
-  EXPECT_TRUE(b.AddGpuType({"H100", 80, 70, 700}).ok());
-  for (int n = 0; n < nodes; ++n) {
-    EXPECT_TRUE(b.AddNode({.name = "n" + std::to_string(n), .gpu_type = 0, .gpus = gpus}).ok());
-  }
-  auto c = std::move(b).Build();
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return std::move(c).value();
-}
-
-// Job `index` is named 'A' + index; `nodes` nodes with gpus / nodes GPUs each.
-JobRequest MakeJob(JobIndex index, Time submit, int gpus, int nodes, Duration limit, int team = 0) {
-  JobRequest j;
-  j.index = index;
-  j.id = std::string(1, static_cast<char>('A' + index));
-  j.submit = submit;
-  j.gpus = gpus;
-  j.nodes = nodes;
-  j.gpus_per_node = nodes > 0 ? gpus / nodes : 0;
-  j.time_limit = limit;
-  j.team = team;
-  j.gpu_type_mask = 1;
-  return j;
-}
+using test_builders::FlatCluster;
+using test_builders::MakeRequest;
 
 Profile FromYaml(const std::string& backfill, const std::string& admission = "[]") {
   auto p = ParseProfiles(R"(
@@ -94,8 +72,8 @@ class Harness {
 // covered by EASY's plan: no estimate.
 TEST(WhyPending, FragmentationWithTheHeadsEstimate) {
   Harness h(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, FromYaml("easy"));
-  const JobRequest a = MakeJob(0, 0, 3, 1, 100), b = MakeJob(1, 0, 3, 1, 50),
-                   c = MakeJob(2, 1, 2, 1, 10), d = MakeJob(3, 2, 8, 2, 10);
+  const JobRequest a = MakeRequest(0, 0, 3, 1, 100), b = MakeRequest(1, 0, 3, 1, 50),
+                   c = MakeRequest(2, 1, 2, 1, 10), d = MakeRequest(3, 2, 8, 2, 10);
   h.Submit(a);
   h.Submit(b);
   EXPECT_EQ(h.Schedule(0), "AB");
@@ -121,8 +99,8 @@ TEST(WhyPending, FragmentationWithTheHeadsEstimate) {
 // t=10 but was submitted at t=0 (a driver's late report), so it comes before D.
 TEST(WhyPending, UnexaminedJobsFallBackToPriority) {
   Harness h(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, FromYaml("easy"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 8, 2, 100),
-                   c = MakeJob(2, 0, 4, 1, 50), d = MakeJob(3, 0, 4, 1, 200);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 0, 8, 2, 100),
+                   c = MakeRequest(2, 0, 4, 1, 50), d = MakeRequest(3, 0, 4, 1, 200);
   h.Submit(a);
   h.Submit(b);
   h.Submit(d);
@@ -146,8 +124,8 @@ TEST(WhyPending, UnexaminedJobsFallBackToPriority) {
 // no reservation plan nobody has an estimate.
 TEST(WhyPending, StrictOrderHasNoPlan) {
   Harness h(FlatCluster(1, 4), {{"a", kNoQuota, 1.0}}, FromYaml("none"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 2, 1, 30),
-                   c = MakeJob(2, 0, 1, 1, 30);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 0, 2, 1, 30),
+                   c = MakeRequest(2, 0, 1, 1, 30);
   h.Submit(a);
   h.Submit(b);
   h.Submit(c);
@@ -161,8 +139,8 @@ TEST(WhyPending, StrictOrderHasNoPlan) {
 // Conservative backfill plans every examined job, like squeue --start: B after A, C after B.
 TEST(WhyPending, ConservativeEstimatesForEveryJob) {
   Harness h(FlatCluster(1, 4), {{"a", kNoQuota, 1.0}}, FromYaml("conservative"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 4, 1, 50),
-                   c = MakeJob(2, 0, 2, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 0, 4, 1, 50),
+                   c = MakeRequest(2, 0, 2, 1, 10);
   h.Submit(a);
   h.Submit(b);
   h.Submit(c);
@@ -182,8 +160,8 @@ TEST(WhyPending, ConservativeEstimatesForEveryJob) {
 // then too), and goes back to Priority when the team is below its quota again.
 TEST(WhyPending, TeamAtQuotaMarksEveryJob) {
   Harness h(FlatCluster(2, 4), {{"a", 4, 1.0}, {"b", kNoQuota, 1.0}}, FromYaml("easy", "[quota]"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 2, 1, 10),
-                   c = MakeJob(2, 5, 1, 1, 10), d = MakeJob(3, 5, 4, 1, 10, 1);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 0, 2, 1, 10),
+                   c = MakeRequest(2, 5, 1, 1, 10), d = MakeRequest(3, 5, 4, 1, 10, 1);
   h.Submit(a);
   h.Submit(b);
   EXPECT_EQ(h.Schedule(0), "A");
@@ -213,7 +191,7 @@ TEST(WhyPending, SimulatorRecordsHistoryAndEstimateAccuracy) {
   w.users = {"u"};
   w.queues = {"q"};
   const auto add = [&](Time submit, int gpus, Duration run, Duration limit) {
-    JobRequest r = MakeJob(static_cast<JobIndex>(w.jobs.size()), submit, gpus, 1, limit);
+    JobRequest r = MakeRequest(static_cast<JobIndex>(w.jobs.size()), submit, gpus, 1, limit);
     Job j;
     static_cast<JobRequest&>(j) = r;
     j.run_time = run;
@@ -259,8 +237,8 @@ TEST(WhyPending, SimulatorRecordsHistoryAndEstimateAccuracy) {
 // when one has room (t=100, n0 by first-fit) and S starts now on n0, ending long before.
 TEST(WhyPending, ConservativeReservesNodesNotCounts) {
   Harness h(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, FromYaml("conservative"));
-  const JobRequest a = MakeJob(0, 0, 3, 1, 100), b = MakeJob(1, 0, 3, 1, 100),
-                   hd = MakeJob(2, 0, 2, 1, 100), s = MakeJob(3, 1, 1, 1, 10);
+  const JobRequest a = MakeRequest(0, 0, 3, 1, 100), b = MakeRequest(1, 0, 3, 1, 100),
+                   hd = MakeRequest(2, 0, 2, 1, 100), s = MakeRequest(3, 1, 1, 1, 10);
   h.Submit(a);
   h.Submit(b);
   h.Submit(hd);
@@ -282,9 +260,9 @@ TEST(WhyPending, ConservativeReservesNodesNotCounts) {
 // now on n1.
 TEST(WhyPending, ConservativeReservationHoldsItsNodes) {
   Harness h(FlatCluster(2, 4), {{"a", kNoQuota, 1.0}}, FromYaml("conservative"));
-  const JobRequest a = MakeJob(0, 0, 4, 1, 100), b = MakeJob(1, 0, 2, 1, 300),
-                   hd = MakeJob(2, 0, 8, 2, 100), t = MakeJob(3, 0, 2, 1, 500),
-                   u = MakeJob(4, 0, 2, 1, 50);
+  const JobRequest a = MakeRequest(0, 0, 4, 1, 100), b = MakeRequest(1, 0, 2, 1, 300),
+                   hd = MakeRequest(2, 0, 8, 2, 100), t = MakeRequest(3, 0, 2, 1, 500),
+                   u = MakeRequest(4, 0, 2, 1, 50);
   h.Submit(a);
   h.Submit(b);
   EXPECT_EQ(h.Schedule(0), "AB");
@@ -333,9 +311,9 @@ TEST(MaxScanTest, AJobThatFitsStartsBehindADeepQueue) {
                             : "{mode: easy, max_jobs: 500}"));
     std::vector<JobRequest> jobs;
     jobs.reserve(602);
-    jobs.push_back(MakeJob(0, 0, 8, 1, 1000));  // takes n0
-    for (int i = 1; i <= 600; ++i) jobs.push_back(MakeJob(i, 1, 16, 2, 100));
-    jobs.push_back(MakeJob(601, 2, 1, 1, 100));
+    jobs.push_back(MakeRequest(0, 0, 8, 1, 1000));  // takes n0
+    for (int i = 1; i <= 600; ++i) jobs.push_back(MakeRequest(i, 1, 16, 2, 100));
+    jobs.push_back(MakeRequest(601, 2, 1, 1, 100));
     for (JobRequest& j : jobs) j.id = "j" + std::to_string(j.index);
     h.Submit(jobs[0]);
     ASSERT_EQ(h.Schedule(0).size(), 1u);
