@@ -1207,6 +1207,21 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The port the child wrote to DIR/port (10 s at most); 0, with a failure, when it exited first
+// (its stderr is DIR/out.err) or never wrote it.
+int WaitForPort(Child& c, const std::string& dir) {
+  for (const auto start = Clock::now(); MsSince(start) < 10000;) {
+    const std::string text = ReadFile(dir + "/port");
+    if (!text.empty() && text.back() == '\n') return std::stoi(text);
+    if (c.Wait(10) != -1) {
+      ADD_FAILURE() << "agent exited early: " << ReadFile(dir + "/out.err");
+      return 0;
+    }
+  }
+  ADD_FAILURE() << "agent wrote no port within 10 s";
+  return 0;
+}
+
 TEST(AgentBinaryTest, ServesUntilSigtermThenExitsZero) {
   const std::string dir = MakeTempDir();
   const std::string root = dir + "/root";
@@ -1297,12 +1312,7 @@ TEST(AgentBinaryTest, TakesTheTokenFromTheEnvironment) {
   std::ofstream(dir + "/obj") << "payload";
   Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--port-file", dir + "/port"},
                   dir + "/out", {std::string(kAgentTokenEnv) + "=" + kToken});
-  int port = 0;
-  for (const auto start = Clock::now(); MsSince(start) < 10000 && port == 0;) {
-    const std::string text = ReadFile(dir + "/port");
-    if (!text.empty() && text.back() == '\n') port = std::stoi(text);
-    ASSERT_EQ(c.Wait(10), -1) << "agent exited early: " << ReadFile(dir + "/out.err");
-  }
+  const int port = WaitForPort(c, dir);
   ASSERT_GT(port, 0);
   EXPECT_THAT(Get(port, "/v1/objects/obj", "", /*auth=*/false), StartsWith("HTTP/1.1 401"));
   EXPECT_EQ(BodyOf(Get(port, "/v1/objects/obj")), "payload");
@@ -1324,12 +1334,7 @@ TEST(AgentBinaryTest, StagesIntoTheDataCacheGivenOnTheCommandLine) {
   Child c = Spawn({"--root", dir, "--listen", "127.0.0.1:0", "--port-file", dir + "/port",
                    "--data-cache", dir + "/cache", "--data-cache-bytes", "10K"},
                   dir + "/out", {std::string(kAgentTokenEnv) + "=" + kToken});
-  int port = 0;
-  for (const auto start = Clock::now(); MsSince(start) < 10000 && port == 0;) {
-    const std::string text = ReadFile(dir + "/port");
-    if (!text.empty() && text.back() == '\n') port = std::stoi(text);
-    ASSERT_EQ(c.Wait(10), -1) << "agent exited early: " << ReadFile(dir + "/out.err");
-  }
+  const int port = WaitForPort(c, dir);
   ASSERT_GT(port, 0);
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
   const std::string dataset = "file://" + dir + "/data";
