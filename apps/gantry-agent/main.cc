@@ -129,25 +129,18 @@ int main(int argc, char** argv) {
   const std::filesystem::path abs = std::filesystem::absolute(root, ec);
   options.root = ec ? root : abs.lexically_normal().string();
   options.threads = threads;
-  if (!token_file.empty()) {
-    gantry::Result<std::string> token = gantry::ReadSecretFile(token_file);
-    if (!token.ok()) {
-      std::cerr << "gantry-agent: --token-file: " << token.status().message() << "\n";
-      return kExitUsage;
-    }
-    options.token = std::move(token).value();
-  } else {
-    options.token = gantry::DefaultAgentToken();
+  gantry::Result<std::string> token = gantry::AgentTokenFrom(token_file);
+  if (!token.ok()) {
+    std::cerr << "gantry-agent: " << (token_file.empty() ? "" : "--token-file: ")
+              << token.status().message() << "\n";
+    return kExitUsage;
   }
+  options.token = std::move(token).value();
   if (options.token.empty() && !allow_unauthenticated) {
     std::cerr << "gantry-agent: no agent token: pass --token-file FILE or set "
               << gantry::kAgentTokenEnv
               << " (the same on every node of the cluster), or --allow-unauthenticated on a "
                  "network where every host is trusted\n";
-    return kExitUsage;
-  }
-  if (!gantry::IsValidAgentToken(options.token)) {
-    std::cerr << "gantry-agent: the agent token may hold only printable ASCII without spaces\n";
     return kExitUsage;
   }
   options.allow_unauthenticated = allow_unauthenticated;

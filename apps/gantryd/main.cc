@@ -31,6 +31,7 @@
 #include "gantry/control/stager.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/profile.h"
+#include "gantry/storage/object_store.h"
 
 namespace {
 
@@ -139,14 +140,8 @@ int main(int argc, char** argv) {
   if (!agent_template.empty() && agent_template.find("{node}") == std::string::npos) {
     return Usage("--agent-url-template must contain {node}");
   }
-  std::string agent_token;
-  if (!agent_token_file.empty()) {
-    auto token = gantry::ReadSecretFile(agent_token_file);
-    if (!token.ok()) return Usage("--agent-token-file: " + token.status().message());
-    agent_token = std::move(token).value();
-  } else if (const char* env = getenv("GANTRY_AGENT_TOKEN"); env != nullptr) {
-    agent_token = env;
-  }
+  gantry::Result<std::string> agent_token = gantry::AgentTokenFrom(agent_token_file);
+  if (!agent_token.ok()) return Usage("--agent-token-file: " + agent_token.status().message());
   if (fail_open_after > 0 && heartbeat_file.empty()) {
     return Usage("--fail-open-after needs --heartbeat (where job_submit.lua reads it)");
   }
@@ -220,7 +215,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<gantry::control::Stager> stager;
   if (staging) {
     agents = gantry::control::HttpStagingAgents(std::move(agents_by_node).value(), agent_template,
-                                                agent_token);
+                                                *agent_token);
     stager = std::make_unique<gantry::control::Stager>(
         agents.get(), gantry::control::StagerOptions{.metrics = &metrics});
     (*controller)->set_stager(stager.get(), data_wait);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "gantry/common/daemon.h"
 #include "storage/http_common.h"
 
 namespace gantry {
@@ -540,6 +541,17 @@ Result<std::unique_ptr<ObjectStore>> OpenHttpStore(const std::string& base_url,
 std::string DefaultAgentToken() {
   const char* v = std::getenv(kAgentTokenEnv);
   return v == nullptr ? std::string() : std::string(v);
+}
+
+Result<std::string> AgentTokenFrom(const std::string& token_file) {
+  std::string token = DefaultAgentToken();
+  if (!token_file.empty()) {
+    GANTRY_ASSIGN_OR_RETURN(token, ReadSecretFile(token_file));
+  }
+  if (!IsValidAgentToken(token)) {
+    return InvalidArgument("the agent token may hold only printable ASCII without spaces");
+  }
+  return token;
 }
 
 bool IsValidAgentToken(std::string_view token) {

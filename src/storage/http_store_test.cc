@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
+#include "common/test_support.h"
 #include "storage/test_http_server.h"
 
 namespace gantry {
@@ -32,6 +35,24 @@ Reply Answer(int status, std::string body = "refused") {
   r.status = status;
   r.body = std::move(body);
   return r;
+}
+
+// The one rule for a daemon's agent token: the named file's secret, else $GANTRY_AGENT_TOKEN,
+// and nothing that cannot go into a Bearer header.
+TEST(AgentToken, FileThenEnvironmentAndOnlyValidTokens) {
+  test_support::TempDir tmp;
+  const std::string file = tmp.path() + "/token";
+  std::ofstream(file) << "from-file\n";
+  ASSERT_EQ(setenv(kAgentTokenEnv, "from-env", 1), 0);
+  EXPECT_EQ(*AgentTokenFrom(file), "from-file");
+  EXPECT_EQ(*AgentTokenFrom(""), "from-env");
+  EXPECT_EQ(AgentTokenFrom(tmp.path() + "/missing").status().code(), StatusCode::kNotFound);
+  std::ofstream(file) << "two words\n";
+  EXPECT_EQ(AgentTokenFrom(file).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_EQ(setenv(kAgentTokenEnv, "bad\r\nheader", 1), 0);
+  EXPECT_EQ(AgentTokenFrom("").status().code(), StatusCode::kInvalidArgument);
+  ASSERT_EQ(unsetenv(kAgentTokenEnv), 0);
+  EXPECT_EQ(*AgentTokenFrom(""), "");
 }
 
 TEST(HttpStoreErrors, ForbiddenIsPermissionDeniedNeverResourceExhausted) {

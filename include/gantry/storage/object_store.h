@@ -122,6 +122,11 @@ inline constexpr char kAgentTokenEnv[] = "GANTRY_AGENT_TOKEN";
 std::string DefaultAgentToken();
 // True if the token can be sent as `Authorization: Bearer TOKEN`: printable ASCII, no spaces.
 bool IsValidAgentToken(std::string_view token);
+// The agent token a daemon is given: the secret in `token_file` when one is named (its errors
+// as ReadSecretFile's), else DefaultAgentToken(); empty when neither holds one. InvalidArgument
+// for a token IsValidAgentToken refuses. gantry-agent and gantryd (--token-file,
+// --agent-token-file) both read theirs here.
+Result<std::string> AgentTokenFrom(const std::string& token_file);
 
 struct StoreOptions {
   std::string endpoint;  // e.g. "http://127.0.0.1:7480"; empty: AWS default for the region
