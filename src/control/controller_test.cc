@@ -831,6 +831,18 @@ class ControllerStagingTest : public ControllerTest {
     }
     return out;
   }
+  // A controller staging with `wait` (and metrics into `metrics`, when given) decides job `id`,
+  // one node, declaring `datasets`, submitted at 0, in cycle 1; that cycle's report.
+  CycleReport DecideOneJob(Controller& ctl, Duration wait, const std::string& id,
+                           std::vector<std::string> datasets, MetricsRegistry* metrics = nullptr) {
+    if (metrics != nullptr) ctl.set_metrics(metrics);
+    ctl.set_stager(&stager_, wait);
+    SubmitWithData(id, 8, 10, 0, std::move(datasets));
+    rm_->Advance(1);
+    CycleReport r;
+    EXPECT_TRUE(ctl.Cycle(1, &r).ok());
+    return r;
+  }
   FakeAgents agents_;
   Stager stager_{&agents_, {.retry_after_s = 1000}};
 };
@@ -895,12 +907,7 @@ TEST_F(ControllerStagingTest, ADecidedJobIsHeldUntilItsDataIsThere) {
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);
   MetricsRegistry metrics;
-  ctl->set_metrics(&metrics);
-  ctl->set_stager(&stager_, 60);
-  SubmitWithData("7", 8, 10, 0, {"s3://b/a", "file:///d/b"});
-  rm_->Advance(1);
-  CycleReport r;
-  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  CycleReport r = DecideOneJob(*ctl, 60, "7", {"s3://b/a", "file:///d/b"}, &metrics);
   EXPECT_EQ(r.started, 0);
   EXPECT_EQ(r.waiting_for_data, 1);
   EXPECT_EQ(rm_->jobs_["7"].job.state, ObservedState::kHeld);
@@ -938,11 +945,7 @@ TEST_F(ControllerStagingTest, ADecidedJobIsHeldUntilItsDataIsThere) {
 TEST_F(ControllerStagingTest, FailedOrSlowStagingReleasesTheJobAnyway) {
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);
-  ctl->set_stager(&stager_, 30);
-  SubmitWithData("1", 8, 10, 0, {"s3://b/missing"});
-  rm_->Advance(1);
-  CycleReport r;
-  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  CycleReport r = DecideOneJob(*ctl, 30, "1", {"s3://b/missing"});
   EXPECT_EQ(r.waiting_for_data, 1);
   stager_.Poll(1);
   ASSERT_TRUE(ctl->Cycle(2, &r).ok());
@@ -967,11 +970,7 @@ TEST_F(ControllerStagingTest, FailedOrSlowStagingReleasesTheJobAnyway) {
 TEST_F(ControllerStagingTest, NoWaitStartsAtOnce) {
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);
-  ctl->set_stager(&stager_, 0);
-  SubmitWithData("1", 8, 10, 0, {"s3://b/a"});
-  rm_->Advance(1);
-  CycleReport r;
-  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  const CycleReport r = DecideOneJob(*ctl, 0, "1", {"s3://b/a"});
   EXPECT_EQ(r.started, 1);
   EXPECT_EQ(r.waiting_for_data, 0);
 }
@@ -981,10 +980,7 @@ TEST_F(ControllerStagingTest, NoWaitStartsAtOnce) {
 TEST_F(ControllerStagingTest, ARestartWhileAJobWaitsDecidesItAgain) {
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);
-  ctl->set_stager(&stager_, 600);
-  SubmitWithData("1", 8, 10, 0, {"s3://b/a"});
-  rm_->Advance(1);
-  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  DecideOneJob(*ctl, 600, "1", {"s3://b/a"});
   ASSERT_EQ(PhaseOf("1"), JobPhase::kStarting);
   ctl.reset();  // killed
   ctl = Open(2);
