@@ -6,8 +6,11 @@ import signal
 import subprocess
 import time
 
+import _gantry
 from util import TempDirTestCase
 
+BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(_gantry.__file__)))
+PARTITION = os.environ.get("GANTRY_SLURM_PARTITION", "gantry")
 PATIENCE = 180  # seconds: a loaded 2-core CI machine starts torch slowly
 
 
@@ -70,3 +73,28 @@ class SlurmTestCase(TempDirTestCase):
             except (FileNotFoundError, ValueError):
                 return None
         return eventually(f"{name} written", read, 30)
+
+    def spawn_agents(self, token_file, extra=lambda node: []):
+        """A gantry-agent per node of the partition, serving the node's local tier
+        self.path("local", NODE), with `extra(node)` arguments; {node: its URL}."""
+        urls = {}
+        for node in sorted(set(run(["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N"]).split())):
+            os.makedirs(self.path("local", node))
+            self.spawn([os.path.join(BUILD_DIR, "apps/gantry-agent/gantry-agent"),
+                        "--root", self.path("local", node), "--listen", "127.0.0.1:0",
+                        "--port-file", self.path(f"agent-{node}.port"),
+                        "--token-file", token_file] + extra(node), f"agent-{node}.log")
+            urls[node] = f"http://127.0.0.1:{self.port(f'agent-{node}.port')}"
+        return urls
+
+    def spawn_gantryd(self, args):
+        """gantryd over the cluster as a site runs it (its spec from `gantry cluster import
+        --from-slurm`), cycling every 0.2 s, with `args`; its API port."""
+        site = self.path("site.yaml")
+        run([os.path.join(BUILD_DIR, "apps/gantry/gantry"), "cluster", "import", "--from-slurm",
+             "-o", site])
+        self.spawn([os.path.join(BUILD_DIR, "apps/gantryd/gantryd"), "--cluster", site,
+                    "--state", self.path("state.db"), "--listen", "127.0.0.1:0",
+                    "--port-file", self.path("gantryd.port"), "--interval", "0.2"] + args,
+                   "gantryd.log")
+        return self.port("gantryd.port")

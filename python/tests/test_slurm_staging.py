@@ -17,13 +17,11 @@ import unittest
 import urllib.error
 import urllib.request
 
-import _gantry
-from slurm_util import PATIENCE, SlurmTestCase, eventually, job_state, run, slurm_env
+from slurm_util import (BUILD_DIR, PARTITION, PATIENCE, SlurmTestCase, eventually, job_state,
+                        run, slurm_env)
 from util import SOURCE_DIR, child_env
 
-BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(_gantry.__file__)))
 READER = os.path.join(SOURCE_DIR, "examples", "read_dataset.py")
-PARTITION = os.environ.get("GANTRY_SLURM_PARTITION", "gantry")
 
 
 @unittest.skipUnless(slurm_env(), "no Slurm cluster (source \"$(scripts/slurm start)\")")
@@ -93,29 +91,15 @@ class SlurmStagingTest(SlurmTestCase):
         # Every node's agent, with its node's shard cache.
         with open(self.path("agent-token"), "w") as f:
             f.write("agent-secret\n")
-        nodes = sorted(set(run(["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N"]).split()))
-        agents = []
-        for node in nodes:
-            os.makedirs(self.path("local", node))
-            self.spawn([os.path.join(BUILD_DIR, "apps/gantry-agent/gantry-agent"),
-                        "--root", self.path("local", node), "--listen", "127.0.0.1:0",
-                        "--data-cache", self.path("cache", node), "--stage-allow", url,
-                        "--port-file", self.path(f"agent-{node}.port"),
-                        "--token-file", self.path("agent-token")], f"agent-{node}.log")
-            agents += ["--agent", f"{node}=http://127.0.0.1:{self.port(f'agent-{node}.port')}"]
-
-        site = self.path("site.yaml")
-        run([os.path.join(BUILD_DIR, "apps/gantry/gantry"), "cluster", "import", "--from-slurm",
-             "-o", site])
+        agents = self.spawn_agents(
+            self.path("agent-token"),
+            lambda node: ["--data-cache", self.path("cache", node), "--stage-allow", url])
         with open(self.path("op-token"), "w") as f:
             f.write("op-secret\n")
-        self.spawn([os.path.join(BUILD_DIR, "apps/gantryd/gantryd"), "--cluster", site,
-                    "--state", self.path("state.db"), "--listen", "127.0.0.1:0",
-                    "--port-file", self.path("gantryd.port"),
-                    "--operator-token-file", self.path("op-token"), "--interval", "0.2",
-                    "--agent-token-file", self.path("agent-token"), "--data-wait", "120"] +
-                   agents, "gantryd.log")
-        self.gantryd_port = self.port("gantryd.port")
+        self.gantryd_port = self.spawn_gantryd(
+            ["--operator-token-file", self.path("op-token"),
+             "--agent-token-file", self.path("agent-token"), "--data-wait", "120"] +
+            [arg for node, u in agents.items() for arg in ("--agent", f"{node}={u}")])
 
         # Both H100 nodes busy for a while (time limit 1 minute, so the plan has an end).
         blockers = [self.sbatch(["-A", account, "-N", "1", "--gres=gpu:h100:8", "-t", "1",

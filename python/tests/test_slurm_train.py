@@ -17,11 +17,9 @@ import unittest
 
 import torch
 
-import _gantry
-from slurm_util import PATIENCE, SlurmTestCase, eventually, job_state, run, slurm_env
+from slurm_util import PARTITION, PATIENCE, SlurmTestCase, eventually, job_state, run, slurm_env
 from util import SOURCE_DIR, child_env
 
-BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(_gantry.__file__)))
 TRAIN = os.path.join(SOURCE_DIR, "examples", "train.py")
 # The same run on both sides: only --step-delay (a sleep per step) differs, which changes no
 # number -- it leaves the test time to set the node down between checkpoints.
@@ -56,29 +54,14 @@ class SlurmTrainTest(SlurmTestCase):
         token = self.path("agent-token")
         with open(token, "w") as f:
             f.write("agent-secret\n")
-        nodes = run(["sinfo", "-h", "-N", "-p", os.environ.get("GANTRY_SLURM_PARTITION", "gantry"),
-                     "-o", "%N"]).split()
-        self.assertGreaterEqual(len(set(nodes)), 2, nodes)
-        peers = []
-        for node in sorted(set(nodes)):
-            os.makedirs(self.path("local", node))
-            self.spawn([os.path.join(BUILD_DIR, "apps/gantry-agent/gantry-agent"),
-                        "--root", self.path("local", node), "--listen", "127.0.0.1:0",
-                        "--port-file", self.path(f"agent-{node}.port"), "--token-file", token],
-                       f"agent-{node}.log")
-            peers.append(f"http://127.0.0.1:{self.port(f'agent-{node}.port')}")
+        agents = self.spawn_agents(token)
+        self.assertGreaterEqual(len(agents), 2, agents)
+        peers = list(agents.values())
 
         # gantryd over the cluster, as a site runs it.
-        site = self.path("site.yaml")
-        run([os.path.join(BUILD_DIR, "apps/gantry/gantry"), "cluster", "import", "--from-slurm",
-             "-o", site])
         with open(self.path("tokens"), "w") as f:
             f.write("physics phys-token\nbiology bio-token\n")
-        self.spawn([os.path.join(BUILD_DIR, "apps/gantryd/gantryd"), "--cluster", site,
-                    "--state", self.path("state.db"), "--listen", "127.0.0.1:0",
-                    "--port-file", self.path("gantryd.port"), "--tokens", self.path("tokens"),
-                    "--interval", "0.2"], "gantryd.log")
-        self.port("gantryd.port")
+        self.spawn_gantryd(["--tokens", self.path("tokens")])
 
         # The job, with plain sbatch: the node-local tier is the node it lands on.
         out = self.path("job.out")
@@ -88,7 +71,7 @@ class SlurmTrainTest(SlurmTestCase):
                 f"--step-delay 0.15 " + " ".join(TRAIN_ARGS))
         env = child_env(GANTRY_CKPT_PEERS=",".join(peers), GANTRY_AGENT_TOKEN="agent-secret")
         job = subprocess.run(
-            ["sbatch", "--parsable", "-p", os.environ.get("GANTRY_SLURM_PARTITION", "gantry"),
+            ["sbatch", "--parsable", "-p", PARTITION,
              "-A", "physics", "-N", "1", "--gres=gpu:h100:1", "-t", "10", "--requeue",
              "--open-mode=append", "-o", out, "--export=ALL", "--wrap", wrap],
             env=env, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
