@@ -130,9 +130,8 @@ int main(int argc, char** argv) {
   if (partitions.empty()) partitions = {"gantry"};
   if (fail_open_after < 0) return Usage("--fail-open-after must be 0 or more");
   if (data_wait < 0) return Usage("--data-wait must be 0 or more");
-  if (preempt_signal.empty() || preempt_signal.find_first_not_of(
-                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != std::string::npos) {
-    return Usage("--preempt-signal must be a signal name like TERM or USR1");
+  if (gantry::Status s = gantry::slurm::CheckSignalName(preempt_signal); !s.ok()) {
+    return Usage("--preempt-signal " + s.message());
   }
   auto agents_by_node = gantry::control::ParseAgentUrls(agent_urls);
   if (!agents_by_node.ok()) return Usage("--agent " + agents_by_node.status().message());

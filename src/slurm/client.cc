@@ -200,11 +200,16 @@ Status SlurmClient::Release(int64_t id) const {
 
 Status SlurmClient::Cancel(int64_t id) const { return Scancel(id, {}); }
 
-Status SlurmClient::Signal(int64_t id, const std::string& signal) const {
+Status CheckSignalName(std::string_view signal) {
   if (signal.empty() ||
       signal.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != std::string::npos) {
-    return InvalidArgument("signal '" + signal + "': a name like TERM or USR1");
+    return InvalidArgument("signal '" + std::string(signal) + "': a name like TERM or USR1");
   }
+  return Status::Ok();
+}
+
+Status SlurmClient::Signal(int64_t id, const std::string& signal) const {
+  GANTRY_RETURN_IF_ERROR(CheckSignalName(signal));
   return Scancel(id, {"--signal=" + signal, "--full"});
 }
 

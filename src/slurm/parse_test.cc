@@ -408,6 +408,14 @@ TEST(SlurmMapping, DataDeclarationsFromTheAdminComment) {
   }
 }
 
+// Only a bare signal name reaches scancel: nothing that could add an option or a word.
+TEST(SlurmSignal, NamesOnly) {
+  for (const char* ok : {"TERM", "USR1", "9"}) EXPECT_TRUE(CheckSignalName(ok).ok()) << ok;
+  for (const char* bad : {"", "term", "USR 1", "TERM --full", "-9", "TERM;id"}) {
+    EXPECT_EQ(CheckSignalName(bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(SlurmMapping, NodeNamesAndIndicesRoundTrip) {
   const Cluster c = ImportedTestCluster();
   auto idx = NodeIndices(c, {"n3", "n1"});

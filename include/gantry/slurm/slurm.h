@@ -139,6 +139,10 @@ struct SlurmSwitch {
   std::vector<std::string> switches;  // inner switch: its child switches, expanded
 };
 
+// OK for a signal name scancel --signal takes ("TERM", "USR1", "9"); InvalidArgument otherwise
+// (nothing that could carry another option or word into the command).
+Status CheckSignalName(std::string_view signal);
+
 class SlurmClient {
  public:
   explicit SlurmClient(SlurmOptions options);
