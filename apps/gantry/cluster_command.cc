@@ -378,16 +378,16 @@ void RegisterClusterCommands(CLI::App& app) {
 
   auto import_options = std::make_shared<ImportOptions>();
   CLI::App* import = cluster->add_subcommand(
-      "import", "Write a cluster spec (nodes, GPUs, topology, teams) from a live cluster");
+      "import", "Write a cluster spec (nodes, GPUs, topology, teams, QOS) from a live cluster");
   import->add_flag("--from-slurm", import_options->from_slurm,
                    "read it from Slurm: sinfo (nodes, GPU GRES), scontrol show topology "
-                   "(topology.conf), sacctmgr (accounts, GrpTRES gres/gpu)");
+                   "(topology.conf), sacctmgr (accounts, GrpTRES gres/gpu; QOS)");
   import->add_option("--slurm-conf", import_options->slurm_conf,
                      "the cluster's slurm.conf (default: $SLURM_CONF)");
   import->add_option("-o,--output", import_options->output, "write here (default: stdout)");
   import->add_option("--name", import_options->name, "cluster name (default: Slurm's ClusterName)");
   import->add_flag("--no-teams", import_options->no_teams,
-                   "skip the accounts (for a Slurm without slurmdbd)");
+                   "skip the accounts and QOS (for a Slurm without slurmdbd)");
   import->footer(
       "\nExample:\n  gantry cluster import --from-slurm -o site.yaml && "
       "gantry cluster show site.yaml");

@@ -191,6 +191,22 @@ const Qos* Cluster::FindQos(int level) const {
   return nullptr;
 }
 
+int Cluster::QosLevel(std::string_view name, bool* unknown) const {
+  auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  if (unknown != nullptr) *unknown = false;
+  if (name.empty()) return 0;
+  for (const Qos& q : qos_) {
+    if (same(q.name, name)) return q.level;
+  }
+  if (unknown != nullptr) *unknown = !same(name, "normal");
+  return 0;
+}
+
 Result<Cluster> ClusterBuilder::Build() && {
   if (!open_.empty()) {
     return InvalidArgument("domain '" + cluster_.domains_[open_.back()].name + "' is never closed");

@@ -516,6 +516,34 @@ qos:
   EXPECT_EQ(c->FindQos(1), nullptr);
 }
 
+// A live job's QOS name to its level: the spec's QOS by name (Slurm's names are
+// case-insensitive); empty, "normal" and names the spec lacks are level 0, and only a missing
+// name other than "normal" is reported unknown.
+TEST(ClusterSpecTest, QosLevelByName) {
+  Result<Cluster> c = ParseClusterSpec(std::string(kHeader) + R"(topology:
+  - {name: r, level: rack, nodes: [{gpu_type: A100, gpus: 8}]}
+qos:
+  - {name: low, level: 1}
+  - {name: high, level: 3, preempt: [low]}
+)",
+                                       "spec.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  bool unknown = true;
+  EXPECT_EQ(c->QosLevel("high", &unknown), 3);
+  EXPECT_FALSE(unknown);
+  EXPECT_EQ(c->QosLevel("HIGH", &unknown), 3);
+  EXPECT_FALSE(unknown);
+  EXPECT_EQ(c->QosLevel("low", &unknown), 1);
+  EXPECT_FALSE(unknown);
+  EXPECT_EQ(c->QosLevel("", &unknown), 0);
+  EXPECT_FALSE(unknown);
+  EXPECT_EQ(c->QosLevel("normal", &unknown), 0);
+  EXPECT_FALSE(unknown);
+  EXPECT_EQ(c->QosLevel("urgent", &unknown), 0);
+  EXPECT_TRUE(unknown);
+  EXPECT_EQ(c->QosLevel("urgent"), 0);
+}
+
 TEST(ClusterSpecErrorTest, AccountTreeAndQosErrors) {
   const std::string head = std::string(kHeader) + R"(topology:
   - {name: r, level: rack, nodes: [{gpu_type: A100, gpus: 8}]}

@@ -49,6 +49,7 @@ nlohmann::json JobJson(const JobView& v) {
                       {"submit", r.submit},
                       {"time_limit", r.time_limit},
                       {"qos", r.qos},
+                      {"qos_name", r.qos_name},
                       {"requeues", r.requeues},
                       {"placement", placement},
                       {"reason", v.reason},

@@ -47,10 +47,18 @@ class Controller::Impl {
       std::map<std::string, const RmJob*> by_id;
       for (const RmJob& o : observed) by_id[o.request.id] = &o;
       GANTRY_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ActiveJobs());
+      // Grace times under way when gantryd stopped go on: their victims are known before the
+      // jobs are reconciled, so a victim that exited meanwhile is requeued, not finished.
+      GANTRY_ASSIGN_OR_RETURN(std::vector<GracePreemption> preemptions, store_->Preemptions());
+      GANTRY_RETURN_IF_ERROR(LoadSignals(active, preemptions));
       for (const JobRecord& r : active) {
         auto it = by_id.find(r.id);
-        GANTRY_RETURN_IF_ERROR(Apply(r, it == by_id.end() ? nullptr : it->second, now, nullptr));
+        const RmJob* o = it == by_id.end() ? nullptr : it->second;
+        if (o != nullptr && EndedWithinGrace(*o)) continue;
+        GANTRY_RETURN_IF_ERROR(Apply(r, o, now, nullptr));
       }
+      for (const GracePreemption& p : preemptions) GANTRY_RETURN_IF_ERROR(RestoreInEngine(p, now));
+      EndGraceTimes(now);
       return RequeueInterrupted(now, &unused);
     }));
     return Publish(now);
@@ -372,6 +380,7 @@ class Controller::Impl {
         continue;
       }
       it = to_requeue_.erase(it);
+      GANTRY_RETURN_IF_ERROR(ForgetSignal(id));
       if (!s.ok()) {
         GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "requeue-refused", s.ToString()));
         continue;
@@ -415,12 +424,7 @@ class Controller::Impl {
     if (!to_requeue_.empty()) GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, report));
     std::vector<std::vector<NodeGpus>> placements;
     placements.reserve(starts.size());
-    for (const StartDecision& d : starts) {
-      std::vector<NodeGpus>& placement = placements.emplace_back();
-      for (const Slot& slot : d.placement) {
-        placement.push_back({cluster_.nodes()[static_cast<size_t>(slot.node)].name, slot.gpus});
-      }
-    }
+    for (const StartDecision& d : starts) placements.push_back(NodeGpusOf(d.placement));
     // Durable before acted on: after a crash past this commit the restart finds them starting
     // and asks the resource manager.
     GANTRY_RETURN_IF_ERROR(store_->Batch([&]() -> Status {
@@ -448,6 +452,17 @@ class Controller::Impl {
   // anew, or, with a grace time, signalled and left to run until it is over.
   Status Preempt(const StartDecision& d, Time now, CycleReport* report) {
     const std::string& by = requests_[static_cast<size_t>(d.job)].id;
+    if (d.reason == Reason::kPreempting) {
+      // Durable before the first signal: a gantryd restarted within the grace time carries the
+      // preemption on rather than choosing (and signalling) victims again.
+      GracePreemption p;
+      p.preemptor = by;
+      for (JobIndex v : d.preempted) p.victims.push_back(requests_[static_cast<size_t>(v)].id);
+      p.placement = NodeGpusOf(d.placement);
+      p.signalled = now;
+      p.grace_end = d.victims_end_by;
+      GANTRY_RETURN_IF_ERROR(store_->AddPreemption(p));
+    }
     for (JobIndex v : d.preempted) {
       const std::string& id = requests_[static_cast<size_t>(v)].id;
       ++report->preempted;
@@ -476,16 +491,105 @@ class Controller::Impl {
   }
 
   // Signalled victims whose grace time is over are held again and requeued (by
-  // RequeueInterrupted, which runs next).
+  // RequeueInterrupted, which runs next and forgets their signal once it is done).
   void EndGraceTimes(Time now) {
-    for (auto it = signalled_.begin(); it != signalled_.end();) {
-      if (now < it->second.grace_end) {
-        ++it;
-        continue;
-      }
-      to_requeue_[it->first] = "preempted by " + it->second.by + " (grace time over)";
-      it = signalled_.erase(it);
+    for (const auto& [id, s] : signalled_) {
+      if (now >= s.grace_end) to_requeue_[id] = "preempted by " + s.by + " (grace time over)";
     }
+  }
+
+  // A signalled victim that ended within its grace time (it saved its checkpoint and exited) is
+  // preempted, not done: true when `o` is one, queued to be requeued to go on. One its user
+  // cancelled is done (false).
+  bool EndedWithinGrace(const RmJob& o) {
+    if (o.state != ObservedState::kFinished || signalled_.empty()) return false;
+    auto s = signalled_.find(o.request.id);
+    if (s == signalled_.end() || o.end_state == "cancelled") return false;
+    to_requeue_[o.request.id] = "preempted by " + s->second.by + " (ended within its grace time)";
+    return true;
+  }
+
+  // Forgets victim `id`'s signal (it was requeued, or it ended); when none of its preemptor's
+  // victims is left signalled, the preemption's record goes too: the engine starts the
+  // preemptor in a later cycle, and a restart has nothing left to carry on.
+  Status ForgetSignal(const std::string& id) {
+    auto it = signalled_.find(id);
+    if (it == signalled_.end()) return Status::Ok();
+    const std::string by = it->second.by;
+    signalled_.erase(it);
+    for (const auto& [victim, s] : signalled_) {
+      if (s.by == by) return Status::Ok();
+    }
+    return store_->EndPreemption(by);
+  }
+
+  // Restart: the signals of the recorded preemptions whose victims still run (or were about to
+  // start). A preemption with none left, or whose preemptor is no longer pending, is over.
+  Status LoadSignals(const std::vector<JobRecord>& active,
+                     const std::vector<GracePreemption>& preemptions) {
+    std::map<std::string, JobPhase> phase;
+    for (const JobRecord& r : active) phase[r.id] = r.phase;
+    for (const GracePreemption& p : preemptions) {
+      auto pre = phase.find(p.preemptor);
+      bool any = false;
+      if (pre != phase.end() && pre->second == JobPhase::kPending) {
+        for (const std::string& v : p.victims) {
+          auto ph = phase.find(v);
+          if (ph == phase.end() || ph->second == JobPhase::kPending) continue;
+          signalled_[v] = Signalled{p.preemptor, p.grace_end};
+          any = true;
+        }
+      }
+      if (!any) GANTRY_RETURN_IF_ERROR(store_->EndPreemption(p.preemptor));
+    }
+    return Status::Ok();
+  }
+
+  // Restart: the engine waits for the recorded preemption's victims that it runs, as it did
+  // before (Engine::RestorePreempting), so it neither starts the preemptor early nor chooses
+  // other victims. When it cannot (the placement is no longer free), the victims are still
+  // requeued at their grace end, and the event log says so.
+  Status RestoreInEngine(const GracePreemption& p, Time now) {
+    auto pre = by_id_.find(p.preemptor);
+    if (pre == by_id_.end() || engine_->status(pre->second).phase != JobStatus::Phase::kPending) {
+      return Status::Ok();
+    }
+    std::vector<JobIndex> victims;
+    for (const std::string& v : p.victims) {
+      auto it = by_id_.find(v);
+      if (it == by_id_.end() || signalled_.count(v) == 0) continue;
+      if (engine_->status(it->second).phase == JobStatus::Phase::kRunning) {
+        victims.push_back(it->second);
+      }
+    }
+    if (victims.empty()) return Status::Ok();
+    Placement placement;
+    for (const NodeGpus& s : p.placement) {
+      auto n = node_index_.find(s.node);
+      if (n == node_index_.end()) {
+        return store_->LogEvent(now, p.preemptor, "preempt-restore-failed",
+                                "node " + s.node + " is not in the cluster spec");
+      }
+      placement.push_back({n->second, s.gpus});
+    }
+    Status s = engine_->RestorePreempting(pre->second, victims, placement, p.grace_end, now);
+    if (!s.ok()) {
+      return store_->LogEvent(now, p.preemptor, "preempt-restore-failed", s.ToString());
+    }
+    return store_->LogEvent(
+        now, p.preemptor, "preempt-restored",
+        "waits for " + std::to_string(victims.size()) +
+            " signalled victim(s), held again at t=" + std::to_string(p.grace_end));
+  }
+
+  // Node names and GPUs of an engine placement.
+  std::vector<NodeGpus> NodeGpusOf(const Placement& placement) const {
+    std::vector<NodeGpus> out;
+    out.reserve(placement.size());
+    for (const Slot& slot : placement) {
+      out.push_back({cluster_.nodes()[static_cast<size_t>(slot.node)].name, slot.gpus});
+    }
+    return out;
   }
 
   // Why a decided job has not been released yet.
@@ -611,17 +715,9 @@ class Controller::Impl {
     for (int pass = 0; pass < 2; ++pass) {
       for (const RmJob& o : observed) {
         if ((o.state == ObservedState::kFinished) != (pass == 0)) continue;
-        // A signalled victim that ended within its grace time (it saved its checkpoint and
-        // exited) is preempted, not done: it is requeued to go on. One its user cancelled is.
+        if (EndedWithinGrace(o)) continue;
         if (o.state == ObservedState::kFinished && !signalled_.empty()) {
-          if (auto s = signalled_.find(o.request.id); s != signalled_.end()) {
-            const std::string by = s->second.by;
-            signalled_.erase(s);
-            if (o.end_state != "cancelled") {
-              to_requeue_[o.request.id] = "preempted by " + by + " (ended within its grace time)";
-              continue;
-            }
-          }
+          GANTRY_RETURN_IF_ERROR(ForgetSignal(o.request.id));  // cancelled by its user
         }
         if (o.state == ObservedState::kFinished) to_requeue_.erase(o.request.id);
         // A job about to be requeued is settled by RequeueInterrupted, not by what the
@@ -656,7 +752,9 @@ class Controller::Impl {
     const bool adopt = o.state == ObservedState::kRunning ||
                        (o.state == ObservedState::kReleased && !o.placement.empty());
     if (o.state != ObservedState::kHeld && !adopt) return Status::Ok();
-    Status added = store_->AddJob(o.request, now);
+    JobRecord record = o.request;
+    GANTRY_ASSIGN_OR_RETURN(record.qos, QosLevelOf(record, now));
+    Status added = store_->AddJob(record, now);
     if (!added.ok()) return added;
     GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(o.request.id));
     ++report->submitted;
@@ -737,7 +835,7 @@ class Controller::Impl {
     }
     if (ours_running) return Status::Ok();  // the engine already books it there
     if (it != by_id_.end()) GANTRY_RETURN_IF_ERROR(EndInEngine(r.id, now));
-    GANTRY_ASSIGN_OR_RETURN(JobRequest * req, NewRequest(r));
+    GANTRY_ASSIGN_OR_RETURN(JobRequest * req, NewRequest(r, now));
     Placement p;
     for (const NodeGpus& s : placement) {
       auto n = node_index_.find(s.node);
@@ -758,7 +856,7 @@ class Controller::Impl {
 
   // A pending job for the engine, under a fresh index.
   Status SubmitNew(const JobRecord& r, Time now) {
-    GANTRY_ASSIGN_OR_RETURN(JobRequest * req, NewRequest(r));
+    GANTRY_ASSIGN_OR_RETURN(JobRequest * req, NewRequest(r, now));
     if (req->gpu_type_mask == 0) {
       return store_->Finish(r.id, now, "rejected: none of its GPU types is in the cluster");
     }
@@ -779,7 +877,7 @@ class Controller::Impl {
   // Takes the job out of the engine: finished, or cancelled (`cancelled`, or when pending).
   Status EndInEngine(const std::string& id, Time now, bool cancelled = false) {
     waiting_.erase(id);
-    if (cancelled) signalled_.erase(id);
+    if (cancelled) GANTRY_RETURN_IF_ERROR(ForgetSignal(id));
     datasets_of_.erase(id);
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return Status::Ok();
@@ -795,7 +893,23 @@ class Controller::Impl {
     }
   }
 
-  Result<JobRequest*> NewRequest(const JobRecord& r) {
+  // The engine's QoS level of a job: the cluster spec's level of the QOS the resource manager
+  // named (Cluster::QosLevel), so a restart under an edited spec sees the new levels; a record
+  // that names none (older records, resource managers without QOS) keeps its own. A name the
+  // spec does not list is logged once per gantryd run, not every cycle.
+  Result<int> QosLevelOf(const JobRecord& r, Time now) {
+    if (r.qos_name.empty()) return r.qos;
+    bool unknown = false;
+    const int level = cluster_.QosLevel(r.qos_name, &unknown);
+    if (unknown && unknown_qos_.insert(r.qos_name).second) {
+      GANTRY_RETURN_IF_ERROR(store_->LogEvent(
+          now, r.id, "qos-unknown",
+          "QOS '" + r.qos_name + "' is not in the cluster spec: its jobs get QoS level 0"));
+    }
+    return level;
+  }
+
+  Result<JobRequest*> NewRequest(const JobRecord& r, Time now) {
     JobRequest q;
     q.index = static_cast<JobIndex>(requests_.size());
     q.id = r.id;
@@ -806,7 +920,7 @@ class Controller::Impl {
     q.gpus_per_node = r.gpus_per_node;
     q.nodes = r.nodes;
     q.time_limit = r.time_limit;
-    q.qos = r.qos;
+    GANTRY_ASSIGN_OR_RETURN(q.qos, QosLevelOf(r, now));
     q.checkpoint_interval = r.checkpoint_interval;
     q.restart_cost = r.restart_cost;
     q.datasets = r.datasets;
@@ -861,6 +975,7 @@ class Controller::Impl {
   };
   std::map<std::string, Signalled> signalled_;
   std::string preempt_signal_ = "TERM";
+  std::set<std::string> unknown_qos_;  // QOS names not in the spec, logged once each
   std::set<std::pair<std::string, std::string>> queue_series_;
   // The view published for each active job and what it was built from; reused while these
   // stay the same. In the order of the last Publish's active jobs (submit time, then id).

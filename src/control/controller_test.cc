@@ -1001,20 +1001,37 @@ TEST_F(ControllerStagingTest, ARestartWhileAJobWaitsDecidesItAgain) {
 
 class ControllerPreemptionTest : public ControllerTest {
  protected:
-  // QoS 2 preempts QoS 0 (priority mode), first-fit, with or without a grace time.
-  void UseProfile(Duration grace) {
+  // QoS 2 preempts QoS 0 (priority mode, or `mode`), first-fit, with or without a grace time.
+  void UseProfile(Duration grace, const std::string& mode = "priority") {
     auto p = ParseProfiles(R"(
 profiles:
   prio:
     priority: [{plugin: qos, weight: 1000, args: {max_qos: 3}}]
     placement: first-fit
     backfill: {mode: easy}
-    preemption: {plugin: checkpoint-aware, args: {mode: priority, grace_time: )" +
-                               std::to_string(grace) + R"(}}
+    preemption: {plugin: checkpoint-aware, args: {mode: )" +
+                               mode + R"(, grace_time: )" + std::to_string(grace) + R"(}}
 )",
                            "test");
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     profile_ = (*p)[0];
+  }
+  // The test cluster with Slurm's QOS named: normal (level 0) and high (level 2), which may
+  // preempt normal.
+  void UseQosSpec() {
+    Result<Cluster> c = ParseClusterSpec(std::string(kSpec) + R"(qos:
+  - {name: normal, level: 0}
+  - {name: high, level: 2, priority: 100, preempt: [normal]}
+)",
+                                         "test");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(c).value();
+  }
+  // A job that names its QOS, as Slurm reports it; its level is left for the spec to say.
+  void SubmitNamedQos(const std::string& id, int gpus, const std::string& qos, Duration run_for,
+                      Time now) {
+    rm_->Submit(id, "nlp", gpus, 8, run_for, now);
+    rm_->jobs_[id].job.request.qos_name = qos;
   }
   void SubmitQos(const std::string& id, int gpus, int qos, Duration run_for, Time now) {
     rm_->Submit(id, "nlp", gpus, 8, run_for, now);
@@ -1127,6 +1144,181 @@ TEST_F(ControllerPreemptionTest, AVictimThatExitsEarlyIsRequeuedACancelledOneIsN
   rm_->Advance(6);
   ASSERT_TRUE(ctl->Cycle(6, &r).ok());
   EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// Jobs that name their Slurm QOS get the cluster spec's level of it: a "high" job preempts a
+// running "normal" one under QOS preemption (mode qos, the spec's preempt list), and a QOS the
+// spec does not list is level 0, reported once however many jobs and cycles name it.
+TEST_F(ControllerPreemptionTest, SlurmQosNamesMapToTheSpecsLevels) {
+  UseQosSpec();
+  UseProfile(0, "qos");
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  SubmitNamedQos("low", 32, "normal", 1000, 0);
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, nullptr).ok());
+  EXPECT_EQ(PhaseOf("low"), JobPhase::kRunning);
+  SubmitNamedQos("high", 8, "HIGH", 100, 3);  // Slurm's names are case-insensitive
+  SubmitNamedQos("odd1", 8, "mystery", 100, 3);
+  SubmitNamedQos("odd2", 8, "mystery", 100, 3);
+  rm_->Advance(3);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok());
+  EXPECT_EQ(r.preempted, 1);
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->requeues_["low"], 1);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  for (Time t = 4; t < 8; ++t) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+  }
+  Result<JobRecord> high = store_->Get("high");
+  ASSERT_TRUE(high.ok());
+  EXPECT_EQ(high->qos, 2);
+  EXPECT_EQ(high->qos_name, "HIGH");
+  EXPECT_EQ(store_->Get("low")->qos, 0);
+  EXPECT_EQ(store_->Get("odd1")->qos, 0);
+  EXPECT_EQ(store_->Get("odd2")->qos, 0);
+  const JobView* view = ctl->Snapshot()->Find("high");
+  ASSERT_NE(view, nullptr);
+  EXPECT_EQ(view->record.qos_name, "HIGH");
+  EXPECT_EQ(view->record.qos, 2);
+  Result<std::vector<StoreEvent>> events = store_->Events(0, 100000);
+  ASSERT_TRUE(events.ok());
+  int unknown = 0;
+  for (const StoreEvent& e : *events) {
+    if (e.kind != "qos-unknown") continue;
+    ++unknown;
+    EXPECT_EQ(e.detail, "QOS 'mystery' is not in the cluster spec: its jobs get QoS level 0");
+  }
+  EXPECT_EQ(unknown, 1) << EventLog();
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// --- Grace times across a gantryd restart ---
+
+class ControllerGraceRestartTest : public ControllerPreemptionTest {
+ protected:
+  // "a" and "b" (QoS 0, 16 GPUs each) fill the cluster from t=1; "high" (QoS 2, 8 GPUs)
+  // arrives at 3, and that cycle signals one of them (30 s of grace: held again at t=33).
+  // Returns the victim.
+  std::string SignalOneVictim(Controller& ctl) {
+    SubmitQos("a", 16, 0, 1000, 0);
+    SubmitQos("b", 16, 0, 1000, 0);
+    rm_->Advance(1);
+    EXPECT_TRUE(ctl.Cycle(1, nullptr).ok());
+    rm_->Advance(2);
+    EXPECT_TRUE(ctl.Cycle(2, nullptr).ok());
+    SubmitQos("high", 8, 2, 100, 3);
+    rm_->Advance(3);
+    CycleReport r;
+    EXPECT_TRUE(ctl.Cycle(3, &r).ok());
+    EXPECT_EQ(r.preempted, 1);
+    if (rm_->signals_.size() != 1) return "";
+    return rm_->signals_[0].substr(0, rm_->signals_[0].find(':'));
+  }
+  // gantryd killed -9: the controller is dropped mid-flight and the store closed without any
+  // goodbye, then both come back on the same database.
+  std::unique_ptr<Controller> KillAndRestart(std::unique_ptr<Controller> ctl, Time now) {
+    ctl.reset();
+    store_.reset();
+    auto s = StateStore::Open(dir_.sub("state.db"));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    rm_->Advance(now);
+    return Open(now);
+  }
+  size_t PreemptionsRecorded() {
+    Result<std::vector<GracePreemption>> p = store_->Preemptions();
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? p->size() : 99;
+  }
+};
+
+// Killed between the signal and the grace end: the restarted gantryd signals nobody again (the
+// other running job is a candidate too), keeps the preemptor waiting, requeues the victim at
+// the original grace end and then starts the preemptor.
+TEST_F(ControllerGraceRestartTest, KilledWithinTheGraceTimeCarriesThePreemptionOn) {
+  UseProfile(30);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  const std::string victim = SignalOneVictim(*ctl);
+  ASSERT_FALSE(victim.empty());
+  const std::string other = victim == "a" ? "b" : "a";
+  ASSERT_EQ(PreemptionsRecorded(), 1u);
+  ctl = KillAndRestart(std::move(ctl), 10);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(ctl->JobStatusOf("high")->reason, Reason::kPreempting);
+  EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+  for (Time t = 10; t < 33; t += 5) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+    EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kRunning) << t;
+    EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld) << t;
+  }
+  EXPECT_EQ(rm_->signals_.size(), 1u) << EventLog();  // nobody signalled twice
+  rm_->Advance(33);
+  ASSERT_TRUE(ctl->Cycle(33, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->requeues_[victim], 1);
+  EXPECT_EQ(PhaseOf(victim), JobPhase::kPending);
+  rm_->Advance(34);
+  ASSERT_TRUE(ctl->Cycle(34, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  EXPECT_EQ(rm_->jobs_[other].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->requeues_.count(other), 0u);
+  EXPECT_EQ(rm_->signals_.size(), 1u);
+  EXPECT_EQ(PreemptionsRecorded(), 0u);
+  EXPECT_EQ(rm_->violations_, 0);
+  EXPECT_NE(EventLog().find("high preempt-restored waits for 1 signalled victim(s), held again "
+                            "at t=33"),
+            std::string::npos)
+      << EventLog();
+}
+
+// Restarted after the grace end passed: the victim is requeued at once (on Open), and the
+// preemptor starts in the first cycle.
+TEST_F(ControllerGraceRestartTest, RestartAfterTheGraceEndRequeuesTheVictimAtOnce) {
+  UseProfile(30);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  const std::string victim = SignalOneVictim(*ctl);
+  ASSERT_FALSE(victim.empty());
+  ctl = KillAndRestart(std::move(ctl), 50);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->requeues_[victim], 1);
+  EXPECT_EQ(PhaseOf(victim), JobPhase::kPending);
+  ASSERT_TRUE(ctl->Cycle(50, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  EXPECT_EQ(rm_->signals_.size(), 1u);
+  EXPECT_EQ(PreemptionsRecorded(), 0u);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// The victim saved its checkpoint and exited while gantryd was away: the restart requeues it to
+// go on (not finished as completed), and the preemptor starts.
+TEST_F(ControllerGraceRestartTest, AVictimThatExitedWhileGantrydWasAwayIsRequeued) {
+  UseProfile(30);
+  rm_->requeue_finished_ = true;
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  const std::string victim = SignalOneVictim(*ctl);
+  ASSERT_FALSE(victim.empty());
+  ctl.reset();
+  rm_->Exit(victim, "completed");
+  ctl = KillAndRestart(std::move(ctl), 8);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->requeues_[victim], 1);
+  EXPECT_EQ(PhaseOf(victim), JobPhase::kPending);
+  ASSERT_TRUE(ctl->Cycle(8, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  EXPECT_EQ(rm_->signals_.size(), 1u);
+  EXPECT_EQ(PreemptionsRecorded(), 0u);
   EXPECT_EQ(rm_->violations_, 0);
 }
 

@@ -41,6 +41,7 @@ Result<RmJob> ToRmJob(const slurm::SlurmJob& job) {
   r.user = job.user;
   r.team = job.account;
   r.queue = job.partition;
+  r.qos_name = job.qos;
   if (!job.gpu_type.empty()) r.gpu_types = {job.gpu_type};
   r.submit = job.submit_time;
   r.gpus = job.gpus;

@@ -38,6 +38,7 @@ TEST(SlurmRm, JobsAndIds) {
   j.id = 42;
   j.account = "physics";
   j.partition = "gantry";
+  j.qos = "high";
   j.gpus = 4;
   j.gpus_per_node = 2;
   j.node_count = 2;
@@ -49,6 +50,7 @@ TEST(SlurmRm, JobsAndIds) {
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->request.datasets, (std::vector<std::string>{"s3://b/a", "file:///d"}));
   EXPECT_EQ(o->request.checkpoint, "s3://b/ck");
+  EXPECT_EQ(o->request.qos_name, "high");  // the level is the cluster spec's (Controller)
   EXPECT_EQ(o->state, ObservedState::kReleased);
   EXPECT_EQ(o->placement, (std::vector<NodeGpus>{{"n1", 2}, {"n2", 2}}));
   j.held = true;

@@ -18,8 +18,9 @@ namespace gantry::control {
 
 namespace {
 
-// Bumped when the schema changes; a database of another version is refused, never guessed at.
-constexpr int kSchemaVersion = 1;
+// Bumped when the schema changes; a database of another version is refused, never guessed at,
+// except that version 1 (before preemptions) is brought up to 2 by adding the table.
+constexpr int kSchemaVersion = 2;
 // Written into SQLite's application_id header field: a database of some other program is not
 // mistaken for ours.
 constexpr int kApplicationId = 0x47414e54;  // "GANT"
@@ -45,6 +46,19 @@ CREATE TABLE IF NOT EXISTS events (
   kind TEXT NOT NULL,
   detail TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS preemptions (
+  preemptor TEXT PRIMARY KEY,
+  record TEXT NOT NULL
+);
+)sql";
+
+// Version 1 -> 2: grace-time preemptions became durable (the table above).
+constexpr const char* kMigrateFrom1 = R"sql(
+CREATE TABLE IF NOT EXISTS preemptions (
+  preemptor TEXT PRIMARY KEY,
+  record TEXT NOT NULL
+);
+PRAGMA user_version=2;
 )sql";
 
 Status SqliteStatus(sqlite3* db, int rc, const std::string& what) {
@@ -81,16 +95,27 @@ nlohmann::json RequestJson(const JobRecord& j) {
           {"nodes", j.nodes},
           {"time_limit", j.time_limit},
           {"qos", j.qos},
+          {"qos_name", j.qos_name},
           {"checkpoint_interval", j.checkpoint_interval},
           {"restart_cost", j.restart_cost},
           {"datasets", j.datasets},
           {"checkpoint", j.checkpoint}};
 }
 
-std::string PlacementJson(const std::vector<NodeGpus>& p) {
+// A placement as stored: [[node, gpus], ...].
+nlohmann::json PlacementArray(const std::vector<NodeGpus>& p) {
   nlohmann::json a = nlohmann::json::array();
   for (const NodeGpus& s : p) a.push_back({s.node, s.gpus});
-  return a.dump();
+  return a;
+}
+
+std::string PlacementJson(const std::vector<NodeGpus>& p) { return PlacementArray(p).dump(); }
+
+// The reverse; throws nlohmann::json::exception on a damaged one.
+std::vector<NodeGpus> PlacementFrom(const nlohmann::json& a) {
+  std::vector<NodeGpus> p;
+  for (const auto& slot : a) p.push_back({slot.at(0).get<std::string>(), slot.at(1).get<int>()});
+  return p;
 }
 
 // A prepared statement, finalized on scope exit.
@@ -153,14 +178,14 @@ Result<JobRecord> RowToJob(const Stmt& s) {
     j.nodes = r.at("nodes").get<int>();
     j.time_limit = r.at("time_limit").get<Duration>();
     j.qos = r.at("qos").get<int>();
+    // Absent in databases written before gantryd read a job's QOS name.
+    j.qos_name = r.value("qos_name", std::string());
     j.checkpoint_interval = r.at("checkpoint_interval").get<Duration>();
     j.restart_cost = r.at("restart_cost").get<Duration>();
     // Absent in databases written before jobs declared data.
     j.datasets = r.value("datasets", std::vector<std::string>{});
     j.checkpoint = r.value("checkpoint", std::string());
-    for (const auto& slot : nlohmann::json::parse(s.Text(4))) {
-      j.placement.push_back({slot.at(0).get<std::string>(), slot.at(1).get<int>()});
-    }
+    j.placement = PlacementFrom(nlohmann::json::parse(s.Text(4)));
   } catch (const nlohmann::json::exception& e) {
     return DataLoss("job '" + j.id + "': damaged record: " + e.what());
   }
@@ -236,6 +261,16 @@ class StateStore::Impl {
     const bool fresh = app_id == 0 && version == 0 && objects == 0;
     if (!fresh && app_id != kApplicationId) {
       return DataLoss("state store " + path + ": not a Gantry state database");
+    }
+    if (!fresh && version == 1) {
+      GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
+      Status s = Exec(kMigrateFrom1, "add preemptions (schema 1 -> 2)");
+      if (s.ok()) s = Exec("COMMIT", "commit schema 2");
+      if (!s.ok()) {
+        (void)Exec("ROLLBACK", "rollback");
+        return s;
+      }
+      version = kSchemaVersion;
     }
     if (!fresh && version != kSchemaVersion) {
       return FailedPrecondition("state store " + path + ": schema version " +
@@ -558,6 +593,53 @@ Status StateStore::LogEvent(Time now, const std::string& job, const std::string&
   if (kind.empty()) return InvalidArgument("an event needs a kind");
   return impl_->Transaction("log " + kind,
                             [&] { return impl_->InsertEvent(now, job, kind, detail); });
+}
+
+Status StateStore::AddPreemption(const GracePreemption& p) {
+  if (p.preemptor.empty() || p.victims.empty()) {
+    return InvalidArgument("a preemption needs a preemptor and victims");
+  }
+  const std::string record = nlohmann::json{
+      {"victims", p.victims},
+      {"placement", PlacementArray(p.placement)},
+      {"signalled", p.signalled},
+      {"grace_end", p.grace_end}}.dump();
+  return impl_->Transaction("preemption of '" + p.preemptor + "'", [&] {
+    return impl_->Update("INSERT OR REPLACE INTO preemptions (preemptor, record) VALUES (?, ?)",
+                         "record preemption",
+                         [&](Stmt& s) { s.Bind(1, p.preemptor).Bind(2, record); });
+  });
+}
+
+Status StateStore::EndPreemption(const std::string& preemptor) {
+  return impl_->Transaction("end preemption of '" + preemptor + "'", [&] {
+    return impl_->Update("DELETE FROM preemptions WHERE preemptor = ?", "end preemption",
+                         [&](Stmt& s) { s.Bind(1, preemptor); });
+  });
+}
+
+Result<std::vector<GracePreemption>> StateStore::Preemptions() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
+  Stmt s(impl_->db_, "SELECT preemptor, record FROM preemptions ORDER BY preemptor");
+  GANTRY_RETURN_IF_ERROR(s.ok("state store: list preemptions"));
+  std::vector<GracePreemption> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    GracePreemption p;
+    p.preemptor = s.Text(0);
+    try {
+      const nlohmann::json r = nlohmann::json::parse(s.Text(1));
+      p.victims = r.at("victims").get<std::vector<std::string>>();
+      p.placement = PlacementFrom(r.at("placement"));
+      p.signalled = r.at("signalled").get<Time>();
+      p.grace_end = r.at("grace_end").get<Time>();
+    } catch (const nlohmann::json::exception& e) {
+      return DataLoss("preemption of '" + p.preemptor + "': damaged record: " + e.what());
+    }
+    out.push_back(std::move(p));
+  }
+  if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: list preemptions");
+  return out;
 }
 
 Status StateStore::Batch(const std::function<Status()>& fn) {

@@ -32,6 +32,7 @@ JobRecord MakeJob(const std::string& id, Time submit, int gpus) {
   j.nodes = gpus >= 8 ? gpus / 8 : 0;
   j.time_limit = 3600;
   j.qos = 2;
+  j.qos_name = "high";
   j.checkpoint_interval = 600;
   j.restart_cost = 120;
   j.datasets = {"s3://data/" + id, "file:///shared/common"};
@@ -83,6 +84,7 @@ TEST(StateStore, LifecycleSurvivesReopen) {
   EXPECT_EQ(a.nodes, 2);
   EXPECT_EQ(a.time_limit, 3600);
   EXPECT_EQ(a.qos, 2);
+  EXPECT_EQ(a.qos_name, "high");
   EXPECT_EQ(a.checkpoint_interval, 600);
   EXPECT_EQ(a.restart_cost, 120);
   EXPECT_EQ(a.datasets, want.datasets);
@@ -333,25 +335,95 @@ TEST(StateStore, MemoryAndDatabaseAgree) {
   }
 }
 
-TEST(StateStore, ADamagedRecordIsDataLossNamingTheJob) {
-  TempDir dir;
-  const std::string db = dir.sub("state.db");
+// A database holding job "7", changed behind the store's back by `sql` (raw SQLite).
+void OneJobThenSql(const std::string& db, const char* sql) {
   {
     auto store = OpenOrDie(db);
+    ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->AddJob(MakeJob("7", 0, 1), 0).ok());
   }
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "UPDATE jobs SET request = '{\"user\": 1' WHERE id = '7'", nullptr,
-                         nullptr, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
   sqlite3_close(raw);
+}
+
+TEST(StateStore, ADamagedRecordIsDataLossNamingTheJob) {
+  TempDir dir;
+  const std::string db = dir.sub("state.db");
+  OneJobThenSql(db, "UPDATE jobs SET request = '{\"user\": 1' WHERE id = '7'");
   // Active jobs are read when the store opens, so the damage stops gantryd at start rather
   // than in the middle of a decision.
   auto store = StateStore::Open(db);
   EXPECT_EQ(store.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(store.status().message().find("job '7'"), std::string::npos)
       << store.status().ToString();
+}
+
+// A record written before gantryd kept a job's QOS name (no "qos_name" in its request) still
+// reads, with no name and its level as written.
+TEST(StateStore, ARecordWithoutAQosNameReads) {
+  TempDir dir;
+  const std::string db = dir.sub("state.db");
+  OneJobThenSql(db, "UPDATE jobs SET request = json_remove(request, '$.qos_name')");
+  auto store = OpenOrDie(db);
+  ASSERT_NE(store, nullptr);
+  Result<JobRecord> r = store->Get("7");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->qos_name, "");
+  EXPECT_EQ(r->qos, 2);
+}
+
+// Preemptions under way are durable: recorded, replaced, listed after reopening, ended.
+TEST(StateStore, PreemptionsSurviveReopenUntilEnded) {
+  TempDir dir;
+  const std::string db = dir.sub("state.db");
+  {
+    auto store = OpenOrDie(db);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->AddPreemption({"9", {}, {}, 1, 2}).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(store->AddPreemption({"9", {"3"}, {{"n1", 8}}, 100, 130}).ok());
+    ASSERT_TRUE(store->AddPreemption({"7", {"1", "2"}, {{"n1", 4}, {"n2", 4}}, 10, 40}).ok());
+    ASSERT_TRUE(store->AddPreemption({"9", {"4"}, {{"n3", 8}}, 200, 230}).ok());  // replaces
+    ASSERT_TRUE(store->EndPreemption("nobody").ok());
+  }
+  auto store = OpenOrDie(db);
+  ASSERT_NE(store, nullptr);
+  Result<std::vector<GracePreemption>> p = store->Preemptions();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].preemptor, "7");
+  EXPECT_EQ((*p)[0].victims, (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ((*p)[0].placement, (std::vector<NodeGpus>{{"n1", 4}, {"n2", 4}}));
+  EXPECT_EQ((*p)[0].signalled, 10);
+  EXPECT_EQ((*p)[0].grace_end, 40);
+  EXPECT_EQ((*p)[1].preemptor, "9");
+  EXPECT_EQ((*p)[1].victims, (std::vector<std::string>{"4"}));
+  EXPECT_EQ((*p)[1].grace_end, 230);
+  ASSERT_TRUE(store->EndPreemption("7").ok());
+  p = store->Preemptions();
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->size(), 1u);
+  EXPECT_EQ((*p)[0].preemptor, "9");
+}
+
+// A database of schema version 1 (before preemptions were recorded) opens, its jobs intact, and
+// takes preemptions from then on.
+TEST(StateStore, ASchemaOneDatabaseIsUpgraded) {
+  TempDir dir;
+  const std::string db = dir.sub("state.db");
+  OneJobThenSql(db, "DROP TABLE preemptions; PRAGMA user_version=1;");
+  {
+    auto store = OpenOrDie(db);
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(store->Get("7").ok());
+    ASSERT_TRUE(store->Preemptions().ok());
+    EXPECT_TRUE(store->Preemptions()->empty());
+    ASSERT_TRUE(store->AddPreemption({"8", {"7"}, {{"n1", 1}}, 1, 31}).ok());
+  }
+  auto store = OpenOrDie(db);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->Preemptions()->size(), 1u);
 }
 
 // A writer killed with SIGKILL at random instants: every AddJob that returned before the kill

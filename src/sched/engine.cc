@@ -585,6 +585,52 @@ class Engine::Impl {
     return Status::Ok();
   }
 
+  // RestorePreempting (engine.h): checks, then SignalVictims as the signal had done.
+  Status RestorePreempting(JobIndex j, const std::vector<JobIndex>& victims,
+                           const Placement& placement, Time grace_end, Time now) {
+    const std::string who = "RestorePreempting(" + std::to_string(j) + "): ";
+    if (j < 0 || static_cast<size_t>(j) >= state_.size() ||
+        state_[j].status.phase != JobStatus::Phase::kPending ||
+        state_[j].status.reason == Reason::kPreempting) {
+      return FailedPrecondition(who + "the preemptor is not pending");
+    }
+    if (victims.empty()) return InvalidArgument(who + "no victims");
+    for (JobIndex v : victims) {
+      if (v < 0 || static_cast<size_t>(v) >= state_.size() ||
+          state_[v].status.phase != JobStatus::Phase::kRunning || state_[v].signalled ||
+          state_[v].shared_gpu >= 0 || v == j) {
+        return FailedPrecondition(who + "victim " + std::to_string(v) +
+                                  " is not a running whole-GPU job that was not signalled");
+      }
+    }
+    // What the victims do not hold must be free now on nodes that are up (SignalVictims books
+    // it for the preemptor).
+    for (const Slot& slot : placement) {
+      if (slot.node < 0 || static_cast<size_t>(slot.node) >= node_state_.size() || slot.gpus <= 0) {
+        return InvalidArgument(who + "bad slot (node " + std::to_string(slot.node) + ")");
+      }
+      if (node_state_[slot.node] != NodeState::kUp) {
+        return FailedPrecondition(who + "node " + cluster_.nodes()[slot.node].name + " is not up");
+      }
+      int from_victims = 0;
+      for (JobIndex v : victims) {
+        for (const Slot& vs : state_[v].placement) {
+          if (vs.node == slot.node) from_victims += vs.gpus;
+        }
+      }
+      if (slot.gpus - std::min(slot.gpus, from_victims) > free_.free(slot.node)) {
+        return FailedPrecondition(who + "node " + cluster_.nodes()[slot.node].name +
+                                  " has not the GPUs the preemptor is to start on");
+      }
+    }
+    decision_.victims = victims;
+    scratch_ = placement;
+    for (JobIndex v : victims) preemption_->OnPreempted(v, j, now);
+    SignalVictims(j, now, grace_end, nullptr);
+    dirty_ = true;
+    return Status::Ok();
+  }
+
   void Schedule(Time now, std::vector<StartDecision>* starts) {
     changes_.clear();
     if (!refreshed_ || now >= next_refresh_) {
@@ -1453,7 +1499,7 @@ class Engine::Impl {
     }
     for (JobIndex v : victims) preemption_->OnPreempted(v, j, now);
     if (grace_time_ > 0) {
-      SignalVictims(j, now, starts);
+      SignalVictims(j, now, now + grace_time_, starts);
       return true;
     }
     for (JobIndex v : victims) {
@@ -1484,12 +1530,12 @@ class Engine::Impl {
     }
   }
 
-  // GraceTime: decision_.victims keep running, signalled to end by now + grace; `j` leaves its
+  // GraceTime: decision_.victims keep running, signalled to end by `end_by`; `j` leaves its
   // queue and waits with the placement in scratch_. The GPUs of that placement that no victim
   // holds are booked for it now, and so is its quota: until the victims end, both count in
   // admission's books (the victims still hold their GPUs), so nobody else is admitted on the
-  // quota the preemption frees.
-  void SignalVictims(JobIndex j, Time now, std::vector<StartDecision>* starts) {
+  // quota the preemption frees. `starts` (null when restored) gets the kPreempting decision.
+  void SignalVictims(JobIndex j, Time now, Time end_by, std::vector<StartDecision>* starts) {
     JobState& s = state_[j];
     const JobRequest& job = *s.job;
     WaitingPreemptor w;
@@ -1510,7 +1556,6 @@ class Engine::Impl {
         w.held.push_back({slot.node, held});
       }
     }
-    const Time end_by = now + grace_time_;
     for (JobIndex v : w.victims) {
       JobState& vs = state_[v];
       vs.signalled = true;
@@ -1524,7 +1569,9 @@ class Engine::Impl {
     s.status.reserved_start = end_by;
     planned_[j] = w.placement;
     s.status.blocked_by = -1;
-    starts->push_back({j, now, w.placement, Reason::kPreempting, w.victims, end_by});
+    if (starts != nullptr) {
+      starts->push_back({j, now, w.placement, Reason::kPreempting, w.victims, end_by});
+    }
     waiting_.push_back(std::move(w));
     ++running_epoch_;  // free capacity shrank: reservations must be recomputed
   }
@@ -1893,6 +1940,10 @@ NodeState Engine::node_state(NodeIndex node) const { return impl_->node_state(no
 Status Engine::Requeue(JobIndex job, Time now) { return impl_->Requeue(job, now); }
 Status Engine::Adopt(const JobRequest& job, const Placement& placement, Time start, Time now) {
   return impl_->Adopt(job, placement, start, now);
+}
+Status Engine::RestorePreempting(JobIndex preemptor, const std::vector<JobIndex>& victims,
+                                 const Placement& placement, Time grace_end, Time now) {
+  return impl_->RestorePreempting(preemptor, victims, placement, grace_end, now);
 }
 void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
   impl_->Schedule(now, starts);

@@ -266,11 +266,9 @@ TEST(PlannedPlacement, FollowsTheData) {
   EXPECT_EQ(d.started().at(2).placement, (Placement{{0, 4}}));
 }
 
-// GraceTime: a preemptor waiting for its signalled victim has the placement it will start on
-// as its plan. One node of 8: A (6 GPUs, QoS 0) runs; B (8 GPUs, QoS 1) preempts it at t=1000
-// with 120 s of grace, so it is planned on n0 at t=1120, and starts there when A ends then.
-TEST(PlannedPlacement, WaitingPreemptorKeepsItsPlacement) {
-  auto p = ParseProfiles(R"(
+// QoS priority first, first-fit, EASY; preemption by priority with 120 s of grace.
+Result<Profile> GraceProfile() {
+  GANTRY_ASSIGN_OR_RETURN(std::vector<Profile> p, ParseProfiles(R"(
 profiles:
   p:
     priority: [{plugin: qos, weight: 1000, args: {max_qos: 3}}, {plugin: age, args: {max_age: inf}}]
@@ -278,9 +276,17 @@ profiles:
     backfill: easy
     preemption: {plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}
 )",
-                         "test.yaml");
+                                                                "test.yaml"));
+  return p.front();
+}
+
+// GraceTime: a preemptor waiting for its signalled victim has the placement it will start on
+// as its plan. One node of 8: A (6 GPUs, QoS 0) runs; B (8 GPUs, QoS 1) preempts it at t=1000
+// with 120 s of grace, so it is planned on n0 at t=1120, and starts there when A ends then.
+TEST(PlannedPlacement, WaitingPreemptorKeepsItsPlacement) {
+  Result<Profile> p = GraceProfile();
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  Driver d(FlatCluster(1, 8), {{"a", kNoQuota, 1.0}}, p->front());
+  Driver d(FlatCluster(1, 8), {{"a", kNoQuota, 1.0}}, *p);
   const JobRequest a = MakeRequest(0, 0, 6, 1, 1120);
   JobRequest b = MakeRequest(1, 1000, 8, 1, 10);
   b.qos = 1;
@@ -295,6 +301,50 @@ profiles:
   EXPECT_EQ(d.started().at(1).time, 1120);
   EXPECT_EQ(d.started().at(1).placement, (Placement{{0, 8}}));
   EXPECT_TRUE(d.engine().planned_placement(1).empty());
+}
+
+// A restarted driver restores a preemption in flight (RestorePreempting): the engine stands as
+// if it had signalled the victim itself. Two nodes of 8: A (6 GPUs, QoS 0) is adopted on n0, C
+// (8 GPUs) on n1; B (8 GPUs, QoS 1) waits for A until t=1120. No cycle preempts anyone again
+// (C is a candidate too), and B starts on n0 in the cycle after A ended. A placement whose other
+// GPUs are not free is refused and changes nothing.
+TEST(PlannedPlacement, RestoredPreemptorWaitsForItsVictim) {
+  Result<Profile> p = GraceProfile();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Driver d(FlatCluster(2, 8), {{"a", kNoQuota, 1.0}}, *p);
+  const JobRequest a = MakeRequest(0, 0, 6, 1, 5000);
+  JobRequest b = MakeRequest(1, 900, 8, 1, 10);
+  b.qos = 1;
+  const JobRequest c = MakeRequest(2, 0, 8, 1, 5000);
+  Engine& e = d.engine();
+  ASSERT_TRUE(e.Adopt(a, {{0, 6}}, 0, 1000).ok());
+  ASSERT_TRUE(e.Adopt(c, {{1, 8}}, 0, 1000).ok());
+  d.Submit(b);
+  // n1 has no free GPU beside the victim's: refused, nothing changed.
+  EXPECT_EQ(e.RestorePreempting(1, {0}, {{1, 8}}, 1120, 1000).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e.status(0).grace_end, -1);
+  EXPECT_EQ(e.free_index().free(0), 2);
+  EXPECT_EQ(e.RestorePreempting(1, {2}, {{0, 8}}, 1120, 1000).code(),
+            StatusCode::kFailedPrecondition);  // n0's other 6 GPUs are A's, not free
+  ASSERT_TRUE(e.RestorePreempting(1, {0}, {{0, 8}}, 1120, 1000).ok());
+  EXPECT_EQ(e.status(1).reason, Reason::kPreempting);
+  EXPECT_EQ(e.status(1).reserved_start, 1120);
+  EXPECT_EQ(e.status(0).grace_end, 1120);
+  EXPECT_EQ(e.status(0).preempted_by, 1);
+  EXPECT_EQ(e.free_index().free(0), 0);  // A's spare 2 GPUs booked for B
+  EXPECT_EQ(e.pending_count(), 1);
+  std::vector<StartDecision> starts;
+  e.Schedule(1001, &starts);
+  EXPECT_TRUE(starts.empty());  // C is not signalled in A's stead, B does not start yet
+  EXPECT_EQ(e.status(2).grace_end, -1);
+  ASSERT_TRUE(e.Finish(0, 1050).ok());  // A saved its checkpoint and exited early
+  EXPECT_EQ(e.status(0).reason, Reason::kPreempted);
+  e.Schedule(1051, &starts);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].job, 1);
+  EXPECT_EQ(starts[0].placement, (Placement{{0, 8}}));
+  EXPECT_TRUE(starts[0].preempted.empty());
 }
 
 // Random workloads on a flat cluster, all submitted at t=0 (FIFO order never changes), each

@@ -303,4 +303,10 @@ Result<std::vector<SlurmAccount>> SlurmClient::Accounts() const {
   return ParseAssociations(out);
 }
 
+Result<std::vector<SlurmQos>> SlurmClient::QosList() const {
+  GANTRY_ASSIGN_OR_RETURN(std::string out, Run({"sacctmgr", "-nP", "show", "qos",
+                                                "format=name,priority,preempt,usagefactor"}));
+  return ParseQosList(out);
+}
+
 }  // namespace gantry::slurm

@@ -45,8 +45,21 @@ Result<SlurmSnapshot> ReadSnapshot(const SlurmClient& client, const ImportOption
   GANTRY_ASSIGN_OR_RETURN(s.switches, client.Topology());
   if (options.teams) {
     GANTRY_ASSIGN_OR_RETURN(s.accounts, client.Accounts());
+    GANTRY_ASSIGN_OR_RETURN(s.qos, client.QosList());
   }
   return s;
+}
+
+std::vector<int> QosLevels(const std::vector<SlurmQos>& qos) {
+  std::vector<size_t> order(qos.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (qos[a].priority != qos[b].priority) return qos[a].priority < qos[b].priority;
+    return qos[a].name < qos[b].name;
+  });
+  std::vector<int> levels(qos.size());
+  for (size_t rank = 0; rank < order.size(); ++rank) levels[order[rank]] = static_cast<int>(rank);
+  return levels;
 }
 
 Result<std::string> WriteClusterSpec(const SlurmSnapshot& snap, const ImportOptions& options) {
@@ -196,6 +209,22 @@ Result<std::string> WriteClusterSpec(const SlurmSnapshot& snap, const ImportOpti
       y << "  - {name: " << Quote(a.name);
       if (a.gpu_limit >= 0) y << ", quota_gpus: " << a.gpu_limit;
       if (a.fairshare != 1) y << ", shares: " << a.fairshare;
+      y << "}\n";
+    }
+  }
+  if (!snap.qos.empty()) {
+    y << "qos:  # Slurm's QOS (sacctmgr show qos); level: rank by Priority from 0 (ties by name)\n";
+    const std::vector<int> levels = QosLevels(snap.qos);
+    for (size_t i = 0; i < snap.qos.size(); ++i) {
+      const SlurmQos& q = snap.qos[i];
+      y << "  - {name: " << Quote(q.name) << ", level: " << levels[i]
+        << ", priority: " << q.priority;
+      if (q.usage_factor != 1.0) y << ", usage_factor: " << q.usage_factor;
+      if (!q.preempt.empty()) {
+        y << ", preempt: [";
+        for (size_t k = 0; k < q.preempt.size(); ++k) y << (k ? ", " : "") << Quote(q.preempt[k]);
+        y << "]";
+      }
       y << "}\n";
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -343,6 +344,7 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(std::string_view text) {
     job.user = StrOr(j, "user_name");
     job.account = StrOr(j, "account");
     job.partition = StrOr(j, "partition");
+    job.qos = StrOr(j, "qos");
     job.slurm_state = StrOr(j, "job_state");
     job.state = JobStateFrom(job.slurm_state);
     job.state_reason = StrOr(j, "state_reason");
@@ -417,8 +419,14 @@ Result<std::vector<SlurmSwitch>> ParseTopology(std::string_view text) {
   return out;
 }
 
-Result<std::vector<SlurmAccount>> ParseAssociations(std::string_view text) {
-  std::vector<SlurmAccount> out;
+namespace {
+
+// The rows of `sacctmgr -nP` output: one per non-empty line, its '|'-separated fields (empty
+// ones kept). IoError naming `columns` for a row with fewer than `min_fields`.
+Result<std::vector<std::vector<std::string_view>>> SacctmgrRows(std::string_view text,
+                                                                size_t min_fields,
+                                                                const char* columns) {
+  std::vector<std::vector<std::string_view>> rows;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
@@ -434,10 +442,21 @@ Result<std::vector<SlurmAccount>> ParseAssociations(std::string_view text) {
         s = i + 1;
       }
     }
-    if (f.size() < 4) {
-      return IoError("sacctmgr: expected account|user|grptres|fairshare, got '" +
-                     std::string(line) + "'");
+    if (f.size() < min_fields) {
+      return IoError(std::string("sacctmgr: expected ") + columns + ", got '" + std::string(line) +
+                     "'");
     }
+    rows.push_back(std::move(f));
+  }
+  return rows;
+}
+
+}  // namespace
+
+Result<std::vector<SlurmAccount>> ParseAssociations(std::string_view text) {
+  std::vector<SlurmAccount> out;
+  GANTRY_ASSIGN_OR_RETURN(auto rows, SacctmgrRows(text, 4, "account|user|grptres|fairshare"));
+  for (const std::vector<std::string_view>& f : rows) {
     // User rows repeat their account's limit for that user; Gantry's teams are the accounts.
     if (!f[1].empty() || f[0] == "root") continue;
     SlurmAccount account;
@@ -451,6 +470,34 @@ Result<std::vector<SlurmAccount>> ParseAssociations(std::string_view text) {
     int64_t shares = 1;
     if (ParseInt(f[3], &shares) && shares > 0) account.fairshare = static_cast<int>(shares);
     out.push_back(std::move(account));
+  }
+  return out;
+}
+
+Result<std::vector<SlurmQos>> ParseQosList(std::string_view text) {
+  std::vector<SlurmQos> out;
+  GANTRY_ASSIGN_OR_RETURN(auto rows, SacctmgrRows(text, 4, "name|priority|preempt|usagefactor"));
+  for (const std::vector<std::string_view>& f : rows) {
+    SlurmQos q;
+    q.name = std::string(f[0]);
+    if (q.name.empty()) return IoError("sacctmgr: a QOS without a name");
+    if (!f[1].empty() && (!ParseInt(f[1], &q.priority) || q.priority < 0)) {
+      return IoError("sacctmgr: QOS " + q.name + ": priority '" + std::string(f[1]) +
+                     "' is not a whole number >= 0");
+    }
+    for (std::string_view v : SplitTopLevel(f[2], ',')) {
+      if (!v.empty()) q.preempt.emplace_back(v);
+    }
+    if (!f[3].empty()) {
+      const std::string factor(f[3]);
+      char* end = nullptr;
+      q.usage_factor = std::strtod(factor.c_str(), &end);
+      if (end != factor.c_str() + factor.size() || q.usage_factor < 0) {
+        return IoError("sacctmgr: QOS " + q.name + ": usage factor '" + factor +
+                       "' is not a number >= 0");
+      }
+    }
+    out.push_back(std::move(q));
   }
   return out;
 }

@@ -112,14 +112,15 @@ constexpr const char* kSqueue = R"js({
   "errors": [],
   "jobs": [
     {"job_id": 2, "name": "wrap", "user_name": "root", "account": "physics",
-     "partition": "gantry", "job_state": "PENDING", "state_reason": "JobHeldUser", "priority": 0,
+     "partition": "gantry", "qos": "high", "job_state": "PENDING", "state_reason": "JobHeldUser",
+     "priority": 0,
      "node_count": 2, "tres_per_node": "gres:gpu:h100:8",
      "tres_req_str": "cpu=2,mem=2000M,node=2,billing=2,gres/gpu=16", "tres_alloc_str": "",
      "nodes": "", "required_nodes": "", "submit_time": 1796073897, "start_time": 0,
      "end_time": 0, "restart_cnt": 0,
      "admin_comment": "gantry-data dataset=s3://b/imagenet checkpoint=file:///ck/run"},
     {"job_id": 1, "name": "wrap", "user_name": "root", "account": "biology",
-     "partition": "gantry", "job_state": "RUNNING", "state_reason": "None",
+     "partition": "gantry", "qos": "normal", "job_state": "RUNNING", "state_reason": "None",
      "priority": 4294901759, "node_count": 1, "tres_per_node": "gres:gpu:2",
      "tres_req_str": "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2",
      "tres_alloc_str": "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2",
@@ -138,6 +139,7 @@ TEST(SlurmSqueue, MapsHeldRunningAndPendingJobs) {
   EXPECT_EQ(held.state, JobState::kPending);
   EXPECT_TRUE(held.held);
   EXPECT_EQ(held.account, "physics");
+  EXPECT_EQ(held.qos, "high");
   EXPECT_EQ(held.node_count, 2);
   EXPECT_EQ(held.gpus_per_node, 8);
   EXPECT_EQ(held.gpu_type, "h100");
@@ -150,6 +152,8 @@ TEST(SlurmSqueue, MapsHeldRunningAndPendingJobs) {
   EXPECT_THAT(running.nodes, ElementsAre("n3"));
   EXPECT_THAT(running.required_nodes, ElementsAre("n3"));
   EXPECT_EQ(running.gpu_type, "");
+  EXPECT_EQ(running.qos, "normal");
+  EXPECT_EQ((*jobs)[2].qos, "");  // none given
   EXPECT_EQ(running.gpus_per_node, 2);
   EXPECT_EQ(running.start_time, 1796073893);
   EXPECT_EQ(running.restart_count, 1);
@@ -302,6 +306,47 @@ TEST(SlurmImport, SpecLoadsWithNodesTypesTopologyAndTeams) {
   EXPECT_EQ(c->teams()[0].quota_gpus, 8);
   EXPECT_EQ(c->teams()[1].shares, 3);
   EXPECT_EQ(c->teams()[2].quota_gpus, kNoQuota);
+}
+
+// `sacctmgr -nP show qos format=name,priority,preempt,usagefactor` as the test cluster of
+// scripts/slurm prints it, plus a QOS that preempts two and one tied on priority.
+constexpr const char* kSacctmgrQos =
+    "normal|0||1.000000\n"
+    "high|100|normal|2.000000\n"
+    "urgent|1000|high,normal|0.500000\n"
+    "low|0||1.000000\n";
+
+TEST(SlurmImport, QosListWithLevelsByPriority) {
+  auto qos = ParseQosList(kSacctmgrQos);
+  ASSERT_TRUE(qos.ok()) << qos.status().ToString();
+  ASSERT_EQ(qos->size(), 4u);
+  EXPECT_EQ((*qos)[1].name, "high");
+  EXPECT_EQ((*qos)[1].priority, 100);
+  EXPECT_THAT((*qos)[1].preempt, ElementsAre("normal"));
+  EXPECT_EQ((*qos)[1].usage_factor, 2.0);
+  EXPECT_THAT((*qos)[2].preempt, ElementsAre("high", "normal"));
+  EXPECT_TRUE((*qos)[0].preempt.empty());
+  // By priority from 0; low and normal tie at 0 and go by name.
+  EXPECT_THAT(QosLevels(*qos), ElementsAre(1, 2, 3, 0));
+  SlurmSnapshot s = TestSnapshot();
+  s.qos = *qos;
+  auto yaml = WriteClusterSpec(s, {});
+  ASSERT_TRUE(yaml.ok()) << yaml.status().ToString();
+  auto c = ParseClusterSpec(*yaml, "import");
+  ASSERT_TRUE(c.ok()) << c.status().ToString() << "\n" << *yaml;
+  ASSERT_EQ(c->qos().size(), 4u);
+  const Qos* urgent = c->FindQos(3);
+  ASSERT_NE(urgent, nullptr);
+  EXPECT_EQ(urgent->name, "urgent");
+  EXPECT_EQ(urgent->priority, 1000);
+  EXPECT_EQ(urgent->usage_factor, 0.5);
+  EXPECT_THAT(urgent->preempt, ElementsAre("high", "normal"));
+  EXPECT_EQ(c->QosLevel("high"), 2);
+  EXPECT_EQ(c->QosLevel("normal"), 1);
+  EXPECT_EQ(c->FindQos(2)->usage_factor, 2.0);
+  EXPECT_EQ(ParseQosList("high|x||1\n").status().code(), StatusCode::kIoError);
+  EXPECT_EQ(ParseQosList("high|1|\n").status().code(), StatusCode::kIoError);
+  EXPECT_EQ(ParseQosList("high|1||-2\n").status().code(), StatusCode::kIoError);
 }
 
 TEST(SlurmImport, FlatClusterAndUnknownGpuType) {

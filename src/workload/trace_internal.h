@@ -131,6 +131,8 @@ class TraceBuilder {
   int32_t User(std::string_view name);
   int32_t Team(std::string_view name);
   int32_t Queue(std::string_view name);
+  // Interns a QOS name (Job::qos_name); -1 when empty.
+  int32_t QosName(std::string_view name);
   // Interns a GPU type set given as names separated by `sep` ("V100M16|V100M32"); -1 when empty.
   int32_t GpuTypeSet(std::string_view names, char sep);
 
@@ -153,7 +155,7 @@ class TraceBuilder {
   };
   int32_t Intern(NameTable& table, LastName& last, std::string_view name);
 
-  NameTable users_, teams_, queues_;
+  NameTable users_, teams_, queues_, qos_names_;
   LastName last_user_, last_team_, last_queue_;
   std::unordered_map<std::string, int32_t> gpu_sets_;
   std::string scratch_;

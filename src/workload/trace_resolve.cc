@@ -76,6 +76,25 @@ Result<std::vector<Team>> ResolveWorkload(Workload& workload, const Cluster& clu
     }
   }
 
+  // Jobs that name their QOS (sacct) get the spec's level of it, as gantryd gives live jobs
+  // (Cluster::QosLevel); without QOS in the spec the importer's own levels stay.
+  workload.stats.qos_not_in_cluster.clear();
+  if (!cluster.qos().empty() && !workload.qos_names.empty()) {
+    std::vector<int> level(workload.qos_names.size());
+    std::vector<bool> unknown(workload.qos_names.size());
+    for (size_t i = 0; i < level.size(); ++i) {
+      bool u = false;
+      level[i] = cluster.QosLevel(workload.qos_names[i], &u);
+      unknown[i] = u;
+    }
+    for (Job& job : workload.jobs) {
+      if (job.qos_name < 0) continue;
+      const auto q = static_cast<size_t>(job.qos_name);
+      job.qos = level[q];
+      if (unknown[q]) ++workload.stats.qos_not_in_cluster[workload.qos_names[q]];
+    }
+  }
+
   std::map<uint32_t, Capacity> capacity;
   const auto capacity_of = [&](uint32_t mask) -> const Capacity& {
     auto [it, inserted] = capacity.try_emplace(mask);

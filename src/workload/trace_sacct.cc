@@ -142,7 +142,9 @@ Result<Workload> ImportSacct(std::string_view text, const std::string& source,
     job.team = b.Team(c_account >= 0 ? f[c_account] : std::string_view());
     job.queue = b.Queue(c_partition >= 0 ? f[c_partition] : std::string_view());
     const std::string_view qos = c_qos >= 0 ? f[c_qos] : std::string_view();
+    // Without a cluster spec's QOS levels (ResolveWorkload applies them by name).
     job.qos = qos.empty() || EqualsIgnoreCase(qos, "normal") ? 0 : 1;
+    job.qos_name = b.QosName(qos);
     job.gpu_type_set = b.GpuTypeSet(types, '|');
     SetShape(job, nodes);
   }

@@ -620,6 +620,40 @@ TEST(ResolveTest, ResolvesMasksAndTeams) {
   EXPECT_EQ(w.jobs[2].gpu_type_mask, 1u);
 }
 
+// sacct names each job's QOS: without QOS in the spec, anything but normal is level 1; with
+// them, a job gets the spec's level of its QOS by name (as gantryd gives live jobs), and a QOS
+// the spec lacks is level 0 and counted.
+TEST(ResolveTest, SacctQosNamesTakeTheSpecsLevels) {
+  auto row = [](const std::string& id, const std::string& qos) {
+    return id + "|u|nlp|p|" + qos +
+           "|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T00:10:00|00:10:00|1:00:00|"
+           "gres/gpu=1||1|CD\n";
+  };
+  const std::string rows = row("1", "normal") + row("2", "High") + row("3", "scavenger") +
+                           row("4", "") + row("5", "scavenger");
+  Workload plain = SacctWorkload(rows);
+  ASSERT_TRUE(ResolveWorkload(plain, SmallCluster(), {}).ok());
+  std::vector<int> levels;
+  for (const Job& j : plain.jobs) levels.push_back(j.qos);
+  EXPECT_THAT(levels, ::testing::ElementsAre(0, 1, 1, 0, 1));
+  EXPECT_TRUE(plain.stats.qos_not_in_cluster.empty());
+
+  ClusterBuilder b("qos", {});
+  auto h100 = b.AddGpuType({"H100", 80, 70, 700});
+  ASSERT_TRUE(h100.ok());
+  ASSERT_TRUE(b.AddNode({.name = "n1", .gpu_type = *h100, .gpus = 8}).ok());
+  ASSERT_TRUE(b.AddQos(Qos{"normal", 1, 0, 1.0, {}}).ok());
+  ASSERT_TRUE(b.AddQos(Qos{"high", 5, 0, 1.0, {}}).ok());
+  Result<Cluster> c = std::move(b).Build();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Workload named = SacctWorkload(rows);
+  ASSERT_TRUE(ResolveWorkload(named, *c, {}).ok());
+  levels.clear();
+  for (const Job& j : named.jobs) levels.push_back(j.qos);
+  EXPECT_THAT(levels, ::testing::ElementsAre(1, 5, 0, 0, 0));
+  EXPECT_EQ(named.stats.qos_not_in_cluster, (std::map<std::string, int64_t>{{"scavenger", 2}}));
+}
+
 TEST(ResolveTest, ErrorsNameLineAndNumbers) {
   const Cluster c = SmallCluster();
   {

@@ -300,7 +300,8 @@ TraceBuilder::TraceBuilder(std::string source, std::string format, const ImportO
     : options_(options),
       users_(workload_.users),
       teams_(workload_.teams),
-      queues_(workload_.queues) {
+      queues_(workload_.queues),
+      qos_names_(workload_.qos_names) {
   workload_.source = std::move(source);
   workload_.format = std::move(format);
   // About one job per line; reserving avoids regrowing (and re-touching) a large vector. Capped:
@@ -349,6 +350,10 @@ int32_t TraceBuilder::Intern(NameTable& table, LastName& last, std::string_view 
 int32_t TraceBuilder::User(std::string_view name) { return Intern(users_, last_user_, name); }
 int32_t TraceBuilder::Team(std::string_view name) { return Intern(teams_, last_team_, name); }
 int32_t TraceBuilder::Queue(std::string_view name) { return Intern(queues_, last_queue_, name); }
+
+int32_t TraceBuilder::QosName(std::string_view name) {
+  return name.empty() ? -1 : qos_names_.Intern(std::string(name));
+}
 
 int32_t TraceBuilder::GpuTypeSet(std::string_view names, char sep) {
   names = Trim(names);

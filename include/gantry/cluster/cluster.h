@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -120,7 +121,8 @@ struct Account {
   std::vector<UserShares> users;
 };
 
-// A quality of service (Slurm's QOS): jobs name it by its level (JobRequest::qos). Its priority
+// A quality of service (Slurm's QOS): jobs name it by its level (JobRequest::qos); a live job
+// that names its QOS (Slurm's squeue) gets its level by Cluster::QosLevel. Its priority
 // is normalized by the highest priority of all QOS into the QoS priority factor; usage_factor
 // multiplies the fair-share usage its jobs are charged; preempt lists the QOS (by name) its jobs
 // may preempt (recorded for preemption policies; the engine's own preemption does not read it).
@@ -167,6 +169,11 @@ class Cluster {
   const std::vector<Qos>& qos() const { return qos_; }
   // The QOS whose level is `level`, or null.
   const Qos* FindQos(int level) const;
+  // The QoS level of a job whose QOS is called `name` (a Slurm job's QOS): the level of the
+  // spec's QOS of that name (case-insensitive, as Slurm's QOS names are); 0 for an empty name
+  // and for any name the spec does not define. `unknown`, when given, is set to whether `name`
+  // is such a name other than Slurm's default QOS "normal" (a QOS the operator forgot to list).
+  int QosLevel(std::string_view name, bool* unknown = nullptr) const;
   // Quota applied to a team the spec does not name: kNoQuota unless the spec says otherwise.
   int default_quota_gpus() const { return default_quota_gpus_; }
   // Kueue cohorts named in the spec (cohorts that teams name without listing them are roots).

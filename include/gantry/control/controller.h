@@ -18,8 +18,11 @@
 // age, before the preemptor is released. With a grace time the victims are first signalled
 // (set_preempt_signal) and run on; when the grace time is over, or when one ends on its own
 // before (it saved its checkpoint and exited), it is held again and requeued, and the engine
-// starts the preemptor in a later cycle. A victim its user cancels stays cancelled. A gantryd
-// restarted during a grace time forgets the signal: the engine may preempt again.
+// starts the preemptor in a later cycle. A victim its user cancels stays cancelled. The
+// preemption (preemptor, victims, placement, grace end) is recorded in the store before the
+// first signal, so a gantryd restarted during the grace time carries it on: the engine waits
+// for the same victims (Engine::RestorePreempting), which are requeued at the original grace
+// end, or at once if it passed or they exited meanwhile; nobody is signalled twice.
 //
 // With a Stager (set_stager), jobs that declared datasets have them staged onto the nodes the
 // reservation plan expects them to run on while they wait, and a decided one is released only

@@ -58,7 +58,9 @@ struct JobRecord {
   int gpus_per_node = 0;
   int nodes = 0;
   Duration time_limit = 0;
-  int qos = 0;
+  int qos = 0;  // the engine's QoS level (the cluster spec's level of qos_name, when it has one)
+  // Its QOS by name as the resource manager reports it (Slurm's QOS); empty: none reported.
+  std::string qos_name;
   Duration checkpoint_interval = 0;
   Duration restart_cost = 0;
   // The data it declared (#GANTRY --dataset / --checkpoint in its batch script): dataset URLs
@@ -73,6 +75,18 @@ struct JobRecord {
   Time ended = -1;
   std::string end_reason;
   int requeues = 0;
+};
+
+// A preemption with a grace time under way: `victims` were signalled at `signalled` and run on
+// until `grace_end`; then (or when they end before) they are requeued and `preemptor` starts on
+// `placement`. Recorded before the first signal goes out, so a restarted gantryd carries it on
+// (Controller::Open) instead of forgetting it and preempting again.
+struct GracePreemption {
+  std::string preemptor;
+  std::vector<std::string> victims;
+  std::vector<NodeGpus> placement;
+  Time signalled = 0;
+  Time grace_end = 0;
 };
 
 struct StoreEvent {
@@ -105,6 +119,13 @@ class StateStore {
   Status Requeue(const std::string& id, Time now, const std::string& why);
   // Any phase but kDone -> kDone with `reason`. FailedPrecondition when already done.
   Status Finish(const std::string& id, Time now, const std::string& reason);
+  // Records a preemption under way (replacing one of the same preemptor). InvalidArgument
+  // without a preemptor or victims.
+  Status AddPreemption(const GracePreemption& p);
+  // Forgets the preemption of `preemptor` (it started, or ended); OK when there is none.
+  Status EndPreemption(const std::string& preemptor);
+  // Every preemption recorded and not ended, by preemptor id.
+  Result<std::vector<GracePreemption>> Preemptions() const;
   // Appends a cluster or driver event (node down, a refused start, ...) to the log.
   Status LogEvent(Time now, const std::string& job, const std::string& kind,
                   const std::string& detail);

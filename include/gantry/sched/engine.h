@@ -198,6 +198,16 @@ class Engine {
   // what runs, runs, and counts against the team. Errors (InvalidArgument, FailedPrecondition)
   // leave the engine unchanged.
   Status Adopt(const JobRequest& job, const Placement& placement, Time start, Time now);
+  // A restarted driver tells the engine that pending `preemptor` waits for `victims` (running,
+  // adopted), which were signalled for it (GraceTime) to end by `grace_end`, to start on
+  // `placement`: the engine stands as if it had signalled them itself (victims out of the
+  // preemption plugin's candidates, the placement's other GPUs and the preemptor's quota
+  // booked; it starts in the first cycle after the last victim ended). FailedPrecondition when
+  // the preemptor is not pending, a victim is not running or was signalled, or the GPUs of the
+  // placement that no victim holds are not free on nodes that are up; InvalidArgument for a bad
+  // slot. An error leaves the engine unchanged.
+  Status RestorePreempting(JobIndex preemptor, const std::vector<JobIndex>& victims,
+                           const Placement& placement, Time grace_end, Time now);
 
   // Runs one scheduling cycle at `now` and appends the jobs it starts. Cheap when nothing
   // changed since the previous cycle.

@@ -3,7 +3,8 @@
 //
 // Nodes, CPUs, memory and GPUs with their types come from sinfo (GRES "gpu:h100:8"); the
 // topology tree from the switches slurmctld loaded from topology.conf; the teams and their GPU
-// quotas from the accounts' sacctmgr associations (GrpTRES gres/gpu, Fairshare).
+// quotas from the accounts' sacctmgr associations (GrpTRES gres/gpu, Fairshare); the QOS from
+// sacctmgr show qos (Priority, Preempt, UsageFactor), each with the level QosLevels gives it.
 #pragma once
 
 #include <string>
@@ -16,7 +17,7 @@ namespace gantry::slurm {
 
 struct ImportOptions {
   std::string name;   // the spec's cluster name; empty: Slurm's ClusterName
-  bool teams = true;  // read accounts from sacctmgr (needs slurmdbd)
+  bool teams = true;  // read accounts and QOS from sacctmgr (needs slurmdbd)
 };
 
 // What import reads from Slurm, gathered first so the spec writer is tested without a cluster.
@@ -25,7 +26,13 @@ struct SlurmSnapshot {
   std::vector<SlurmNode> nodes;
   std::vector<SlurmSwitch> switches;  // empty: a flat cluster
   std::vector<SlurmAccount> accounts;
+  std::vector<SlurmQos> qos;
 };
+
+// The level of each QOS (in `qos`'s order) in the spec import writes: its rank by Priority,
+// lowest first from 0, equal priorities by name. So a higher Priority is a higher level, as
+// preemption by priority (mode priority) reads it, and every level is distinct.
+std::vector<int> QosLevels(const std::vector<SlurmQos>& qos);
 
 Result<SlurmSnapshot> ReadSnapshot(const SlurmClient& client, const ImportOptions& options);
 

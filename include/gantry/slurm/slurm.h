@@ -94,6 +94,7 @@ struct SlurmJob {
   std::string user;
   std::string account;  // the Gantry team
   std::string partition;
+  std::string qos;  // its Slurm QOS by name ("normal" unless it asked for one); empty: none given
   JobState state = JobState::kOther;
   std::string slurm_state;   // e.g. "PENDING"
   std::string state_reason;  // e.g. "JobHeldUser", "Resources", "None"
@@ -130,6 +131,14 @@ struct SlurmAccount {
   std::string name;
   int gpu_limit = -1;  // GrpTRES gres/gpu; -1 when none
   int fairshare = 1;   // Fairshare (Shares); 1 is Slurm's default
+};
+
+// A QOS of the cluster (sacctmgr show qos).
+struct SlurmQos {
+  std::string name;
+  int64_t priority = 0;              // Priority
+  std::vector<std::string> preempt;  // Preempt: the QOS its jobs may preempt
+  double usage_factor = 1.0;         // UsageFactor
 };
 
 // One switch of topology.conf (or `scontrol show topology`).
@@ -177,6 +186,8 @@ class SlurmClient {
   Result<std::vector<SlurmSwitch>> Topology() const;
   // The accounts of this cluster with their limits (sacctmgr; needs slurmdbd).
   Result<std::vector<SlurmAccount>> Accounts() const;
+  // The QOS slurmdbd knows (sacctmgr; needs slurmdbd).
+  Result<std::vector<SlurmQos>> QosList() const;
 
   // Runs one of the Slurm commands (argv[0] a name in bin_dir) and returns its stdout, mapping
   // failures to the codes above. Public for tests and tools that need a command not wrapped here.
@@ -196,6 +207,8 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(std::string_view json);
 Result<std::vector<SlurmSwitch>> ParseTopology(std::string_view text);
 // `sacctmgr -nP show assoc format=account,user,grptres,fairshare` (account rows only).
 Result<std::vector<SlurmAccount>> ParseAssociations(std::string_view text);
+// `sacctmgr -nP show qos format=name,priority,preempt,usagefactor`.
+Result<std::vector<SlurmQos>> ParseQosList(std::string_view text);
 // Expands a Slurm hostlist: "n[1-3,7],gpu[08-09]" -> n1 n2 n3 n7 gpu08 gpu09.
 Result<std::vector<std::string>> ExpandHostlist(std::string_view hostlist);
 

@@ -29,6 +29,9 @@ struct Job : JobRequest {
   Time recorded_start = -1;
   bool time_limit_estimated = false;  // true when the estimate model supplied time_limit
   int32_t source_line = 0;            // line in the trace file, for error messages
+  // Its QOS by name, for traces that name it (sacct): an index in Workload::qos_names; -1: none.
+  // ResolveWorkload gives it the cluster spec's level when the spec lists QOS.
+  int32_t qos_name = -1;
 };
 
 struct ImportStats {
@@ -40,6 +43,9 @@ struct ImportStats {
   // GPU type names that jobs listed but the cluster lacks -> jobs naming them (ResolveWorkload
   // leaves them out of each job's "any of these" list).
   std::map<std::string, int64_t> gpu_types_not_in_cluster;
+  // QOS names that jobs named but a cluster spec with QOS lacks -> jobs naming them (given level
+  // 0 by ResolveWorkload; "normal" is not counted).
+  std::map<std::string, int64_t> qos_not_in_cluster;
 };
 
 struct Workload {
@@ -51,6 +57,7 @@ struct Workload {
   std::vector<std::string> teams;
   std::vector<std::string> queues;
   std::vector<std::vector<std::string>> gpu_type_sets;
+  std::vector<std::string> qos_names;
   ImportStats stats;
 };
 
