@@ -885,5 +885,118 @@ TEST_F(GantrydSlurmTest, ThreeTeamsWithQuotasFiftyFourJobsFairOrderInsideDomains
   EXPECT_GT(pairs, 0) << "no two jobs of one shape were submitted in different seconds";
 }
 
+// Preemption by QOS with a grace time on the real Slurm (Slurm's own preemption is off; gantryd
+// decides): a running job of QOS normal on both h100 nodes is preempted by a `--qos=high` job
+// under a profile with `mode: qos` and 6 s of grace. The victim gets the signal (its trap
+// records it) and runs on; after the grace time gantryd holds it again (requeued, held, restart
+// count up), and the preemptor runs on one of the GPUs it freed. The levels come from the QOS
+// that `gantry cluster import --from-slurm` read from sacctmgr.
+TEST_F(GantrydSlurmTest, QosPreemptionWithAGraceTime) {
+  constexpr int kGrace = 6;
+  SetUpSite();
+  Result<Cluster> site = LoadClusterSpecFile(tmp_.sub("site.yaml"));
+  ASSERT_TRUE(site.ok()) << site.status().ToString();
+  ASSERT_EQ(site->QosLevel("high"), 1) << ReadFile(tmp_.sub("site.yaml"));
+  ASSERT_EQ(site->QosLevel("normal"), 0);
+  std::ofstream(tmp_.sub("profiles.yaml"))
+      << "profiles:\n"
+         "  qos-grace:\n"
+         "    priority:\n"
+         "      - {plugin: age, weight: 1000, args: {max_age: 7d}}\n"
+         "      - {plugin: qos, weight: 100000, args: {max_qos: 3}}\n"
+         "    admission: [quota]\n"
+         "    placement: first-fit\n"
+         "    backfill: {mode: easy}\n"
+         "    preemption: {plugin: checkpoint-aware, args: {mode: qos, grace_time: "
+      << kGrace << "}}\n";
+  std::vector<std::string> args = GantrydArgs();
+  args.insert(args.end(), {"--profiles", tmp_.sub("profiles.yaml"), "--profile", "qos-grace",
+                           "--preempt-signal", "USR1"});
+  const std::string log = tmp_.sub("gantryd.log");
+  Gantryd gantryd(args, log);
+  const int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+  httplib::Client api("127.0.0.1", port);
+
+  // The victim records each signal and runs on (its sleeps die of USR1 too: --full).
+  const std::string mark = tmp_.sub("victim.signals");
+  auto submit = [&](const std::string& account, const std::string& qos, int nodes,
+                    const std::string& command) -> int64_t {
+    auto out = client_->Run({"sbatch", "--parsable", "-p", partition_, "-A", account,
+                             "--qos=" + qos, "-N", std::to_string(nodes), "--gres=gpu:h100:8", "-t",
+                             "5", "-o", dir_ + "/jobs/%j.out", "--wrap", command});
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? std::stoll(*out) : -1;
+  };
+  const int64_t victim =
+      submit("physics", "normal", 2,
+             "trap 'echo usr1 >> " + mark + "' USR1; while true; do sleep 0.2; done");
+  ASSERT_GT(victim, 0);
+  // Whatever fails below, neither job outlives the test.
+  struct CancelAtEnd {
+    slurm::SlurmClient* client;
+    std::vector<int64_t> ids;
+    ~CancelAtEnd() {
+      for (int64_t id : ids) (void)client->Cancel(id);
+    }
+  } cancel{client_.get(), {victim}};
+  auto running = [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; };
+  ASSERT_TRUE(WaitJob(victim, running, kPatience).ok()) << ReadFile(log);
+
+  const int64_t preemptor = submit("biology", "high", 1, "hostname; sleep 2");
+  ASSERT_GT(preemptor, 0);
+  cancel.ids.push_back(preemptor);
+  // The victim gets the signal while the preemptor waits, held.
+  ASSERT_TRUE(Eventually([&] { return ReadFile(mark).find("usr1") != std::string::npos; }))
+      << ReadFile(log);
+  Result<slurm::SlurmJob> pre = client_->Job(preemptor);
+  ASSERT_TRUE(pre.ok());
+  EXPECT_EQ(pre->state, slurm::JobState::kPending);
+  nlohmann::json view = ApiJob(api, preemptor);
+  ASSERT_FALSE(view.is_null());
+  EXPECT_EQ(view.at("qos_name"), "high");
+  EXPECT_EQ(view.at("qos"), 1);
+
+  // After the grace time the victim is held again, and the preemptor runs on its GPUs.
+  Result<slurm::SlurmJob> v = WaitJob(
+      victim,
+      [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kPending && j.held; },
+      kPatience);
+  ASSERT_TRUE(v.ok()) << v.status().ToString() << "\n" << ReadFile(log);
+  EXPECT_GE(v->restart_count, 1);
+  pre = WaitJob(
+      preemptor, [](const slurm::SlurmJob& j) { return !j.nodes.empty(); }, kPatience);
+  ASSERT_TRUE(pre.ok()) << pre.status().ToString() << "\n" << ReadFile(log);
+  ASSERT_EQ(pre->nodes.size(), 1u);
+  EXPECT_TRUE(pre->nodes[0] == "n1" || pre->nodes[0] == "n2") << pre->nodes[0];
+  EXPECT_TRUE(LeavesTheApi(api, preemptor)) << ReadFile(log);  // it ran to the end
+  view = ApiJob(api, victim);
+  ASSERT_FALSE(view.is_null());
+  EXPECT_EQ(view.at("qos_name"), "normal");
+  EXPECT_EQ(view.at("qos"), 0);
+  EXPECT_GE(view.at("requeues").get<int>(), 1);
+
+  // gantryd's log: the signal, then the requeue no earlier than the grace end.
+  gantryd.Kill(SIGTERM);
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto events = (*store)->Events(0, 100000);
+  ASSERT_TRUE(events.ok());
+  Time signalled = -1, requeued = -1;
+  for (const control::StoreEvent& e : *events) {
+    if (e.job != std::to_string(victim)) continue;
+    if (e.kind == "preempt-signal" && signalled < 0) signalled = e.time;
+    if (e.kind == "requeue" && requeued < 0) requeued = e.time;
+  }
+  ASSERT_GE(signalled, 0) << ReadFile(log);
+  ASSERT_GE(requeued, 0) << ReadFile(log);
+  EXPECT_GE(requeued - signalled, kGrace);
+  Result<control::JobRecord> pr = (*store)->Get(std::to_string(preemptor));
+  ASSERT_TRUE(pr.ok());
+  EXPECT_EQ(pr->phase, control::JobPhase::kDone);
+  EXPECT_EQ(pr->end_reason, "completed");
+  EXPECT_TRUE((*store)->Preemptions()->empty());
+}
+
 }  // namespace
 }  // namespace gantry

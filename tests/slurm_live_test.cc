@@ -175,6 +175,12 @@ TEST_F(SlurmLiveTest, HeldJobStartsOnTheChosenNode) {
   auto request = ToJobRequest(j, *cluster, 0);
   ASSERT_TRUE(request.ok()) << request.status().ToString();
   EXPECT_EQ(request->team, cluster->FindTeam("biology"));
+  // The QOS scripts/slurm creates, leveled by priority: normal (0) below high (100).
+  EXPECT_EQ(cluster->QosLevel("normal"), 0);
+  EXPECT_EQ(cluster->QosLevel("high"), 1);
+  ASSERT_NE(cluster->FindQos(1), nullptr);
+  EXPECT_THAT(cluster->FindQos(1)->preempt, ElementsAre("normal"));
+  EXPECT_EQ(cluster->FindQos(1)->usage_factor, 2.0);
   EXPECT_EQ(request->gpus, 1);
   EXPECT_EQ(request->gpu_type_mask, 1u << cluster->FindGpuType("a100"));
   // The choice: n4 (index 3), not the first a100 node that Slurm's own scheduler would pick.
