@@ -17,13 +17,24 @@ wait is what the simulator got wrong about the schedule. Expected on this cluste
 cycle (1 s) for gantryd to decide, up to a second for Slurm to start a released job, and
 sacct's whole-second times -- a few seconds; the tolerance (--tolerance) is stated with the
 share of jobs within it. Those seconds repeat along every chain of jobs that wait for each
-other, so the simulator is also run with a model of them (--overheads: seconds added to every
-run, for which the nodes stay taken, and to every simulated wait); calibrate it on one seed and
-check it on another.
+other, so the simulator is also run with gantryd's rhythm (gantry sim --cycle C --launch-latency
+L --end-latency E for C in --cycles, default the live run's --interval, L in --latencies, E in
+--end-latencies: decisions only at ticks, a start L s after its decision, an end seen at the
+first tick E s after it). What the live run's rhythm really was is read from gantryd's own
+records: its state database holds each job's decision instant and the instant it saw the job
+end, so sacct's Start minus the one is the launch latency and the other minus sacct's End the
+end latency, per job; /metrics' gantry_cycle_seconds says how long its cycles took (on a loaded
+machine longer than --interval). The measured model simulates those: the mean period between
+cycles and the median latencies, in whole seconds. (--overheads: the older model, N s added to
+every run and every simulated wait; with a 1 s cycle and E = 0 it is the same as L = N.)
+
+The floor any simulator can reach is how far two live runs of one workload differ:
+--compare-live DIR DIR compares two kept runs of the same seed job by job (in submission order).
 
   bench/live_vs_sim.py                 # start a Slurm, run, compare, stop it
   bench/live_vs_sim.py --jobs 60       # a quick run
   bench/live_vs_sim.py --json --keep   # machine-readable; keep sacct.txt, the simulator's output
+  bench/live_vs_sim.py --compare-live A B   # run-to-run noise of two kept live runs
 
 Environment: SLURM_CONF and GANTRY_SLURM_DIR of a running, idle scripts/slurm cluster to use it
 instead of starting one; GANTRY_BUILD_DIR (default build/release, built when absent) holds
@@ -36,9 +47,11 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
+import urllib.request
 
 from live_common import (ROOT, arg_parser, binaries, clean_up, percentile, run,
                          set_scheduler_parameters, start_gantryd, start_slurm_unless_running,
@@ -145,6 +158,50 @@ def live_waits(sacct_text):
     return out
 
 
+def gantryd_records(work):
+    """Job id -> (decided, seen running, seen ended) instants from gantryd's state database
+    (whole seconds of the cycle that did it; -1: never); {} without one."""
+    path = os.path.join(work, "state.db")
+    if not os.path.exists(path):
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {r[0]: r[1:] for r in db.execute("SELECT id, decided, started, ended FROM jobs")}
+    finally:
+        db.close()
+
+
+def measured_rhythm(work, sacct_text):
+    """What gantryd's rhythm was in the live run: per job, sacct's Start minus the decision
+    instant (the launch latency) and gantryd's seen end minus sacct's End (how late the end
+    reached it); the cycles' mean wall time and the mean period between cycle starts."""
+    parse = datetime.datetime.fromisoformat
+    recs = gantryd_records(work)
+    latency, end_lag = [], []
+    for r in csv.DictReader(sacct_text.splitlines(), delimiter="|"):
+        rec = recs.get(r["JobID"])
+        if rec is None or rec[0] < 0:
+            continue
+        latency.append(parse(r["Start"]).timestamp() - rec[0])
+        if rec[2] >= 0:
+            end_lag.append(rec[2] - parse(r["End"]).timestamp())
+    out = {}
+    for name, v in (("launch_latency_s", latency), ("end_seen_after_s", end_lag)):
+        out[name] = ({"jobs": len(v), "mean": sum(v) / len(v), "p10": percentile(v, 10),
+                      "p50": percentile(v, 50), "p90": percentile(v, 90), "max": max(v)}
+                     if v else None)
+    try:
+        with open(os.path.join(work, "run.json")) as f:
+            info = json.load(f)
+        count, total = info["cycles"], info["cycle_seconds_sum"]
+        out["cycles"] = count
+        out["cycle_wall_mean_s"] = total / count if count else None
+        out["cycle_period_mean_s"] = info["gantryd_seconds"] / count if count else None
+    except (OSError, KeyError):
+        pass
+    return out
+
+
 def sim_waits(jobs_csv):
     out = {}
     with open(jobs_csv) as f:
@@ -196,30 +253,84 @@ def compare(live, sim, tolerance):
 
 
 def simulate_and_compare(gantry, args, work, sacct_text):
-    """Simulates the export on work/site.yaml, without and with the overhead model."""
+    """Simulates the export on work/site.yaml: event-driven, with gantryd's rhythm (its cycle,
+    each of --latencies), and with each of --overheads."""
     live = live_waits(sacct_text)
     result = {"seed": args.seed, "gap_s": args.gap, "profile": args.profile,
-              "interval_s": args.interval, "models": {}}
-    for overhead in args.overheads:
-        trace = os.path.join(work, f"sacct+{overhead}s.txt")
+              "interval_s": args.interval, "measured": measured_rhythm(work, sacct_text),
+              "models": {}}
+    # (name, trace text, extra gantry sim flags, seconds added to each simulated wait)
+    models = [("event-driven", sacct_text, [], 0)]
+    cycles = args.cycles or [round(args.interval)]
+    rhythms = [(c, lat, end) for c in cycles for lat in args.latencies
+               for end in args.end_latencies]
+    measured = result["measured"]
+    if measured.get("launch_latency_s") and measured.get("end_seen_after_s"):
+        # The live run's own: the mean period between its cycles (a loaded gantryd's cycle
+        # takes longer than --interval), the median latencies, in whole seconds.
+        m = (max(1, round(measured.get("cycle_period_mean_s") or args.interval)),
+             max(0, round(measured["launch_latency_s"]["p50"])),
+             max(0, round(measured["end_seen_after_s"]["p50"])))
+        rhythms.append(m)
+        result["measured_model"] = "cycle_{}s_launch_{}s_end_{}s".format(*m)
+    for c, lat, end in dict.fromkeys(rhythms):
+        models.append((f"cycle_{c}s_launch_{lat}s_end_{end}s", sacct_text,
+                       ["--cycle", f"{c}s", "--launch-latency", f"{lat}s",
+                        "--end-latency", f"{end}s"], 0))
+    models += [(f"overhead_{o}s", with_overhead(sacct_text, o), [], o)
+               for o in args.overheads if o > 0]
+    for name, text, flags, shift in models:
+        trace = os.path.join(work, f"sacct-{name}.txt")
         with open(trace, "w") as f:
-            f.write(with_overhead(sacct_text, overhead))
-        sim_out = os.path.join(work, f"sim+{overhead}s")
+            f.write(text)
+        sim_out = os.path.join(work, f"sim-{name}")
         # The live run itself is the `as-recorded` replay of the export: the report
         # (sim_out/report.html) shows it beside the simulated profile, and the summary's
-        # replay_error measures the same differences (without the overhead's shift).
+        # replay_error measures the same differences (without an overhead's shift).
         run([gantry, "sim", "--cluster", os.path.join(work, "site.yaml"), "--trace", trace,
              "--format", "sacct", "--profile", f"as-recorded,{args.profile}",
-             "--out", sim_out, "--json"])
+             "--out", sim_out, "--json"] + flags)
         sim = sim_waits(os.path.join(sim_out, args.profile, "jobs.csv"))
-        # A job that did not queue at all waits `overhead` live: its simulated wait is 0.
-        model = compare(live, {i: w + overhead if w is not None else None for i, w in sim.items()},
+        # Under the overhead model a job that did not queue at all waits `shift` live.
+        model = compare(live, {i: w + shift if w is not None else None for i, w in sim.items()},
                         args.tolerance)
         with open(os.path.join(sim_out, args.profile, "summary.json")) as f:
             model["replay_error"] = json.load(f)["replay_error"]
         model["report"] = os.path.join(sim_out, "report.html")
-        result["models"][f"overhead_{overhead}s"] = model
+        result["models"][name] = model
     return result
+
+
+def compare_live(dirs, tolerance):
+    """Two kept live runs of one workload, job by job in submission order: the run-to-run noise
+    (sacct's Submit differs a little between the runs, so waits are compared)."""
+    runs = []
+    for d in dirs:
+        with open(os.path.join(d, "sacct.txt")) as f:
+            live = live_waits(f.read())
+        runs.append([live[i] for i in sorted(live, key=int)])
+    if len(runs[0]) != len(runs[1]):
+        sys.exit(f"{PROG}: the runs have {len(runs[0])} and {len(runs[1])} jobs")
+    a = {str(i): j for i, j in enumerate(runs[0])}
+    b = {str(i): j[1] for i, j in enumerate(runs[1])}
+    return compare(a, b, tolerance)
+
+
+def save_run_info(work, args, gantryd_seconds):
+    """work/run.json: the live run's settings and gantryd's cycles so far (/metrics)."""
+    with open(os.path.join(work, "port")) as f:
+        port = f.read().strip()
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    info = {"seed": args.seed, "jobs": args.jobs, "gap_s": args.gap, "interval_s": args.interval,
+            "profile": args.profile, "gantryd_seconds": gantryd_seconds,
+            "load_average": os.getloadavg()}
+    for line in metrics.decode().splitlines():
+        if line.startswith("gantry_cycle_seconds_count"):
+            info["cycles"] = int(float(line.split()[-1]))
+        elif line.startswith("gantry_cycle_seconds_sum"):
+            info["cycle_seconds_sum"] = float(line.split()[-1])
+    with open(os.path.join(work, "run.json"), "w") as f:
+        json.dump(info, f, indent=2)
 
 
 def live_run(gantry, gantryd, args):
@@ -236,6 +347,7 @@ def live_run(gantry, gantryd, args):
             gantryd, spec, os.path.join(work, "state.db"), os.path.join(work, "port"),
             os.path.join(work, "gantryd.log"),
             ["--profile", args.profile, "--interval", str(args.interval)])
+        gantryd_started = time.monotonic()
         jobs = workload(args.jobs, args.gap, args.seed)
         say(f"submitting {len(jobs)} jobs over ~{jobs[-1][0]:.0f} s")
         t = time.monotonic()
@@ -243,6 +355,7 @@ def live_run(gantry, gantryd, args):
         say(f"submitted in {time.monotonic() - t:.0f} s; waiting for them to end")
         wait_until("every job ended", lambda: not active(ids), 1800, poll=1.0)
         say(f"all ended {time.monotonic() - t:.0f} s after the first submission")
+        save_run_info(work, args, time.monotonic() - gantryd_started)
         gantryd_proc.send_signal(signal.SIGTERM)
         gantryd_proc.wait(timeout=30)
         gantryd_proc = None
@@ -265,28 +378,61 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="seed of the workload")
     ap.add_argument("--profile", default="gantry", help="profile of gantryd and the simulator")
     ap.add_argument("--interval", type=float, default=1.0, help="gantryd's --interval")
-    ap.add_argument("--overheads", default="0,1,2",
-                    help="comma-separated seconds the simulator's model adds to each run, one "
-                         "simulation each: gantryd's cycle, the release and Slurm's launch "
-                         "(0: the sacct export as it is)")
+    ap.add_argument("--latencies", default="0,1,2",
+                    help="comma-separated launch latencies (whole s) simulated with gantryd's "
+                         "cycle (--interval), one simulation each")
+    ap.add_argument("--cycles", default="",
+                    help="comma-separated cycles (whole s) to simulate; default: --interval")
+    ap.add_argument("--end-latencies", default="0,1",
+                    help="comma-separated end latencies (whole s: an end reaches gantryd that much "
+                         "later), crossed with --latencies; the live run's measured medians are "
+                         "simulated too")
+    ap.add_argument("--overheads", default="",
+                    help="the older model, one simulation each: comma-separated seconds added to "
+                         "every run and every simulated wait")
     ap.add_argument("--tolerance", type=float, default=3.0,
                     help="seconds of wait difference counted as agreement")
     ap.add_argument("--reanalyse", metavar="DIR",
                     help="no live run: compare again from a kept work directory's sacct.txt and "
                          "site.yaml (e.g. with other --overheads)")
+    ap.add_argument("--compare-live", nargs=2, metavar="DIR",
+                    help="no live run: compare two kept live runs of the same workload")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--keep", action="store_true",
                     help="keep the work directory (sacct.txt, site.yaml, gantryd.log, sim/)")
     args = ap.parse_args()
     try:
-        args.overheads = sorted({int(x) for x in args.overheads.split(",")})
+        args.latencies = sorted({int(x) for x in args.latencies.split(",") if x})
+        args.end_latencies = sorted({int(x) for x in args.end_latencies.split(",") if x})
+        args.cycles = sorted({int(x) for x in args.cycles.split(",") if x})
+        args.overheads = sorted({int(x) for x in args.overheads.split(",") if x})
     except ValueError:
-        sys.exit(f"{PROG}: --overheads takes whole seconds, e.g. 0,1,2")
-    if args.jobs < 1 or args.gap <= 0 or args.overheads[0] < 0:
-        sys.exit(f"{PROG}: --jobs must be at least 1, --gap positive, --overheads not negative")
+        sys.exit(f"{PROG}: --latencies and --overheads take whole seconds, e.g. 0,1,2")
+    if (args.jobs < 1 or args.gap <= 0 or min(args.latencies + args.end_latencies + args.overheads + [0]) < 0 or
+            min(args.cycles + [1]) < 1 or
+            args.interval < 1 or args.interval != round(args.interval)):
+        sys.exit(f"{PROG}: --jobs must be at least 1, --gap positive, --latencies and "
+                 "--overheads not negative, --cycles and --interval whole seconds, at least 1")
+    if args.compare_live:
+        m = compare_live(args.compare_live, args.tolerance)
+        if args.json:
+            print(json.dumps(m, indent=2))
+            return
+        d = m["abs_wait_diff_s"]
+        print(f"{m['jobs']} jobs, two live runs: mean wait {m['mean_wait_s']['live']:.2f} s and "
+              f"{m['mean_wait_s']['sim']:.2f} s; per-job |wait difference| mean {d['mean']:.2f}, "
+              f"p50 {d['p50']:.2f}, p90 {d['p90']:.2f}, max {d['max']:.2f} s; "
+              f"{100 * m['within_tolerance']:.1f}% within {args.tolerance:g} s; Kendall tau "
+              f"{m['waits_kendall_tau']:.3f}")
+        return
     os.chdir(ROOT)
     gantry, gantryd = binaries(PROG)
     if args.reanalyse:
+        info = os.path.join(args.reanalyse, "run.json")
+        if os.path.exists(info):  # the live run's settings, not the flags' defaults
+            with open(info) as f:
+                saved = json.load(f)
+            args.seed, args.gap, args.interval = saved["seed"], saved["gap_s"], saved["interval_s"]
         with open(os.path.join(args.reanalyse, "sacct.txt")) as f:
             result = simulate_and_compare(gantry, args, args.reanalyse, f.read())
     else:
@@ -314,6 +460,16 @@ def main():
           " | ".join(f"{100 * m['within_tolerance']:.1f}%" for m in models) + " |")
     print("| Kendall tau of the waits | | " +
           " | ".join(f"{m['waits_kendall_tau']:.3f}" for m in models) + " |")
+    ms = result["measured"]
+    for key, label in (("launch_latency_s", "sacct Start - gantryd's decision"),
+                       ("end_seen_after_s", "gantryd saw the end after sacct's End")):
+        if ms.get(key):
+            v = ms[key]
+            print(f"measured: {label}: mean {v['mean']:.2f} s, p10 {v['p10']:.0f}, p50 "
+                  f"{v['p50']:.0f}, p90 {v['p90']:.0f}, max {v['max']:.0f} ({v['jobs']} jobs)")
+    if ms.get("cycles"):
+        print(f"measured: {ms['cycles']} cycles, {ms['cycle_wall_mean_s']:.3f} s of work each, "
+              f"one every {ms['cycle_period_mean_s']:.3f} s")
     for n, m in result["models"].items():
         if m["not_completed_live"] or m["not_started_in_sim"]:
             print(f"{n}: not completed live: {m['not_completed_live']}; never started in the "

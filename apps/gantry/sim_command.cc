@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "commands.h"
 #include "gantry/cluster/cluster.h"
@@ -54,8 +55,11 @@ struct SimArgs {
   std::string packing_policies = "first-fit,best-fit,fgd";
   bool round_fractional = false;
   int mig_slices = 0;
-  std::string explain;   // a job id: print its history of reasons and estimates
-  std::string baseline;  // the report's baseline profile; empty: the first
+  std::string explain;         // a job id: print its history of reasons and estimates
+  std::string baseline;        // the report's baseline profile; empty: the first
+  std::string cycle;           // SimOptions::cycle, a duration ("1s"); empty: none
+  std::string launch_latency;  // SimOptions::launch_latency
+  std::string end_latency;     // SimOptions::end_latency
 };
 
 // A start estimate or reason time for humans: t=SECONDS.
@@ -292,6 +296,16 @@ int RunSim(const SimArgs& a) {
     so.failures = failures;
     so.checkpoints = checkpoints;
     so.max_requeues = a.max_requeues;
+    const std::tuple<const std::string*, const char*, Duration*> rhythm[] = {
+        {&a.cycle, "--cycle", &so.cycle},
+        {&a.launch_latency, "--launch-latency", &so.launch_latency},
+        {&a.end_latency, "--end-latency", &so.end_latency}};
+    for (const auto& [text, flag, into] : rhythm) {
+      if (text->empty()) continue;
+      auto seconds = ParseDurationSeconds(*text);
+      if (!seconds.ok()) return Fail(seconds.status().WithContext(flag));
+      *into = *seconds;
+    }
     if (explained != nullptr) so.history_of.push_back(explained->index);
     std::vector<SprioRow> sprio_rows;
     if (!a.sprio_at.empty()) {
@@ -487,6 +501,15 @@ void RegisterSimCommand(CLI::App& app) {
                   "Requeues after node failures before a job is held (Slurm's MaxBatchRequeue)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  sim->add_option("--cycle", args->cycle,
+                  "Decide only once per cycle, as gantryd does (its --interval; whole seconds: "
+                  "1s, 1m): ends are seen at the next tick. Default: at every event");
+  sim->add_option("--launch-latency", args->launch_latency,
+                  "Seconds from a decision to the job running, as the resource manager records "
+                  "its start (release and launch). Default: 0");
+  sim->add_option("--end-latency", args->end_latency,
+                  "Seconds from a job's end to the resource manager reporting it; the scheduler "
+                  "sees the end at the first cycle after that. Default: 0");
   sim->add_option("--sprio-at", args->sprio_at,
                   "Write every job pending at this instant (seconds since the trace's start, or "
                   "90m/36h/2d) with its priority factors, as Slurm's sprio -l prints them");

@@ -285,6 +285,12 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   run["cluster_gpus"] = result.cluster != nullptr ? result.cluster->total_gpus() : 0;
   run["trace_source"] = result.workload != nullptr ? result.workload->source : "";
   run["trace_format"] = result.workload != nullptr ? result.workload->format : "";
+  // Only when simulated: summaries of the event-driven simulator keep their shape.
+  if (result.cycle > 0 || result.launch_latency > 0 || result.end_latency > 0) {
+    run["cycle_s"] = result.cycle;
+    run["launch_latency_s"] = result.launch_latency;
+    run["end_latency_s"] = result.end_latency;
+  }
   j["run"] = std::move(run);
   j["jobs"] = s.jobs;
   j["jobs_completed"] = s.jobs_completed;

@@ -2,6 +2,8 @@
 // written out in the comments so a reader can check the expectation without running anything.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "gantry/sched/engine.h"
 #include "gantry/sim/simulator.h"
 #include "invariant_checker.h"
@@ -297,6 +299,86 @@ TEST(InvariantChecker, CatchesDoubleBookingBrokenGangsAndEarlyStarts) {
   InvariantChecker c4(c, teams);
   EXPECT_TRUE(c4.OnStart(j, 10, {{0, 4}}).ok());
   EXPECT_FALSE(c4.OnStart(j, 10, {{1, 4}}).ok());
+}
+
+// The live driver's rhythm (SimOptions::cycle, launch_latency). One node of 8 GPUs, strict
+// FIFO, limits far above the run times:
+//   A t=3  8 GPUs 20 s
+//   B t=5  8 GPUs  5 s
+//   C t=31 4 GPUs  7 s
+SimResult RunWithRhythm(Duration cycle, Duration latency, Duration end_latency = 0) {
+  Cluster c = MakeCluster(1, 1, 8, {});
+  Workload w = MakeWorkload({{3, 8, 1, 20, 100}, {5, 8, 1, 5, 100}, {31, 4, 1, 7, 100}});
+  SimOptions o;
+  o.check_invariants = true;
+  o.cycle = cycle;
+  o.launch_latency = latency;
+  o.end_latency = end_latency;
+  auto r = Simulate(c, {Team{"t", kNoQuota, 1.0}}, w, Builtin("fifo"), o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : SimResult();
+}
+
+std::vector<std::pair<Time, Time>> StartsAndEnds(const SimResult& r) {
+  std::vector<std::pair<Time, Time>> out;
+  for (const JobOutcome& o : r.outcomes) out.emplace_back(o.start, o.end);
+  return out;
+}
+
+TEST(Scenario, WithoutARhythmEveryEventDecides) {
+  // A at 3 until 23; B when A ends (23-28); C at its submit, 31-38.
+  EXPECT_EQ(StartsAndEnds(RunWithRhythm(0, 0)),
+            (std::vector<std::pair<Time, Time>>{{3, 23}, {23, 28}, {31, 38}}));
+}
+
+TEST(Scenario, CyclesDecideOnlyAtTicksAndSeeEndsAtTheNextTick) {
+  // Ticks every 10 s. A (submitted 3) is decided at the tick 10 and runs 10-30; that tick sees
+  // its end, so B is decided then and runs 30-35. C (31) waits for the tick 40, which sees B's
+  // end at 35: 40-47. Event-driven, C would start at its submit.
+  EXPECT_EQ(StartsAndEnds(RunWithRhythm(10, 0)),
+            (std::vector<std::pair<Time, Time>>{{10, 30}, {30, 35}, {40, 47}}));
+}
+
+TEST(Scenario, LaunchLatencyDelaysTheStartAndTheEndTheEngineSees) {
+  // Decided at the tick 10, A runs 12-32: the engine sees its end only at the tick 40, so B is
+  // decided at 40 and runs 42-47, seen ended at 50, when C (4 GPUs, behind B in FIFO order) is
+  // decided: 52-59.
+  SimResult r = RunWithRhythm(10, 2);
+  EXPECT_EQ(StartsAndEnds(r), (std::vector<std::pair<Time, Time>>{{12, 32}, {42, 47}, {52, 59}}));
+  // Waits are the resource manager's: start minus submit.
+  EXPECT_EQ(r.outcomes[1].start - 5, 37);
+  const nlohmann::ordered_json j = SummaryToJson(r);
+  EXPECT_EQ(j["run"]["cycle_s"], 10);
+  EXPECT_EQ(j["run"]["launch_latency_s"], 2);
+}
+
+TEST(Scenario, AnEndReportedLateIsSeenAtTheTickAfterIt) {
+  // Ends reach the scheduler 1 s late: A's end at 30 is seen at the tick 40, where B is decided
+  // (40-45); B's end at 45 is seen at 50, where C is decided (50-57).
+  SimResult r = RunWithRhythm(10, 0, 1);
+  EXPECT_EQ(StartsAndEnds(r), (std::vector<std::pair<Time, Time>>{{10, 30}, {40, 45}, {50, 57}}));
+  EXPECT_EQ(SummaryToJson(r)["run"]["end_latency_s"], 1);
+}
+
+TEST(Scenario, LaunchLatencyWithoutACycleHoldsTheGpusUntilTheRealEnd) {
+  // Every event decides: A decided at 3 runs 5-25; B decided at 25 runs 27-32; C, submitted at
+  // 31 while B still runs, is decided at B's end, 32: 34-41.
+  SimResult r = RunWithRhythm(0, 2);
+  EXPECT_EQ(StartsAndEnds(r), (std::vector<std::pair<Time, Time>>{{5, 25}, {27, 32}, {34, 41}}));
+  // The summary names the rhythm only when one was simulated.
+  EXPECT_EQ(SummaryToJson(r)["run"]["cycle_s"], 0);
+  EXPECT_FALSE(SummaryToJson(RunWithRhythm(0, 0))["run"].contains("cycle_s"));
+}
+
+TEST(Scenario, ANegativeCycleOrLatencyIsRefused) {
+  Cluster c = MakeCluster(1, 1, 8, {});
+  Workload w = MakeWorkload({{0, 1, 1, 1, 1}});
+  for (int which = 0; which < 3; ++which) {
+    SimOptions o;
+    (which == 0 ? o.cycle : which == 1 ? o.launch_latency : o.end_latency) = -1;
+    auto r = Simulate(c, {Team{"t", kNoQuota, 1.0}}, w, Builtin("fifo"), o);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

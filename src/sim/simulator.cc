@@ -195,6 +195,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   result.teams = teams;
   result.outcomes.resize(jobs.size());
   result.preemption_plugin = profile.preemption.name;
+  result.cycle = options.cycle;
+  result.launch_latency = options.launch_latency;
+  result.end_latency = options.end_latency;
 
   std::vector<JobIndex> order(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -239,6 +242,19 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   for (DomainIndex d : power.capped_domains()) domain_peak_mw[d] = power.domain_mw(d);
   std::vector<StartDecision> starts;
 
+  // SimOptions::cycle: decisions only at ticks, and ends seen at the first tick at or after
+  // them. With no cycle every instant is a tick.
+  if (options.cycle < 0 || options.launch_latency < 0 || options.end_latency < 0) {
+    return InvalidArgument("cycle, launch latency and end latency must not be negative");
+  }
+  const Duration cycle = options.cycle;
+  const auto tick_at_or_after = [cycle](Time t) {
+    if (cycle <= 1 || t >= kInfiniteTime) return t;
+    const Time r = t % cycle;
+    return r == 0 ? t : t + (r > 0 ? cycle - r : -r);
+  };
+  // When the engine learns of a run's end at `end`.
+  const auto end_seen = [&](Time end) { return tick_at_or_after(end + options.end_latency); };
   const Time first = jobs.empty() ? 0 : jobs[order.front()].submit;
   const Time last_submit = jobs.empty() ? 0 : jobs[order.back()].submit;
   Duration sample_every =
@@ -409,7 +425,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   const auto lose_run = [&](JobIndex j, Time final_checkpoint) {
     const Job& job = jobs[j];
     JobOutcome& o = result.outcomes[j];
-    const Duration elapsed = now - o.start;
+    // Under a launch latency a run may end between its decision and its start.
+    const Duration elapsed = std::max<Duration>(0, now - o.start);
     const Duration overhead = std::min(elapsed, restart_penalty[j]);
     // The start booked the whole restart cost; give back what this run did not get to.
     const Duration booked = std::min(restart_penalty[j], o.end - o.start);
@@ -514,7 +531,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       signalled_at[j] = -1;
       keep_for_preemptor(j);
       end_running(job);
-      o.end = now;
+      o.end = std::max(now, o.start);
       o.killed_at_limit = false;
     } else {
       return Status::Ok();  // it ended before the cancel came: scancel of a finished job
@@ -624,12 +641,16 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     sprio_done = true;
   };
 
+  // Something happened between ticks that the next tick's decisions must see.
+  bool tick_owed = false;
   while (next_submit < order.size() || !finishes.empty() || next_event < events.size() ||
-         model_matters()) {
+         model_matters() || tick_owed) {
     // A running job passing the profile's minimum run time may be preempted: a cycle then.
-    const Time wakeup = engine->NextWakeup(now);
+    const Time wakeup = tick_at_or_after(engine->NextWakeup(now));
+    const Time next_tick = tick_at_or_after(now + 1);
     now = kInfiniteTime;
     if (next_submit < order.size()) now = jobs[order[next_submit]].submit;
+    if (tick_owed) now = std::min(now, next_tick);
     if (!finishes.empty()) now = std::min(now, finishes.top().first);
     if (next_event < events.size()) now = std::min(now, events[next_event].at);
     if (model_matters()) now = std::min(now, model_events.top().at);
@@ -667,11 +688,12 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       finishes.pop();
       // A finish planned for a run that a cancel or a node going down ended earlier is stale
       // (a requeued run always ends later than the run it replaces).
-      if (result.outcomes[j].end != now || engine->status(j).phase != JobStatus::Phase::kRunning) {
+      if (end_seen(result.outcomes[j].end) != now ||
+          engine->status(j).phase != JobStatus::Phase::kRunning) {
         continue;
       }
       const Job& job = jobs[j];
-      if (signalled_at[j] >= 0 && now < natural_end[j]) {
+      if (signalled_at[j] >= 0 && result.outcomes[j].end < natural_end[j]) {
         // A signalled victim at the end of its GraceTime: preempted, with its final checkpoint.
         GANTRY_RETURN_IF_ERROR(engine->Finish(j, now));
         const Time signal = signalled_at[j];
@@ -726,6 +748,11 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
           "failure model, node " + cluster.nodes()[ev.node].name + " at t=" + std::to_string(now)));
     }
 
+    if (tick_at_or_after(now) != now) {
+      tick_owed = true;
+      continue;
+    }
+    tick_owed = false;
     starts.clear();
     engine->Schedule(now, &starts);
     if (!starts.empty()) model_events_since_start = 0;
@@ -756,7 +783,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
           signalled_for[v] = d.job;
           if (vo.end > d.victims_end_by) {
             vo.end = d.victims_end_by;
-            finishes.push({vo.end, v});
+            finishes.push({end_seen(vo.end), v});
           }
         }
         continue;
@@ -774,10 +801,10 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
           interruptible ? restart_penalty[d.job] + job.run_time - work_saved[d.job] : job.run_time;
       o.killed_at_limit = to_run > limit;
       record(d.job, d.reason, -1);
-      o.start = now;
-      if (o.first_start < 0) o.first_start = now;
-      if (now == job.submit) o.reason = {};  // it never waited
-      o.end = now + std::min(to_run, limit);
+      o.start = now + options.launch_latency;
+      if (o.first_start < 0) o.first_start = o.start;
+      if (now == job.submit) o.reason = {};  // it never waited for a decision
+      o.end = o.start + std::min(to_run, limit);
       natural_end[d.job] = o.end;
       if (interruptible && restart_penalty[d.job] > 0) {
         const double restart = static_cast<double>(milli_of(job)) / 1000.0 *
@@ -788,7 +815,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       o.nodes_spanned = static_cast<int32_t>(d.placement.size());
       o.span_level = SpanLevel(cluster, d.placement);
       o.backfilled = d.reason == Reason::kStartedBackfill;
-      finishes.push({o.end, d.job});
+      finishes.push({end_seen(o.end), d.job});
       pending_by_types.Pending(job, -1);
       --pending;
       ++running;

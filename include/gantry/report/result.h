@@ -246,6 +246,10 @@ struct SimResult {
   // An oracle profile: the engine could not run it without the trace's true run times
   // (RuntimeOracle, sched/registry.h), so no live cluster can. Reports mark it.
   bool oracle = false;
+  // The live driver's rhythm it simulated (SimOptions::cycle, launch_latency; 0: none).
+  Duration cycle = 0;
+  Duration launch_latency = 0;
+  Duration end_latency = 0;
   // The as-recorded replay (gantry/sim/replay.h) rather than a simulation, and what it found.
   bool as_recorded = false;
   RecordedReplay recorded;

@@ -7,7 +7,8 @@
 // the engine through the live driver's calls: drain, down (the jobs running there end, their
 // work so far is lost, and they are requeued to run again in full), up, and cancel. At one
 // instant finishes come first, then submissions, then cluster events in file order (so a cancel
-// may name a job submitted at that very instant); the scheduling cycle runs last.
+// may name a job submitted at that very instant); the scheduling cycle runs last -- at every such
+// instant, or only at the ticks of a live driver's cycle (SimOptions::cycle).
 // Single-threaded and deterministic: the same inputs give the same SimResult (except SimPerf,
 // which measures wall time).
 #pragma once
@@ -58,6 +59,20 @@ struct SimOptions {
   // job's last reason and first estimate are kept in its JobOutcome regardless; histories are
   // kept only for these, so that memory stays bounded on large traces.
   std::vector<JobIndex> history_of;
+  // The live driver's rhythm (gantry sim --cycle, --launch-latency). gantryd observes the
+  // resource manager and decides once per cycle, and a released job runs a moment after the
+  // decision; the simulator by default decides at every event and starts a job at its decision.
+  // With `cycle` > 0 the engine decides only at ticks (the multiples of `cycle` in trace time),
+  // and a job's end reaches the engine at the first tick at or after it (its GPUs stay taken
+  // until then, as gantryd's engine keeps them until its poll sees the job gone), or
+  // `end_latency` seconds after it if the resource manager reports ends that late. A decided
+  // job starts `launch_latency` seconds after its decision and runs its run time from there:
+  // its start, wait and end are the ones the resource manager would record. Submissions,
+  // cluster events and failures still act at their own instants. Default: all 0, the
+  // event-driven simulator.
+  Duration cycle = 0;
+  Duration launch_latency = 0;
+  Duration end_latency = 0;
 };
 
 // Runs `workload` (resolved against `cluster`; `teams` from ResolveWorkload) under `profile`.
