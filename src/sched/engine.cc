@@ -286,7 +286,6 @@ class Engine::Impl {
     preemption_ = std::move(pre).value();
     for (auto& a : admission_) a->SetPreemption(preemption_.get());
     preempts_ = preemption_->preempts();
-    grace_time_ = preemption_->grace_time();
     min_run_time_ = preemption_->min_run_time();
     return Status::Ok();
   }
@@ -1452,7 +1451,12 @@ class Engine::Impl {
       }
     }
     for (JobIndex v : victims) preemption_->OnPreempted(v, j, now);
-    if (grace_time_ > 0) {
+    // Signalled when any victim has a GraceTime; a victim whose QOS gives it none is then
+    // signalled to end at once, and its preemptor still waits for the others.
+    const bool signal = std::any_of(victims.begin(), victims.end(), [&](JobIndex v) {
+      return preemption_->GraceTimeOf(*state_[v].job) > 0;
+    });
+    if (signal) {
       SignalVictims(j, now, starts);
       return true;
     }
@@ -1484,7 +1488,8 @@ class Engine::Impl {
     }
   }
 
-  // GraceTime: decision_.victims keep running, signalled to end by now + grace; `j` leaves its
+  // GraceTime: decision_.victims keep running, each signalled to end by now + its GraceTime
+  // (GraceTimeOf: its QOS's, else the plugin's; the preemptor waits for the last); `j` leaves its
   // queue and waits with the placement in scratch_. The GPUs of that placement that no victim
   // holds are booked for it now, and so is its quota: until the victims end, both count in
   // admission's books (the victims still hold their GPUs), so nobody else is admitted on the
@@ -1510,11 +1515,12 @@ class Engine::Impl {
         w.held.push_back({slot.node, held});
       }
     }
-    const Time end_by = now + grace_time_;
+    Time end_by = now;
     for (JobIndex v : w.victims) {
       JobState& vs = state_[v];
       vs.signalled = true;
-      vs.status.grace_end = end_by;
+      vs.status.grace_end = now + preemption_->GraceTimeOf(*vs.job);
+      end_by = std::max(end_by, vs.status.grace_end);
       vs.status.preempted_by = j;
       preemption_->OnJobEnded(*vs.job, now);
     }
@@ -1735,7 +1741,6 @@ class Engine::Impl {
   JobRequest narrowed_;
   // The preemption plugin's settings, and jobs waiting for signalled victims (GraceTime).
   bool preempts_ = false;
-  Duration grace_time_ = 0;
   Duration min_run_time_ = 0;
   struct WaitingPreemptor {
     JobIndex job;

@@ -102,8 +102,8 @@ struct StartDecision {
   // order they were chosen; the driver Requeues or fails them. Empty without preemption.
   std::vector<JobIndex> preempted;
   // With GraceTime (reason kPreempting) the job has not started: `preempted` were signalled and
-  // keep running until `victims_end_by` at the latest; the driver tells the engine when each
-  // ends (Finish). `placement` is where the job will start, in a later decision, in the first
+  // keep running, each until its status().grace_end (its QOS's GraceTime, else the profile's),
+  // `victims_end_by` the latest of them; the driver tells the engine when each ends (Finish). `placement` is where the job will start, in a later decision, in the first
   // cycle after the last victim ended. -1 for a start.
   Time victims_end_by = -1;
 };
