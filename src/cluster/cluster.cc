@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "gantry/common/time.h"
+
 namespace gantry {
 namespace {
 
@@ -180,6 +182,9 @@ Status ClusterBuilder::AddQos(Qos qos) {
   }
   if (qos.usage_factor < 0) return InvalidArgument("qos '" + qos.name + "': negative usage_factor");
   if (qos.priority < 0) return InvalidArgument("qos '" + qos.name + "': negative priority");
+  if (qos.grace_time < kQosGraceUnset || qos.grace_time >= kInfiniteTime) {
+    return InvalidArgument("qos '" + qos.name + "': grace_time must be finite and not negative");
+  }
   cluster_.qos_.push_back(std::move(qos));
   return Status::Ok();
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gantry/cluster/cluster.h"
+#include "gantry/common/units.h"
 
 namespace gantry {
 namespace {
@@ -506,8 +507,7 @@ Status SpecReader::ReadTeams(const YAML::Node& root) {
   for (const YAML::Node& t : list) {
     GANTRY_RETURN_IF_ERROR(CheckMap(t, what,
                                     {"name", "quota_gpus", "shares", "parent", "users", "cohort",
-                                     "quotas", "preemption", "flavor_fungibility",
-                                     "fair_weight"}));
+                                     "quotas", "preemption", "flavor_fungibility", "fair_weight"}));
     Team team;
     GANTRY_ASSIGN_OR_RETURN(team.name, ReqString(t, "name", what));
     if (!names.insert(team.name).second) {
@@ -560,7 +560,7 @@ Status SpecReader::ReadQos(const YAML::Node& root) {
   const std::string what = "a qos entry";
   for (const YAML::Node& q : list) {
     GANTRY_RETURN_IF_ERROR(
-        CheckMap(q, what, {"name", "level", "priority", "usage_factor", "preempt"}));
+        CheckMap(q, what, {"name", "level", "priority", "usage_factor", "preempt", "grace_time"}));
     Qos qos;
     GANTRY_ASSIGN_OR_RETURN(qos.name, ReqString(q, "name", what));
     GANTRY_ASSIGN_OR_RETURN(int64_t level, ReqInt(q, "level", what, -(1 << 30), 1 << 30));
@@ -570,6 +570,12 @@ Status SpecReader::ReadQos(const YAML::Node& root) {
     qos.priority = priority.value_or(0);
     GANTRY_ASSIGN_OR_RETURN(std::optional<double> factor, OptNumber(q, "usage_factor", 0));
     qos.usage_factor = factor.value_or(1.0);
+    GANTRY_ASSIGN_OR_RETURN(std::optional<std::string> grace, OptString(q, "grace_time"));
+    if (grace) {
+      Result<int64_t> seconds = ParseDurationSeconds(*grace);
+      if (!seconds.ok()) return Error(q["grace_time"], "grace_time", seconds.status().message());
+      qos.grace_time = *seconds;
+    }
     GANTRY_ASSIGN_OR_RETURN(YAML::Node preempt, OptList(q, "preempt"));
     for (const YAML::Node& v : preempt) {
       if (!v.IsScalar() || v.Scalar().empty()) {

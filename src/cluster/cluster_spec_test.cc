@@ -493,7 +493,7 @@ teams:
   - {name: ml}
 qos:
   - {name: normal, level: 0, priority: 10}
-  - {name: high, level: 2, priority: 100, usage_factor: 2, preempt: [normal]}
+  - {name: high, level: 2, priority: 100, usage_factor: 2, preempt: [normal], grace_time: 2m}
 )",
                                        "spec.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -513,6 +513,8 @@ qos:
   EXPECT_EQ(high->usage_factor, 2.0);
   EXPECT_THAT(high->preempt, ElementsAre("normal"));
   EXPECT_EQ(c->FindQos(0)->usage_factor, 1.0);  // default
+  EXPECT_EQ(high->grace_time, 120);
+  EXPECT_EQ(c->FindQos(0)->grace_time, kQosGraceUnset);  // the profile's grace_time applies
   EXPECT_EQ(c->FindQos(1), nullptr);
 }
 
@@ -560,6 +562,10 @@ TEST(ClusterSpecErrorTest, AccountTreeAndQosErrors) {
               HasSubstr("qos 'q': preempt names 'z', which is not a qos"));
   EXPECT_THAT(ErrorOf(head + "qos:\n  - {name: q, level: 1}\n  - {name: r, level: 1}\n"),
               HasSubstr("has the level of qos 'q'"));
+  EXPECT_THAT(ErrorOf(head + "qos:\n  - {name: q, level: 1, grace_time: -5}\n"),
+              HasSubstr("field 'grace_time'"));
+  EXPECT_THAT(ErrorOf(head + "qos:\n  - {name: q, level: 1, grace_time: soon}\n"),
+              HasSubstr("field 'grace_time'"));
 }
 
 }  // namespace

@@ -286,7 +286,6 @@ class Engine::Impl {
     preemption_ = std::move(pre).value();
     for (auto& a : admission_) a->SetPreemption(preemption_.get());
     preempts_ = preemption_->preempts();
-    grace_time_ = preemption_->grace_time();
     min_run_time_ = preemption_->min_run_time();
     return Status::Ok();
   }
@@ -1498,8 +1497,13 @@ class Engine::Impl {
       }
     }
     for (JobIndex v : victims) preemption_->OnPreempted(v, j, now);
-    if (grace_time_ > 0) {
-      SignalVictims(j, now, now + grace_time_, starts);
+    // Signalled when any victim has a GraceTime; a victim whose QOS gives it none is then
+    // signalled to end at once, and its preemptor still waits for the others.
+    const bool signal = std::any_of(victims.begin(), victims.end(), [&](JobIndex v) {
+      return preemption_->GraceTimeOf(*state_[v].job) > 0;
+    });
+    if (signal) {
+      SignalVictims(j, now, /*restored_end=*/-1, starts);
       return true;
     }
     for (JobIndex v : victims) {
@@ -1530,12 +1534,15 @@ class Engine::Impl {
     }
   }
 
-  // GraceTime: decision_.victims keep running, signalled to end by `end_by`; `j` leaves its
+  // GraceTime: decision_.victims keep running, each signalled to end by now + its GraceTime
+  // (GraceTimeOf: its QOS's, else the plugin's; the preemptor waits for the last), or all by
+  // `restored_end` when a restarted driver restores the signal (RestorePreempting); `j` leaves its
   // queue and waits with the placement in scratch_. The GPUs of that placement that no victim
   // holds are booked for it now, and so is its quota: until the victims end, both count in
   // admission's books (the victims still hold their GPUs), so nobody else is admitted on the
   // quota the preemption frees. `starts` (null when restored) gets the kPreempting decision.
-  void SignalVictims(JobIndex j, Time now, Time end_by, std::vector<StartDecision>* starts) {
+  void SignalVictims(JobIndex j, Time now, Time restored_end,
+                     std::vector<StartDecision>* starts) {
     JobState& s = state_[j];
     const JobRequest& job = *s.job;
     WaitingPreemptor w;
@@ -1556,10 +1563,13 @@ class Engine::Impl {
         w.held.push_back({slot.node, held});
       }
     }
+    Time end_by = now;
     for (JobIndex v : w.victims) {
       JobState& vs = state_[v];
       vs.signalled = true;
-      vs.status.grace_end = end_by;
+      vs.status.grace_end =
+          restored_end >= 0 ? restored_end : now + preemption_->GraceTimeOf(*vs.job);
+      end_by = std::max(end_by, vs.status.grace_end);
       vs.status.preempted_by = j;
       preemption_->OnJobEnded(*vs.job, now);
     }
@@ -1782,7 +1792,6 @@ class Engine::Impl {
   JobRequest narrowed_;
   // The preemption plugin's settings, and jobs waiting for signalled victims (GraceTime).
   bool preempts_ = false;
-  Duration grace_time_ = 0;
   Duration min_run_time_ = 0;
   struct WaitingPreemptor {
     JobIndex job;

@@ -63,6 +63,10 @@ class TrackingPreemption : public PreemptionPlugin {
   bool orders_victims() const override { return true; }
   Duration min_run_time() const override { return args_.min_run_time; }
   Duration grace_time() const override { return args_.grace_time; }
+  Duration GraceTimeOf(const JobRequest& victim) const override {
+    const Qos* q = cluster_.FindQos(victim.qos);
+    return q != nullptr && q->grace_time != kQosGraceUnset ? q->grace_time : args_.grace_time;
+  }
 
   bool MayPreempt(JobIndex v, JobIndex preemptor, Time now) const override {
     if (static_cast<size_t>(v) >= runs_.size() || !runs_[v].running) return false;
@@ -207,7 +211,7 @@ class CheckpointAware final : public TrackingPreemption {
         job.checkpoint_interval > 0 ? job.checkpoint_interval : ck_.default_interval;
     const Duration overhead = r.resumed ? RestartCost(job) : 0;
     const auto useful_at = [&](Time t) { return std::max<Duration>(0, t - r.start - overhead); };
-    const Duration grace = args_.grace_time;
+    const Duration grace = GraceTimeOf(job);
     const Duration useful = useful_at(now + grace);
     if (interval <= 0) return useful;
     Duration saved = useful / interval * interval;

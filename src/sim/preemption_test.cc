@@ -91,7 +91,8 @@ class Harness {
     for (const StartDecision& d : starts) {
       if (d.reason == Reason::kPreempting) {
         for (JobIndex v : d.preempted) {
-          add(jobs_[v].id + "~" + jobs_[d.job].id + "@" + std::to_string(d.victims_end_by));
+          add(jobs_[v].id + "~" + jobs_[d.job].id + "@" +
+              std::to_string(engine_->status(v).grace_end));
         }
         continue;
       }
@@ -291,6 +292,52 @@ TEST(PreemptionTest, GraceTimeAVictimEndingEarlyKeepsItsGpusForThePreemptor) {
   EXPECT_EQ(h.status("small").phase, JobStatus::Phase::kPending);
 }
 
+// GraceTime per QOS (Slurm's QOS GraceTime, a property of the victim's QOS): the QOS that sets
+// one overrides the plugin's grace_time for its jobs. On one node of 8: s (scavenger, GraceTime
+// 0) and n (normal, none set: the plugin's 120 s) run 4 GPUs each; hi (8 GPUs) preempts both at
+// t=1000. Both are signalled, s to end at once and n at 1120; hi waits for the later one.
+TEST(PreemptionTest, GraceTimePerQosBelongsToTheVictimsQos) {
+  Qos scavenger{"scavenger", 0, 0, 1.0, {}};
+  scavenger.grace_time = 0;
+  const Qos normal{"normal", 1, 10, 1.0, {}};
+  Qos high{"high", 2, 100, 1.0, {}};
+  high.grace_time = 900;  // hi is never a victim here: its own GraceTime plays no part
+  Harness h(
+      MakeCluster(8, {scavenger, normal, high}), {Team{"a", kNoQuota, 1.0}},
+      MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority, grace_time: 120}}"));
+  h.Submit("s", "a", 4, 0, 0);
+  h.Submit("n", "a", 4, 1, 0);
+  EXPECT_EQ(h.Schedule(0), "+n +s");  // the qos factor orders n first
+  h.Submit("hi", "a", 8, 2, 1000);
+  EXPECT_EQ(h.Schedule(1000), "s~hi@1000 n~hi@1120");
+  EXPECT_EQ(h.status("hi").reserved_start, 1120);
+  h.Finish("s", 1000);
+  EXPECT_EQ(h.Schedule(1000), "");
+  EXPECT_EQ(h.Schedule(1100), "");
+  h.Finish("n", 1120);
+  EXPECT_EQ(h.Schedule(1120), "+hi");
+}
+
+// When no victim gets any GraceTime (the QOS's 0 overrides the plugin's 120 s), the preemption is
+// immediate; a QOS GraceTime signals its jobs even when the plugin has none.
+TEST(PreemptionTest, GraceTimePerQosDecidesBetweenSignalAndImmediatePreemption) {
+  const auto run = [](int64_t lo_grace, const std::string& plugin_grace) {
+    Qos lo{"lo", 0, 0, 1.0, {}};
+    lo.grace_time = lo_grace;
+    Harness h(MakeCluster(8, {lo, Qos{"hi", 1, 10, 1.0, {}}}), {Team{"a", kNoQuota, 1.0}},
+              MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority" +
+                                       plugin_grace + "}}"));
+    h.Submit("v", "a", 8, 0, 0);
+    h.Schedule(0);
+    h.Submit("p", "a", 8, 1, 500);
+    return h.Schedule(500);
+  };
+  EXPECT_EQ(run(0, ", grace_time: 120"), "v>p +p");
+  EXPECT_EQ(run(300, ""), "v~p@800");
+  EXPECT_EQ(run(kQosGraceUnset, ", grace_time: 120"), "v~p@620");
+  EXPECT_EQ(run(kQosGraceUnset, ""), "v>p +p");
+}
+
 // Regression: a preemptor waiting out its victims' GraceTime is in no queue; aging past the age
 // factor's max_age used to put it back in one, where the next cycle examined it again and
 // overwrote its reason (Preempting became Resources).
@@ -351,7 +398,8 @@ TEST(PreemptionTest, GraceTimeAPreemptorWhosePlacementIsGoneWaitsAgain) {
 
 // Through the simulator, one node of 8 and hourly checkpoints with a 300 s restart: lo (8 GPUs,
 // QoS 0, 5000 s of work) from t=0; hi (8 GPUs, QoS 1, 500 s) at t=1000.
-SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000) {
+SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000,
+                        std::vector<Qos> qos = {}) {
   Workload w;
   w.teams = {"a"};
   w.users = {"u"};
@@ -372,8 +420,8 @@ SimResult SimulateGrace(const std::string& preemption, Duration lo_run = 5000) {
   SimOptions options;
   options.check_invariants = true;
   options.checkpoints = {3600, 300};
-  auto r = Simulate(MakeCluster(8), {Team{"a", kNoQuota, 1.0}}, w, MakeProfile("quota", preemption),
-                    options);
+  auto r = Simulate(MakeCluster(8, std::move(qos)), {Team{"a", kNoQuota, 1.0}}, w,
+                    MakeProfile("quota", preemption), options);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : SimResult{};
 }
@@ -406,6 +454,20 @@ TEST(PreemptionTest, SimulatorGraceTimeBoundsTheLostWork) {
   EXPECT_EQ(r.outcomes[0].start, 1620);
   EXPECT_EQ(r.outcomes[0].end, 1620 + 300 + 4000);
   EXPECT_EQ(r.summary.preemptions, 1);
+}
+
+// The simulator takes each victim's GraceTime from its QOS too: lo's QOS gives it 300 s where
+// the plugin gives none, so hi starts at 1300 and lo loses the 300 s it ran after its final
+// checkpoint at the signal.
+TEST(PreemptionTest, SimulatorGraceTimeOfTheVictimsQos) {
+  Qos lo{"lo", 0, 0, 1.0, {}};
+  lo.grace_time = 300;
+  const SimResult r = SimulateGrace("{plugin: checkpoint-aware, args: {mode: priority}}", 5000,
+                                    {lo, Qos{"hi", 1, 10, 1.0, {}}});
+  EXPECT_EQ(r.outcomes[1].start, 1300);
+  EXPECT_EQ(r.outcomes[0].preemptions, 1);
+  EXPECT_DOUBLE_EQ(r.preemption_lost_gpu_seconds, 8.0 * 300);
+  EXPECT_EQ(r.outcomes[0].start, 1800);
 }
 
 TEST(PreemptionTest, SimulatorAVictimThatEndsWithinItsGraceIsNotPreempted) {
@@ -447,6 +509,13 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
       }
       qos.push_back(std::move(q));
     }
+    // Half the seeds give some QOS their own GraceTime (a separate stream: the draws below, and
+    // so the workloads of the other seeds, stay as they were).
+    Rng qos_rng(seed + 1000);
+    if (qos_rng.Below(2)) {
+      for (Qos& q : qos)
+        q.grace_time = std::vector<int64_t>{kQosGraceUnset, 0, 30, 300}[qos_rng.Below(4)];
+    }
     ClusterBuilder b("prop", {});
     ASSERT_TRUE(b.AddGpuType({"H100", 80, 70, 700}).ok());
     ASSERT_TRUE(b.AddNode({.name = "n0", .gpu_type = 0, .gpus = 8}).ok());
@@ -458,6 +527,11 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
     const Duration min_run = std::vector<Duration>{0, 300}[rng.Below(2)];
     const std::string mode = rng.Below(2) ? "qos" : "priority";
     const std::string plugin = rng.Below(2) ? "checkpoint-aware" : "kueue-order";
+    // The GraceTime a job gets as a victim: its QOS's, else the plugin's.
+    const auto grace_of = [&](const Job& j) {
+      const int64_t own = qos[j.qos].grace_time;
+      return own != kQosGraceUnset ? own : grace;
+    };
     const Profile profile =
         MakeProfile("quota", "{plugin: " + plugin + ", args: {mode: " + mode +
                                  ", grace_time: " + std::to_string(grace) +
@@ -488,14 +562,14 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
     auto sim = Simulate(*cluster, teams, w, profile, options);
     ASSERT_TRUE(sim.ok()) << "seed " << seed << ": " << sim.status().ToString();
     preemptions += sim->preemptions;
-    // With GraceTime, a victim's lost work is at most the grace on each of its GPUs.
-    if (grace > 0) {
-      for (size_t j = 0; j < w.jobs.size(); ++j) {
-        if (w.jobs[j].checkpoint_interval == 0) continue;  // no final checkpoint either
-        EXPECT_LE(sim->outcomes[j].preemption_lost_gpu_seconds,
-                  static_cast<double>(sim->outcomes[j].preemptions) * w.jobs[j].gpus * grace)
-            << "seed " << seed << " job " << w.jobs[j].id;
-      }
+    // With GraceTime, a victim's lost work is at most its grace on each of its GPUs.
+    for (size_t j = 0; j < w.jobs.size(); ++j) {
+      if (grace_of(w.jobs[j]) == 0) continue;  // preempted at once: loses since its checkpoint
+      if (w.jobs[j].checkpoint_interval == 0) continue;  // no final checkpoint either
+      EXPECT_LE(sim->outcomes[j].preemption_lost_gpu_seconds,
+                static_cast<double>(sim->outcomes[j].preemptions) * w.jobs[j].gpus *
+                    static_cast<double>(grace_of(w.jobs[j])))
+          << "seed " << seed << " job " << w.jobs[j].id;
     }
 
     // The same workload through a small driver that records who preempted whom, and when.
@@ -523,7 +597,7 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
         if (end[j] != now || e.status(j).phase != JobStatus::Phase::kRunning) continue;
         ASSERT_TRUE(e.Finish(j, now).ok());
         if (signalled[j] >= 0) {
-          EXPECT_LE(now, signalled[j] + grace);
+          EXPECT_LE(now, signalled[j] + grace_of(w.jobs[j]));
           last_victim_end = now;
           if (now < natural_end[j]) {
             ASSERT_TRUE(e.Requeue(j, now).ok());
@@ -545,20 +619,23 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
         }
         if (d.reason == Reason::kPreempting) {
           ++signals;
-          EXPECT_EQ(d.victims_end_by, now + grace);
+          Time last_end = now;
           waiting[d.job] = d.preempted;
           for (JobIndex v : d.preempted) {
             signalled[v] = now;
-            if (end[v] > d.victims_end_by) {
-              end[v] = d.victims_end_by;
+            EXPECT_EQ(e.status(v).grace_end, now + grace_of(w.jobs[v])) << "seed " << seed;
+            last_end = std::max(last_end, e.status(v).grace_end);
+            if (end[v] > e.status(v).grace_end) {
+              end[v] = e.status(v).grace_end;
               finishes.push({end[v], v});
             }
           }
+          EXPECT_EQ(d.victims_end_by, last_end) << "seed " << seed;
           continue;
         }
-        // With GraceTime victims are only ever signalled.
-        if (grace > 0) {
-          EXPECT_TRUE(d.preempted.empty()) << "seed " << seed;
+        // A victim with a GraceTime is only ever signalled.
+        for (JobIndex v : d.preempted) {
+          EXPECT_EQ(grace_of(w.jobs[v]), 0) << "seed " << seed;
         }
         for (JobIndex v : d.preempted) {
           end[v] = -1;

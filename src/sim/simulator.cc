@@ -759,7 +759,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     for (const StartDecision& d : starts) {
       const Job& job = jobs[d.job];
       if (d.reason == Reason::kPreempting) {
-        // GraceTime: the victims run on until d.victims_end_by (or their own end, if sooner);
+        // GraceTime: each victim runs on until its grace end (or its own end, if sooner);
         // the preemptor's GPUs that no victim holds are booked for it now.
         make_interruptible();
         Placement held;
@@ -781,8 +781,9 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
           JobOutcome& vo = result.outcomes[v];
           signalled_at[v] = now;
           signalled_for[v] = d.job;
-          if (vo.end > d.victims_end_by) {
-            vo.end = d.victims_end_by;
+          const Time grace_end = engine->status(v).grace_end;
+          if (vo.end > grace_end) {
+            vo.end = grace_end;
             finishes.push({end_seen(vo.end), v});
           }
         }

@@ -126,12 +126,17 @@ struct Account {
 // is normalized by the highest priority of all QOS into the QoS priority factor; usage_factor
 // multiplies the fair-share usage its jobs are charged; preempt lists the QOS (by name) its jobs
 // may preempt (recorded for preemption policies; the engine's own preemption does not read it).
+// grace_time is Slurm's QOS GraceTime: how long a job of this QOS runs on after it is signalled
+// for preemption; it belongs to the victim's QOS, as in Slurm. kQosGraceUnset leaves it to the
+// profile's preemption plugin (its grace_time argument).
+inline constexpr int64_t kQosGraceUnset = -1;
 struct Qos {
   std::string name;
   int level = 0;
   int64_t priority = 0;
   double usage_factor = 1.0;
   std::vector<std::string> preempt;
+  int64_t grace_time = kQosGraceUnset;  // seconds
 };
 
 // The power model and caps of a cluster (docs/formats/cluster.md#power). A GPU's watts come

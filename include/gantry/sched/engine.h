@@ -102,8 +102,8 @@ struct StartDecision {
   // order they were chosen; the driver Requeues or fails them. Empty without preemption.
   std::vector<JobIndex> preempted;
   // With GraceTime (reason kPreempting) the job has not started: `preempted` were signalled and
-  // keep running until `victims_end_by` at the latest; the driver tells the engine when each
-  // ends (Finish). `placement` is where the job will start, in a later decision, in the first
+  // keep running, each until its status().grace_end (its QOS's GraceTime, else the profile's),
+  // `victims_end_by` the latest of them; the driver tells the engine when each ends (Finish). `placement` is where the job will start, in a later decision, in the first
   // cycle after the last victim ended. -1 for a start.
   Time victims_end_by = -1;
 };
@@ -205,7 +205,9 @@ class Engine {
   // booked; it starts in the first cycle after the last victim ended). FailedPrecondition when
   // the preemptor is not pending, a victim is not running or was signalled, or the GPUs of the
   // placement that no victim holds are not free on nodes that are up; InvalidArgument for a bad
-  // slot. An error leaves the engine unchanged.
+  // slot. An error leaves the engine unchanged. Every victim gets `grace_end` (the driver keeps
+  // one per preemption, the latest): a victim whose QOS gave it a shorter GraceTime may run on
+  // until then after a restart, never shorter than it was told.
   Status RestorePreempting(JobIndex preemptor, const std::vector<JobIndex>& victims,
                            const Placement& placement, Time grace_end, Time now);
 

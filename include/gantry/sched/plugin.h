@@ -252,6 +252,9 @@ class PreemptionPlugin {
   // Slurm's GraceTime: a victim is signalled and keeps running this long (it may take a final
   // checkpoint) before its GPUs go to the preemptor. 0: victims end at once.
   virtual Duration grace_time() const { return 0; }
+  // The GraceTime `victim` gets: its QOS's GraceTime when the cluster spec sets one (Slurm's
+  // GraceTime is a property of the preempted job's QOS), else grace_time().
+  virtual Duration GraceTimeOf(const JobRequest& victim) const { return grace_time(); }
   // `resumed`: the run restores a checkpoint first (the job was preempted or interrupted before).
   virtual void OnJobStarted(const JobRequest& job, Time start, bool resumed) {}
   // The run ended (finished, cancelled, interrupted, or signalled for preemption).
