@@ -28,10 +28,13 @@
 // more of them; on the Philly comparison (docs/scheduling.md) it saves less.
 //
 // Both take the common arguments:
-//   mode            none | priority | qos: what SelectVictims offers a blocked job. priority: any
-//                   running job of a lower QoS level; qos: jobs whose QOS is in the blocked
-//                   job's QOS preempt list (cluster spec `qos[].preempt`, Slurm's
-//                   PreemptType=preempt/qos). none (default): only admission preempts.
+//   mode            none | priority | qos | fairshare: what SelectVictims offers a blocked job.
+//                   priority: any running job of a lower QoS level; qos: jobs whose QOS is in
+//                   the blocked job's QOS preempt list (cluster spec `qos[].preempt`, Slurm's
+//                   PreemptType=preempt/qos); fairshare: jobs of other teams that would still
+//                   hold at least as many GPUs per share as the blocked job's team holds with
+//                   it (Kueue's LessThanOrEqualToFinalShare on a shared pool, below). none
+//                   (default): only admission preempts.
 //   min_run_time    Slurm's PreemptExemptTime: younger runs are never victims. Default 0.
 //   grace_time      Slurm's GraceTime: a victim is signalled and runs on this long before the
 //                   preemptor gets its GPUs (engine.h). Default 0.
@@ -45,7 +48,7 @@
 namespace gantry {
 namespace {
 
-enum class Mode : uint8_t { kNone, kPriority, kQos };
+enum class Mode : uint8_t { kNone, kPriority, kQos, kFairShare };
 
 struct CommonArgs {
   Mode mode = Mode::kNone;
@@ -57,7 +60,12 @@ struct CommonArgs {
 // Keeps what every preemption plugin needs to know of running jobs.
 class TrackingPreemption : public PreemptionPlugin {
  public:
-  TrackingPreemption(const Cluster& cluster, CommonArgs args) : cluster_(cluster), args_(args) {}
+  TrackingPreemption(const PluginContext& ctx, CommonArgs args)
+      : cluster_(*ctx.cluster), args_(args) {
+    if (ctx.teams != nullptr) {
+      for (const Team& t : *ctx.teams) shares_.push_back(t.shares > 0 ? t.shares : 1.0);
+    }
+  }
 
   bool preempts() const override { return args_.mode != Mode::kNone; }
   bool orders_victims() const override { return true; }
@@ -83,6 +91,7 @@ class TrackingPreemption : public PreemptionPlugin {
   std::vector<JobIndex> SelectVictims(const JobRequest& blocked, Time now) override {
     std::vector<JobIndex> out;
     if (args_.mode == Mode::kNone) return out;
+    if (args_.mode == Mode::kFairShare) return FairShareVictims(blocked, now);
     const Qos* mine = args_.mode == Mode::kQos ? cluster_.FindQos(blocked.qos) : nullptr;
     if (args_.mode == Mode::kQos && (mine == nullptr || mine->preempt.empty())) return out;
     for (JobIndex v : running_) {
@@ -111,6 +120,7 @@ class TrackingPreemption : public PreemptionPlugin {
 
   void OnJobStarted(const JobRequest& job, Time start, bool resumed) override {
     if (static_cast<size_t>(job.index) >= runs_.size()) runs_.resize(job.index + 1);
+    TeamGpus(job.team) += job.gpus;
     Run& r = runs_[job.index];
     r.job = &job;
     r.start = start;
@@ -123,6 +133,7 @@ class TrackingPreemption : public PreemptionPlugin {
     if (static_cast<size_t>(job.index) >= runs_.size() || !runs_[job.index].running) return;
     Run& r = runs_[job.index];
     r.running = false;
+    TeamGpus(job.team) -= job.gpus;
     const JobIndex last = running_.back();
     running_[r.slot] = last;
     runs_[last].slot = r.slot;
@@ -150,6 +161,69 @@ class TrackingPreemption : public PreemptionPlugin {
   const CommonArgs args_;
   std::vector<Run> runs_;  // per job index
   std::vector<JobIndex> running_;
+
+ private:
+  int64_t& TeamGpus(int team) {
+    if (static_cast<size_t>(team) >= team_gpus_.size()) team_gpus_.resize(team + 1, 0);
+    return team_gpus_[team];
+  }
+  double Shares(int team) const {
+    return static_cast<size_t>(team) < shares_.size() ? shares_[team] : 1.0;
+  }
+
+  // Fair-share preemption on a shared pool. The blocked job's team would hold
+  // `mine` = (its GPUs + the job's) / its shares. A running job of another team is a victim
+  // only if its team, without it (and without the victims listed before it), still holds at
+  // least `mine` per share: then the preemption never leaves the victim's team below the
+  // preemptor's, so the victim's team cannot preempt back for the same GPUs (no thrash), and
+  // every preemption moves the allocation toward the weighted max-min fair one. Victims come
+  // from the team furthest above `mine` first, cheapest (VictimKey) first within a team; the
+  // engine takes the shortest prefix with which the job fits, so every prefix is valid.
+  std::vector<JobIndex> FairShareVictims(const JobRequest& blocked, Time now) {
+    std::vector<JobIndex> out;
+    const double mine =
+        static_cast<double>(TeamGpus(blocked.team) + blocked.gpus) / Shares(blocked.team);
+    std::vector<std::vector<JobIndex>> by_team(team_gpus_.size());
+    for (JobIndex v : running_) {
+      const int team = runs_[v].job->team;
+      if (team == blocked.team) continue;
+      if (static_cast<double>(team_gpus_[team]) / Shares(team) <= mine) continue;
+      if (MayPreempt(v, blocked.index, now)) by_team[team].push_back(v);
+    }
+    std::vector<int64_t> left = team_gpus_;
+    for (auto& jobs : by_team) {
+      std::sort(jobs.begin(), jobs.end(), [&](JobIndex a, JobIndex b) {
+        const double ka = VictimKey(a, now), kb = VictimKey(b, now);
+        return ka != kb ? ka < kb : a > b;
+      });
+    }
+    while (true) {
+      int best = -1;
+      size_t pick = 0;
+      double best_share = mine;
+      for (size_t t = 0; t < by_team.size(); ++t) {
+        const double share = static_cast<double>(left[t]) / Shares(static_cast<int>(t));
+        if (share <= best_share) continue;
+        for (size_t i = 0; i < by_team[t].size(); ++i) {
+          const int gpus = runs_[by_team[t][i]].job->gpus;
+          if (static_cast<double>(left[t] - gpus) / Shares(static_cast<int>(t)) >= mine) {
+            best = static_cast<int>(t);
+            pick = i;
+            best_share = share;
+            break;
+          }
+        }
+      }
+      if (best < 0) return out;
+      const JobIndex v = by_team[best][pick];
+      by_team[best].erase(by_team[best].begin() + static_cast<std::ptrdiff_t>(pick));
+      left[best] -= runs_[v].job->gpus;
+      out.push_back(v);
+    }
+  }
+
+  std::vector<double> shares_;      // per team, from the cluster spec (1 when unset)
+  std::vector<int64_t> team_gpus_;  // GPUs each team's running jobs hold
 };
 
 class KueueOrder final : public TrackingPreemption {
@@ -176,8 +250,8 @@ struct CheckpointArgs {
 
 class CheckpointAware final : public TrackingPreemption {
  public:
-  CheckpointAware(const Cluster& cluster, CommonArgs common, CheckpointArgs args)
-      : TrackingPreemption(cluster, common), ck_(args) {}
+  CheckpointAware(const PluginContext& ctx, CommonArgs common, CheckpointArgs args)
+      : TrackingPreemption(ctx, common), ck_(args) {}
   std::string_view name() const override { return "checkpoint-aware"; }
 
   double VictimKey(JobIndex v, Time now) const override {
@@ -231,9 +305,11 @@ Result<CommonArgs> ParseCommon(const PluginArgs& args, const std::string& plugin
     c.mode = Mode::kPriority;
   } else if (mode == "qos") {
     c.mode = Mode::kQos;
+  } else if (mode == "fairshare") {
+    c.mode = Mode::kFairShare;
   } else {
     return InvalidArgument("plugin '" + plugin + "': argument 'mode': '" + mode +
-                           "' is not one of none, priority, qos");
+                           "' is not one of none, priority, qos, fairshare");
   }
   GANTRY_ASSIGN_OR_RETURN(c.min_run_time, args.DurationArg("min_run_time", 0));
   GANTRY_ASSIGN_OR_RETURN(c.grace_time, args.DurationArg("grace_time", 0));
@@ -262,7 +338,7 @@ Result<std::unique_ptr<PreemptionPlugin>> NewKueueOrder(const PluginArgs& args,
                                                         const PluginContext& ctx) {
   GANTRY_RETURN_IF_ERROR(args.CheckKnown(kCommonArgs));
   GANTRY_ASSIGN_OR_RETURN(const CommonArgs common, ParseCommon(args, "kueue-order"));
-  return std::unique_ptr<PreemptionPlugin>(new KueueOrder(*ctx.cluster, common));
+  return std::unique_ptr<PreemptionPlugin>(new KueueOrder(ctx, common));
 }
 
 Result<std::unique_ptr<PreemptionPlugin>> NewCheckpointAware(const PluginArgs& args,
@@ -298,7 +374,7 @@ Result<std::unique_ptr<PreemptionPlugin>> NewCheckpointAware(const PluginArgs& a
     return InvalidArgument("plugin 'checkpoint-aware': argument 'tier': '" + tier +
                            "' is not one of local, peer, durable");
   }
-  return std::unique_ptr<PreemptionPlugin>(new CheckpointAware(*ctx.cluster, common, ck));
+  return std::unique_ptr<PreemptionPlugin>(new CheckpointAware(ctx, common, ck));
 }
 
 }  // namespace builtin

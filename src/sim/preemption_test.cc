@@ -207,6 +207,76 @@ TEST(PreemptionTest, PriorityPreemptionTakesTheCheapestLowerPriorityJob) {
   EXPECT_EQ(h.status("y").reason, Reason::kResources);
 }
 
+// Fair-share preemption under Kueue's order on one node of 8: team a (`a_shares`) starts a1 and
+// a2 (4 GPUs each) at t=0; at t=3700 team b (1 share) submits b1 (4 GPUs). Both cycles' logs.
+std::string FairShareB1(double a_shares) {
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, a_shares}, Team{"b", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: kueue-order, args: {mode: fairshare}}"));
+  h.Submit("a1", "a", 4, 0, 0);
+  h.Submit("a2", "a", 4, 0, 0);
+  std::string log = h.Schedule(0);
+  h.Submit("b1", "b", 4, 0, 3700);
+  return log + " | " + h.Schedule(3700);
+}
+
+// Fair-share preemption on one node of 8, a shared pool (no quotas). Team a runs a1 (4 GPUs,
+// since t=0, checkpointed at 3600) and a2 (4 GPUs, since t=1000); at t=3700 team b's b1 (4 GPUs)
+// does not fit. With b1, b would hold 4 GPUs per share, and a without one of its jobs still
+// holds 4: one of a's jobs may go, the cheaper one under checkpoint-aware (a1: 100 s since its
+// checkpoint, against a2's 2700 s). Afterwards the requeued a1 (the head) would bring a to 8
+// against b's 4, so it cannot preempt back; b2 waits behind it (on a full cluster the cycle
+// stops at the head, so b2 is not examined: Priority).
+TEST(PreemptionTest, FairSharePreemptsOnlyTeamsThatStayAtOrAboveThePreemptors) {
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, 1.0}, Team{"b", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: fairshare}}"));
+  h.Submit("a1", "a", 4, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+a1");
+  h.Submit("a2", "a", 4, 0, 1000);
+  EXPECT_EQ(h.Schedule(1000), "+a2");
+  h.Submit("b1", "b", 4, 0, 3700);
+  EXPECT_EQ(h.Schedule(3700), "a1>b1 +b1");
+  h.Submit("b2", "b", 4, 0, 3800);
+  EXPECT_EQ(h.Schedule(3800), "");
+  EXPECT_EQ(h.status("a1").reason, Reason::kResources);
+  EXPECT_EQ(h.status("b2").reason, Reason::kPriority);
+  // Kueue's order takes the most recently started job instead (a2: both started at once, and
+  // the later index goes first).
+  EXPECT_EQ(FairShareB1(1.0), "+a1 +a2 | a2>b1 +b1");
+}
+
+// Shares weigh the GPUs. a runs 8 GPUs (two jobs of 4); b1 (team b, 1 share, 4 GPUs) would hold
+// 4 per share. a with 1 share holds 8 per share: a victim (a keeps 4, not below b's 4). With 2
+// shares a holds 4 per share, not above b's 4: no victim; with 3, 2.7: none either.
+TEST(PreemptionTest, FairSharePreemptionWeighsTeamsByShares) {
+  EXPECT_EQ(FairShareB1(1.0), "+a1 +a2 | a2>b1 +b1");
+  EXPECT_EQ(FairShareB1(2.0), "+a1 +a2 | ");
+  EXPECT_EQ(FairShareB1(3.0), "+a1 +a2 | ");
+}
+
+// Every prefix of the victim list is valid: a holds 8 GPUs in a1 (2), a2 (2) and a3 (4), b3
+// (team b, 2 GPUs) would hold 2. Kueue's order lists a3 (newest), then a2 (a keeps 2, not below
+// b's 2), and not a1 (a would keep 0). The engine takes the shortest prefix with which b3 fits:
+// a3 alone.
+TEST(PreemptionTest, FairSharePreemptionTakesTheShortestValidPrefix) {
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, 1.0}, Team{"b", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: kueue-order, args: {mode: fairshare}}"));
+  h.Submit("a1", "a", 2, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+a1");
+  h.Submit("a2", "a", 2, 0, 10);
+  EXPECT_EQ(h.Schedule(10), "+a2");
+  h.Submit("a3", "a", 4, 0, 20);
+  EXPECT_EQ(h.Schedule(20), "+a3");
+  h.Submit("b3", "b", 2, 0, 100);
+  EXPECT_EQ(h.Schedule(100), "a3>b3 +b3");
+  // b holds 2 and a 4: the requeued a3 (the head) would bring a to 8, so b holds no victim for
+  // it. It reserves the 2 free GPUs and a1's 2 (a1 ends first, at its limit), so b4 (2 GPUs,
+  // running past that) may not take the free ones.
+  h.Submit("b4", "b", 2, 0, 200);
+  EXPECT_EQ(h.Schedule(200), "");
+  EXPECT_EQ(h.status("a3").reason, Reason::kResources);
+  EXPECT_EQ(h.status("b4").reason, Reason::kReservation);
+}
+
 // QoS preemption (Slurm's preempt/qos): only the QOS in the preemptor's preempt list are
 // victims, whatever the levels. high (level 2) may preempt scavenger (level 0) but not normal
 // (level 1); normal may preempt nobody.
