@@ -304,8 +304,9 @@ Result<std::vector<SlurmAccount>> SlurmClient::Accounts() const {
 }
 
 Result<std::vector<SlurmQos>> SlurmClient::QosList() const {
-  GANTRY_ASSIGN_OR_RETURN(std::string out, Run({"sacctmgr", "-nP", "show", "qos",
-                                                "format=name,priority,preempt,usagefactor"}));
+  GANTRY_ASSIGN_OR_RETURN(std::string out,
+                          Run({"sacctmgr", "-nP", "show", "qos",
+                               "format=name,priority,preempt,usagefactor,gracetime"}));
   return ParseQosList(out);
 }
 

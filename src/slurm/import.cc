@@ -220,6 +220,8 @@ Result<std::string> WriteClusterSpec(const SlurmSnapshot& snap, const ImportOpti
       y << "  - {name: " << Quote(q.name) << ", level: " << levels[i]
         << ", priority: " << q.priority;
       if (q.usage_factor != 1.0) y << ", usage_factor: " << q.usage_factor;
+      // GraceTime 0 is Slurm's default: left out, so the profile's grace_time still applies.
+      if (q.grace_time > 0) y << ", grace_time: " << q.grace_time;
       if (!q.preempt.empty()) {
         y << ", preempt: [";
         for (size_t k = 0; k < q.preempt.size(); ++k) y << (k ? ", " : "") << Quote(q.preempt[k]);

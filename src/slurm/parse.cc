@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gantry/slurm/slurm.h"
+#include "workload/trace_internal.h"  // Slurm durations: one parser
 
 namespace gantry::slurm {
 namespace {
@@ -476,7 +477,8 @@ Result<std::vector<SlurmAccount>> ParseAssociations(std::string_view text) {
 
 Result<std::vector<SlurmQos>> ParseQosList(std::string_view text) {
   std::vector<SlurmQos> out;
-  GANTRY_ASSIGN_OR_RETURN(auto rows, SacctmgrRows(text, 4, "name|priority|preempt|usagefactor"));
+  GANTRY_ASSIGN_OR_RETURN(auto rows,
+                          SacctmgrRows(text, 5, "name|priority|preempt|usagefactor|gracetime"));
   for (const std::vector<std::string_view>& f : rows) {
     SlurmQos q;
     q.name = std::string(f[0]);
@@ -496,6 +498,10 @@ Result<std::vector<SlurmQos>> ParseQosList(std::string_view text) {
         return IoError("sacctmgr: QOS " + q.name + ": usage factor '" + factor +
                        "' is not a number >= 0");
       }
+    }
+    if (!f[4].empty() && !trace_internal::ParseSlurmDuration(f[4], &q.grace_time)) {
+      return IoError("sacctmgr: QOS " + q.name + ": grace time '" + std::string(f[4]) +
+                     "' is not a Slurm duration");
     }
     out.push_back(std::move(q));
   }

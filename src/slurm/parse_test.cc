@@ -308,13 +308,13 @@ TEST(SlurmImport, SpecLoadsWithNodesTypesTopologyAndTeams) {
   EXPECT_EQ(c->teams()[2].quota_gpus, kNoQuota);
 }
 
-// `sacctmgr -nP show qos format=name,priority,preempt,usagefactor` as the test cluster of
-// scripts/slurm prints it, plus a QOS that preempts two and one tied on priority.
+// `sacctmgr -nP show qos format=name,priority,preempt,usagefactor,gracetime` as the test cluster
+// of scripts/slurm prints it, plus a QOS that preempts two and one tied on priority.
 constexpr const char* kSacctmgrQos =
-    "normal|0||1.000000\n"
-    "high|100|normal|2.000000\n"
-    "urgent|1000|high,normal|0.500000\n"
-    "low|0||1.000000\n";
+    "normal|0||1.000000|00:00:00\n"
+    "high|100|normal|2.000000|00:02:00\n"
+    "urgent|1000|high,normal|0.500000|00:00:00\n"
+    "low|0||1.000000|1-00:00:00\n";
 
 TEST(SlurmImport, QosListWithLevelsByPriority) {
   auto qos = ParseQosList(kSacctmgrQos);
@@ -324,6 +324,8 @@ TEST(SlurmImport, QosListWithLevelsByPriority) {
   EXPECT_EQ((*qos)[1].priority, 100);
   EXPECT_THAT((*qos)[1].preempt, ElementsAre("normal"));
   EXPECT_EQ((*qos)[1].usage_factor, 2.0);
+  EXPECT_EQ((*qos)[1].grace_time, 120);
+  EXPECT_EQ((*qos)[3].grace_time, 86400);
   EXPECT_THAT((*qos)[2].preempt, ElementsAre("high", "normal"));
   EXPECT_TRUE((*qos)[0].preempt.empty());
   // By priority from 0; low and normal tie at 0 and go by name.
@@ -344,9 +346,12 @@ TEST(SlurmImport, QosListWithLevelsByPriority) {
   EXPECT_EQ(c->QosLevel("high"), 2);
   EXPECT_EQ(c->QosLevel("normal"), 1);
   EXPECT_EQ(c->FindQos(2)->usage_factor, 2.0);
-  EXPECT_EQ(ParseQosList("high|x||1\n").status().code(), StatusCode::kIoError);
-  EXPECT_EQ(ParseQosList("high|1|\n").status().code(), StatusCode::kIoError);
-  EXPECT_EQ(ParseQosList("high|1||-2\n").status().code(), StatusCode::kIoError);
+  EXPECT_EQ(c->FindQos(2)->grace_time, 120);
+  EXPECT_EQ(urgent->grace_time, kQosGraceUnset);  // Slurm's 0: the profile's grace_time applies
+  EXPECT_EQ(ParseQosList("high|x||1|0\n").status().code(), StatusCode::kIoError);
+  EXPECT_EQ(ParseQosList("high|1||1\n").status().code(), StatusCode::kIoError);
+  EXPECT_EQ(ParseQosList("high|1||-2|0\n").status().code(), StatusCode::kIoError);
+  EXPECT_EQ(ParseQosList("high|1||1|soon\n").status().code(), StatusCode::kIoError);
 }
 
 TEST(SlurmImport, FlatClusterAndUnknownGpuType) {

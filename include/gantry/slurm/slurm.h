@@ -139,6 +139,7 @@ struct SlurmQos {
   int64_t priority = 0;              // Priority
   std::vector<std::string> preempt;  // Preempt: the QOS its jobs may preempt
   double usage_factor = 1.0;         // UsageFactor
+  int64_t grace_time = 0;            // GraceTime, seconds (0: preempted at once)
 };
 
 // One switch of topology.conf (or `scontrol show topology`).
