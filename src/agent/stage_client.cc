@@ -143,4 +143,35 @@ Result<std::vector<StageState>> ListStages(const std::string& agent_url, const s
   return out;
 }
 
+nlohmann::json TierCopyToJson(const std::string& checkpoint, const ckpt::TierCopy& c) {
+  return nlohmann::json{{"checkpoint", checkpoint}, {"step", c.step},
+                        {"chunks", c.chunks},       {"chunks_held", c.chunks_held},
+                        {"bytes", c.bytes},         {"bytes_held", c.bytes_held}};
+}
+
+Result<ckpt::TierCopy> TierCopyFromJson(const nlohmann::json& j) {
+  ckpt::TierCopy c;
+  try {
+    c.step = j.at("step").get<int64_t>();
+    c.chunks = j.at("chunks").get<uint64_t>();
+    c.chunks_held = j.at("chunks_held").get<uint64_t>();
+    c.bytes = j.at("bytes").get<uint64_t>();
+    c.bytes_held = j.at("bytes_held").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("not a checkpoint copy: ") + e.what());
+  }
+  if (c.chunks_held > c.chunks || c.bytes_held > c.bytes) {
+    return InvalidArgument("not a checkpoint copy: holds more than the checkpoint has");
+  }
+  return c;
+}
+
+Result<ckpt::TierCopy> LocateCheckpoint(const std::string& agent_url, const std::string& token,
+                                        const std::string& checkpoint) {
+  GANTRY_ASSIGN_OR_RETURN(
+      nlohmann::json j,
+      Call(agent_url, token, "GET", "/v1/checkpoint?url=" + PercentEncode(checkpoint)));
+  return TierCopyFromJson(j);
+}
+
 }  // namespace gantry

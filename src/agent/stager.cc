@@ -41,22 +41,23 @@ bool UnderPrefix(const std::string& url, std::string prefix) {
 
 }  // namespace
 
-Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow) {
+Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow,
+                     std::string_view what) {
   bool scheme_ok = false;
   for (const char* scheme : {"file://", "s3://", "http://", "https://"}) {
     scheme_ok =
         scheme_ok || (url.starts_with(scheme) && url.size() > std::string_view(scheme).size());
   }
   if (!scheme_ok) {
-    return InvalidArgument("dataset '" + url +
-                           "': the agent stages file://, s3://, http:// and https:// URLs only");
+    return InvalidArgument(std::string(what) + " '" + url +
+                           "': the agent reads file://, s3://, http:// and https:// URLs only");
   }
   if (allow.empty()) return Status::Ok();
   const std::string resolved = Resolved(url);
   for (const std::string& prefix : allow) {
     if (UnderPrefix(resolved, Resolved(prefix))) return Status::Ok();
   }
-  return PermissionDenied("dataset '" + url +
+  return PermissionDenied(std::string(what) + " '" + url +
                           "' is not under any of this agent's --stage-allow "
                           "prefixes");
 }

@@ -35,8 +35,11 @@ struct StagerOptions {
 };
 
 // InvalidArgument unless `url` is a file://, s3://, http:// or https:// URL; PermissionDenied
-// unless it starts with one of `allow` (when not empty; see AgentOptions::stage_allow).
-Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow = {});
+// unless it starts with one of `allow` (when not empty; see AgentOptions::stage_allow). The one
+// rule for every location a caller names to the agent: a dataset to stage, a checkpoint root to
+// look up (`what` names which in the messages).
+Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow = {},
+                     std::string_view what = "dataset");
 
 class Stager {
  public:

@@ -16,12 +16,23 @@
 //                              file://, s3://, http:// or https:// 400; no data_cache_dir 501
 //   GET /v1/stage?dataset=URL  200 its state; 404 if never asked
 //   GET /v1/stage              200 {"datasets": [state, ...]}
+//   GET /v1/checkpoint?url=URL how much of the newest committed checkpoint at URL (a root, or
+//                              ROOT/ckpt/JOB: ckpt::ParseCheckpointLocation) this node's tier
+//                              (ROOT) holds: 200 {"checkpoint", "step", "chunks",
+//                              "chunks_held", "bytes", "bytes_held"} (a TierCopy,
+//                              stage_client.h); 404 when the job has no committed checkpoint;
+//                              400 for a URL that is not file://, s3://, http:// or https://,
+//                              403 for one outside stage_allow. The manifest is read from the
+//                              durable root by the serving worker (one listing and one read),
+//                              the chunks looked up beneath ROOT. gantryd asks it of the nodes
+//                              a waiting job ran on (include/gantry/control/stager.h).
 //   GET /healthz               "ok"
 //   GET /metrics               Prometheus text: requests by route and status, bytes served,
 //                              errors, staging (bytes fetched per dataset, datasets staging,
 //                              failures by code)
-// Staging reads whatever dataset URL a token holder names, as the agent's user and with its
-// credentials (S3 keys from its environment): the token is the cluster's trust boundary.
+// Staging, and the checkpoint route, read whatever URL a token holder names (under
+// stage_allow), as the agent's user and with its credentials (S3 keys from its environment):
+// the token is the cluster's trust boundary.
 // Stagings run on stage_threads threads of their own, so they never delay object reads or
 // /healthz; Stop() cancels them between shards.
 //
@@ -113,8 +124,9 @@ struct AgentOptions {
   uint64_t data_cache_bytes = 0;
   // Datasets staged at once, on threads of their own (not the object workers). Default: 2.
   int stage_threads = 2;
-  // URL prefixes a staged dataset must start with ("s3://datasets/", "file:///lustre/data/");
-  // another is refused with 403 (PermissionDenied). A file:// URL is compared after resolving
+  // URL prefixes a staged dataset, or a checkpoint location asked about (GET /v1/checkpoint),
+  // must start with ("s3://datasets/", "file:///lustre/data/"); another is refused with 403
+  // (PermissionDenied). A file:// URL is compared after resolving
   // "..", "." and symlinks, and a prefix matches whole path components only. The agent reads
   // as its own user (often root) and the cache is readable by every job on the node, while any
   // holder of the agent token -- a job restoring checkpoints from peers has it -- may ask: set

@@ -1,7 +1,9 @@
 // Staging through a node's gantry-agent, from the caller's side: the state of one dataset's
 // staging (StageState, the JSON the agent's /v1/stage routes answer with) and the calls gantryd
 // makes to ask an agent to stage a dataset into its node's shard cache and to poll it
-// (docs/storage.md, "Peer agent"; the staging itself is include/gantry/data/stage.h).
+// (docs/storage.md, "Peer agent"; the staging itself is include/gantry/data/stage.h); and the
+// call that asks how much of a job's newest checkpoint the node's local tier holds
+// (GET /v1/checkpoint; the measure is CheckpointCatalog::LatestCopyIn).
 //
 //   GANTRY_ASSIGN_OR_RETURN(StageState s,
 //                           RequestStage("http://node7:7070", token, "s3://bkt/train", "1234"));
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "gantry/ckpt/catalog.h"
 #include "gantry/common/status.h"
 
 namespace gantry {
@@ -62,5 +65,18 @@ Result<StageState> GetStage(const std::string& agent_url, const std::string& tok
                             const std::string& dataset);
 // GET AGENT_URL/v1/stage: every dataset the agent was asked to stage since it started.
 Result<std::vector<StageState>> ListStages(const std::string& agent_url, const std::string& token);
+
+// GET /v1/checkpoint's answer: {"checkpoint": URL, "step": S, "chunks": N, "chunks_held": k,
+// "bytes": B, "bytes_held": b} (every field always present).
+nlohmann::json TierCopyToJson(const std::string& checkpoint, const ckpt::TierCopy& c);
+// InvalidArgument for a document that is not one.
+Result<ckpt::TierCopy> TierCopyFromJson(const nlohmann::json& j);
+
+// GET AGENT_URL/v1/checkpoint?url=CHECKPOINT: how much of the newest committed checkpoint at
+// CHECKPOINT (a root, or ROOT/ckpt/JOB: ckpt::ParseCheckpointLocation) the agent's local tier
+// holds. NotFound when the job has no committed checkpoint; PermissionDenied for a URL outside
+// the agent's --stage-allow prefixes (or a wrong token); Unavailable when it cannot be reached.
+Result<ckpt::TierCopy> LocateCheckpoint(const std::string& agent_url, const std::string& token,
+                                        const std::string& checkpoint);
 
 }  // namespace gantry
