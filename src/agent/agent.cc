@@ -888,6 +888,15 @@ struct AgentServer::Impl {
                   "this agent stages no datasets: it was started without --data-cache DIR");
     }
     const std::string dataset = req.get_param_value("dataset");
+    if (req.method == "DELETE") {
+      const std::string job = req.get_param_value("job");
+      if (dataset.empty() || job.empty()) {
+        return Text(res, 400, "DELETE /v1/stage needs ?dataset=URL&job=ID");
+      }
+      std::optional<StageState> s = stager->Release(dataset, job);
+      if (!s) return Text(res, 404, "dataset '" + dataset + "' was never asked to be staged here");
+      return Json(res, 200, StageStateToJson(*s));
+    }
     if (req.method == "POST") {
       if (dataset.empty()) return Text(res, 400, "POST /v1/stage needs ?dataset=URL");
       Result<StageState> s = stager->Request(dataset, req.get_param_value("job"));
@@ -1025,6 +1034,8 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     so.cache_bytes = options.data_cache_bytes;
     so.threads = options.stage_threads;
     so.allow = options.stage_allow;
+    so.pin_seconds = options.stage_pin_seconds;
+    so.clock = options.clock != nullptr ? options.clock : &DefaultClock();
     // A peer's agent (an http:// dataset) takes the same cluster token as this one.
     if (!options.token.empty()) so.store_options.agent_token = options.token;
     so.metrics = impl->metrics;
@@ -1064,6 +1075,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   };
   s.Get(std::string(kStagePath), stage);
   s.Post(std::string(kStagePath), stage);
+  s.Delete(std::string(kStagePath), stage);
   s.Get(std::string(kCheckpointPath),
         [p](const httplib::Request& req, httplib::Response& res) { p->ServeCheckpoint(req, res); });
   s.Get("/metrics", [p](const httplib::Request&, httplib::Response& res) {

@@ -43,6 +43,11 @@ class HttpAgents final : public StagingAgents {
     GANTRY_ASSIGN_OR_RETURN(StageState s, GetStage(url, token_, dataset));
     return FromState(s);
   }
+  Status Release(const std::string& node, const std::string& dataset,
+                 const std::string& job) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    return ReleaseStage(url, token_, dataset, job).status();
+  }
   Result<ckpt::TierCopy> Checkpoint(const std::string& node,
                                     const std::string& checkpoint) override {
     GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
@@ -114,6 +119,29 @@ void Stager::Want(std::vector<StageTarget> targets) {
     std::string job = t.job;
     next[job] = std::move(t);
   }
+  // A (node, dataset) no job wants any more (they started, ended, or are planned elsewhere):
+  // its agent drops the pin it holds for the job it was asked for.
+  std::set<Key> still;
+  for (const auto& [job, t] : next) {
+    for (const std::string& node : t.nodes) {
+      for (const std::string& d : t.datasets) still.insert({node, d});
+    }
+  }
+  for (const auto& [job, old] : wanted_) {
+    for (const std::string& node : old.nodes) {
+      for (const std::string& d : old.datasets) {
+        auto e = entries_.find({node, d});
+        if (e == entries_.end() || e->second.asked_for.empty() || still.count(e->first) > 0) {
+          continue;
+        }
+        releases_.emplace_back(node, d, std::move(e->second.asked_for));
+        e->second.asked_for.clear();  // once
+        // Wanted there again later (its plan came back), it is asked again, which pins again.
+        e->second.asked = false;
+        adds = true;  // wake the thread to send it
+      }
+    }
+  }
   wanted_ = std::move(next);
   std::erase_if(checkpoints_, [&](const auto& e) { return checkpoints.count(e.first) == 0; });
   UpdateMetrics();
@@ -132,8 +160,10 @@ void Stager::Poll(Time now) {
   };
   std::vector<Call> calls;
   std::vector<Key> checkpoint_calls;
+  std::vector<std::tuple<std::string, std::string, std::string>> releases;
   {
     MutexLock lock(mu_);
+    releases.swap(releases_);
     for (const auto& [job, t] : wanted_) {
       for (const std::string& node : t.checkpoint_nodes) {
         Key key{node, t.checkpoint};
@@ -176,6 +206,7 @@ void Stager::Poll(Time now) {
     MutexLock lock(mu_);
     Entry& e = entries_[c.key];
     e.asked = true;
+    if (c.ask) e.asked_for = c.job;
     if (r.ok()) {
       e.progress = *r;
     } else {
@@ -191,6 +222,10 @@ void Stager::Poll(Time now) {
     if (e.progress.state == "failed" || e.progress.state == "unreachable") {
       e.retry_at = now + options_.retry_after_s;
     }
+  }
+  for (const auto& [node, dataset, job] : releases) {
+    // Best effort: an agent that misses it drops the pin when its lease ends.
+    (void)agents_->Release(node, dataset, job);
   }
   for (const Key& key : checkpoint_calls) {
     Result<ckpt::TierCopy> r = agents_->Checkpoint(key.first, key.second);

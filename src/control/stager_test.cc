@@ -153,6 +153,34 @@ TEST(Stager, AsksTheNodesAJobRanOnAboutItsCheckpointOnce) {
   EXPECT_EQ(stager.HeldCheckpoints().size(), 1u);
 }
 
+// A (node, dataset) no job wants any more lets its agent drop the pin it holds for the job it
+// was asked for; one another job still wants keeps it.
+TEST(Stager, WhatNoJobWantsAnyMoreIsReleased) {
+  FakeAgents agents;
+  Stager stager(&agents, {});
+  stager.Want({{"1", {"n1", "n2"}, {"s3://b/a"}}, {"2", {"n3"}, {"s3://b/a"}}});
+  stager.Poll(0);
+  EXPECT_TRUE(agents.released.empty());
+  // 1 is planned on n2 and n4 now; 2 on n1 and n3 (n1's copy was asked for by 1).
+  stager.Want({{"1", {"n2", "n4"}, {"s3://b/a"}}, {"2", {"n1", "n3"}, {"s3://b/a"}}});
+  stager.Poll(1);
+  EXPECT_TRUE(agents.released.empty());
+  stager.Want({{"2", {"n1", "n3"}, {"s3://b/a"}}});  // 1 started
+  stager.Poll(2);
+  EXPECT_EQ(agents.released, (std::vector<std::string>{"n2 s3://b/a 1", "n4 s3://b/a 1"}));
+  stager.Want({});  // 2 started
+  stager.Poll(3);
+  EXPECT_EQ(agents.released, (std::vector<std::string>{"n2 s3://b/a 1", "n4 s3://b/a 1",
+                                                       "n1 s3://b/a 1", "n3 s3://b/a 2"}));
+  stager.Poll(4);
+  EXPECT_EQ(agents.released.size(), 4u);  // once each
+  // Wanted there again (a plan that came back): asked again, so the agent pins it again.
+  stager.Want({{"3", {"n1"}, {"s3://b/a"}}});
+  stager.Poll(5);
+  EXPECT_EQ((agents.asks[{"n1", "s3://b/a"}]), 2);
+  EXPECT_EQ(agents.asked_by.back(), "3");
+}
+
 // Jobs without nodes or datasets want nothing; the thread polls on its own and stops promptly.
 TEST(Stager, TheThreadPollsUntilStopped) {
   FakeAgents agents;

@@ -27,7 +27,8 @@ namespace gantry {
 // One dataset's staging on one agent. JSON (every field always present):
 //   {"dataset": URL, "state": "queued"|"staging"|"done"|"failed", "shards_total": N,
 //    "shards_done": k, "bytes_total": B, "bytes_done": b, "bytes_fetched": f, "error": "...",
-//    "code": "NotFound"|..., "jobs": ["123", ...], "started": unix_s, "finished": unix_s}
+//    "code": "NotFound"|..., "jobs": ["123", ...], "started": unix_s, "finished": unix_s,
+//    "pinned_until": unix_s}
 struct StageState {
   std::string dataset;           // the URL, as asked
   std::string state = "queued";  // queued, staging, done or failed
@@ -43,6 +44,10 @@ struct StageState {
   std::vector<std::string> jobs;  // the jobs that asked for it (informative), in asking order
   int64_t started = 0;            // unix seconds the latest attempt started; 0: not yet
   int64_t finished = 0;           // unix seconds it ended (done or failed); 0: not yet
+  // Staged for a job that has not released it yet: its shards are pinned against the cache's
+  // LRU eviction until then at the latest (the agent's clock, unix seconds); 0: not pinned.
+  // (Absent from an older agent's answer: 0.)
+  int64_t pinned_until = 0;
 
   bool terminal() const { return state == "done" || state == "failed"; }
   // The failure as a Status (OK unless failed).
@@ -59,6 +64,11 @@ Result<StageState> StageStateFromJson(const nlohmann::json& j);
 // answer: 400 InvalidArgument (a URL scheme it refuses), 401/403 PermissionDenied, 501
 // Unimplemented (the agent has no --data-cache); Unavailable when it cannot be reached.
 Result<StageState> RequestStage(const std::string& agent_url, const std::string& token,
+                                const std::string& dataset, const std::string& job);
+// DELETE AGENT_URL/v1/stage?dataset=DATASET&job=JOB: JOB no longer needs the dataset pinned
+// (it started, or ended); the pins go when no job holds them. The state; NotFound when the
+// agent was never asked.
+Result<StageState> ReleaseStage(const std::string& agent_url, const std::string& token,
                                 const std::string& dataset, const std::string& job);
 // GET AGENT_URL/v1/stage?dataset=DATASET: the state; NotFound when the agent was never asked.
 Result<StageState> GetStage(const std::string& agent_url, const std::string& token,

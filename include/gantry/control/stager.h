@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,10 @@ class StagingAgents {
   // The state of `dataset` on `node` without asking for it; NotFound when the agent was never
   // asked (or has restarted since).
   virtual Result<StageProgress> Get(const std::string& node, const std::string& dataset) = 0;
+  // `job` no longer needs `dataset` pinned in `node`'s cache (it started, ended, or is planned
+  // elsewhere now). Errors are the calls' (the agent's pin lease ends on its own anyway).
+  virtual Status Release(const std::string& node, const std::string& dataset,
+                         const std::string& job) = 0;
   // How much of the newest committed checkpoint at `checkpoint` (a root, or ROOT/ckpt/JOB)
   // `node`'s local tier holds. NotFound when there is none there (or no agent is known for the
   // node); Unavailable when the agent cannot be reached.
@@ -108,7 +113,8 @@ class Stager {
   Stager& operator=(const Stager&) = delete;
 
   // Replaces the set of jobs whose data is wanted. A (node, dataset) nobody wants any more is
-  // not polled again, but what was staged stays known (the node still holds it). A (node,
+  // not polled again, but what was staged stays known (the node still holds it); the next
+  // Poll tells its agent to drop the pin it holds for the job it was asked for. A (node,
   // checkpoint) nobody wants any more is forgotten: its job runs again and will write newer
   // checkpoints, so a later wait asks afresh.
   void Want(std::vector<StageTarget> targets);
@@ -150,7 +156,8 @@ class Stager {
   struct Entry {
     StageProgress progress;
     bool asked = false;
-    Time retry_at = 0;  // failed or unreachable: ask again from then
+    std::string asked_for;  // the job the agent was asked for (it pins for it); "" once released
+    Time retry_at = 0;      // failed or unreachable: ask again from then
   };
   using Key = std::pair<std::string, std::string>;  // node, dataset
 
@@ -163,6 +170,8 @@ class Stager {
   CondVar wake_;
   std::map<std::string, StageTarget> wanted_ GUARDED_BY(mu_);  // by job
   std::map<Key, Entry> entries_ GUARDED_BY(mu_);
+  // (node, dataset, job) no job wants any more: released at the next Poll.
+  std::vector<std::tuple<std::string, std::string, std::string>> releases_ GUARDED_BY(mu_);
   // What the agents said of wanted checkpoints, by (node, checkpoint URL). state: "held" (an
   // answer, which may hold nothing), "none" (NotFound), "failed", "unreachable".
   struct CheckpointEntry {
