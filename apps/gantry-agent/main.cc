@@ -99,6 +99,12 @@ int main(int argc, char** argv) {
                  "Datasets staged at once, on threads apart from the object workers")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--stage-pin-s", options.stage_pin_seconds,
+                 "The longest a dataset staged for a job stays pinned in the shard cache, from "
+                 "the job's latest request (gantryd releases it when the job starts or ends); 0 "
+                 "never pins")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
   app.add_option("--stage-allow", options.stage_allow,
                  "A URL prefix staged datasets must start with (repeatable; e.g. s3://datasets/, "
                  "file:///lustre/data/); others are refused with 403. Set it on any cluster with "

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "gantry/agent/stage_client.h"
+#include "gantry/ckpt/catalog.h"
 #include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 #include "gantry/storage/posix_store.h"
@@ -59,6 +60,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr std::string_view kObjectsPrefix = "/v1/objects/";
 constexpr std::string_view kStagePath = "/v1/stage";
+constexpr std::string_view kCheckpointPath = "/v1/checkpoint";
 // Each pread/send step of a body where the file system cannot sendfile: large enough to amortise
 // the syscalls, small enough that many concurrent streams stay cheap.
 constexpr size_t kStreamPiece = 1 << 20;
@@ -100,6 +102,7 @@ std::string RouteOf(std::string_view path) {
   if (path == "/healthz") return "healthz";
   if (path == "/metrics") return "metrics";
   if (path == kStagePath) return "stage";
+  if (path == kCheckpointPath) return "checkpoint";
   return "other";
 }
 
@@ -452,6 +455,10 @@ struct AgentServer::Impl {
   std::thread poller;
   std::vector<std::thread> workers;                // workers[0] serves the control lane
   std::unique_ptr<agent_internal::Stager> stager;  // null without options.data_cache_dir
+  // The served directory as a store, for GET /v1/checkpoint's chunk lookups (resolved beneath
+  // the root, as ServeObject does), and how durable roots are opened (the cluster token).
+  std::unique_ptr<PosixStore> tier;
+  StoreOptions durable_options;
 
   Mutex mu;
   CondVar data_cv;
@@ -881,6 +888,15 @@ struct AgentServer::Impl {
                   "this agent stages no datasets: it was started without --data-cache DIR");
     }
     const std::string dataset = req.get_param_value("dataset");
+    if (req.method == "DELETE") {
+      const std::string job = req.get_param_value("job");
+      if (dataset.empty() || job.empty()) {
+        return Text(res, 400, "DELETE /v1/stage needs ?dataset=URL&job=ID");
+      }
+      std::optional<StageState> s = stager->Release(dataset, job);
+      if (!s) return Text(res, 404, "dataset '" + dataset + "' was never asked to be staged here");
+      return Json(res, 200, StageStateToJson(*s));
+    }
     if (req.method == "POST") {
       if (dataset.empty()) return Text(res, 400, "POST /v1/stage needs ?dataset=URL");
       Result<StageState> s = stager->Request(dataset, req.get_param_value("job"));
@@ -895,6 +911,25 @@ struct AgentServer::Impl {
     std::optional<StageState> s = stager->Get(dataset);
     if (!s) return Text(res, 404, "dataset '" + dataset + "' was never asked to be staged here");
     Json(res, 200, StageStateToJson(*s));
+  }
+
+  // GET /v1/checkpoint?url=URL (agent.h): how much of the newest committed checkpoint at URL
+  // this node's local tier holds. The manifest is read from the durable root on this worker:
+  // gantryd asks once per node while a job waits, not per chunk.
+  void ServeCheckpoint(const httplib::Request& req, httplib::Response& res) {
+    const std::string url = req.get_param_value("url");
+    if (url.empty()) return Text(res, 400, "GET /v1/checkpoint needs ?url=URL");
+    Result<ckpt::TierCopy> copy = LocalCopy(url);
+    if (!copy.ok()) return Text(res, HttpStatusFor(copy.status().code()), copy.status().message());
+    Json(res, 200, TierCopyToJson(url, *copy));
+  }
+  Result<ckpt::TierCopy> LocalCopy(const std::string& url) {
+    GANTRY_RETURN_IF_ERROR(agent_internal::CheckStageUrl(url, options.stage_allow, "checkpoint"));
+    GANTRY_ASSIGN_OR_RETURN(ckpt::CheckpointLocation where, ckpt::ParseCheckpointLocation(url));
+    GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> root,
+                            OpenObjectStore(where.root, durable_options));
+    ckpt::CheckpointCatalog catalog(*root);
+    return catalog.LatestCopyIn(where.job, *tier);
   }
 
   void Log(const httplib::Request& req, const httplib::Response& res) {
@@ -984,6 +1019,12 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   impl->open_connections =
       &m.GetGauge("gantry_agent_open_connections", "Client connections open now.");
 
+  PosixStoreOptions tier_options;
+  tier_options.create_root = false;
+  GANTRY_ASSIGN_OR_RETURN(impl->tier, OpenPosixStore(options.root, tier_options));
+  // A root served by a peer's agent (an http:// URL) takes the same cluster token as this one.
+  if (!options.token.empty()) impl->durable_options.agent_token = options.token;
+
   if (!options.data_cache_dir.empty()) {
     if (options.stage_threads < 1) {
       return InvalidArgument("gantry-agent: stage_threads must be at least 1");
@@ -993,6 +1034,8 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
     so.cache_bytes = options.data_cache_bytes;
     so.threads = options.stage_threads;
     so.allow = options.stage_allow;
+    so.pin_seconds = options.stage_pin_seconds;
+    so.clock = options.clock != nullptr ? options.clock : &DefaultClock();
     // A peer's agent (an http:// dataset) takes the same cluster token as this one.
     if (!options.token.empty()) so.store_options.agent_token = options.token;
     so.metrics = impl->metrics;
@@ -1032,6 +1075,9 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   };
   s.Get(std::string(kStagePath), stage);
   s.Post(std::string(kStagePath), stage);
+  s.Delete(std::string(kStagePath), stage);
+  s.Get(std::string(kCheckpointPath),
+        [p](const httplib::Request& req, httplib::Response& res) { p->ServeCheckpoint(req, res); });
   s.Get("/metrics", [p](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
     res.set_content(p->metrics->PrometheusText(), "text/plain; version=0.0.4; charset=utf-8");

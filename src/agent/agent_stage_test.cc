@@ -1,7 +1,8 @@
 // Tests of gantry-agent's staging routes (POST/GET /v1/stage) through their client
 // (stage_client.h): staging with the token and polling to done, the token required, a second
 // request fetching nothing, a missing shard failing as NotFound and retried, URLs refused,
-// the list route, an agent without a cache, and Stop during a slow staging.
+// the list route, an agent without a cache, Stop during a slow staging, and a dataset staged for
+// a job pinned against eviction until the job releases it or its lease ends.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -18,6 +19,8 @@
 #include "data/test_util.h"
 #include "gantry/agent/agent.h"
 #include "gantry/agent/stage_client.h"
+#include "gantry/common/time.h"
+#include "gantry/data/stage.h"
 
 namespace gantry {
 namespace {
@@ -233,6 +236,59 @@ TEST_F(AgentStageTest, OnlyAllowedPrefixesAreStaged) {
   Result<std::vector<StageState>> all = ListStages(agent_->url(), kToken);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 1u);  // refused ones are not queued
+}
+
+// A cache with room for the staged dataset and one shard of another: staging the other (by any
+// process on the node; here the test's own) churns through that one free slot while the
+// dataset is pinned for its job, and evicts the dataset's shards once the job released it, or
+// once its lease ended.
+TEST_F(AgentStageTest, StagedForAJobStaysPinnedUntilReleasedOrItsLeaseEnds) {
+  const std::string other = tmp_.path() + "/other";
+  data::test::WriteMds(other, 3, 4, /*salt=*/1);
+  const uint64_t capacity = ShardBytesIn(data_) + 3 * data::ShardCache::kTrailerBytes +
+                            fs::file_size(ShardFiles(other)[0]) + data::ShardCache::kTrailerBytes +
+                            10;
+  SimulatedClock clock(1000);
+  Start([&](AgentOptions& o) {
+    o.data_cache_bytes = capacity;
+    o.stage_pin_seconds = 600;
+    o.clock = &clock;
+  });
+  data::StageOptions direct;
+  direct.cache = {cache_, capacity};
+  // Stages the other dataset, then ours again: the bytes ours had to fetch back.
+  const auto evicted_by_other = [&]() -> uint64_t {
+    EXPECT_TRUE(data::StageDataset("file://" + other, direct).ok());
+    Result<data::StageProgress> again = data::StageDataset(dataset_, direct);
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+    return again.ok() ? again->bytes_fetched : 0;
+  };
+
+  ASSERT_TRUE(RequestStage(agent_->url(), kToken, dataset_, "1").ok());
+  StageState s = WaitEnded(dataset_);
+  EXPECT_EQ(s.state, "done") << s.error;
+  EXPECT_EQ(s.pinned_until, 1600);
+  EXPECT_EQ(evicted_by_other(), 0u);
+
+  Result<StageState> released = ReleaseStage(agent_->url(), kToken, dataset_, "1");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->pinned_until, 0);
+  EXPECT_GT(evicted_by_other(), 0u);
+
+  // Asked again for job 2: staged again to take the pins; then job 2 never releases it.
+  ASSERT_TRUE(RequestStage(agent_->url(), kToken, dataset_, "2").ok());
+  s = WaitEnded(dataset_);
+  EXPECT_EQ(s.state, "done") << s.error;
+  EXPECT_EQ(s.pinned_until, 1600);
+  EXPECT_EQ(evicted_by_other(), 0u);
+  clock.AdvanceTo(1600);  // the lease is over
+  Result<StageState> expired = GetStage(agent_->url(), kToken, dataset_);
+  ASSERT_TRUE(expired.ok());
+  EXPECT_EQ(expired->pinned_until, 0);
+  EXPECT_GT(evicted_by_other(), 0u);
+
+  EXPECT_EQ(ReleaseStage(agent_->url(), kToken, "file:///never", "1").status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST_F(AgentStageTest, WithoutACacheTheRoutesAreUnimplemented) {

@@ -48,8 +48,9 @@ Result<nlohmann::json> Call(const std::string& agent_url, const std::string& tok
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
   const std::string where = method + " " + agent_url + path;
-  httplib::Result res =
-      method == "POST" ? client.Post(path, headers, "", "text/plain") : client.Get(path, headers);
+  httplib::Result res = method == "POST"     ? client.Post(path, headers, "", "text/plain")
+                        : method == "DELETE" ? client.Delete(path, headers)
+                                             : client.Get(path, headers);
   if (!res) {
     const httplib::Error e = res.error();
     const StatusCode code = e == httplib::Error::ConnectionTimeout || e == httplib::Error::Read
@@ -87,7 +88,8 @@ nlohmann::json StageStateToJson(const StageState& s) {
                         {"code", s.code},
                         {"jobs", s.jobs},
                         {"started", s.started},
-                        {"finished", s.finished}};
+                        {"finished", s.finished},
+                        {"pinned_until", s.pinned_until}};
 }
 
 Result<StageState> StageStateFromJson(const nlohmann::json& j) {
@@ -105,6 +107,7 @@ Result<StageState> StageStateFromJson(const nlohmann::json& j) {
     s.jobs = j.at("jobs").get<std::vector<std::string>>();
     s.started = j.at("started").get<int64_t>();
     s.finished = j.at("finished").get<int64_t>();
+    s.pinned_until = j.value("pinned_until", int64_t{0});
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("not a staging state: ") + e.what());
   }
@@ -120,6 +123,14 @@ Result<StageState> RequestStage(const std::string& agent_url, const std::string&
   std::string path = "/v1/stage?dataset=" + PercentEncode(dataset);
   if (!job.empty()) path += "&job=" + PercentEncode(job);
   GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "POST", path));
+  return StageStateFromJson(j);
+}
+
+Result<StageState> ReleaseStage(const std::string& agent_url, const std::string& token,
+                                const std::string& dataset, const std::string& job) {
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "DELETE",
+                                                 "/v1/stage?dataset=" + PercentEncode(dataset) +
+                                                     "&job=" + PercentEncode(job)));
   return StageStateFromJson(j);
 }
 
@@ -141,6 +152,37 @@ Result<std::vector<StageState>> ListStages(const std::string& agent_url, const s
     out.push_back(std::move(s));
   }
   return out;
+}
+
+nlohmann::json TierCopyToJson(const std::string& checkpoint, const ckpt::TierCopy& c) {
+  return nlohmann::json{{"checkpoint", checkpoint}, {"step", c.step},
+                        {"chunks", c.chunks},       {"chunks_held", c.chunks_held},
+                        {"bytes", c.bytes},         {"bytes_held", c.bytes_held}};
+}
+
+Result<ckpt::TierCopy> TierCopyFromJson(const nlohmann::json& j) {
+  ckpt::TierCopy c;
+  try {
+    c.step = j.at("step").get<int64_t>();
+    c.chunks = j.at("chunks").get<uint64_t>();
+    c.chunks_held = j.at("chunks_held").get<uint64_t>();
+    c.bytes = j.at("bytes").get<uint64_t>();
+    c.bytes_held = j.at("bytes_held").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("not a checkpoint copy: ") + e.what());
+  }
+  if (c.chunks_held > c.chunks || c.bytes_held > c.bytes) {
+    return InvalidArgument("not a checkpoint copy: holds more than the checkpoint has");
+  }
+  return c;
+}
+
+Result<ckpt::TierCopy> LocateCheckpoint(const std::string& agent_url, const std::string& token,
+                                        const std::string& checkpoint) {
+  GANTRY_ASSIGN_OR_RETURN(
+      nlohmann::json j,
+      Call(agent_url, token, "GET", "/v1/checkpoint?url=" + PercentEncode(checkpoint)));
+  return TierCopyFromJson(j);
 }
 
 }  // namespace gantry

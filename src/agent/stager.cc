@@ -41,22 +41,23 @@ bool UnderPrefix(const std::string& url, std::string prefix) {
 
 }  // namespace
 
-Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow) {
+Status CheckStageUrl(const std::string& url, const std::vector<std::string>& allow,
+                     std::string_view what) {
   bool scheme_ok = false;
   for (const char* scheme : {"file://", "s3://", "http://", "https://"}) {
     scheme_ok =
         scheme_ok || (url.starts_with(scheme) && url.size() > std::string_view(scheme).size());
   }
   if (!scheme_ok) {
-    return InvalidArgument("dataset '" + url +
-                           "': the agent stages file://, s3://, http:// and https:// URLs only");
+    return InvalidArgument(std::string(what) + " '" + url +
+                           "': the agent reads file://, s3://, http:// and https:// URLs only");
   }
   if (allow.empty()) return Status::Ok();
   const std::string resolved = Resolved(url);
   for (const std::string& prefix : allow) {
     if (UnderPrefix(resolved, Resolved(prefix))) return Status::Ok();
   }
-  return PermissionDenied("dataset '" + url +
+  return PermissionDenied(std::string(what) + " '" + url +
                           "' is not under any of this agent's --stage-allow "
                           "prefixes");
 }
@@ -81,17 +82,29 @@ Result<StageState> Stager::Request(const std::string& dataset, const std::string
   GANTRY_RETURN_IF_ERROR(CheckStageUrl(dataset, options_.allow));
   MutexLock lock(mu_);
   if (stopping_) return Cancelled("the agent is stopping");
+  ExpirePins();
   auto [it, inserted] = datasets_.try_emplace(dataset);
   StageState& s = it->second;
   if (!job.empty() && std::find(s.jobs.begin(), s.jobs.end(), job) == s.jobs.end()) {
     s.jobs.push_back(job);
   }
-  if (inserted || s.state == "failed") {
+  // A job's request pins the dataset (again) for pin_seconds from now. One staged without
+  // pins (for nobody, or released) is staged again to take them: it fetches nothing.
+  bool repin = false;
+  if (!job.empty() && options_.pin_seconds > 0) {
+    Pinned& p = pinned_[dataset];
+    p.jobs.insert(job);
+    s.pinned_until = options_.clock->Now() + options_.pin_seconds;
+    repin = s.state == "done" && p.pins.empty();
+  }
+  if (inserted || s.state == "failed" || repin) {
     // A fresh attempt: what the failed one got is in the cache, so it is not fetched again.
     std::vector<std::string> jobs = std::move(s.jobs);
+    const int64_t pinned_until = s.pinned_until;
     s = StageState{};
     s.dataset = dataset;
     s.jobs = std::move(jobs);
+    s.pinned_until = pinned_until;
     queue_.push_back(dataset);
     staging_.Add(1);
     cv_.NotifyOne();
@@ -99,15 +112,45 @@ Result<StageState> Stager::Request(const std::string& dataset, const std::string
   return s;
 }
 
-std::optional<StageState> Stager::Get(const std::string& dataset) const {
+std::optional<StageState> Stager::Release(const std::string& dataset, const std::string& job) {
   MutexLock lock(mu_);
+  ExpirePins();
+  auto it = datasets_.find(dataset);
+  if (it == datasets_.end()) return std::nullopt;
+  if (auto p = pinned_.find(dataset); p != pinned_.end()) {
+    p->second.jobs.erase(job);
+    if (p->second.jobs.empty()) {
+      pinned_.erase(p);
+      it->second.pinned_until = 0;
+    }
+  }
+  return it->second;
+}
+
+void Stager::ExpirePins() {
+  const Time now = options_.clock->Now();
+  for (auto p = pinned_.begin(); p != pinned_.end();) {
+    StageState& s = datasets_[p->first];
+    if (s.pinned_until > now) {
+      ++p;
+      continue;
+    }
+    s.pinned_until = 0;
+    p = pinned_.erase(p);
+  }
+}
+
+std::optional<StageState> Stager::Get(const std::string& dataset) {
+  MutexLock lock(mu_);
+  ExpirePins();
   auto it = datasets_.find(dataset);
   if (it == datasets_.end()) return std::nullopt;
   return it->second;
 }
 
-std::vector<StageState> Stager::List() const {
+std::vector<StageState> Stager::List() {
   MutexLock lock(mu_);
+  ExpirePins();
   std::vector<StageState> out;
   for (const auto& [url, s] : datasets_) out.push_back(s);
   return out;
@@ -118,7 +161,11 @@ void Stager::Work() {
     std::string dataset;
     {
       MutexLock lock(mu_);
-      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
+      while (!stopping_ && queue_.empty()) {
+        // Leases end on their own, asked or not.
+        cv_.WaitFor(mu_, std::chrono::seconds(1));
+        ExpirePins();
+      }
       if (stopping_) return;
       dataset = std::move(queue_.front());
       queue_.pop_front();
@@ -139,6 +186,8 @@ void Stager::Stage(const std::string& dataset) {
   o.cache.capacity_bytes = options_.cache_bytes;
   o.store_options = options_.store_options;
   o.cancel = &cancel_;
+  std::vector<std::shared_ptr<const void>> pins;
+  o.keep_pinned = &pins;
   o.progress = [&](const data::StageProgress& p) {
     fetched.Increment(p.bytes_fetched - fetched_so_far);
     fetched_so_far = p.bytes_fetched;
@@ -156,6 +205,9 @@ void Stager::Stage(const std::string& dataset) {
   StageState& s = datasets_[dataset];
   s.finished = Now();
   staging_.Add(-1);
+  // Kept for the jobs that still hold a lease on it (what was staged, even of a failure).
+  ExpirePins();
+  if (auto p = pinned_.find(dataset); p != pinned_.end()) p->second.pins = std::move(pins);
   if (result.ok()) {
     s.state = "done";
     return;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "gantry/cache/chunk.h"
 #include "gantry/ckpt/manifest.h"
 
 namespace gantry::ckpt {
@@ -82,6 +83,32 @@ std::optional<CheckpointKey> ParseCheckpointKey(std::string_view key) {
     out.kind = CheckpointKey::Kind::kOtherInStep;
   }
   return out;
+}
+
+Result<CheckpointLocation> ParseCheckpointLocation(std::string_view url) {
+  if (url.empty()) return InvalidArgument("no checkpoint URL");
+  std::string_view trimmed = url;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.remove_suffix(1);
+  // "ROOT/ckpt/JOB": the key prefix ("ckpt/") right before the last segment marks the job's
+  // directory. The root must keep a bucket or path of its own ("s3://ckpt/run-7" is bucket
+  // "ckpt", a root), else the whole URL is the root.
+  const std::string marker = "/" + std::string(kCheckpointKeyPrefix.substr(0, 4));  // "/ckpt"
+  const size_t slash = trimmed.rfind('/');
+  if (slash != std::string_view::npos && slash + 1 < trimmed.size()) {
+    const std::string_view dir = trimmed.substr(0, slash);
+    if (dir.ends_with(marker)) {
+      const std::string_view root = dir.substr(0, dir.size() - marker.size());
+      const size_t scheme = trimmed.find("://");
+      const bool has_place =
+          scheme == std::string_view::npos ? !root.empty() : root.size() > scheme + 3;
+      if (has_place) {
+        const std::string_view job = trimmed.substr(slash + 1);
+        GANTRY_RETURN_IF_ERROR(ValidateJobName(job));
+        return CheckpointLocation{std::string(root), std::string(job)};
+      }
+    }
+  }
+  return CheckpointLocation{std::string(url), "default"};
 }
 
 Result<int64_t> ParseStepNumber(std::string_view text) {
@@ -232,6 +259,25 @@ Result<int64_t> CheckpointCatalog::Latest(std::string_view job) {
     if (e.latest) return e.step;
   }
   return NotFound("no committed checkpoint of job '" + std::string(job) + "' in " + root_.url());
+}
+
+Result<TierCopy> CheckpointCatalog::LatestCopyIn(std::string_view job, ObjectStore& tier) {
+  GANTRY_ASSIGN_OR_RETURN(int64_t step, Latest(job));
+  GANTRY_ASSIGN_OR_RETURN(CheckpointManifest manifest, Manifest(job, step));
+  TierCopy copy;
+  copy.step = step;
+  for (const PackRecord& c : manifest.StoredChunks()) {
+    ++copy.chunks;
+    copy.bytes += c.size;
+    Result<ObjectInfo> info = tier.Head(ChunkKey(c.id));
+    if (info.ok()) {
+      ++copy.chunks_held;
+      copy.bytes_held += c.size;
+    } else if (info.status().code() != StatusCode::kNotFound) {
+      return info.status();
+    }
+  }
+  return copy;
 }
 
 }  // namespace gantry::ckpt

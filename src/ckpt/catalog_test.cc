@@ -147,6 +147,58 @@ TEST_F(CatalogTest, LatestFollowsThePointerAndFallsBackWithoutIt) {
   EXPECT_EQ(*catalog.Latest("a"), 2);
 }
 
+TEST(CheckpointLocationTest, AJobsDirectoryOrARoot) {
+  const auto where = [](std::string_view url) {
+    Result<CheckpointLocation> l = ParseCheckpointLocation(url);
+    return l.ok() ? l->root + " | " + l->job : l.status().ToString();
+  };
+  EXPECT_EQ(where("s3://b/runs/ckpt/llama-7b"), "s3://b/runs | llama-7b");
+  EXPECT_EQ(where("s3://b/runs/ckpt/llama-7b/"), "s3://b/runs | llama-7b");
+  EXPECT_EQ(where("file:///shared/ckpt/train"), "file:///shared | train");
+  EXPECT_EQ(where("/shared/ckpt/train"), "/shared | train");
+  EXPECT_EQ(where("s3://b/runs"), "s3://b/runs | default");
+  EXPECT_EQ(where("s3://checkpoints/run-7"), "s3://checkpoints/run-7 | default");
+  // The root before "/ckpt/" would be no bucket or path: the whole URL is the root.
+  EXPECT_EQ(where("s3://ckpt/run-7"), "s3://ckpt/run-7 | default");
+  EXPECT_EQ(where("file:///ckpt/x"), "file:///ckpt/x | default");
+  EXPECT_EQ(where("s3://b/myckpt/x"), "s3://b/myckpt/x | default");
+  EXPECT_EQ(ParseCheckpointLocation("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCheckpointLocation("s3://b/ckpt/a b").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// What a node's local tier holds of a job's newest checkpoint: chunk by chunk, exactly.
+TEST_F(CatalogTest, LatestCopyInCountsTheNewestCheckpointsChunksATierHolds) {
+  SaveSteps("a", {10, 20});  // 12,000 bytes: chunks of 4096, 4096 and 3808
+  CheckpointCatalog catalog(*store_);
+  std::unique_ptr<ObjectStore> tier = OpenMemoryStore(name_ + "-tier");
+  const auto copy_of = [&]() -> TierCopy {
+    Result<TierCopy> copy = catalog.LatestCopyIn("a", *tier);
+    EXPECT_TRUE(copy.ok()) << copy.status().ToString();
+    return copy.ok() ? *copy : TierCopy{};
+  };
+  // Puts every chunk of `step` into the tier.
+  const auto copy_step = [&](int64_t step) {
+    Result<CheckpointManifest> m = catalog.Manifest("a", step);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    for (const PackRecord& c : m->StoredChunks()) {
+      ASSERT_TRUE(tier->Put(ChunkKey(c.id), *store_->Get(ChunkKey(c.id))).ok());
+    }
+  };
+  EXPECT_EQ(copy_of(), (TierCopy{20, 3, 0, 12000, 0}));
+  EXPECT_EQ(copy_of().fraction(), 0.0);
+  // Step 20's first chunk differs from step 10's (data[0] changed); the tier gets step 10's
+  // chunks: two of step 20's are among them.
+  copy_step(10);
+  EXPECT_EQ(copy_of(), (TierCopy{20, 3, 2, 12000, 4096 + 3808}));
+  EXPECT_DOUBLE_EQ(copy_of().fraction(), (4096.0 + 3808.0) / 12000.0);
+  copy_step(20);
+  EXPECT_EQ(copy_of(), (TierCopy{20, 3, 3, 12000, 12000}));
+  EXPECT_EQ(copy_of().fraction(), 1.0);
+
+  EXPECT_EQ(catalog.LatestCopyIn("nope", *tier).status().code(), StatusCode::kNotFound);
+}
+
 TEST(CkptEnvDefaultsTest, ReadsEveryVariableAndKeepsDefaults) {
   auto unset = [](const char*) { return std::optional<std::string>(); };
   CkptEnvDefaults none = ReadCkptEnvDefaults(unset);

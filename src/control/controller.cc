@@ -409,6 +409,11 @@ class Controller::Impl {
           locality_.Set(dataset, n->second, 1.0);
         }
       }
+      for (const Stager::HeldCheckpoint& h : stager_->HeldCheckpoints()) {
+        if (auto n = node_index_.find(h.node); n != node_index_.end()) {
+          locality_.Set(h.checkpoint, n->second, h.copy.fraction());
+        }
+      }
     }
     std::vector<StartDecision> decisions;
     engine_->Schedule(now, &decisions);
@@ -628,22 +633,39 @@ class Controller::Impl {
     return store_->LogEvent(now, id, "start-unconfirmed", s.ToString());
   }
 
-  // Hands the stager this cycle's targets -- decided jobs waiting for their data, and pending
-  // ones on the nodes the reservation plan expects them to start on -- and releases the waiting
-  // jobs whose data is in place, whose staging failed, or whose wait ran out.
+  // Hands the stager this cycle's targets -- decided jobs waiting for their data, pending ones
+  // on the nodes the reservation plan expects them to start on, and pending ones that declared
+  // a checkpoint location with the nodes they ran on (whose local tiers may hold their newest
+  // checkpoint) -- and releases the waiting jobs whose data is in place, whose staging failed,
+  // or whose wait ran out.
   Status Stage(Time now, CycleReport* report) {
     std::vector<StageTarget> targets;
+    const auto pending = [&](const std::string& id) {
+      auto b = by_id_.find(id);
+      return b != by_id_.end() && engine_->status(b->second).phase == JobStatus::Phase::kPending;
+    };
+    for (const auto& [id, ran] : ran_on_) {
+      if (datasets_of_.count(id) > 0 || !pending(id)) continue;
+      targets.push_back({id,
+                         {},
+                         {},
+                         ran.checkpoint,
+                         std::vector<std::string>(ran.nodes.begin(), ran.nodes.end())});
+    }
     for (const auto& [id, datasets] : datasets_of_) {
       StageTarget t{id, {}, datasets};
+      if (auto r = ran_on_.find(id); r != ran_on_.end() && pending(id)) {
+        t.checkpoint = r->second.checkpoint;
+        t.checkpoint_nodes.assign(r->second.nodes.begin(), r->second.nodes.end());
+      }
       if (auto w = waiting_.find(id); w != waiting_.end()) {
         for (const NodeGpus& slot : w->second.placement) t.nodes.push_back(slot.node);
-      } else if (auto b = by_id_.find(id); b != by_id_.end() && engine_->status(b->second).phase ==
-                                                                    JobStatus::Phase::kPending) {
-        for (const Slot& slot : engine_->planned_placement(b->second)) {
+      } else if (pending(id)) {
+        for (const Slot& slot : engine_->planned_placement(by_id_.at(id))) {
           t.nodes.push_back(cluster_.nodes()[static_cast<size_t>(slot.node)].name);
         }
       }
-      if (!t.nodes.empty()) targets.push_back(std::move(t));
+      if (!t.nodes.empty() || !t.checkpoint_nodes.empty()) targets.push_back(std::move(t));
     }
     stager_->Want(std::move(targets));
     for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -787,6 +809,7 @@ class Controller::Impl {
             o == nullptr ? "lost: the resource manager no longer knows it" : o->end_state;
         GANTRY_RETURN_IF_ERROR(store_->Finish(r.id, now, why.empty() ? "ended" : why));
         if (report != nullptr) ++report->finished;
+        ran_on_.erase(r.id);
         return EndInEngine(r.id, now, why == "cancelled");
       }
     }
@@ -815,6 +838,11 @@ class Controller::Impl {
       GANTRY_RETURN_IF_ERROR(store_->Decide(r.id, placement, now));
       GANTRY_RETURN_IF_ERROR(
           store_->LogEvent(now, r.id, "released-outside", "started without a Gantry decision"));
+    }
+    if (o.state == ObservedState::kRunning && !r.checkpoint.empty() && !o.placement.empty()) {
+      RanOn& ran = ran_on_[r.id];
+      ran.checkpoint = r.checkpoint;
+      for (const NodeGpus& s : o.placement) ran.nodes.insert(s.node);
     }
     if (o.state == ObservedState::kRunning) {
       Result<JobRecord> cur = store_->Get(r.id);
@@ -924,6 +952,7 @@ class Controller::Impl {
     q.checkpoint_interval = r.checkpoint_interval;
     q.restart_cost = r.restart_cost;
     q.datasets = r.datasets;
+    q.checkpoint = r.checkpoint;
     if (!r.gpu_types.empty()) {
       uint32_t mask = 0;
       for (const std::string& name : r.gpu_types) {
@@ -961,6 +990,14 @@ class Controller::Impl {
   // The declared datasets of every job in the engine that declared any (few: a map walked
   // every cycle, not the whole queue).
   std::map<std::string, std::vector<std::string>> datasets_of_;
+  // Jobs that declared a checkpoint location, with every node they were seen running on: the
+  // nodes whose local tier may hold their newest checkpoint, asked while they wait. Kept until
+  // the job ends; in memory only (a restarted gantryd learns them again from running jobs).
+  struct RanOn {
+    std::string checkpoint;
+    std::set<std::string> nodes;
+  };
+  std::map<std::string, RanOn> ran_on_;
   // Decided jobs held back until their data is on their nodes.
   struct Waiting {
     std::vector<NodeGpus> placement;

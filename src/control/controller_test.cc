@@ -997,6 +997,64 @@ TEST_F(ControllerStagingTest, ARestartWhileAJobWaitsDecidesItAgain) {
   EXPECT_EQ(rm_->violations_, 0);
 }
 
+// A job that declared a checkpoint location and was requeued waits; the agent of the node it
+// ran on says its local tier holds the newest checkpoint; when that node and an otherwise
+// equal one are free at once, the job goes where its restore reads locally.
+TEST_F(ControllerStagingTest, ARequeuedJobPrefersTheNodeHoldingItsCheckpoint) {
+  Result<Profile> gantry = FindProfile("gantry", {});
+  ASSERT_TRUE(gantry.ok());
+  profile_ = *gantry;  // topology placement, data-locality inside the domain
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 600);
+  const std::string ckpt = "s3://ck/runs/ckpt/c";
+  // Found running (adopted): "a" on n0 until t=50, "c" on n1, "b" on the other domain.
+  const auto running = [&](const std::string& id, int gpus, Duration run_for,
+                           std::vector<NodeGpus> placement) {
+    rm_->Submit(id, "nlp", gpus, 8, run_for, 0);
+    auto& e = rm_->jobs_[id];
+    e.job.state = ObservedState::kRunning;
+    e.job.placement = placement;
+    e.job.start = 0;
+    for (const NodeGpus& s : placement) rm_->used_[s.node] += s.gpus;
+  };
+  running("a", 8, 50, {{"nv-0-n0", 8}});
+  running("c", 8, 1000, {{"nv-0-n1", 8}});
+  rm_->jobs_["c"].job.request.checkpoint = ckpt;
+  running("b", 16, 1000, {{"nv-1-n0", 8}, {"nv-1-n1", 8}});
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok());
+  ASSERT_EQ(PhaseOf("c"), JobPhase::kRunning);
+  stager_.Poll(1);
+  EXPECT_TRUE(agents_.checkpoint_asks.empty());  // running: nothing to place
+
+  // n1 goes down under "c": Slurm requeues it; nothing is free, so it waits.
+  rm_->NodeDown("nv-0-n1");
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, &r).ok()) << EventLog();
+  EXPECT_EQ(r.requeued, 1);
+  ASSERT_EQ(PhaseOf("c"), JobPhase::kPending);
+  // n1's local tier holds all of c's newest checkpoint (n0's holds none of it).
+  agents_.copies[{"nv-0-n1", ckpt}] =
+      ckpt::TierCopy{.step = 40, .chunks = 3, .chunks_held = 3, .bytes = 300, .bytes_held = 300};
+  stager_.Poll(2);
+  stager_.Poll(3);
+  EXPECT_EQ((agents_.checkpoint_asks[{"nv-0-n1", ckpt}]), 1);  // once while it waits
+  EXPECT_EQ(agents_.checkpoint_asks.size(), 1u);               // only where it ran
+  ASSERT_EQ(stager_.HeldCheckpoints().size(), 1u);
+  EXPECT_EQ(stager_.HeldCheckpoints()[0].copy.fraction(), 1.0);
+
+  // n1 is back when "a" ends: n0 and n1 are free, equal but for the checkpoint.
+  rm_->node_state_["nv-0-n1"] = NodeState::kUp;
+  rm_->Advance(50);
+  ASSERT_TRUE(ctl->Cycle(50, &r).ok()) << EventLog();
+  EXPECT_EQ(r.started, 1);
+  EXPECT_EQ(NodesOf(rm_->jobs_["c"].job), (std::set<std::string>{"nv-0-n1"})) << EventLog();
+  EXPECT_EQ(rm_->violations_, 0);
+  // Placed: no longer a target, so a later requeue asks afresh.
+  EXPECT_TRUE(stager_.HeldCheckpoints().empty());
+}
+
 // --- Preemption ---
 
 class ControllerPreemptionTest : public ControllerTest {

@@ -1,6 +1,6 @@
 // FakeAgents (tests only): the nodes' gantry-agents as the Stager's tests and the control loop's
 // tests see them -- staging that advances one step per poll, agents that can be down, datasets that
-// fail.
+// fail, pins released, and local tiers holding the checkpoints a test puts there.
 #pragma once
 
 #include <algorithm>
@@ -47,7 +47,25 @@ class FakeAgents final : public StagingAgents {
     return p;
   }
 
+  Status Release(const std::string& node, const std::string& dataset,
+                 const std::string& job) override {
+    released.push_back(node + " " + dataset + " " + job);
+    return down.count(node) > 0 ? Unavailable("connection refused") : Status::Ok();
+  }
+  Result<ckpt::TierCopy> Checkpoint(const std::string& node,
+                                    const std::string& checkpoint) override {
+    ++checkpoint_asks[{node, checkpoint}];
+    if (down.count(node) > 0) return Unavailable("connection refused");
+    auto it = copies.find({node, checkpoint});
+    if (it == copies.end()) return NotFound("no committed checkpoint");
+    return it->second;
+  }
+
   std::map<std::pair<std::string, std::string>, StageProgress> state;
+  // (node, checkpoint URL) -> what its local tier holds of the newest checkpoint.
+  std::map<std::pair<std::string, std::string>, ckpt::TierCopy> copies;
+  std::map<std::pair<std::string, std::string>, int> checkpoint_asks;
+  std::vector<std::string> released;  // "node dataset job", in order
   std::map<std::pair<std::string, std::string>, int> asks;
   std::map<std::pair<std::string, std::string>, int> gets;
   std::vector<std::string> asked_by;

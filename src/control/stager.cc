@@ -43,6 +43,16 @@ class HttpAgents final : public StagingAgents {
     GANTRY_ASSIGN_OR_RETURN(StageState s, GetStage(url, token_, dataset));
     return FromState(s);
   }
+  Status Release(const std::string& node, const std::string& dataset,
+                 const std::string& job) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    return ReleaseStage(url, token_, dataset, job).status();
+  }
+  Result<ckpt::TierCopy> Checkpoint(const std::string& node,
+                                    const std::string& checkpoint) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    return LocateCheckpoint(url, token_, checkpoint);
+  }
 
  private:
   Result<std::string> UrlOf(const std::string& node) const {
@@ -89,18 +99,51 @@ void Stager::Want(std::vector<StageTarget> targets) {
   MutexLock lock(mu_);
   std::map<std::string, StageTarget> next;
   bool adds = false;
+  std::set<Key> checkpoints;
   for (StageTarget& t : targets) {
-    if (t.nodes.empty() || t.datasets.empty()) continue;
+    const bool data = !t.nodes.empty() && !t.datasets.empty();
+    const bool checkpoint = !t.checkpoint.empty() && !t.checkpoint_nodes.empty();
+    if (!data && !checkpoint) continue;
     for (const std::string& node : t.nodes) {
       for (const std::string& d : t.datasets) {
         auto it = entries_.find({node, d});
         adds = adds || it == entries_.end() || !it->second.asked;
       }
     }
+    if (checkpoint) {
+      for (const std::string& node : t.checkpoint_nodes) {
+        checkpoints.insert({node, t.checkpoint});
+        adds = adds || checkpoints_.count({node, t.checkpoint}) == 0;
+      }
+    }
     std::string job = t.job;
     next[job] = std::move(t);
   }
+  // A (node, dataset) no job wants any more (they started, ended, or are planned elsewhere):
+  // its agent drops the pin it holds for the job it was asked for.
+  std::set<Key> still;
+  for (const auto& [job, t] : next) {
+    for (const std::string& node : t.nodes) {
+      for (const std::string& d : t.datasets) still.insert({node, d});
+    }
+  }
+  for (const auto& [job, old] : wanted_) {
+    for (const std::string& node : old.nodes) {
+      for (const std::string& d : old.datasets) {
+        auto e = entries_.find({node, d});
+        if (e == entries_.end() || e->second.asked_for.empty() || still.count(e->first) > 0) {
+          continue;
+        }
+        releases_.emplace_back(node, d, std::move(e->second.asked_for));
+        e->second.asked_for.clear();  // once
+        // Wanted there again later (its plan came back), it is asked again, which pins again.
+        e->second.asked = false;
+        adds = true;  // wake the thread to send it
+      }
+    }
+  }
   wanted_ = std::move(next);
+  std::erase_if(checkpoints_, [&](const auto& e) { return checkpoints.count(e.first) == 0; });
   UpdateMetrics();
   if (adds) {
     ++generation_;
@@ -116,8 +159,25 @@ void Stager::Poll(Time now) {
     bool ask;
   };
   std::vector<Call> calls;
+  std::vector<Key> checkpoint_calls;
+  std::vector<std::tuple<std::string, std::string, std::string>> releases;
   {
     MutexLock lock(mu_);
+    releases.swap(releases_);
+    for (const auto& [job, t] : wanted_) {
+      for (const std::string& node : t.checkpoint_nodes) {
+        Key key{node, t.checkpoint};
+        auto it = checkpoints_.find(key);
+        const bool retry = it != checkpoints_.end() &&
+                           (it->second.state == "failed" || it->second.state == "unreachable") &&
+                           now >= it->second.retry_at;
+        if ((it == checkpoints_.end() || retry) &&
+            std::find(checkpoint_calls.begin(), checkpoint_calls.end(), key) ==
+                checkpoint_calls.end()) {
+          checkpoint_calls.push_back(std::move(key));
+        }
+      }
+    }
     std::set<Key> planned;
     for (const auto& [job, t] : wanted_) {
       for (const std::string& node : t.nodes) {
@@ -146,6 +206,7 @@ void Stager::Poll(Time now) {
     MutexLock lock(mu_);
     Entry& e = entries_[c.key];
     e.asked = true;
+    if (c.ask) e.asked_for = c.job;
     if (r.ok()) {
       e.progress = *r;
     } else {
@@ -161,6 +222,34 @@ void Stager::Poll(Time now) {
     if (e.progress.state == "failed" || e.progress.state == "unreachable") {
       e.retry_at = now + options_.retry_after_s;
     }
+  }
+  for (const auto& [node, dataset, job] : releases) {
+    // Best effort: an agent that misses it drops the pin when its lease ends.
+    (void)agents_->Release(node, dataset, job);
+  }
+  for (const Key& key : checkpoint_calls) {
+    Result<ckpt::TierCopy> r = agents_->Checkpoint(key.first, key.second);
+    CheckpointEntry e;
+    if (r.ok()) {
+      e.state = "held";
+      e.copy = *r;
+    } else {
+      const StatusCode code = r.status().code();
+      e.state = code == StatusCode::kNotFound ? "none"
+                : code == StatusCode::kUnavailable || code == StatusCode::kDeadlineExceeded
+                    ? "unreachable"
+                    : "failed";
+      e.retry_at = now + options_.retry_after_s;
+    }
+    MutexLock lock(mu_);
+    // Kept only while still wanted: Want may have dropped it during the call.
+    bool wanted = false;
+    for (const auto& [job, t] : wanted_) {
+      wanted = wanted || (t.checkpoint == key.second &&
+                          std::find(t.checkpoint_nodes.begin(), t.checkpoint_nodes.end(),
+                                    key.first) != t.checkpoint_nodes.end());
+    }
+    if (wanted) checkpoints_[key] = std::move(e);
   }
   MutexLock lock(mu_);
   UpdateMetrics();
@@ -179,6 +268,16 @@ void Stager::UpdateMetrics() {
   for (const auto& [state, n] : by_state) {
     m->GetGauge("gantry_staging_datasets",
                 "Datasets on nodes by staging state (one per node and dataset gantryd asked for).",
+                {{"state", state}})
+        .Set(n);
+  }
+  std::map<std::string, int> checkpoints_by_state = {
+      {"held", 0}, {"none", 0}, {"failed", 0}, {"unreachable", 0}};
+  for (const auto& [key, e] : checkpoints_) ++checkpoints_by_state[e.state];
+  for (const auto& [state, n] : checkpoints_by_state) {
+    m->GetGauge("gantry_staging_checkpoint_nodes",
+                "Nodes asked how much of a waiting job's newest checkpoint their local tier "
+                "holds, by answer (held: an answer; none: no checkpoint there).",
                 {{"state", state}})
         .Set(n);
   }
@@ -283,6 +382,15 @@ std::vector<std::pair<std::string, std::string>> Stager::Held() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [key, e] : entries_) {
     if (e.progress.state == "done") out.push_back(key);
+  }
+  return out;
+}
+
+std::vector<Stager::HeldCheckpoint> Stager::HeldCheckpoints() const {
+  MutexLock lock(mu_);
+  std::vector<HeldCheckpoint> out;
+  for (const auto& [key, e] : checkpoints_) {
+    if (e.state == "held" && e.copy.chunks_held > 0) out.push_back({key.first, key.second, e.copy});
   }
   return out;
 }

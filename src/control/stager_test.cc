@@ -101,6 +101,86 @@ TEST(Stager, AnAgentThatForgotIsAskedAgain) {
   EXPECT_EQ(stager.Progress("n1", "s3://b/a").state, "staging");
 }
 
+// A waiting job's checkpoint: each node it ran on is asked once; an agent that does not answer
+// is asked again after retry_after_s, one without the checkpoint is not; a node holding none of
+// it is not reported; once the job is no longer wanted the answers go.
+TEST(Stager, AsksTheNodesAJobRanOnAboutItsCheckpointOnce) {
+  FakeAgents agents;
+  MetricsRegistry metrics;
+  Stager stager(&agents, {.retry_after_s = 30, .metrics = &metrics});
+  const std::string ck = "s3://ck/ckpt/j";
+  agents.copies[{"n1", ck}] = {
+      .step = 9, .chunks = 4, .chunks_held = 3, .bytes = 400, .bytes_held = 100};
+  agents.copies[{"n3", ck}] = {
+      .step = 9, .chunks = 4, .chunks_held = 0, .bytes = 400, .bytes_held = 0};
+  agents.down.insert("n4");
+  stager.Want({{.job = "j",
+                .nodes = {},
+                .datasets = {},
+                .checkpoint = ck,
+                .checkpoint_nodes = {"n1", "n2", "n3", "n4"}}});
+  stager.Poll(0);
+  stager.Poll(1);
+  for (const char* n : {"n1", "n2", "n3", "n4"}) EXPECT_EQ((agents.checkpoint_asks[{n, ck}]), 1);
+  const std::vector<Stager::HeldCheckpoint> held = stager.HeldCheckpoints();
+  ASSERT_EQ(held.size(), 1u);  // n2 has none, n3 holds none of it, n4 did not answer
+  EXPECT_EQ(held[0].node, "n1");
+  EXPECT_EQ(held[0].checkpoint, ck);
+  EXPECT_EQ(held[0].copy.fraction(), 0.25);
+  const std::string text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_staging_checkpoint_nodes{state=\"held\"} 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gantry_staging_checkpoint_nodes{state=\"none\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("gantry_staging_checkpoint_nodes{state=\"unreachable\"} 1"),
+            std::string::npos);
+  // n4's agent is back: asked again once the retry time has come, not before.
+  agents.down.clear();
+  agents.copies[{"n4", ck}] = {
+      .step = 9, .chunks = 4, .chunks_held = 4, .bytes = 400, .bytes_held = 400};
+  stager.Poll(29);
+  EXPECT_EQ((agents.checkpoint_asks[{"n4", ck}]), 1);
+  stager.Poll(30);
+  EXPECT_EQ((agents.checkpoint_asks[{"n4", ck}]), 2);
+  EXPECT_EQ((agents.checkpoint_asks[{"n2", ck}]), 1);  // NotFound is an answer
+  EXPECT_EQ(stager.HeldCheckpoints().size(), 2u);
+  // The job starts: forgotten. Waiting again later, it is asked afresh.
+  stager.Want({});
+  EXPECT_TRUE(stager.HeldCheckpoints().empty());
+  stager.Want(
+      {{.job = "j", .nodes = {}, .datasets = {}, .checkpoint = ck, .checkpoint_nodes = {"n1"}}});
+  stager.Poll(31);
+  EXPECT_EQ((agents.checkpoint_asks[{"n1", ck}]), 2);
+  EXPECT_EQ(stager.HeldCheckpoints().size(), 1u);
+}
+
+// A (node, dataset) no job wants any more lets its agent drop the pin it holds for the job it
+// was asked for; one another job still wants keeps it.
+TEST(Stager, WhatNoJobWantsAnyMoreIsReleased) {
+  FakeAgents agents;
+  Stager stager(&agents, {});
+  stager.Want({{"1", {"n1", "n2"}, {"s3://b/a"}}, {"2", {"n3"}, {"s3://b/a"}}});
+  stager.Poll(0);
+  EXPECT_TRUE(agents.released.empty());
+  // 1 is planned on n2 and n4 now; 2 on n1 and n3 (n1's copy was asked for by 1).
+  stager.Want({{"1", {"n2", "n4"}, {"s3://b/a"}}, {"2", {"n1", "n3"}, {"s3://b/a"}}});
+  stager.Poll(1);
+  EXPECT_TRUE(agents.released.empty());
+  stager.Want({{"2", {"n1", "n3"}, {"s3://b/a"}}});  // 1 started
+  stager.Poll(2);
+  EXPECT_EQ(agents.released, (std::vector<std::string>{"n2 s3://b/a 1", "n4 s3://b/a 1"}));
+  stager.Want({});  // 2 started
+  stager.Poll(3);
+  EXPECT_EQ(agents.released, (std::vector<std::string>{"n2 s3://b/a 1", "n4 s3://b/a 1",
+                                                       "n1 s3://b/a 1", "n3 s3://b/a 2"}));
+  stager.Poll(4);
+  EXPECT_EQ(agents.released.size(), 4u);  // once each
+  // Wanted there again (a plan that came back): asked again, so the agent pins it again.
+  stager.Want({{"3", {"n1"}, {"s3://b/a"}}});
+  stager.Poll(5);
+  EXPECT_EQ((agents.asks[{"n1", "s3://b/a"}]), 2);
+  EXPECT_EQ(agents.asked_by.back(), "3");
+}
+
 // Jobs without nodes or datasets want nothing; the thread polls on its own and stops promptly.
 TEST(Stager, TheThreadPollsUntilStopped) {
   FakeAgents agents;

@@ -312,6 +312,7 @@ class MdsLoaded final : public LoadedShard {
   }
   uint64_t size() const override { return shard_.num_samples(); }
   const std::shared_ptr<const ShardBytes>& bytes() const override { return shard_.bytes(); }
+  std::shared_ptr<const void> cache_pin() const override { return pin_; }
   Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const override {
     GANTRY_ASSIGN_OR_RETURN(std::vector<std::string_view> cols,
                             shard_.Sample(static_cast<uint32_t>(i)));
@@ -389,6 +390,7 @@ class WdsLoaded final : public LoadedShard {
       : shard_(std::move(shard)), pin_(std::move(pin)) {}
   uint64_t size() const override { return shard_.samples().size(); }
   const std::shared_ptr<const ShardBytes>& bytes() const override { return shard_.bytes(); }
+  std::shared_ptr<const void> cache_pin() const override { return pin_; }
   Status Get(uint64_t i, std::string& key, std::vector<SampleField>& fields) const override {
     const WdsSample& s = shard_.samples()[i];
     key = s.key;

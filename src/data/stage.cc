@@ -119,6 +119,11 @@ Result<StageProgress> StageDataset(const std::string& url, const StageOptions& o
                                "' does not fit in the shard cache (the rest of it is pinned by "
                                "readers)");
     }
+    if (options.keep_pinned != nullptr) {
+      if (std::shared_ptr<const void> pin = (*read)->cache_pin()) {
+        options.keep_pinned->push_back(std::move(pin));
+      }
+    }
     advance(shard + 1);
   }
   return progress;

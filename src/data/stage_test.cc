@@ -253,6 +253,35 @@ TEST(StageDataset, TooSmallCacheStagesWhatFitsAndIsResourceExhausted) {
   EXPECT_EQ(last.bytes_fetched, 0u);
 }
 
+// Staged and kept pinned (keep_pinned): staging another dataset that needs the room cannot
+// evict it (without the pins LRU retires its shards first: they are the oldest); once the pins
+// are dropped it can.
+TEST(StageDataset, KeptPinsHoldAStagedDatasetAgainstEviction) {
+  TempDir tmp;
+  const std::string a = tmp.path() + "/a", b = tmp.path() + "/b", cache = tmp.path() + "/cache";
+  WriteMds(a, 3, 4);
+  WriteMds(b, 3, 4, /*salt=*/1);
+  // Room for all of a and one shard of b (every cached shard has a trailer).
+  const uint64_t capacity = ShardBytesIn(a) + 3 * ShardCache::kTrailerBytes +
+                            fs::file_size(ShardFiles(b)[0]) + ShardCache::kTrailerBytes + 10;
+  std::vector<std::shared_ptr<const void>> pins;
+  StageOptions keep = Stage(cache, capacity);
+  keep.keep_pinned = &pins;
+  ASSERT_TRUE(StageDataset("file://" + a, keep).ok());
+  EXPECT_EQ(pins.size(), 3u);
+  // b's shards churn through the one free slot; a stays whole.
+  ASSERT_TRUE(StageDataset("file://" + b, Stage(cache, capacity)).ok());
+  Result<StageProgress> again = StageDataset("file://" + a, Stage(cache, capacity));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->bytes_fetched, 0u);
+  // Released: staging b now evicts a's least recently used shards.
+  pins.clear();
+  ASSERT_TRUE(StageDataset("file://" + b, Stage(cache, capacity)).ok());
+  again = StageDataset("file://" + a, Stage(cache, capacity));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_GT(again->bytes_fetched, 0u);
+}
+
 TEST(StageDataset, CancelStopsBetweenShards) {
   TempDir tmp;
   const std::string data = tmp.path() + "/data", cache = tmp.path() + "/cache";

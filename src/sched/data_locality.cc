@@ -42,13 +42,16 @@ double DataLocalityMap::Fraction(const std::string& dataset, NodeIndex node) con
 }
 
 double DataLocalityMap::HeldFraction(NodeIndex node, const JobRequest& job) const {
-  if (job.datasets.empty()) return 0;
-  double sum = 0;
-  for (const std::string& d : job.datasets) sum += Fraction(d, node);
-  return sum / static_cast<double>(job.datasets.size());
+  double datasets = 0;
+  for (const std::string& d : job.datasets) datasets += Fraction(d, node);
+  if (!job.datasets.empty()) datasets /= static_cast<double>(job.datasets.size());
+  if (job.checkpoint.empty()) return datasets;
+  const double checkpoint = Fraction(job.checkpoint, node);
+  return job.datasets.empty() ? checkpoint : (datasets + checkpoint) / 2;
 }
 
 bool DataLocalityMap::HeldAnywhere(const JobRequest& job) const {
+  if (!job.checkpoint.empty() && held_.count(job.checkpoint) != 0) return true;
   for (const std::string& d : job.datasets) {
     if (held_.count(d) != 0) return true;
   }

@@ -104,6 +104,30 @@ TEST(DataLocalityMap, FractionsPerDatasetAndJob) {
   EXPECT_EQ(m.Fraction("s3://a", 1), 0);
 }
 
+// A declared checkpoint weighs as much as all the job's datasets together (data_locality.h).
+TEST(DataLocalityMap, TheCheckpointWeighsAsMuchAsAllDatasets) {
+  DataLocalityMap m;
+  JobRequest only = MakeJob(0, 1, 1);
+  only.checkpoint = "s3://ck/ckpt/run";
+  JobRequest both = MakeJob(1, 1, 1, {"s3://a", "s3://b"});
+  both.checkpoint = "s3://ck/ckpt/run";
+  EXPECT_FALSE(m.HeldAnywhere(only));
+  m.Set("s3://ck/ckpt/run", 2, 0.5);
+  m.Set("s3://a", 3, 1.0);
+  m.Set("s3://b", 3, 1.0);
+  EXPECT_TRUE(m.HeldAnywhere(only));
+  EXPECT_EQ(m.HeldFraction(2, only), 0.5);
+  EXPECT_EQ(m.HeldFraction(3, only), 0);
+  EXPECT_EQ(m.HeldFraction(2, both), 0.25);  // (0 + 0.5) / 2
+  EXPECT_EQ(m.HeldFraction(3, both), 0.5);   // (1 + 0) / 2
+  m.Set("s3://ck/ckpt/run", 3, 1.0);
+  EXPECT_EQ(m.HeldFraction(3, both), 1.0);
+  m.Erase("s3://a");
+  m.Erase("s3://b");
+  EXPECT_TRUE(m.HeldAnywhere(both));  // through its checkpoint alone
+  EXPECT_EQ(m.HeldFraction(3, both), 0.5);
+}
+
 TEST(DataLocalityScore, UniformWhenItCannotMatter) {
   const Cluster c = MakeCluster(0, 4);
   DataLocalityMap m;
@@ -125,6 +149,12 @@ TEST(DataLocalityScore, UniformWhenItCannotMatter) {
   EXPECT_EQ((*seeing)->Score(held, 2, 8, free), 1);
   EXPECT_EQ((*seeing)->Score(held, 1, 8, free), 0);
   EXPECT_EQ((*seeing)->Score(none, 2, 8, free), 0);
+  // A job that declares only a checkpoint: the node holding it scores, the others not.
+  JobRequest ckpt = MakeJob(3, 1, 1);
+  ckpt.checkpoint = "s3://held";
+  EXPECT_FALSE((*seeing)->Uniform(ckpt));
+  EXPECT_EQ((*seeing)->Score(ckpt, 2, 8, free), 1);
+  EXPECT_EQ((*seeing)->Score(ckpt, 1, 8, free), 0);
   auto bad = PluginRegistry::Builtin().CreateScore(
       "data-locality", PluginArgs("data-locality", {{"weight", "2"}}), ctx);
   EXPECT_FALSE(bad.ok());

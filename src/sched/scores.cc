@@ -22,9 +22,10 @@
 //                 that may use the node's type but fewer types than this job, i.e. would be
 //                 left with fewer places to run if this job took the node. Constant on a
 //                 cluster of one type, or for a job that can use only one type.
-//   data-locality the fraction of the job's declared data (JobRequest::datasets) the node's
-//                 local tier already holds, as the driver's DataLocality says
-//                 (sched/data_locality.h). 0 on every node, and Uniform, for a job that declares
+//   data-locality the fraction of the job's declared data (JobRequest::datasets, and its newest
+//                 checkpoint at JobRequest::checkpoint, weighted as sched/data_locality.h says)
+//                 the node's local tier already holds, as the driver's DataLocality says.
+//                 0 on every node, and Uniform, for a job that declares
 //                 no data, when the driver gives no DataLocality, or when no node holds any of
 //                 the job's data: it then changes no placement and costs no fast path.
 #include <algorithm>
@@ -144,14 +145,18 @@ class DataLocalityScore final : public ScorePlugin {
   explicit DataLocalityScore(const DataLocality* locality) : locality_(locality) {}
   std::string_view name() const override { return "data-locality"; }
   double Score(const JobRequest& job, NodeIndex node, int, const FreeIndex&) const override {
-    if (locality_ == nullptr || job.datasets.empty()) return 0;
+    if (locality_ == nullptr || !DeclaresData(job)) return 0;
     return std::clamp(locality_->HeldFraction(node, job), 0.0, 1.0);
   }
   bool Uniform(const JobRequest& job) const override {
-    return locality_ == nullptr || job.datasets.empty() || !locality_->HeldAnywhere(job);
+    return locality_ == nullptr || !DeclaresData(job) || !locality_->HeldAnywhere(job);
   }
 
  private:
+  static bool DeclaresData(const JobRequest& job) {
+    return !job.datasets.empty() || !job.checkpoint.empty();
+  }
+
   const DataLocality* locality_;  // borrowed from the driver (EngineOptions); may be null
 };
 

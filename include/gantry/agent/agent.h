@@ -14,16 +14,35 @@
 //                              StageState, stage_client.h); a dataset queued, staging or done
 //                              answers its state, a failed one is retried; a URL that is not
 //                              file://, s3://, http:// or https:// 400; no data_cache_dir 501
+//                              A request naming a job pins what is staged for it (below).
+//   DELETE /v1/stage?dataset=URL&job=ID
+//                              the job no longer needs it pinned: 200 its state; 404 if
+//                              never asked
 //   GET /v1/stage?dataset=URL  200 its state; 404 if never asked
 //   GET /v1/stage              200 {"datasets": [state, ...]}
+//   GET /v1/checkpoint?url=URL how much of the newest committed checkpoint at URL (a root, or
+//                              ROOT/ckpt/JOB: ckpt::ParseCheckpointLocation) this node's tier
+//                              (ROOT) holds: 200 {"checkpoint", "step", "chunks",
+//                              "chunks_held", "bytes", "bytes_held"} (a TierCopy,
+//                              stage_client.h); 404 when the job has no committed checkpoint;
+//                              400 for a URL that is not file://, s3://, http:// or https://,
+//                              403 for one outside stage_allow. The manifest is read from the
+//                              durable root by the serving worker (one listing and one read),
+//                              the chunks looked up beneath ROOT. gantryd asks it of the nodes
+//                              a waiting job ran on (include/gantry/control/stager.h).
 //   GET /healthz               "ok"
 //   GET /metrics               Prometheus text: requests by route and status, bytes served,
 //                              errors, staging (bytes fetched per dataset, datasets staging,
 //                              failures by code)
-// Staging reads whatever dataset URL a token holder names, as the agent's user and with its
-// credentials (S3 keys from its environment): the token is the cluster's trust boundary.
+// Staging, and the checkpoint route, read whatever URL a token holder names (under
+// stage_allow), as the agent's user and with its credentials (S3 keys from its environment):
+// the token is the cluster's trust boundary.
 // Stagings run on stage_threads threads of their own, so they never delay object reads or
-// /healthz; Stop() cancels them between shards.
+// /healthz; Stop() cancels them between shards. A dataset staged at the request of a job stays
+// pinned in the shard cache (no process on the node evicts its shards) until every job that
+// asked for it released it (DELETE, when gantryd sees the job start or end) or until
+// stage_pin_seconds after the last request, whichever comes first: a waiting job's data is not
+// evicted by the next staging, and a forgotten pin cannot hold the cache for ever.
 //
 // Keys resolve beneath ROOT only: "..", absolute keys and symlinks are refused, so no request
 // reads outside the served directory. Bodies are streamed from the file in pieces (a 4 MiB chunk
@@ -60,6 +79,7 @@
 
 #include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
+#include "gantry/common/time.h"
 
 namespace gantry {
 
@@ -113,8 +133,15 @@ struct AgentOptions {
   uint64_t data_cache_bytes = 0;
   // Datasets staged at once, on threads of their own (not the object workers). Default: 2.
   int stage_threads = 2;
-  // URL prefixes a staged dataset must start with ("s3://datasets/", "file:///lustre/data/");
-  // another is refused with 403 (PermissionDenied). A file:// URL is compared after resolving
+  // The longest a staged dataset stays pinned for the jobs that asked for it, counted from the
+  // latest request (a job that never releases it). 0: staged datasets are never pinned.
+  // Default: 6 h (gantryd's --data-wait is 10 min; a reservation rarely plans further ahead).
+  int64_t stage_pin_seconds = 6 * 3600;
+  // The clock of the pins' leases. Default: the real clock; tests pass a SimulatedClock.
+  Clock* clock = nullptr;
+  // URL prefixes a staged dataset, or a checkpoint location asked about (GET /v1/checkpoint),
+  // must start with ("s3://datasets/", "file:///lustre/data/"); another is refused with 403
+  // (PermissionDenied). A file:// URL is compared after resolving
   // "..", "." and symlinks, and a prefix matches whole path components only. The agent reads
   // as its own user (often root) and the cache is readable by every job on the node, while any
   // holder of the agent token -- a job restoring checkpoints from peers has it -- may ask: set

@@ -1,7 +1,9 @@
 // Staging through a node's gantry-agent, from the caller's side: the state of one dataset's
 // staging (StageState, the JSON the agent's /v1/stage routes answer with) and the calls gantryd
 // makes to ask an agent to stage a dataset into its node's shard cache and to poll it
-// (docs/storage.md, "Peer agent"; the staging itself is include/gantry/data/stage.h).
+// (docs/storage.md, "Peer agent"; the staging itself is include/gantry/data/stage.h); and the
+// call that asks how much of a job's newest checkpoint the node's local tier holds
+// (GET /v1/checkpoint; the measure is CheckpointCatalog::LatestCopyIn).
 //
 //   GANTRY_ASSIGN_OR_RETURN(StageState s,
 //                           RequestStage("http://node7:7070", token, "s3://bkt/train", "1234"));
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "gantry/ckpt/catalog.h"
 #include "gantry/common/status.h"
 
 namespace gantry {
@@ -24,7 +27,8 @@ namespace gantry {
 // One dataset's staging on one agent. JSON (every field always present):
 //   {"dataset": URL, "state": "queued"|"staging"|"done"|"failed", "shards_total": N,
 //    "shards_done": k, "bytes_total": B, "bytes_done": b, "bytes_fetched": f, "error": "...",
-//    "code": "NotFound"|..., "jobs": ["123", ...], "started": unix_s, "finished": unix_s}
+//    "code": "NotFound"|..., "jobs": ["123", ...], "started": unix_s, "finished": unix_s,
+//    "pinned_until": unix_s}
 struct StageState {
   std::string dataset;           // the URL, as asked
   std::string state = "queued";  // queued, staging, done or failed
@@ -40,6 +44,10 @@ struct StageState {
   std::vector<std::string> jobs;  // the jobs that asked for it (informative), in asking order
   int64_t started = 0;            // unix seconds the latest attempt started; 0: not yet
   int64_t finished = 0;           // unix seconds it ended (done or failed); 0: not yet
+  // Staged for a job that has not released it yet: its shards are pinned against the cache's
+  // LRU eviction until then at the latest (the agent's clock, unix seconds); 0: not pinned.
+  // (Absent from an older agent's answer: 0.)
+  int64_t pinned_until = 0;
 
   bool terminal() const { return state == "done" || state == "failed"; }
   // The failure as a Status (OK unless failed).
@@ -57,10 +65,28 @@ Result<StageState> StageStateFromJson(const nlohmann::json& j);
 // Unimplemented (the agent has no --data-cache); Unavailable when it cannot be reached.
 Result<StageState> RequestStage(const std::string& agent_url, const std::string& token,
                                 const std::string& dataset, const std::string& job);
+// DELETE AGENT_URL/v1/stage?dataset=DATASET&job=JOB: JOB no longer needs the dataset pinned
+// (it started, or ended); the pins go when no job holds them. The state; NotFound when the
+// agent was never asked.
+Result<StageState> ReleaseStage(const std::string& agent_url, const std::string& token,
+                                const std::string& dataset, const std::string& job);
 // GET AGENT_URL/v1/stage?dataset=DATASET: the state; NotFound when the agent was never asked.
 Result<StageState> GetStage(const std::string& agent_url, const std::string& token,
                             const std::string& dataset);
 // GET AGENT_URL/v1/stage: every dataset the agent was asked to stage since it started.
 Result<std::vector<StageState>> ListStages(const std::string& agent_url, const std::string& token);
+
+// GET /v1/checkpoint's answer: {"checkpoint": URL, "step": S, "chunks": N, "chunks_held": k,
+// "bytes": B, "bytes_held": b} (every field always present).
+nlohmann::json TierCopyToJson(const std::string& checkpoint, const ckpt::TierCopy& c);
+// InvalidArgument for a document that is not one.
+Result<ckpt::TierCopy> TierCopyFromJson(const nlohmann::json& j);
+
+// GET AGENT_URL/v1/checkpoint?url=CHECKPOINT: how much of the newest committed checkpoint at
+// CHECKPOINT (a root, or ROOT/ckpt/JOB: ckpt::ParseCheckpointLocation) the agent's local tier
+// holds. NotFound when the job has no committed checkpoint; PermissionDenied for a URL outside
+// the agent's --stage-allow prefixes (or a wrong token); Unavailable when it cannot be reached.
+Result<ckpt::TierCopy> LocateCheckpoint(const std::string& agent_url, const std::string& token,
+                                        const std::string& checkpoint);
 
 }  // namespace gantry

@@ -46,6 +46,37 @@ std::optional<CheckpointKey> ParseCheckpointKey(std::string_view key);
 // A step as a user types it: digits only, at most 18 of them; InvalidArgument otherwise.
 Result<int64_t> ParseStepNumber(std::string_view text);
 
+// Where one job's checkpoints live, as a single URL names it: the checkpoint root and the job.
+struct CheckpointLocation {
+  std::string root;  // the durable tier, as EngineOptions::durable_url takes it
+  std::string job;
+};
+// The one reading of such a URL (a job's `#GANTRY --checkpoint=URL`): "ROOT/ckpt/JOB" -- the
+// job's own directory in the layout above -- names JOB under ROOT; any other URL is a root and
+// names its job "default" (GANTRY_CKPT_JOB's default). "s3://b/runs/ckpt/llama-7b" is job
+// "llama-7b" under "s3://b/runs"; "s3://ckpt/run-7" is a root (bucket "ckpt": the root part
+// before "/ckpt/" must name a bucket or path). InvalidArgument for an empty URL, or a JOB that is
+// not one key segment.
+Result<CheckpointLocation> ParseCheckpointLocation(std::string_view url);
+
+// How much of a job's newest committed checkpoint one tier (a node's local tier) holds: the
+// distinct chunks of its manifest (a pack counted once, by its whole size) and their raw bytes,
+// against those whose object the tier has. Presence only: a damaged copy is caught by its
+// checksum when a restore reads it, and read elsewhere.
+struct TierCopy {
+  int64_t step = -1;
+  uint64_t chunks = 0;
+  uint64_t chunks_held = 0;
+  uint64_t bytes = 0;
+  uint64_t bytes_held = 0;
+  // bytes_held / bytes; a checkpoint of no bytes counts as held when it has no chunks.
+  double fraction() const {
+    return bytes == 0 ? (chunks_held == chunks ? 1.0 : 0.0)
+                      : static_cast<double>(bytes_held) / static_cast<double>(bytes);
+  }
+  bool operator==(const TierCopy&) const = default;
+};
+
 enum class StepState {
   kCommitted,   // manifest present and valid
   kIncomplete,  // parts but no manifest: a save in flight, or abandoned
@@ -85,6 +116,11 @@ class CheckpointCatalog {
   // The newest committed step: the latest pointer when it names a committed step, else the
   // newest committed step listed. NotFound when the job has none.
   Result<int64_t> Latest(std::string_view job);
+
+  // The newest committed checkpoint of `job` (Latest, then Manifest) measured against `tier`:
+  // one Head per distinct chunk there. NotFound when the job has none; the catalog's errors for
+  // a damaged manifest or a failing store; a tier's error other than NotFound.
+  Result<TierCopy> LatestCopyIn(std::string_view job, ObjectStore& tier);
 
   ObjectStore& root() { return root_; }
 

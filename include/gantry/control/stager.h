@@ -4,7 +4,10 @@
 // asks every one of those nodes' gantry-agent to stage the datasets into the node's local shard
 // cache (POST /v1/stage, docs/storage.md "Peer agent"), follows their progress, and answers the
 // loop's two questions: what does each node hold (the data-locality score), and is a decided
-// job's data in place yet (so that it starts with its data local).
+// job's data in place yet (so that it starts with its data local). For a waiting job that
+// declared a checkpoint location and ran before, it also asks the agents of the nodes it ran on
+// how much of its newest checkpoint their local tier holds (GET /v1/checkpoint), once per node
+// while the job waits, so that the score prefers the node its restore reads locally.
 //
 // The agents' HTTP calls happen on the stager's own thread (Start), never on the control
 // loop's: the loop only hands over its targets (Want) and reads progress, both cheap. Poll does
@@ -23,9 +26,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "gantry/ckpt/catalog.h"
 #include "gantry/common/metrics.h"
 #include "gantry/common/status.h"
 #include "gantry/common/thread_annotations.h"
@@ -57,6 +62,15 @@ class StagingAgents {
   // The state of `dataset` on `node` without asking for it; NotFound when the agent was never
   // asked (or has restarted since).
   virtual Result<StageProgress> Get(const std::string& node, const std::string& dataset) = 0;
+  // `job` no longer needs `dataset` pinned in `node`'s cache (it started, ended, or is planned
+  // elsewhere now). Errors are the calls' (the agent's pin lease ends on its own anyway).
+  virtual Status Release(const std::string& node, const std::string& dataset,
+                         const std::string& job) = 0;
+  // How much of the newest committed checkpoint at `checkpoint` (a root, or ROOT/ckpt/JOB)
+  // `node`'s local tier holds. NotFound when there is none there (or no agent is known for the
+  // node); Unavailable when the agent cannot be reached.
+  virtual Result<ckpt::TierCopy> Checkpoint(const std::string& node,
+                                            const std::string& checkpoint) = 0;
 };
 
 // The agents over HTTP (include/gantry/agent/stage_client.h): node NAME's agent is at
@@ -69,11 +83,16 @@ std::unique_ptr<StagingAgents> HttpStagingAgents(std::map<std::string, std::stri
 // both, or a node given twice.
 Result<std::map<std::string, std::string>> ParseAgentUrls(const std::vector<std::string>& words);
 
-// A job that will run on `nodes` soon and reads `datasets`.
+// A job that will run on `nodes` soon and reads `datasets`; and, for a waiting job that
+// declared one, its checkpoint location and the nodes whose local tier may hold its newest
+// checkpoint (those it ran on).
 struct StageTarget {
   std::string job;
   std::vector<std::string> nodes;
   std::vector<std::string> datasets;
+  // (Default initializers, so the many {job, nodes, datasets} targets need not spell them.)
+  std::string checkpoint = {};
+  std::vector<std::string> checkpoint_nodes = {};
 };
 
 struct StagerOptions {
@@ -94,10 +113,14 @@ class Stager {
   Stager& operator=(const Stager&) = delete;
 
   // Replaces the set of jobs whose data is wanted. A (node, dataset) nobody wants any more is
-  // not polled again, but what was staged stays known (the node still holds it).
+  // not polled again, but what was staged stays known (the node still holds it); the next
+  // Poll tells its agent to drop the pin it holds for the job it was asked for. A (node,
+  // checkpoint) nobody wants any more is forgotten: its job runs again and will write newer
+  // checkpoints, so a later wait asks afresh.
   void Want(std::vector<StageTarget> targets);
   // One round at `now`: asks for every wanted (node, dataset) not yet asked for, or failed
-  // longer than retry_after_s ago; polls those not done.
+  // longer than retry_after_s ago; polls those not done. Asks each wanted (node, checkpoint)
+  // once, again after retry_after_s when the agent failed or did not answer.
   void Poll(Time now);
   // Polls every poll_interval_ms on a thread of its own (and at once after a Want that adds
   // work), until Stop. Idempotent.
@@ -120,12 +143,21 @@ class Stager {
   std::string Failure(const std::string& job) const;
   // Every (node, dataset) whose staging is done: what the nodes hold.
   std::vector<std::pair<std::string, std::string>> Held() const;
+  // A wanted checkpoint as a node's agent last described its local copy.
+  struct HeldCheckpoint {
+    std::string node;
+    std::string checkpoint;
+    ckpt::TierCopy copy;
+  };
+  // Every wanted (node, checkpoint) whose agent said it holds some of the newest checkpoint.
+  std::vector<HeldCheckpoint> HeldCheckpoints() const;
 
  private:
   struct Entry {
     StageProgress progress;
     bool asked = false;
-    Time retry_at = 0;  // failed or unreachable: ask again from then
+    std::string asked_for;  // the job the agent was asked for (it pins for it); "" once released
+    Time retry_at = 0;      // failed or unreachable: ask again from then
   };
   using Key = std::pair<std::string, std::string>;  // node, dataset
 
@@ -138,6 +170,16 @@ class Stager {
   CondVar wake_;
   std::map<std::string, StageTarget> wanted_ GUARDED_BY(mu_);  // by job
   std::map<Key, Entry> entries_ GUARDED_BY(mu_);
+  // (node, dataset, job) no job wants any more: released at the next Poll.
+  std::vector<std::tuple<std::string, std::string, std::string>> releases_ GUARDED_BY(mu_);
+  // What the agents said of wanted checkpoints, by (node, checkpoint URL). state: "held" (an
+  // answer, which may hold nothing), "none" (NotFound), "failed", "unreachable".
+  struct CheckpointEntry {
+    std::string state;
+    ckpt::TierCopy copy;
+    Time retry_at = 0;
+  };
+  std::map<Key, CheckpointEntry> checkpoints_ GUARDED_BY(mu_);
   std::vector<std::string> job_series_ GUARDED_BY(mu_);  // jobs with per-job series
   int64_t generation_ GUARDED_BY(mu_) = 0;  // bumped by Want, so the thread polls at once
   bool stop_ GUARDED_BY(mu_) = false;

@@ -64,6 +64,10 @@ class LoadedShard {
   // The bytes every field's bytes point into (a mapped file, or memory), kept alive by this.
   // Default: empty bytes (a shard whose fields point elsewhere; never damaged).
   virtual const std::shared_ptr<const ShardBytes>& bytes() const;
+  // What keeps the node-local cache's copy of this shard from eviction while this shard lives;
+  // null when the shard was not cached. Held alone (the shard and its bytes dropped) it keeps
+  // the copy pinned for as long as the holder wants: staging for a waiting job (stage.h).
+  virtual std::shared_ptr<const void> cache_pin() const { return nullptr; }
 };
 
 // A dataset's shards, as its index (MDS) or listing (WebDataset) names them.

@@ -19,7 +19,8 @@
 // capacity is smaller than the dataset: the shards that fit, in dataset order up to the
 // capacity, are staged first and the rest are not; a loader streams those from the source).
 // The progress at the error says how far it got. Staged shards are ordinary cache entries: LRU
-// eviction may retire them later when other datasets need the room.
+// eviction may retire them later when other datasets need the room -- unless the caller keeps
+// them pinned (StageOptions::keep_pinned) until the job they were staged for starts.
 //
 //   StageOptions o;
 //   o.cache = {"/nvme/gantry-data", 500ull << 30};
@@ -63,6 +64,10 @@ struct StageOptions {
   const std::atomic<bool>* cancel = nullptr;
   // Called after the dataset is listed and after each shard is done (on the calling thread).
   std::function<void(const StageProgress&)> progress;
+  // When set, each shard staged gets its cache pin (LoadedShard::cache_pin) appended here, on
+  // an error too for the shards staged before it: no process on the node evicts them while the
+  // caller holds the pins (the bytes are not held, only the pins). May be null.
+  std::vector<std::shared_ptr<const void>>* keep_pinned = nullptr;
 };
 
 // Stages every shard of the dataset at `url` into options.cache (see above). Returns the final

@@ -29,8 +29,8 @@ namespace gantry {
 class DataLocality {
  public:
   virtual ~DataLocality();
-  // The fraction, in [0, 1], of `job`'s declared data already on `node`'s local tier. 0 for a
-  // job that declares none.
+  // The fraction, in [0, 1], of `job`'s declared data (datasets and checkpoint) already on
+  // `node`'s local tier. 0 for a job that declares none.
   virtual double HeldFraction(NodeIndex node, const JobRequest& job) const = 0;
   // False when no node holds any of `job`'s data, so that HeldFraction is 0 everywhere and the
   // score may skip the job (placements then keep their index-driven fast paths). The default
@@ -38,14 +38,19 @@ class DataLocality {
   virtual bool HeldAnywhere(const JobRequest& job) const { return true; }
 };
 
-// A DataLocality filled by the driver: for each dataset URL, the fraction of it on each node.
-// A job's fraction on a node is the mean over its datasets (each dataset counts alike: the
-// engine knows no sizes); a dataset the map does not name counts 0. URLs are matched exactly, as
-// the job declares them.
+// A DataLocality filled by the driver: for each URL -- a dataset, or a checkpoint location --
+// the fraction of it on each node (of a checkpoint: of its newest committed step's bytes). A
+// job's datasets count as the mean over them (each dataset alike: the engine knows no sizes);
+// its checkpoint (JobRequest::checkpoint), when it declares one, weighs as much as all its
+// datasets together: a job with both scores (datasets' mean + checkpoint) / 2, one with only a
+// checkpoint the checkpoint's fraction. The checkpoint weighs that much because a restart
+// restores it whole before the first step -- every GPU of the job waits on it -- while
+// datasets stream behind the loader's prefetch. A URL the map does not name counts 0. URLs are
+// matched exactly, as the job declares them.
 class DataLocalityMap final : public DataLocality {
  public:
-  // `fraction` of `dataset` is on `node` now (clamped to [0, 1]; 0, a negative value or NaN
-  // forgets the pair).
+  // `fraction` of `dataset` (a dataset or checkpoint URL) is on `node` now (clamped to [0, 1];
+  // 0, a negative value or NaN forgets the pair).
   void Set(const std::string& dataset, NodeIndex node, double fraction);
   // Forgets every node's copy of `dataset` (it was deleted, or the driver refills it).
   void Erase(const std::string& dataset);

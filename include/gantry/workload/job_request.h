@@ -45,11 +45,13 @@ struct JobRequest {
   // restart costs besides the work since the last checkpoint. 0: does not checkpoint.
   Duration checkpoint_interval = 0;
   Duration restart_cost = 0;
-  // The datasets the job reads, as URLs (s3://bucket/prefix, a path), the job's checkpoint
-  // location among them when it has one: what a live driver stages onto the job's nodes before
-  // it starts, and what the "data-locality" score (sched/data_locality.h) looks up. Declared by
-  // the user; traces carry none (empty).
+  // The datasets the job reads, as URLs (s3://bucket/prefix, a path): what a live driver stages
+  // onto the job's nodes before it starts, and what the "data-locality" score
+  // (sched/data_locality.h) looks up. Declared by the user; traces carry none (empty).
   std::vector<std::string> datasets;
+  // Where the job's checkpoints live (a root, or ROOT/ckpt/JOB), empty when it declared none:
+  // the score also prefers the nodes whose local tier holds its newest checkpoint.
+  std::string checkpoint;
 };
 
 // The GPUs a job's usage counts (utilization, fair share): gpu_milli / 1000 for a share of one

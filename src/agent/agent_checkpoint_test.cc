@@ -1,0 +1,137 @@
+// Tests of gantry-agent's GET /v1/checkpoint through its client (LocateCheckpoint): how much of
+// a job's newest committed checkpoint the agent's local tier holds, chunk by chunk; the token
+// and the --stage-allow prefixes required; a job without checkpoints NotFound.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/test_support.h"
+#include "gantry/agent/agent.h"
+#include "gantry/agent/stage_client.h"
+#include "gantry/cache/chunk.h"
+#include "gantry/ckpt/catalog.h"
+#include "gantry/ckpt/checkpoint.h"
+#include "gantry/storage/object_store.h"
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using test_support::TempDir;
+
+constexpr char kToken[] = "ckpt-t0ken";
+
+class AgentCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    local_ = tmp_.path() + "/local";
+    durable_ = tmp_.path() + "/durable";
+    fs::create_directories(local_);
+    fs::create_directories(durable_);
+    url_ = "file://" + durable_ + "/ckpt/train";
+    // Steps 1 and 2 of a 12,000-byte tensor in 4 KiB chunks (4096, 4096, 3808): step 2 changes
+    // the first chunk only. The local tier is the directory the agent serves, as on a node.
+    ckpt::EngineOptions o;
+    o.durable_url = "file://" + durable_;
+    o.local_url = local_;
+    o.job = "train";
+    o.chunk_size = 4096;
+    auto engine = ckpt::CheckpointEngine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<float> data(3000, 0.5f);
+    for (int64_t step : {1, 2}) {
+      ckpt::SaveTensor t;
+      t.name = "w";
+      t.global_shape = {3000};
+      t.data = data.data();
+      ckpt::SaveOptions so;
+      so.step = step;
+      auto handle = (*engine)->Save(std::span<const ckpt::SaveTensor>(&t, 1), so);
+      ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+      ASSERT_TRUE((*handle)->Wait().ok());
+      data[0] += 1;
+    }
+    Start({});
+  }
+  void Start(std::vector<std::string> allow) {
+    if (agent_) agent_->Stop();
+    AgentOptions o;
+    o.root = local_;
+    o.token = kToken;
+    o.stage_allow = std::move(allow);
+    auto agent = AgentServer::Start(o);
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    agent_ = std::move(agent).value();
+  }
+  void TearDown() override {
+    if (agent_) agent_->Stop();
+  }
+
+  TempDir tmp_;
+  std::string local_, durable_, url_;
+  std::unique_ptr<AgentServer> agent_;
+};
+
+TEST_F(AgentCheckpointTest, AnswersHowMuchOfTheNewestCheckpointTheTierHolds) {
+  Result<ckpt::TierCopy> c = LocateCheckpoint(agent_->url(), kToken, url_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c, (ckpt::TierCopy{2, 3, 3, 12000, 12000}));
+
+  // One of step 2's chunks leaves the tier (evicted, or the node's disk was replaced).
+  auto root = OpenObjectStore("file://" + durable_, {});
+  ASSERT_TRUE(root.ok());
+  ckpt::CheckpointCatalog catalog(**root);
+  Result<ckpt::CheckpointManifest> m = catalog.Manifest("train", 2);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::vector<ckpt::PackRecord> chunks = m->StoredChunks();
+  ASSERT_EQ(chunks.size(), 3u);
+  ASSERT_TRUE(fs::remove(local_ + "/" + ChunkKey(chunks[0].id)));
+  c = LocateCheckpoint(agent_->url(), kToken, url_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c, (ckpt::TierCopy{2, 3, 2, 12000, 12000 - chunks[0].size}));
+
+  // A job with no checkpoint there, and a root with none at all.
+  EXPECT_EQ(
+      LocateCheckpoint(agent_->url(), kToken, "file://" + durable_ + "/ckpt/other").status().code(),
+      StatusCode::kNotFound);
+  EXPECT_EQ(LocateCheckpoint(agent_->url(), kToken, "file://" + durable_).status().code(),
+            StatusCode::kNotFound);
+  const std::string m_text = agent_->metrics().PrometheusText();
+  EXPECT_NE(m_text.find("gantry_agent_requests_total{code=\"200\",route=\"checkpoint\"} 2"),
+            std::string::npos)
+      << m_text;
+  EXPECT_NE(m_text.find("gantry_agent_requests_total{code=\"404\",route=\"checkpoint\"} 2"),
+            std::string::npos)
+      << m_text;
+}
+
+// The agent reads the durable root as its own user: only with the cluster token, only under
+// its --stage-allow prefixes (resolved, so ".." cannot walk out), only URLs.
+TEST_F(AgentCheckpointTest, TheTokenAndTheAllowedPrefixesAreRequired) {
+  EXPECT_EQ(LocateCheckpoint(agent_->url(), "", url_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(LocateCheckpoint(agent_->url(), "wrong", url_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(LocateCheckpoint(agent_->url(), kToken, durable_ + "/ckpt/train").status().code(),
+            StatusCode::kInvalidArgument);  // a path, not a URL
+
+  fs::create_directories(tmp_.path() + "/allowed");
+  Start({"file://" + tmp_.path() + "/allowed"});
+  EXPECT_EQ(LocateCheckpoint(agent_->url(), kToken, url_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(LocateCheckpoint(agent_->url(), kToken,
+                             "file://" + tmp_.path() + "/allowed/../durable/ckpt/train")
+                .status()
+                .code(),
+            StatusCode::kPermissionDenied);
+  Start({"file://" + durable_});
+  Result<ckpt::TierCopy> c = LocateCheckpoint(agent_->url(), kToken, url_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->chunks_held, 3u);
+}
+
+}  // namespace
+}  // namespace gantry
