@@ -307,8 +307,11 @@ TEST(InvariantChecker, CatchesDoubleBookingBrokenGangsAndEarlyStarts) {
 //   B t=5  8 GPUs  5 s
 //   C t=31 4 GPUs  7 s
 SimResult RunWithRhythm(Duration cycle, Duration latency, Duration end_latency = 0) {
-  Cluster c = MakeCluster(1, 1, 8, {});
-  Workload w = MakeWorkload({{3, 8, 1, 20, 100}, {5, 8, 1, 5, 100}, {31, 4, 1, 7, 100}});
+  // The result borrows the cluster and the workload (SimResult::cluster, ::workload), and the
+  // tests read its summary after this returns: both must outlive it.
+  static const Cluster c = MakeCluster(1, 1, 8, {});
+  static const Workload w =
+      MakeWorkload({{3, 8, 1, 20, 100}, {5, 8, 1, 5, 100}, {31, 4, 1, 7, 100}});
   SimOptions o;
   o.check_invariants = true;
   o.cycle = cycle;
