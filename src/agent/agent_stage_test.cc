@@ -84,6 +84,9 @@ class AgentStageTest : public ::testing::Test {
 
   TempDir tmp_;
   std::string data_, cache_, dataset_;
+  // The pins' lease clock of tests that set one: declared before agent_, so it outlives the
+  // stager thread that reads it every second until the agent is gone.
+  SimulatedClock clock_{1000};
   std::unique_ptr<AgentServer> agent_;
 };
 
@@ -248,11 +251,10 @@ TEST_F(AgentStageTest, StagedForAJobStaysPinnedUntilReleasedOrItsLeaseEnds) {
   const uint64_t capacity = ShardBytesIn(data_) + 3 * data::ShardCache::kTrailerBytes +
                             fs::file_size(ShardFiles(other)[0]) + data::ShardCache::kTrailerBytes +
                             10;
-  SimulatedClock clock(1000);
   Start([&](AgentOptions& o) {
     o.data_cache_bytes = capacity;
     o.stage_pin_seconds = 600;
-    o.clock = &clock;
+    o.clock = &clock_;
   });
   data::StageOptions direct;
   direct.cache = {cache_, capacity};
@@ -281,7 +283,7 @@ TEST_F(AgentStageTest, StagedForAJobStaysPinnedUntilReleasedOrItsLeaseEnds) {
   EXPECT_EQ(s.state, "done") << s.error;
   EXPECT_EQ(s.pinned_until, 1600);
   EXPECT_EQ(evicted_by_other(), 0u);
-  clock.AdvanceTo(1600);  // the lease is over
+  clock_.AdvanceTo(1600);  // the lease is over
   Result<StageState> expired = GetStage(agent_->url(), kToken, dataset_);
   ASSERT_TRUE(expired.ok());
   EXPECT_EQ(expired->pinned_until, 0);
