@@ -12,12 +12,15 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
                       read, as the consumer only takes their lengths)
             gantry0_touch  gantry0 whose consumer also reads every byte once (a copy of each
                       sample into one reused buffer): the rate when the bytes are used
+            gantryb, gantry0b, gantry0b_touch  the same three with StreamingDataset(batched=True)
+                      and DataLoader(batch_size=None): column-wise batches read in one call,
+                      and from workers one shared-memory block per batch
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
                       bytes, shuffle=True), W workers
             files     a plain map-style Dataset over the individual files (shuffle=True), W workers
-          goals: gantry/raw >= 0.9, gantry/tarfile and gantry/imagefolder >= 2, gantry/files >= 5.
+          goals (for the best of gantry and gantryb): gantry/raw >= 0.9, gantry/tarfile and gantry/imagefolder >= 2, gantry/files >= 5.
           --cache cold evicts every file of the data set from the page cache before each timed
           run (posix_fadvise DONTNEED, per file: no global cache drop); warm reads it once before.
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times gantry's
@@ -121,7 +124,7 @@ class Files(torch.utils.data.Dataset):
 
 def payload(kind, batch):
     """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
-    if kind in ("gantry", "gantry0", "tarfile"):
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "tarfile"):
         return batch["jpg"]
     if kind == "imagefolder":
         return batch[0]  # (payloads, labels)
@@ -207,12 +210,15 @@ def as_tensors(sample):
 
 
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
-    w = 0 if kind == "gantry0" else args.workers
-    if kind in ("gantry", "gantry0"):
+    w = 0 if kind in ("gantry0", "gantry0b") else args.workers
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b"):
+        batched = kind.endswith("b")
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
-                                transform=as_tensors if tensors else None,
+                                transform=as_tensors if tensors else None, batched=batched,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
                                 + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
+        if batched:
+            return torch.utils.data.DataLoader(data, batch_size=None, num_workers=w)
         return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w,
                                            collate_fn=lists)
     if kind == "tarfile":
@@ -238,9 +244,9 @@ def timed_read(kind, ds, args, batch, window, url=None):
         if got != ds.shard_bytes:
             raise SystemExit(f"raw read {got} bytes of {ds.shard_bytes}")
         return dt, None
-    touch = kind == "gantry0_touch"
+    touch = kind.endswith("_touch")
     if touch:
-        kind = "gantry0"
+        kind = kind[:-len("_touch")]
         buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
     first = None
@@ -290,10 +296,11 @@ def one_pass(spec_json):
     print(json.dumps(list(out)))
 
 
-def stall_run(ds, args, batch, window, rate, tensors=False):
-    """A loop consuming `batch`-sample steps at `rate` samples/s (compute = sleep). Returns
-    (stall share after the first shard, stalled s, loop s, first-batch s)."""
-    loader = make_loader("gantry", ds, ds.shards_dir, args, batch, window, tensors=tensors)
+def stall_run(ds, args, batch, window, rate, tensors=False, kind="gantry"):
+    """A loop consuming `batch`-sample steps at `rate` samples/s (compute = sleep) from loader
+    `kind` (gantry or gantryb). Returns (stall share after the first shard, stalled s, loop s,
+    first-batch s)."""
+    loader = make_loader(kind, ds, ds.shards_dir, args, batch, window, tensors=tensors)
     step_s = batch / rate
     t0 = time.perf_counter()
     it = iter(loader)
@@ -335,7 +342,7 @@ def local_part(sets, args, results):
     kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
     if args.base:
         kinds[3:3] = ["gantry_base", "gantry0_base"]
-    kinds[3:3] = ["gantry0_touch"]
+    kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch"]
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
     if ImageFolder is None:
@@ -368,30 +375,38 @@ def local_part(sets, args, results):
         print(f"\n### {ds.name}: {ds.count:,} samples of {ds.size:,} bytes, {len(ds.shards)} "
               f"shards, batch {batch}, {args.workers} workers, window {window}, "
               f"{args.cache} page cache\n")
-        print("| loader | samples/s (median) | MB/s | gantry / this | goal | runs (samples/s) |")
-        print("|---|---:|---:|---:|---|---|")
+        print("| loader | samples/s (median) | MB/s | gantry / this | gantryb / this | goal "
+              "| runs (samples/s) |")
+        print("|---|---:|---:|---:|---:|---|---|")
         goals = {"raw": ">= 0.9", "tarfile": ">= 2", "imagefolder": ">= 2", "files": ">= 5"}
         for k in kinds:
             ratio = med["gantry0" if k == "gantry0_base" else "gantry"] / med[k]
+            ratio_b = f"{med['gantryb'] / med[k]:.2f}" if "gantryb" in med else ""
             print(f"| {k} | {med[k]:,.0f} | {med[k] * ds.size / 1e6:,.0f} | {ratio:.2f} | "
-                  f"{goals.get(k, '')} | {fmt_runs(rates[k], 0)} |")
+                  f"{ratio_b} | {goals.get(k, '')} | {fmt_runs(rates[k], 0)} |")
     return results
 
 
 def stall_part(sets, args, results):
-    print(f"\n### consumer stall at {args.stall_load} x gantry's median rate\n")
+    print(f"\n### consumer stall at {args.stall_load} x each loader's median rate\n")
     print("| set | consumer samples/s | loop s after first shard | stalled s | stall share "
           "| first batch s | runs (stall share) |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for ds, batch, window in sets:
         line = results["local"][ds.name]["median_samples_per_s"]["gantry"]
         rate = args.stall_load * line
-        runs, base_runs, tensor_runs = [], [], []
+        runs, base_runs, tensor_runs, batched_runs = [], [], [], []
         base_line = results["local"][ds.name]["median_samples_per_s"].get("gantry_base")
+        batched_line = results["local"][ds.name]["median_samples_per_s"].get("gantryb")
         for _ in range(args.repeat):
             if args.cache == "cold":
                 ds.evict()
             runs.append(stall_run(ds, args, batch, window, rate))
+            if batched_line:
+                if args.cache == "cold":
+                    ds.evict()
+                batched_runs.append(stall_run(ds, args, batch, window,
+                                              args.stall_load * batched_line, kind="gantryb"))
             if args.stall_tensors:
                 if args.cache == "cold":
                     ds.evict()
@@ -402,6 +417,8 @@ def stall_part(sets, args, results):
                 base_runs.append(base_pass("stall", ds, args, batch, window,
                                            rate=args.stall_load * base_line))
         for name, rs, r in ((ds.name, runs, rate), (ds.name + " (tensors)", tensor_runs, rate),
+                            (ds.name + " (batched)", batched_runs,
+                             args.stall_load * (batched_line or 0)),
                             (ds.name + " (base)", base_runs,
                              args.stall_load * (base_line or 0))):
             if not rs:

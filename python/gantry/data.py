@@ -42,7 +42,7 @@ DataLossError = _gantry.DataLossError
 NotFoundError = _gantry.NotFoundError
 InvalidArgumentError = _gantry.InvalidArgumentError
 
-__all__ = ["StreamingDataset", "decode_field", "DataLossError", "NotFoundError",
+__all__ = ["StreamingDataset", "SampleBatch", "decode_field", "DataLossError", "NotFoundError",
            "InvalidArgumentError"]
 
 _TEXT = {"txt", "text", "transcript"}
@@ -111,6 +111,118 @@ def decode_field(name, encoding, data):
     if ext in _IMAGE:
         return _pil_image(data)
     return bytes(data)
+
+
+class SampleBatch:
+    """A batch of samples, column-wise: what StreamingDataset(batched=True) yields.
+
+        batch["__key__"]   # the samples' keys, a list
+        batch["jpg"]       # one value per sample (None where a sample lacks the field)
+        len(batch)         # samples in it; batch.positions: their global positions
+        batch.fields       # the field names, in first-seen order; batch.encoding(name)
+        for sample in batch.samples(): ...   # one dict per sample, as decode gives them
+
+    Undecoded values are read-only memoryviews (bytes(view) copies one). Read in a DataLoader
+    worker, the batch's bytes travel to the training process as one block (in shared memory
+    from 1 MiB, else pickled whole), and the views there slice that block.
+
+    Deliberately not a Mapping or a Sequence: the DataLoader (batch_size=None) then passes it
+    through as it is, where it would rebuild a Mapping field by field.
+    """
+
+    __slots__ = ("positions", "_keys", "_fields", "_columns", "_data", "_spans")
+
+    def __init__(self, positions, keys, fields, columns, data=None, spans=None):
+        self.positions = positions
+        self._keys = keys
+        self._fields = fields    # [(name, encoding)]
+        self._columns = columns  # [list of values], or None until unpacked from _data
+        self._data = data        # packed: a uint8 tensor (or any buffer) holding every value
+        self._spans = spans      # packed: bytes of int64 (begin, end), field-major; -1 absent
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __contains__(self, name):
+        return name == "__key__" or any(f == name for f, _ in self._fields)
+
+    def __getitem__(self, name):
+        if name == "__key__":
+            return self._keys
+        for c, (field, _) in enumerate(self._fields):
+            if field == name:
+                return self._column(c)
+        raise KeyError(name)
+
+    @property
+    def fields(self):
+        return [name for name, _ in self._fields]
+
+    def keys(self):
+        return ["__key__"] + self.fields
+
+    def encoding(self, name):
+        """The field's MDS encoding ("" for WebDataset fields)."""
+        for field, encoding in self._fields:
+            if field == name:
+                return encoding
+        raise KeyError(name)
+
+    def samples(self):
+        """The batch as one dict per sample (fields a sample lacks are left out)."""
+        columns = [self._column(c) for c in range(len(self._fields))]
+        for i, key in enumerate(self._keys):
+            sample = {"__key__": key}
+            for (name, _), column in zip(self._fields, columns):
+                if column[i] is not None:
+                    sample[name] = column[i]
+            yield sample
+
+    def _column(self, c):
+        if self._columns is None:
+            self._columns = self._unpack()
+        return self._columns[c]
+
+    def _unpack(self):
+        data = self._data
+        if torch is not None and isinstance(data, torch.Tensor):
+            data = data.numpy()
+        whole = memoryview(data).cast("B").toreadonly()
+        spans = memoryview(self._spans).cast("q")
+        n = len(self._keys)
+        columns = []
+        for c in range(len(self._fields)):
+            at = 2 * c * n
+            columns.append([whole[spans[at + 2 * i]:spans[at + 2 * i + 1]]
+                            if spans[at + 2 * i] >= 0 else None for i in range(n)])
+        return columns
+
+    def __reduce__(self):
+        if self._data is not None:
+            # The packed block pickles as itself: a shared-memory tensor crosses from a
+            # DataLoader worker as a handle, not as its bytes.
+            return (SampleBatch, (self.positions, self._keys, self._fields, None, self._data,
+                                  self._spans))
+        columns = [[bytes(v) if isinstance(v, memoryview) else v for v in column]
+                   for column in self._columns]
+        return (SampleBatch, (self.positions, self._keys, self._fields, columns))
+
+    def __repr__(self):
+        return f"SampleBatch({len(self)} samples, fields {self.fields})"
+
+
+# A worker's batch of at least this many bytes goes through shared memory; a smaller one is
+# pickled through the pipe as one bytes block, since a shared segment costs a fixed setup
+# (create, map, hand its descriptor over a socket, map again: about 2 ms a batch measured on
+# 4 KiB samples, docs/performance.md) that the copy of a small block does not.
+_SHARED_BLOCK_BYTES = 1 << 20
+
+
+def _shared_block(size):
+    """A uint8 tensor of `size` bytes in shared memory, made as default_collate makes a
+    worker's batch: pickled to the training process as a handle, not through the pipe."""
+    storage = torch.UntypedStorage._new_shared(int(size))
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 def _env_int(name, default):
@@ -203,12 +315,19 @@ class StreamingDataset(_Base):
     file cut short while mapped does not crash the process: the bytes past the cut read as
     zeros in views already handed out, and the next sample from that shard raises
     DataLossError naming it (docs/data.md).
+
+    batched=True yields SampleBatch objects of `batch_size` samples (the last of a worker's
+    share may be short) instead of sample dicts: give the DataLoader batch_size=None. The
+    batches are exactly the DataLoader's batches of the unbatched dataset, in the same order;
+    reading them costs Python a few objects per sample instead of a dict and a tuple, and with
+    decode=False in DataLoader workers the batch's bytes reach the training process in one
+    shared-memory block. `transform`, if given, then receives and returns a whole batch.
     """
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
-                 read_ahead=4, job=None, zero_copy=None, mmap=True):
+                 read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -240,6 +359,7 @@ class StreamingDataset(_Base):
         self.job = job
         self.zero_copy = zero_copy
         self.mmap = bool(mmap)
+        self.batched = bool(batched)
         source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
                                     verify_hashes=verify_hashes)
         self.format = source.format
@@ -292,6 +412,9 @@ class StreamingDataset(_Base):
             batch=self.batch_size, start=self._start, read_ahead=self.read_ahead,
             zero_copy=self._zero_copy(info))
         report = self._worker_reporter(info) if info is not None else None
+        if self.batched:
+            yield from self._batches(reader, info, report)
+            return
         n = 0
         try:
             for position, key, fields in reader:
@@ -306,6 +429,48 @@ class StreamingDataset(_Base):
                 if report is not None and n % _REPORT_EVERY == 0:
                     report()
                 yield sample
+        finally:
+            if report is not None:
+                report()
+
+    def _batches(self, reader, info, report):
+        # Packed into shared memory only where the batch crosses processes and is bytes.
+        packed = info is not None and not self.decode and self.zero_copy is None
+        shared = []  # the shared-memory tensor alloc made for the batch being read
+
+        def alloc(size):
+            if size < _SHARED_BLOCK_BYTES:
+                return None  # a bytes block
+            shared.append(_shared_block(size))
+            return shared[0].numpy()
+
+        n = 0
+        try:
+            while True:
+                shared.clear()
+                try:
+                    positions, keys, fields, columns = reader.next_batch(
+                        self.batch_size, packed, alloc if packed else None)
+                except StopIteration:
+                    return
+                if packed:
+                    data, spans = columns
+                    batch = SampleBatch(positions, keys, fields, None,
+                                        shared[0] if shared else data, spans)
+                else:
+                    if self.decode:
+                        columns = [[None if v is None else decode_field(name, encoding, v)
+                                    for v in column]
+                                   for (name, encoding), column in zip(fields, columns)]
+                    batch = SampleBatch(positions, keys, fields, columns)
+                if self.transform is not None:
+                    batch = self.transform(batch)
+                if info is None:
+                    self._yielded_here += len(keys)
+                before, n = n, n + len(keys)
+                if report is not None and n // _REPORT_EVERY != before // _REPORT_EVERY:
+                    report()
+                yield batch
         finally:
             if report is not None:
                 report()

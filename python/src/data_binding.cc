@@ -8,6 +8,7 @@
 //                               world=1, rank=0, workers=0, worker=0, batch=1, start=0,
 //                               read_ahead=4, zero_copy=False)
 //   for position, key, fields in reader: ...   # fields: [(name, encoding, bytes|memoryview)]
+//   positions, keys, fields, columns = reader.next_batch(64, packed=False, alloc=None)
 //   _gantry.data_stats("s3://bkt/train", job)   # the loader's metrics, a dict
 //
 // The order and the iteration are C++; fetching a shard releases the GIL. With zero_copy each
@@ -19,6 +20,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,42 +109,163 @@ class PyReader {
     if (!Unwrap(std::move(more))) throw py::stop_iteration();
     // Python code may have replaced the SIGBUS handler since (faulthandler.enable()).
     data::ShardBytes::EnsureGuard();
-    if (zero_copy_ && sample_.shard != view_shard_) {
-      // One buffer per shard; each field is a slice of its memoryview (a new view object, no
-      // copy), which keeps the buffer and so the shard alive.
-      view_ = py::memoryview(py::cast(ShardBuffer{sample_.shard}));
-      view_shard_ = sample_.shard;
-    }
-    const std::string_view whole = zero_copy_ ? sample_.shard->bytes()->view() : std::string_view();
     py::list fields;
     for (const data::SampleField& f : sample_.fields) {
-      py::object value;
-      const auto offset = static_cast<uint64_t>(f.bytes.data() - whole.data());
-      if (zero_copy_ && (f.bytes.empty() || (f.bytes.data() >= whole.data() &&
-                                             offset + f.bytes.size() <= whole.size()))) {
-        const uint64_t begin = f.bytes.empty() ? 0 : offset;
-        py::slice range(static_cast<ssize_t>(begin), static_cast<ssize_t>(begin + f.bytes.size()),
-                        1);
-        value = view_[range];
-      } else {
-        value = py::bytes(f.bytes.data(), f.bytes.size());
-      }
       fields.append(py::make_tuple(py::str(f.name.data(), f.name.size()),
-                                   py::str(f.encoding.data(), f.encoding.size()), value));
+                                   py::str(f.encoding.data(), f.encoding.size()),
+                                   Value(sample_, f)));
     }
-    // Keys may not be UTF-8 (tar member names are bytes): decoded with surrogateescape.
-    PyObject* key = PyUnicode_DecodeUTF8(
-        sample_.key.data(), static_cast<Py_ssize_t>(sample_.key.size()), "surrogateescape");
-    if (key == nullptr) throw py::error_already_set();
-    return py::make_tuple(sample_.position, py::reinterpret_steal<py::object>(key), fields);
+    return py::make_tuple(sample_.position, Key(sample_), fields);
+  }
+
+  // Up to `n` samples column-wise, read with the GIL released once for all of them, so a
+  // batch costs Python a handful of objects per sample rather than a tuple and a dict:
+  //   (positions, keys, fields [(name, encoding)] in first-seen order, columns)
+  // Unpacked, columns holds one list per field: each sample's value as Next gives it
+  // (memoryview or bytes), None where a sample lacks the field. Packed, every field's bytes
+  // are copied into one block and columns is (block, spans): spans is bytes of native int64
+  // (begin, end) pairs, field-major, begin -1 where a sample lacks the field; the block is
+  // what `alloc` returned (a callable taking the byte count and returning a writable buffer
+  // of at least that size: a DataLoader worker's shared memory), or, without alloc or when it
+  // returns None, a new bytes object (pickled as one buffer). One copy, instead of one Python
+  // object per field.
+  // StopIteration when nothing is left; an error (a damaged shard) keeps the samples already
+  // read for the next call, so no sample is skipped.
+  py::tuple NextBatch(uint64_t n, bool packed, const py::object& alloc) {
+    if (n == 0) throw py::value_error("a batch needs at least one sample");
+    if (batch_.size() < n) batch_.resize(n);
+    Status failed = [&] {
+      py::gil_scoped_release release;  // may fetch shards
+      while (pending_ < n) {
+        Result<bool> more = it_.Next(batch_[pending_]);
+        if (!more.ok()) return more.status();
+        if (!*more) break;
+        ++pending_;
+      }
+      return Status::Ok();
+    }();
+    if (!failed.ok()) ckpt::ThrowStatus(failed);
+    const uint64_t count = pending_;
+    pending_ = 0;
+    if (count == 0) throw py::stop_iteration();
+    data::ShardBytes::EnsureGuard();
+
+    // Columns in first-seen order; a sample's field is found by name (fields are few).
+    std::vector<std::pair<std::string_view, std::string_view>> names;
+    std::vector<std::vector<const data::SampleField*>> cells;  // [field][sample]
+    for (uint64_t i = 0; i < count; ++i) {
+      for (const data::SampleField& f : batch_[i].fields) {
+        size_t c = 0;
+        while (c < names.size() && names[c].first != f.name) ++c;
+        if (c == names.size()) {
+          names.emplace_back(f.name, f.encoding);
+          cells.emplace_back(count, nullptr);
+        }
+        cells[c][i] = &f;
+      }
+    }
+    py::list positions(count);
+    py::list keys(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      positions[i] = py::int_(batch_[i].position);
+      keys[i] = Key(batch_[i]);
+    }
+    py::list fields;
+    for (const auto& [name, encoding] : names) {
+      fields.append(py::make_tuple(py::str(name.data(), name.size()),
+                                   py::str(encoding.data(), encoding.size())));
+    }
+    py::object columns;
+    if (!packed) {
+      py::list lists;
+      for (size_t c = 0; c < names.size(); ++c) {
+        py::list column(count);
+        for (uint64_t i = 0; i < count; ++i) {
+          column[i] = cells[c][i] == nullptr ? py::none() : Value(batch_[i], *cells[c][i]);
+        }
+        lists.append(column);
+      }
+      columns = lists;
+    } else {
+      std::vector<int64_t> spans(names.size() * count * 2, -1);
+      uint64_t total = 0;
+      for (size_t c = 0; c < names.size(); ++c) {
+        for (uint64_t i = 0; i < count; ++i) {
+          if (cells[c][i] == nullptr) continue;
+          spans[(c * count + i) * 2] = static_cast<int64_t>(total);
+          total += cells[c][i]->bytes.size();
+          spans[(c * count + i) * 2 + 1] = static_cast<int64_t>(total);
+        }
+      }
+      py::object block = alloc.is_none() ? py::object(py::none()) : alloc(total);
+      char* to = nullptr;
+      if (block.is_none()) {
+        // Filled before anyone else can see it, so writing into the new bytes is safe.
+        PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
+        if (b == nullptr) throw py::error_already_set();
+        block = py::reinterpret_steal<py::object>(b);
+        to = PyBytes_AS_STRING(b);
+      } else {
+        py::buffer_info into = py::buffer(block).request(/*writable=*/true);
+        if (into.itemsize != 1 || into.ndim != 1 || into.size < static_cast<ssize_t>(total)) {
+          throw py::value_error(
+              "alloc must return a writable one-dimensional byte buffer of "
+              "at least the size asked for");
+        }
+        to = static_cast<char*>(into.ptr);  // `block` keeps it alive
+      }
+      {
+        py::gil_scoped_release release;
+        for (size_t c = 0; c < names.size(); ++c) {
+          for (uint64_t i = 0; i < count; ++i) {
+            if (cells[c][i] == nullptr) continue;
+            const std::string_view b = cells[c][i]->bytes;
+            if (!b.empty()) std::memcpy(to + spans[(c * count + i) * 2], b.data(), b.size());
+          }
+        }
+      }
+      columns = py::make_tuple(block, py::bytes(reinterpret_cast<const char*>(spans.data()),
+                                                spans.size() * sizeof(int64_t)));
+    }
+    // The samples keep their shards alive only until the next batch reuses their slots.
+    for (uint64_t i = 0; i < count; ++i) batch_[i].shard.reset();
+    return py::make_tuple(positions, keys, fields, columns);
   }
 
  private:
+  // Keys may not be UTF-8 (tar member names are bytes): decoded with surrogateescape.
+  static py::object Key(const data::Sample& sample) {
+    PyObject* key = PyUnicode_DecodeUTF8(
+        sample.key.data(), static_cast<Py_ssize_t>(sample.key.size()), "surrogateescape");
+    if (key == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(key);
+  }
+
+  // A field of `sample` as Python sees it: with zero_copy a slice of its shard's memoryview
+  // (a new view object, no copy, which keeps the shard alive), else a bytes copy.
+  py::object Value(const data::Sample& sample, const data::SampleField& f) {
+    if (zero_copy_ && sample.shard != view_shard_) {
+      view_ = py::memoryview(py::cast(ShardBuffer{sample.shard}));
+      view_shard_ = sample.shard;
+    }
+    const std::string_view whole = zero_copy_ ? sample.shard->bytes()->view() : std::string_view();
+    const auto offset = static_cast<uint64_t>(f.bytes.data() - whole.data());
+    if (zero_copy_ && (f.bytes.empty() || (f.bytes.data() >= whole.data() &&
+                                           offset + f.bytes.size() <= whole.size()))) {
+      const uint64_t begin = f.bytes.empty() ? 0 : offset;
+      py::slice range(static_cast<ssize_t>(begin), static_cast<ssize_t>(begin + f.bytes.size()), 1);
+      return view_[range];
+    }
+    return py::bytes(f.bytes.data(), f.bytes.size());
+  }
+
   const bool zero_copy_;
   std::shared_ptr<ShardSource> source_;
   EpochOrder order_;
   SampleIterator it_;
   data::Sample sample_;
+  std::vector<data::Sample> batch_;  // NextBatch's samples, reused
+  uint64_t pending_ = 0;             // samples of batch_ read but not yet returned (an error)
   std::shared_ptr<const data::LoadedShard> view_shard_;  // the shard view_ is of
   py::object view_;
 };
@@ -195,7 +318,9 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("remaining", &PyReader::remaining)
       .def_property_readonly("shards_read", &PyReader::shards_read)
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })
-      .def("__next__", &PyReader::Next);
+      .def("__next__", &PyReader::Next)
+      .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false,
+           py::arg("alloc") = py::none());
 
   m.def(
       "data_stats",

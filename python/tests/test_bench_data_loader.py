@@ -26,10 +26,11 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
         for name, count in (("small", 300), ("large", 12)):
             part = result["local"][name]
             self.assertEqual(part["samples"], count)
-            for kind in ("raw", "gantry", "gantry0", "tarfile", "files"):
+            for kind in ("raw", "gantry", "gantry0", "gantryb", "gantry0b", "tarfile", "files"):
                 self.assertEqual(len(part["samples_per_s"][kind]), 1, kind)
                 self.assertGreater(part["samples_per_s"][kind][0], 0, kind)
             self.assertIn(name, result["stall"])
+            self.assertIn(name + " (batched)", result["stall"])
         self.assertTrue(any(l.startswith("| gantry |") for l in lines))
         self.assertEqual(os.listdir(self.tmp), [])  # its temp data is gone
 

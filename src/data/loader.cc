@@ -561,6 +561,7 @@ class SampleIterator::ReadAhead {
 
   // Plans up to the depth; the consumer is at position index `next`.
   void Advance(uint64_t next) {
+    bool planned = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       cursor_ = std::max(cursor_, next);
@@ -569,10 +570,15 @@ class SampleIterator::ReadAhead {
            scanned < 4096 && cursor_ < positions_.size() && plan_.size() + entries_.size() < depth_;
            ++scanned) {
         const uint32_t shard = order_.At(positions_[cursor_++]).shard;
-        if (planned_.insert(shard).second) plan_.push_back(shard);
+        if (planned_.insert(shard).second) {
+          plan_.push_back(shard);
+          planned = true;
+        }
       }
     }
-    cv_.notify_all();
+    // Only a new plan entry gives the fetch threads work; Next calls this for every sample,
+    // and waking them each time cost a futex wake and two context switches per sample.
+    if (planned) cv_.notify_all();
   }
 
   // The shard's result if it was planned (waiting for it if in flight), else nullopt (fetch it
@@ -608,17 +614,30 @@ class SampleIterator::ReadAhead {
   // other as the rate rule assumes: the depth is at least the shards one window spans (up to
   // max_shards), so they are all read ahead before the boundary.
   void SetWindowShards(uint32_t shards) {
-    std::lock_guard<std::mutex> lock(mu_);
-    window_floor_ = std::min(shards, options_.max_shards);
-    depth_ = std::max(depth_, window_floor_);
+    bool deeper = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      window_floor_ = std::min(shards, options_.max_shards);
+      deeper = window_floor_ > depth_;
+      depth_ = std::max(depth_, window_floor_);
+    }
+    if (deeper) cv_.notify_all();  // planned shards held back by the old depth may start
   }
 
   // The consumer spent `seconds` (not stalled) on its previous shard.
   uint64_t ObserveConsumer(double seconds) {
-    std::lock_guard<std::mutex> lock(mu_);
-    consume_s_ = consume_s_ < 0 ? seconds : 0.7 * consume_s_ + 0.3 * seconds;
-    Resize();
-    return depth_;
+    uint64_t depth = 0;
+    bool deeper = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      consume_s_ = consume_s_ < 0 ? seconds : 0.7 * consume_s_ + 0.3 * seconds;
+      const uint32_t before = depth_;
+      Resize();
+      deeper = depth_ > before;
+      depth = depth_;
+    }
+    if (deeper) cv_.notify_all();
+    return depth;
   }
 
  private:

@@ -1,0 +1,231 @@
+"""gantry.data's batched reading: StreamingDataset(batched=True) yields exactly the DataLoader's
+batches of the unbatched dataset (ranks, workers, batch sizes, decoding, resume), DataLoader
+workers hand a batch's bytes over in one shared-memory block, and a failed read inside a batch
+loses no sample."""
+
+import json
+import os
+import pickle
+import shutil
+import unittest
+
+import torch
+import torch.utils.data
+
+from util import TempDirTestCase
+
+from test_data import write_wds
+from test_data_zero_copy import expected, write_bins
+
+from gantry import _native
+from gantry.data import NotFoundError, SampleBatch, StreamingDataset
+
+_gantry = _native.load()
+
+
+def as_lists(items):
+    """The unbatched loader's batches as plain lists, comparable with SampleBatch columns."""
+    return {k: [x.get(k) for x in items] for k in items[0]}
+
+
+def plain(value):
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def flatten(batches, field):
+    return [[plain(v) for v in b[field]] for b in batches]
+
+
+class BatchedTest(TempDirTestCase):
+    SIZES = [17, 5, 23, 11, 30, 2, 19]  # 107 samples: no world x batch divides it
+
+    def setUp(self):
+        super().setUp()
+        write_wds(self.path("ds"), self.SIZES)
+
+    def dataset(self, **kw):
+        kw.setdefault("seed", 5)
+        kw.setdefault("window", 20)
+        kw.setdefault("decode", False)
+        return StreamingDataset(self.path("ds"), **kw)
+
+    def unbatched(self, workers, batch, **kw):
+        ds = self.dataset(batch_size=batch, **kw)
+        return list(torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
+                                                collate_fn=as_lists))
+
+    def batched(self, workers, batch, **kw):
+        ds = self.dataset(batch_size=batch, batched=True, **kw)
+        return list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+
+    def test_the_same_batches_as_the_dataloader_makes(self):
+        for world, workers, batch in ((1, 0, 1), (1, 1, 7), (1, 2, 4), (3, 0, 4), (3, 2, 7),
+                                      (3, 2, 1)):
+            for rank in range(world):
+                want = self.unbatched(workers, batch, rank=rank, world_size=world)
+                got = self.batched(workers, batch, rank=rank, world_size=world)
+                where = (world, rank, workers, batch)
+                self.assertTrue(all(isinstance(b, SampleBatch) for b in got), where)
+                self.assertEqual([b["__key__"] for b in got], [b["__key__"] for b in want],
+                                 where)
+                self.assertEqual(flatten(got, "bin"), flatten(want, "bin"), where)
+                self.assertEqual(flatten(got, "txt"), flatten(want, "txt"), where)
+
+    def test_decoded_batches_hold_what_decode_gives(self):
+        want = self.unbatched(2, 5, decode=True)
+        got = self.batched(2, 5, decode=True)
+        self.assertEqual([b["__key__"] for b in got], [b["__key__"] for b in want])
+        for g, w in zip(got, want):
+            self.assertEqual(g["txt"], w["txt"])
+            self.assertEqual(g["json"], w["json"])
+            self.assertEqual(g["cls"], w["cls"])
+            self.assertEqual([a.tolist() for a in g["npy"]], [a.tolist() for a in w["npy"]])
+
+    def test_workers_hand_over_read_only_views_of_one_block(self):
+        size = 400_000  # a batch of 3 is over 1 MiB (shared memory), a batch of 2 is not
+        write_bins(self.path("bins"), 4, 5, size)
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=5,
+                              batched=True)
+        got, shared, pickled = 0, 0, 0
+        for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2):
+            self.assertEqual(b.fields, ["bin"])
+            for key, value in zip(b["__key__"], b["bin"]):
+                self.assertIsInstance(value, memoryview)
+                self.assertTrue(value.readonly)
+                self.assertEqual(bytes(value), expected(int(key[1:]), size))
+                got += 1
+            block = b._data
+            if len(b) * size >= 1 << 20:
+                self.assertIsInstance(block, torch.Tensor)
+                self.assertTrue(block.is_shared())
+                self.assertEqual(block.numel(), size * len(b))
+                shared += 1
+            else:
+                self.assertIsInstance(block, bytes)
+                self.assertEqual(len(block), size * len(b))
+                pickled += 1
+        self.assertEqual(got, 20)
+        self.assertEqual((shared, pickled), (6, 1))  # batches of 3 dealt in turn; 2 left
+
+    def test_in_process_batches_are_views_of_the_mapped_shards(self):
+        write_bins(self.path("bins"), 2, 4, 64)
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=4,
+                              batched=True, shuffle=False)
+        batches = list(ds)
+        self.assertEqual([len(b) for b in batches], [3, 3, 2])
+        self.assertEqual(ds.state_dict()["consumed"], 8)
+        view = batches[0]["bin"][0]
+        self.assertIsInstance(view, memoryview)
+        self.assertTrue(view.readonly)
+        self.assertEqual(bytes(view), expected(0, 64))
+        self.assertEqual(batches[2].positions, [6, 7])
+
+    def test_a_field_some_samples_lack_is_none_there(self):
+        import io
+        import tarfile
+        os.makedirs(self.path("mixed"))
+        with tarfile.open(self.path("mixed", "shard-000000.tar"), "w") as tar:
+            for key, exts in (("a", ("txt", "bin")), ("b", ("txt",)), ("c", ("bin",))):
+                for ext in exts:
+                    data = f"{key}.{ext}".encode()
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        for workers in (0, 1):
+            ds = StreamingDataset(self.path("mixed"), decode=False, batch_size=3,
+                                  batched=True, shuffle=False)
+            (b,) = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+            self.assertEqual(b.keys(), ["__key__", "txt", "bin"])
+            self.assertEqual([plain(v) for v in b["txt"]], [b"a.txt", b"b.txt", None])
+            self.assertEqual([plain(v) for v in b["bin"]], [b"a.bin", None, b"c.bin"])
+            samples = [{k: plain(v) for k, v in s.items()} for s in b.samples()]
+            self.assertEqual(samples, [{"__key__": "a", "txt": b"a.txt", "bin": b"a.bin"},
+                                       {"__key__": "b", "txt": b"b.txt"},
+                                       {"__key__": "c", "bin": b"c.bin"}])
+            self.assertIn("bin", b)
+            self.assertNotIn("jpg", b)
+            with self.assertRaises(KeyError):
+                b["jpg"]
+
+    def test_a_batch_pickles_with_its_bytes(self):
+        ds = self.dataset(batch_size=4, batched=True, shuffle=False)
+        b = next(iter(ds))
+        copy = pickle.loads(pickle.dumps(b))
+        self.assertEqual(copy["__key__"], b["__key__"])
+        self.assertEqual(copy["bin"], [bytes(v) for v in b["bin"]])
+        self.assertEqual(copy.positions, b.positions)
+
+    def test_transform_gets_the_whole_batch(self):
+        ds = self.dataset(batch_size=6, batched=True, transform=lambda b: (len(b), b.fields))
+        got = list(ds)
+        self.assertEqual(sum(n for n, _ in got), 107)
+        self.assertEqual(got[0][1], ["txt", "json", "cls", "npy", "bin"])
+
+    def test_resume_mid_epoch_continues_the_batches(self):
+        want = [k for b in self.batched(2, 4) for k in b["__key__"]]
+        for workers, steps in ((0, 3), (2, 5)):
+            ds = self.dataset(batch_size=4, batched=True)
+            it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+            before = []
+            for _ in range(steps):
+                before.extend(next(it)["__key__"])
+            del it
+            state = json.loads(json.dumps(ds.state_dict(num_samples=len(before))))
+            again = self.dataset(batch_size=4, batched=True, seed=999)
+            again.load_state_dict(state)
+            after = [k for b in torch.utils.data.DataLoader(again, batch_size=None,
+                                                            num_workers=workers)
+                     for k in b["__key__"]]
+            self.assertEqual(before + after, want, (workers, steps))
+
+
+class NextBatchTest(TempDirTestCase):
+    def test_a_shard_missing_mid_batch_loses_no_sample(self):
+        write_bins(self.path("bins"), 3, 4, 16)
+        source = _gantry.DataSource(self.path("bins"), wds_shard_samples=[4, 4, 4])
+        reader = _gantry.DataReader(source, shuffle=False, read_ahead=0, zero_copy=False)
+        shutil.move(self.path("bins", "shard-000001.tar"), self.path("away.tar"))
+        with self.assertRaises(NotFoundError):
+            reader.next_batch(6)  # samples 0-3 read, then shard 1 is missing
+        shutil.move(self.path("away.tar"), self.path("bins", "shard-000001.tar"))
+        positions, keys, fields, columns = reader.next_batch(6)
+        self.assertEqual(positions, [0, 1, 2, 3, 4, 5])
+        self.assertEqual(keys, ["k0", "k1", "k2", "k3", "k4", "k5"])
+        self.assertEqual(fields, [("bin", "")])
+        self.assertEqual(columns, [[expected(n, 16) for n in range(6)]])
+        positions, _, _, _ = reader.next_batch(6)
+        self.assertEqual(positions, [6, 7, 8, 9, 10, 11])
+        with self.assertRaises(StopIteration):
+            reader.next_batch(6)
+
+    def test_packed_columns_are_spans_of_the_block(self):
+        write_bins(self.path("bins"), 1, 3, 5)
+        source = _gantry.DataSource(self.path("bins"))
+        reader = _gantry.DataReader(source, shuffle=False)
+        block = bytearray(100)
+        asked = []
+
+        def alloc(size):
+            asked.append(size)
+            return block
+
+        positions, keys, fields, (got, spans) = reader.next_batch(3, True, alloc)
+        self.assertIs(got, block)
+        self.assertEqual(asked, [15])
+        self.assertEqual(list(memoryview(spans).cast("q")), [0, 5, 5, 10, 10, 15])
+        self.assertEqual(bytes(block[:15]), expected(0, 5) + expected(1, 5) + expected(2, 5))
+        # Without alloc, or when it returns None, the block is a new bytes object.
+        for alloc in (None, lambda n: None):
+            again = _gantry.DataReader(source, shuffle=False)
+            _, _, _, (got, spans) = again.next_batch(2, True, alloc)
+            self.assertEqual(got, expected(0, 5) + expected(1, 5))
+            self.assertEqual(list(memoryview(spans).cast("q")), [0, 5, 5, 10])
+        with self.assertRaises(ValueError):
+            _gantry.DataReader(source, shuffle=False).next_batch(3, True,
+                                                                 lambda n: bytearray(n - 1))
+        with self.assertRaises(ValueError):
+            reader.next_batch(0)
+
+
+if __name__ == "__main__":
+    unittest.main()
