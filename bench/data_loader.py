@@ -213,8 +213,9 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
     w = 0 if kind in ("gantry0", "gantry0b") else args.workers
     if kind in ("gantry", "gantry0", "gantryb", "gantry0b"):
         batched = kind.endswith("b")
+        more = {"batched": True} if batched else {}  # a --base build may predate batched=
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
-                                transform=as_tensors if tensors else None, batched=batched,
+                                transform=as_tensors if tensors else None, **more,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
                                 + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
         if batched:

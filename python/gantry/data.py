@@ -123,8 +123,8 @@ class SampleBatch:
         for sample in batch.samples(): ...   # one dict per sample, as decode gives them
 
     Undecoded values are read-only memoryviews (bytes(view) copies one). Read in a DataLoader
-    worker, the batch's bytes travel to the training process as one block (in shared memory
-    from 1 MiB, else pickled whole), and the views there slice that block.
+    worker, the batch's bytes travel to the training process as one bytes block, pickled
+    whole, and the views there slice that block.
 
     Deliberately not a Mapping or a Sequence: the DataLoader (batch_size=None) then passes it
     through as it is, where it would rebuild a Mapping field by field.
@@ -137,7 +137,7 @@ class SampleBatch:
         self._keys = keys
         self._fields = fields    # [(name, encoding)]
         self._columns = columns  # [list of values], or None until unpacked from _data
-        self._data = data        # packed: a uint8 tensor (or any buffer) holding every value
+        self._data = data        # packed: one bytes object (or any buffer) holding every value
         self._spans = spans      # packed: bytes of int64 (begin, end), field-major; -1 absent
 
     def __len__(self):
@@ -184,10 +184,7 @@ class SampleBatch:
         return self._columns[c]
 
     def _unpack(self):
-        data = self._data
-        if torch is not None and isinstance(data, torch.Tensor):
-            data = data.numpy()
-        whole = memoryview(data).cast("B").toreadonly()
+        whole = memoryview(self._data).cast("B").toreadonly()
         spans = memoryview(self._spans).cast("q")
         n = len(self._keys)
         columns = []
@@ -199,8 +196,7 @@ class SampleBatch:
 
     def __reduce__(self):
         if self._data is not None:
-            # The packed block pickles as itself: a shared-memory tensor crosses from a
-            # DataLoader worker as a handle, not as its bytes.
+            # The packed block pickles as itself, one buffer.
             return (SampleBatch, (self.positions, self._keys, self._fields, None, self._data,
                                   self._spans))
         columns = [[bytes(v) if isinstance(v, memoryview) else v for v in column]
@@ -209,20 +205,6 @@ class SampleBatch:
 
     def __repr__(self):
         return f"SampleBatch({len(self)} samples, fields {self.fields})"
-
-
-# A worker's batch of at least this many bytes goes through shared memory; a smaller one is
-# pickled through the pipe as one bytes block, since a shared segment costs a fixed setup
-# (create, map, hand its descriptor over a socket, map again: about 2 ms a batch measured on
-# 4 KiB samples, docs/performance.md) that the copy of a small block does not.
-_SHARED_BLOCK_BYTES = 1 << 20
-
-
-def _shared_block(size):
-    """A uint8 tensor of `size` bytes in shared memory, made as default_collate makes a
-    worker's batch: pickled to the training process as a handle, not through the pipe."""
-    storage = torch.UntypedStorage._new_shared(int(size))
-    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 def _env_int(name, default):
@@ -320,8 +302,8 @@ class StreamingDataset(_Base):
     share may be short) instead of sample dicts: give the DataLoader batch_size=None. The
     batches are exactly the DataLoader's batches of the unbatched dataset, in the same order;
     reading them costs Python a few objects per sample instead of a dict and a tuple, and with
-    decode=False in DataLoader workers the batch's bytes reach the training process in one
-    shared-memory block. `transform`, if given, then receives and returns a whole batch.
+    decode=False in DataLoader workers the batch's bytes reach the training process as one
+    bytes block. `transform`, if given, then receives and returns a whole batch.
     """
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
@@ -434,29 +416,18 @@ class StreamingDataset(_Base):
                 report()
 
     def _batches(self, reader, info, report):
-        # Packed into shared memory only where the batch crosses processes and is bytes.
+        # Packed into one bytes block only where the batch crosses processes and is bytes.
         packed = info is not None and not self.decode and self.zero_copy is None
-        shared = []  # the shared-memory tensor alloc made for the batch being read
-
-        def alloc(size):
-            if size < _SHARED_BLOCK_BYTES:
-                return None  # a bytes block
-            shared.append(_shared_block(size))
-            return shared[0].numpy()
-
         n = 0
         try:
             while True:
-                shared.clear()
                 try:
-                    positions, keys, fields, columns = reader.next_batch(
-                        self.batch_size, packed, alloc if packed else None)
+                    positions, keys, fields, columns = reader.next_batch(self.batch_size, packed)
                 except StopIteration:
                     return
                 if packed:
                     data, spans = columns
-                    batch = SampleBatch(positions, keys, fields, None,
-                                        shared[0] if shared else data, spans)
+                    batch = SampleBatch(positions, keys, fields, None, data, spans)
                 else:
                     if self.decode:
                         columns = [[None if v is None else decode_field(name, encoding, v)

@@ -8,7 +8,7 @@
 //                               world=1, rank=0, workers=0, worker=0, batch=1, start=0,
 //                               read_ahead=4, zero_copy=False)
 //   for position, key, fields in reader: ...   # fields: [(name, encoding, bytes|memoryview)]
-//   positions, keys, fields, columns = reader.next_batch(64, packed=False, alloc=None)
+//   positions, keys, fields, columns = reader.next_batch(64, packed=False)
 //   _gantry.data_stats("s3://bkt/train", job)   # the loader's metrics, a dict
 //
 // The order and the iteration are C++; fetching a shard releases the GIL. With zero_copy each
@@ -124,14 +124,12 @@ class PyReader {
   // Unpacked, columns holds one list per field: each sample's value as Next gives it
   // (memoryview or bytes), None where a sample lacks the field. Packed, every field's bytes
   // are copied into one block and columns is (block, spans): spans is bytes of native int64
-  // (begin, end) pairs, field-major, begin -1 where a sample lacks the field; the block is
-  // what `alloc` returned (a callable taking the byte count and returning a writable buffer
-  // of at least that size: a DataLoader worker's shared memory), or, without alloc or when it
-  // returns None, a new bytes object (pickled as one buffer). One copy, instead of one Python
-  // object per field.
+  // (begin, end) pairs, field-major, begin -1 where a sample lacks the field; the block is one
+  // new bytes object, which pickles as one buffer. One copy, instead of one Python object per
+  // field.
   // StopIteration when nothing is left; an error (a damaged shard) keeps the samples already
   // read for the next call, so no sample is skipped.
-  py::tuple NextBatch(uint64_t n, bool packed, const py::object& alloc) {
+  py::tuple NextBatch(uint64_t n, bool packed) {
     if (n == 0) throw py::value_error("a batch needs at least one sample");
     if (batch_.size() < n) batch_.resize(n);
     Status failed = [&] {
@@ -197,23 +195,11 @@ class PyReader {
           spans[(c * count + i) * 2 + 1] = static_cast<int64_t>(total);
         }
       }
-      py::object block = alloc.is_none() ? py::object(py::none()) : alloc(total);
-      char* to = nullptr;
-      if (block.is_none()) {
-        // Filled before anyone else can see it, so writing into the new bytes is safe.
-        PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
-        if (b == nullptr) throw py::error_already_set();
-        block = py::reinterpret_steal<py::object>(b);
-        to = PyBytes_AS_STRING(b);
-      } else {
-        py::buffer_info into = py::buffer(block).request(/*writable=*/true);
-        if (into.itemsize != 1 || into.ndim != 1 || into.size < static_cast<ssize_t>(total)) {
-          throw py::value_error(
-              "alloc must return a writable one-dimensional byte buffer of "
-              "at least the size asked for");
-        }
-        to = static_cast<char*>(into.ptr);  // `block` keeps it alive
-      }
+      // Filled before anyone else can see it, so writing into the new bytes is safe.
+      PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
+      if (raw == nullptr) throw py::error_already_set();
+      const py::object block = py::reinterpret_steal<py::object>(raw);
+      char* to = PyBytes_AS_STRING(raw);
       {
         py::gil_scoped_release release;
         for (size_t c = 0; c < names.size(); ++c) {
@@ -319,8 +305,7 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("shards_read", &PyReader::shards_read)
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })
       .def("__next__", &PyReader::Next)
-      .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false,
-           py::arg("alloc") = py::none());
+      .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false);
 
   m.def(
       "data_stats",

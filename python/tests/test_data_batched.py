@@ -1,7 +1,7 @@
 """gantry.data's batched reading: StreamingDataset(batched=True) yields exactly the DataLoader's
 batches of the unbatched dataset (ranks, workers, batch sizes, decoding, resume), DataLoader
-workers hand a batch's bytes over in one shared-memory block, and a failed read inside a batch
-loses no sample."""
+workers hand a batch's bytes over as one block, and a failed read inside a batch loses no
+sample."""
 
 import json
 import os
@@ -81,31 +81,21 @@ class BatchedTest(TempDirTestCase):
             self.assertEqual(g["cls"], w["cls"])
             self.assertEqual([a.tolist() for a in g["npy"]], [a.tolist() for a in w["npy"]])
 
-    def test_workers_hand_over_read_only_views_of_one_block(self):
-        size = 400_000  # a batch of 3 is over 1 MiB (shared memory), a batch of 2 is not
-        write_bins(self.path("bins"), 4, 5, size)
+    def test_workers_hand_over_read_only_views_of_one_bytes_block(self):
+        write_bins(self.path("bins"), 4, 5, 1000)
         ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=5,
                               batched=True)
-        got, shared, pickled = 0, 0, 0
+        got = 0
         for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2):
             self.assertEqual(b.fields, ["bin"])
             for key, value in zip(b["__key__"], b["bin"]):
                 self.assertIsInstance(value, memoryview)
                 self.assertTrue(value.readonly)
-                self.assertEqual(bytes(value), expected(int(key[1:]), size))
+                self.assertEqual(bytes(value), expected(int(key[1:]), 1000))
                 got += 1
-            block = b._data
-            if len(b) * size >= 1 << 20:
-                self.assertIsInstance(block, torch.Tensor)
-                self.assertTrue(block.is_shared())
-                self.assertEqual(block.numel(), size * len(b))
-                shared += 1
-            else:
-                self.assertIsInstance(block, bytes)
-                self.assertEqual(len(block), size * len(b))
-                pickled += 1
+            self.assertIsInstance(b._data, bytes)
+            self.assertEqual(len(b._data), 1000 * len(b))
         self.assertEqual(got, 20)
-        self.assertEqual((shared, pickled), (6, 1))  # batches of 3 dealt in turn; 2 left
 
     def test_in_process_batches_are_views_of_the_mapped_shards(self):
         write_bins(self.path("bins"), 2, 4, 64)
@@ -198,31 +188,14 @@ class NextBatchTest(TempDirTestCase):
         with self.assertRaises(StopIteration):
             reader.next_batch(6)
 
-    def test_packed_columns_are_spans_of_the_block(self):
+    def test_packed_columns_are_spans_of_one_block(self):
         write_bins(self.path("bins"), 1, 3, 5)
         source = _gantry.DataSource(self.path("bins"))
         reader = _gantry.DataReader(source, shuffle=False)
-        block = bytearray(100)
-        asked = []
-
-        def alloc(size):
-            asked.append(size)
-            return block
-
-        positions, keys, fields, (got, spans) = reader.next_batch(3, True, alloc)
-        self.assertIs(got, block)
-        self.assertEqual(asked, [15])
+        positions, keys, fields, (block, spans) = reader.next_batch(3, True)
+        self.assertEqual(positions, [0, 1, 2])
+        self.assertEqual(block, expected(0, 5) + expected(1, 5) + expected(2, 5))
         self.assertEqual(list(memoryview(spans).cast("q")), [0, 5, 5, 10, 10, 15])
-        self.assertEqual(bytes(block[:15]), expected(0, 5) + expected(1, 5) + expected(2, 5))
-        # Without alloc, or when it returns None, the block is a new bytes object.
-        for alloc in (None, lambda n: None):
-            again = _gantry.DataReader(source, shuffle=False)
-            _, _, _, (got, spans) = again.next_batch(2, True, alloc)
-            self.assertEqual(got, expected(0, 5) + expected(1, 5))
-            self.assertEqual(list(memoryview(spans).cast("q")), [0, 5, 5, 10])
-        with self.assertRaises(ValueError):
-            _gantry.DataReader(source, shuffle=False).next_batch(3, True,
-                                                                 lambda n: bytearray(n - 1))
         with self.assertRaises(ValueError):
             reader.next_batch(0)
 
