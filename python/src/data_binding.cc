@@ -131,6 +131,8 @@ class PyReader {
   // read for the next call, so no sample is skipped.
   py::tuple NextBatch(uint64_t n, bool packed) {
     if (n == 0) throw py::value_error("a batch needs at least one sample");
+    // Never more slots than samples are left: a huge n (batch_size=10**9) must not allocate.
+    n = std::min<uint64_t>(n, pending_ + it_.remaining());
     if (batch_.size() < n) batch_.resize(n);
     Status failed = [&] {
       py::gil_scoped_release release;  // may fetch shards

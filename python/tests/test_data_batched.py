@@ -199,6 +199,17 @@ class NextBatchTest(TempDirTestCase):
         with self.assertRaises(ValueError):
             reader.next_batch(0)
 
+    def test_a_huge_batch_takes_what_is_left_without_allocating_for_it(self):
+        write_bins(self.path("bins"), 2, 3, 5)
+        source = _gantry.DataSource(self.path("bins"))
+        reader = _gantry.DataReader(source, shuffle=False)
+        positions, _, _, _ = reader.next_batch(10**15)
+        self.assertEqual(positions, [0, 1, 2, 3, 4, 5])
+        with self.assertRaises(StopIteration):
+            reader.next_batch(10**15)
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=10**12, batched=True)
+        self.assertEqual([len(b) for b in ds], [6])
+
 
 if __name__ == "__main__":
     unittest.main()
