@@ -1306,6 +1306,45 @@ class ControllerGraceRestartTest : public ControllerPreemptionTest {
     rm_->node_state_[(*recorded)[0].placement[0].node] = NodeState::kDrained;
     return true;
   }
+  // The same across a restart: the preemptor was cancelled within the grace time (and, when
+  // `seen`, gantryd saw it before it was killed). The restarted one still knows the victim was
+  // signalled -- the engine offers it to no other preemptor -- and holds it again at the original
+  // grace end.
+  void CancelThePreemptorThenRestart(bool seen) {
+    std::string victim;
+    auto ctl = OpenAndSignalOneVictim(&victim);
+    ASSERT_NE(ctl, nullptr);
+    ASSERT_FALSE(victim.empty());
+    ASSERT_TRUE(rm_->Cancel("high").ok());
+    if (seen) {
+      rm_->Advance(5);
+      ASSERT_TRUE(ctl->Cycle(5, nullptr).ok());
+      ASSERT_EQ(PhaseOf("high"), JobPhase::kDone);
+    }
+    ctl = KillAndRestart(std::move(ctl), 10);
+    ASSERT_NE(ctl, nullptr);
+    EXPECT_EQ(PhaseOf("high"), JobPhase::kDone);
+    EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+    EXPECT_EQ(PreemptionsRecorded(), 1u);
+    EXPECT_NE(EventLog().find("high preempt-orphaned no longer pending; its 1 signalled "
+                              "victim(s), held again at t=33"),
+              std::string::npos)
+        << EventLog();
+    // Another high job arrives within the grace time: it must not signal the victim again.
+    SubmitQos("high2", 8, 2, 100, 11);
+    for (Time t = 11; t < 33; t += 5) {
+      rm_->Advance(t);
+      ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+    }
+    EXPECT_EQ(std::count(rm_->signals_.begin(), rm_->signals_.end(), victim + ":TERM"), 1)
+        << EventLog();
+    EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+    rm_->Advance(33);
+    ASSERT_TRUE(ctl->Cycle(33, nullptr).ok());
+    EXPECT_EQ(rm_->requeues_[victim], 1) << EventLog();
+    EXPECT_EQ(store_->Get(victim)->requeues, 1);
+    EXPECT_EQ(rm_->violations_, 0);
+  }
   size_t PreemptionsRecorded() {
     Result<std::vector<GracePreemption>> p = store_->Preemptions();
     EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -1424,36 +1463,12 @@ TEST_F(ControllerGraceRestartTest, APreemptorCancelledWithinTheGraceTimeStillReq
   EXPECT_EQ(rm_->violations_, 0);
 }
 
-// The same across a restart: the preemptor was cancelled (and seen so) within the grace time,
-// then gantryd was killed. The restarted one still knows the victim was signalled -- the engine
-// offers it to no other preemptor -- and holds it again at the original grace end.
 TEST_F(ControllerGraceRestartTest, APreemptorCancelledBeforeARestartStillRequeuesItsVictim) {
-  std::string victim;
-  auto ctl = OpenAndSignalOneVictim(&victim);
-  ASSERT_NE(ctl, nullptr);
-  ASSERT_FALSE(victim.empty());
-  ASSERT_TRUE(rm_->Cancel("high").ok());
-  rm_->Advance(5);
-  ASSERT_TRUE(ctl->Cycle(5, nullptr).ok());
-  ASSERT_EQ(PhaseOf("high"), JobPhase::kDone);
-  ctl = KillAndRestart(std::move(ctl), 10);
-  ASSERT_NE(ctl, nullptr);
-  EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
-  EXPECT_EQ(PreemptionsRecorded(), 1u);
-  // Another high job arrives within the grace time: it must not signal the victim again.
-  SubmitQos("high2", 8, 2, 100, 11);
-  for (Time t = 11; t < 33; t += 5) {
-    rm_->Advance(t);
-    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
-  }
-  EXPECT_EQ(std::count(rm_->signals_.begin(), rm_->signals_.end(), victim + ":TERM"), 1)
-      << EventLog();
-  EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
-  rm_->Advance(33);
-  ASSERT_TRUE(ctl->Cycle(33, nullptr).ok());
-  EXPECT_EQ(rm_->requeues_[victim], 1) << EventLog();
-  EXPECT_EQ(store_->Get(victim)->requeues, 1);
-  EXPECT_EQ(rm_->violations_, 0);
+  CancelThePreemptorThenRestart(/*seen=*/true);
+}
+
+TEST_F(ControllerGraceRestartTest, APreemptorCancelledWhileGantrydWasAwayStillRequeuesItsVictim) {
+  CancelThePreemptorThenRestart(/*seen=*/false);
 }
 
 // The engine refuses to take the preemption back (the node the preemptor was to start on was
