@@ -466,6 +466,11 @@ class Controller::Impl {
       p.placement = NodeGpusOf(d.placement);
       p.signalled = now;
       p.grace_end = d.victims_end_by;
+      // The record replaces the preemptor's earlier one: victims of that one still running go
+      // on in it, keeping their own grace ends.
+      for (const auto& [victim, s] : signalled_) {
+        if (s.by == by) p.earlier.emplace_back(victim, s.grace_end);
+      }
       GANTRY_RETURN_IF_ERROR(store_->AddPreemption(p));
     }
     for (JobIndex v : d.preempted) {
@@ -529,22 +534,24 @@ class Controller::Impl {
   }
 
   // Restart: the signals of the recorded preemptions whose victims still run (or were about to
-  // start). A preemption with none left, or whose preemptor is no longer pending, is over.
+  // start), whatever became of their preemptor: a victim that got its signal was told to save
+  // its checkpoint and stop, so it is held again at its grace end even when nobody waits for its
+  // GPUs any more -- as without a restart, where a cancelled preemptor leaves its victims'
+  // signals in place. A preemption with no victim left is over.
   Status LoadSignals(const std::vector<JobRecord>& active,
                      const std::vector<GracePreemption>& preemptions) {
     std::map<std::string, JobPhase> phase;
     for (const JobRecord& r : active) phase[r.id] = r.phase;
     for (const GracePreemption& p : preemptions) {
-      auto pre = phase.find(p.preemptor);
       bool any = false;
-      if (pre != phase.end() && pre->second == JobPhase::kPending) {
-        for (const std::string& v : p.victims) {
-          auto ph = phase.find(v);
-          if (ph == phase.end() || ph->second == JobPhase::kPending) continue;
-          signalled_[v] = Signalled{p.preemptor, p.grace_end};
-          any = true;
-        }
-      }
+      const auto load = [&](const std::string& v, Time grace_end) {
+        auto ph = phase.find(v);
+        if (ph == phase.end() || ph->second == JobPhase::kPending) return;
+        signalled_[v] = Signalled{p.preemptor, grace_end};
+        any = true;
+      };
+      for (const std::string& v : p.victims) load(v, p.grace_end);
+      for (const auto& [v, grace_end] : p.earlier) load(v, grace_end);
       if (!any) GANTRY_RETURN_IF_ERROR(store_->EndPreemption(p.preemptor));
     }
     return Status::Ok();
@@ -552,39 +559,63 @@ class Controller::Impl {
 
   // Restart: the engine waits for the recorded preemption's victims that it runs, as it did
   // before (Engine::RestorePreempting), so it neither starts the preemptor early nor chooses
-  // other victims. When it cannot (the placement is no longer free), the victims are still
-  // requeued at their grace end, and the event log says so.
+  // other victims. When it cannot -- the preemptor is no longer pending (cancelled, or released
+  // by hand), or the placement is no longer free (e.g. its node was drained) -- the engine is
+  // still told the victims were signalled (Engine::RestoreSignalled), so that no preemptor,
+  // this one decided anew included, signals them again or moves their grace end later; they
+  // are requeued at their grace end all the same, and the event log says so.
   Status RestoreInEngine(const GracePreemption& p, Time now) {
-    auto pre = by_id_.find(p.preemptor);
-    if (pre == by_id_.end() || engine_->status(pre->second).phase != JobStatus::Phase::kPending) {
-      return Status::Ok();
+    // The engine's index of victim `v` when it runs there and its signal was loaded, else -1.
+    const auto running = [&](const std::string& v) -> JobIndex {
+      auto it = by_id_.find(v);
+      if (it == by_id_.end() || signalled_.count(v) == 0) return -1;
+      return engine_->status(it->second).phase == JobStatus::Phase::kRunning ? it->second : -1;
+    };
+    for (const auto& [v, grace_end] : p.earlier) {
+      const JobIndex j = running(v);
+      if (j >= 0) GANTRY_RETURN_IF_ERROR(KeepSignalled({j}, p.preemptor, grace_end, now));
     }
     std::vector<JobIndex> victims;
     for (const std::string& v : p.victims) {
-      auto it = by_id_.find(v);
-      if (it == by_id_.end() || signalled_.count(v) == 0) continue;
-      if (engine_->status(it->second).phase == JobStatus::Phase::kRunning) {
-        victims.push_back(it->second);
-      }
+      const JobIndex j = running(v);
+      if (j >= 0) victims.push_back(j);
     }
     if (victims.empty()) return Status::Ok();
+    const std::string held_again =
+        std::to_string(victims.size()) +
+        " signalled victim(s), held again at t=" + std::to_string(p.grace_end);
+    auto pre = by_id_.find(p.preemptor);
+    if (pre == by_id_.end() || engine_->status(pre->second).phase != JobStatus::Phase::kPending) {
+      GANTRY_RETURN_IF_ERROR(KeepSignalled(victims, p.preemptor, p.grace_end, now));
+      return store_->LogEvent(now, p.preemptor, "preempt-orphaned",
+                              "no longer pending; its " + held_again);
+    }
+    Status s = Status::Ok();
     Placement placement;
-    for (const NodeGpus& s : p.placement) {
-      auto n = node_index_.find(s.node);
+    for (const NodeGpus& slot : p.placement) {
+      auto n = node_index_.find(slot.node);
       if (n == node_index_.end()) {
-        return store_->LogEvent(now, p.preemptor, "preempt-restore-failed",
-                                "node " + s.node + " is not in the cluster spec");
+        s = FailedPrecondition("node " + slot.node + " is not in the cluster spec");
+        break;
       }
-      placement.push_back({n->second, s.gpus});
+      placement.push_back({n->second, slot.gpus});
     }
-    Status s = engine_->RestorePreempting(pre->second, victims, placement, p.grace_end, now);
+    if (s.ok()) s = engine_->RestorePreempting(pre->second, victims, placement, p.grace_end, now);
     if (!s.ok()) {
-      return store_->LogEvent(now, p.preemptor, "preempt-restore-failed", s.ToString());
+      GANTRY_RETURN_IF_ERROR(KeepSignalled(victims, p.preemptor, p.grace_end, now));
+      return store_->LogEvent(now, p.preemptor, "preempt-restore-failed",
+                              s.ToString() + "; decided anew, its " + held_again);
     }
-    return store_->LogEvent(
-        now, p.preemptor, "preempt-restored",
-        "waits for " + std::to_string(victims.size()) +
-            " signalled victim(s), held again at t=" + std::to_string(p.grace_end));
+    return store_->LogEvent(now, p.preemptor, "preempt-restored", "waits for " + held_again);
+  }
+
+  // Restart: the engine keeps `victims` of `preemptor` signalled until `grace_end`, with no
+  // preemptor waiting for them.
+  Status KeepSignalled(const std::vector<JobIndex>& victims, const std::string& preemptor,
+                       Time grace_end, Time now) {
+    Status s = engine_->RestoreSignalled(victims, grace_end, now);
+    if (s.ok()) return s;
+    return store_->LogEvent(now, preemptor, "preempt-restore-failed", s.ToString());
   }
 
   // Node names and GPUs of an engine placement.

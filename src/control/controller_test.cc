@@ -1289,6 +1289,62 @@ class ControllerGraceRestartTest : public ControllerPreemptionTest {
     rm_->Advance(now);
     return Open(now);
   }
+  // Opens gantryd with 30 s of grace and runs SignalOneVictim; `victim` is set (empty on failure).
+  std::unique_ptr<Controller> OpenAndSignalOneVictim(std::string* victim) {
+    UseProfile(30);
+    auto ctl = Open(0);
+    if (ctl == nullptr) return nullptr;
+    *victim = SignalOneVictim(*ctl);
+    return ctl;
+  }
+  // Drains the node the one recorded preemption's preemptor is to start on (false: none).
+  bool DrainThePreemptorsNode() {
+    Result<std::vector<GracePreemption>> recorded = store_->Preemptions();
+    if (!recorded.ok() || recorded->size() != 1 || (*recorded)[0].placement.size() != 1) {
+      return false;
+    }
+    rm_->node_state_[(*recorded)[0].placement[0].node] = NodeState::kDrained;
+    return true;
+  }
+  // The same across a restart: the preemptor was cancelled within the grace time (and, when
+  // `seen`, gantryd saw it before it was killed). The restarted one still knows the victim was
+  // signalled -- the engine offers it to no other preemptor -- and holds it again at the original
+  // grace end.
+  void CancelThePreemptorThenRestart(bool seen) {
+    std::string victim;
+    auto ctl = OpenAndSignalOneVictim(&victim);
+    ASSERT_NE(ctl, nullptr);
+    ASSERT_FALSE(victim.empty());
+    ASSERT_TRUE(rm_->Cancel("high").ok());
+    if (seen) {
+      rm_->Advance(5);
+      ASSERT_TRUE(ctl->Cycle(5, nullptr).ok());
+      ASSERT_EQ(PhaseOf("high"), JobPhase::kDone);
+    }
+    ctl = KillAndRestart(std::move(ctl), 10);
+    ASSERT_NE(ctl, nullptr);
+    EXPECT_EQ(PhaseOf("high"), JobPhase::kDone);
+    EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+    EXPECT_EQ(PreemptionsRecorded(), 1u);
+    EXPECT_NE(EventLog().find("high preempt-orphaned no longer pending; its 1 signalled "
+                              "victim(s), held again at t=33"),
+              std::string::npos)
+        << EventLog();
+    // Another high job arrives within the grace time: it must not signal the victim again.
+    SubmitQos("high2", 8, 2, 100, 11);
+    for (Time t = 11; t < 33; t += 5) {
+      rm_->Advance(t);
+      ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+    }
+    EXPECT_EQ(std::count(rm_->signals_.begin(), rm_->signals_.end(), victim + ":TERM"), 1)
+        << EventLog();
+    EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+    rm_->Advance(33);
+    ASSERT_TRUE(ctl->Cycle(33, nullptr).ok());
+    EXPECT_EQ(rm_->requeues_[victim], 1) << EventLog();
+    EXPECT_EQ(store_->Get(victim)->requeues, 1);
+    EXPECT_EQ(rm_->violations_, 0);
+  }
   size_t PreemptionsRecorded() {
     Result<std::vector<GracePreemption>> p = store_->Preemptions();
     EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -1300,10 +1356,9 @@ class ControllerGraceRestartTest : public ControllerPreemptionTest {
 // other running job is a candidate too), keeps the preemptor waiting, requeues the victim at
 // the original grace end and then starts the preemptor.
 TEST_F(ControllerGraceRestartTest, KilledWithinTheGraceTimeCarriesThePreemptionOn) {
-  UseProfile(30);
-  auto ctl = Open(0);
+  std::string victim;
+  auto ctl = OpenAndSignalOneVictim(&victim);
   ASSERT_NE(ctl, nullptr);
-  const std::string victim = SignalOneVictim(*ctl);
   ASSERT_FALSE(victim.empty());
   const std::string other = victim == "a" ? "b" : "a";
   ASSERT_EQ(PreemptionsRecorded(), 1u);
@@ -1340,10 +1395,9 @@ TEST_F(ControllerGraceRestartTest, KilledWithinTheGraceTimeCarriesThePreemptionO
 // Restarted after the grace end passed: the victim is requeued at once (on Open), and the
 // preemptor starts in the first cycle.
 TEST_F(ControllerGraceRestartTest, RestartAfterTheGraceEndRequeuesTheVictimAtOnce) {
-  UseProfile(30);
-  auto ctl = Open(0);
+  std::string victim;
+  auto ctl = OpenAndSignalOneVictim(&victim);
   ASSERT_NE(ctl, nullptr);
-  const std::string victim = SignalOneVictim(*ctl);
   ASSERT_FALSE(victim.empty());
   ctl = KillAndRestart(std::move(ctl), 50);
   ASSERT_NE(ctl, nullptr);
@@ -1360,11 +1414,10 @@ TEST_F(ControllerGraceRestartTest, RestartAfterTheGraceEndRequeuesTheVictimAtOnc
 // The victim saved its checkpoint and exited while gantryd was away: the restart requeues it to
 // go on (not finished as completed), and the preemptor starts.
 TEST_F(ControllerGraceRestartTest, AVictimThatExitedWhileGantrydWasAwayIsRequeued) {
-  UseProfile(30);
   rm_->requeue_finished_ = true;
-  auto ctl = Open(0);
+  std::string victim;
+  auto ctl = OpenAndSignalOneVictim(&victim);
   ASSERT_NE(ctl, nullptr);
-  const std::string victim = SignalOneVictim(*ctl);
   ASSERT_FALSE(victim.empty());
   ctl.reset();
   rm_->Exit(victim, "completed");
@@ -1376,6 +1429,113 @@ TEST_F(ControllerGraceRestartTest, AVictimThatExitedWhileGantrydWasAwayIsRequeue
   ASSERT_TRUE(ctl->Cycle(8, nullptr).ok());
   EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
   EXPECT_EQ(rm_->signals_.size(), 1u);
+  EXPECT_EQ(PreemptionsRecorded(), 0u);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// The preemptor is cancelled within the grace time: its victim was told to checkpoint and stop,
+// so it is still held again at its grace end (nobody waits for its GPUs, but a job that got its
+// signal cannot be told "never mind"), and requeued exactly once.
+TEST_F(ControllerGraceRestartTest, APreemptorCancelledWithinTheGraceTimeStillRequeuesItsVictim) {
+  std::string victim;
+  auto ctl = OpenAndSignalOneVictim(&victim);
+  ASSERT_NE(ctl, nullptr);
+  ASSERT_FALSE(victim.empty());
+  ASSERT_TRUE(rm_->Cancel("high").ok());
+  for (Time t = 5; t < 33; t += 5) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+    EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kRunning) << t;
+  }
+  EXPECT_EQ(PhaseOf("high"), JobPhase::kDone);
+  EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+  rm_->Advance(33);
+  ASSERT_TRUE(ctl->Cycle(33, nullptr).ok());
+  EXPECT_EQ(rm_->requeues_[victim], 1) << EventLog();
+  EXPECT_EQ(store_->Get(victim)->requeues, 1);
+  rm_->Advance(34);
+  ASSERT_TRUE(ctl->Cycle(34, nullptr).ok());
+  // Decided anew, with its GPUs free again: it goes on (from its checkpoint).
+  EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->jobs_[victim].starts, 2);
+  EXPECT_EQ(rm_->signals_.size(), 1u);
+  EXPECT_EQ(PreemptionsRecorded(), 0u);
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+TEST_F(ControllerGraceRestartTest, APreemptorCancelledBeforeARestartStillRequeuesItsVictim) {
+  CancelThePreemptorThenRestart(/*seen=*/true);
+}
+
+TEST_F(ControllerGraceRestartTest, APreemptorCancelledWhileGantrydWasAwayStillRequeuesItsVictim) {
+  CancelThePreemptorThenRestart(/*seen=*/false);
+}
+
+// The engine refuses to take the preemption back (the node the preemptor was to start on was
+// drained while gantryd was away): the victim, still running there, is known to be signalled
+// all the same, so the preemptor, decided anew, never signals it again nor moves its grace end,
+// and it is held again at the original grace end, once.
+TEST_F(ControllerGraceRestartTest, ARefusedRestoreSignalsNoVictimTwice) {
+  std::string victim;
+  auto ctl = OpenAndSignalOneVictim(&victim);
+  ASSERT_NE(ctl, nullptr);
+  ASSERT_FALSE(victim.empty());
+  ASSERT_TRUE(DrainThePreemptorsNode());
+  ctl = KillAndRestart(std::move(ctl), 10);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_NE(EventLog().find("high preempt-restore-failed"), std::string::npos) << EventLog();
+  EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33);
+  for (Time t = 10; t < 33; t += 5) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+    EXPECT_EQ(rm_->jobs_[victim].job.state, ObservedState::kRunning) << t;
+    EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33) << t;
+  }
+  EXPECT_EQ(std::count(rm_->signals_.begin(), rm_->signals_.end(), victim + ":TERM"), 1)
+      << EventLog();
+  rm_->Advance(33);
+  ASSERT_TRUE(ctl->Cycle(33, nullptr).ok());
+  EXPECT_EQ(rm_->requeues_[victim], 1) << EventLog();
+  EXPECT_EQ(store_->Get(victim)->requeues, 1);
+  for (Time t = 34; t < 80; t += 5) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+  }
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
+  EXPECT_EQ(rm_->requeues_[victim], 1) << EventLog();
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
+// After a refused restore the preemptor, decided anew, preempts another job, and its record is
+// replaced by the new preemption's: the first victim goes on in it with its own grace end, so a
+// second restart still holds it again then (and the new victim at its own).
+TEST_F(ControllerGraceRestartTest, ASecondRestartAfterARefusedRestoreForgetsNoSignal) {
+  std::string victim;
+  auto ctl = OpenAndSignalOneVictim(&victim);
+  ASSERT_NE(ctl, nullptr);
+  ASSERT_FALSE(victim.empty());
+  const std::string other = victim == "a" ? "b" : "a";
+  ASSERT_TRUE(DrainThePreemptorsNode());
+  ctl = KillAndRestart(std::move(ctl), 10);
+  ASSERT_NE(ctl, nullptr);
+  ASSERT_TRUE(ctl->Cycle(10, nullptr).ok());
+  // Decided anew, the preemptor signalled the other job (held again at t=40).
+  ASSERT_EQ(rm_->signals_, (std::vector<std::string>{victim + ":TERM", other + ":TERM"}))
+      << EventLog();
+  ctl = KillAndRestart(std::move(ctl), 20);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_EQ(ctl->JobStatusOf(victim)->grace_end, 33) << EventLog();
+  EXPECT_EQ(ctl->JobStatusOf(other)->grace_end, 40);
+  for (Time t = 20; t <= 40; t += 1) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+    EXPECT_EQ(rm_->requeues_[victim], t >= 33 ? 1 : 0) << t << EventLog();
+    EXPECT_EQ(rm_->requeues_[other], t >= 40 ? 1 : 0) << t;
+  }
+  EXPECT_EQ(rm_->signals_.size(), 2u) << EventLog();
+  rm_->Advance(41);
+  ASSERT_TRUE(ctl->Cycle(41, nullptr).ok());
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning) << EventLog();
   EXPECT_EQ(PreemptionsRecorded(), 0u);
   EXPECT_EQ(rm_->violations_, 0);
 }

@@ -603,7 +603,8 @@ Status StateStore::AddPreemption(const GracePreemption& p) {
       {"victims", p.victims},
       {"placement", PlacementArray(p.placement)},
       {"signalled", p.signalled},
-      {"grace_end", p.grace_end}}.dump();
+      {"grace_end", p.grace_end},
+      {"earlier", p.earlier}}.dump();
   return impl_->Transaction("preemption of '" + p.preemptor + "'", [&] {
     return impl_->Update("INSERT OR REPLACE INTO preemptions (preemptor, record) VALUES (?, ?)",
                          "record preemption",
@@ -633,6 +634,9 @@ Result<std::vector<GracePreemption>> StateStore::Preemptions() const {
       p.placement = PlacementFrom(r.at("placement"));
       p.signalled = r.at("signalled").get<Time>();
       p.grace_end = r.at("grace_end").get<Time>();
+      if (r.contains("earlier")) {
+        p.earlier = r.at("earlier").get<std::vector<std::pair<std::string, Time>>>();
+      }
     } catch (const nlohmann::json::exception& e) {
       return DataLoss("preemption of '" + p.preemptor + "': damaged record: " + e.what());
     }

@@ -381,10 +381,11 @@ TEST(StateStore, PreemptionsSurviveReopenUntilEnded) {
   {
     auto store = OpenOrDie(db);
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->AddPreemption({"9", {}, {}, 1, 2}).code(), StatusCode::kInvalidArgument);
-    ASSERT_TRUE(store->AddPreemption({"9", {"3"}, {{"n1", 8}}, 100, 130}).ok());
-    ASSERT_TRUE(store->AddPreemption({"7", {"1", "2"}, {{"n1", 4}, {"n2", 4}}, 10, 40}).ok());
-    ASSERT_TRUE(store->AddPreemption({"9", {"4"}, {{"n3", 8}}, 200, 230}).ok());  // replaces
+    EXPECT_EQ(store->AddPreemption({"9", {}, {}, 1, 2, {}}).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(store->AddPreemption({"9", {"3"}, {{"n1", 8}}, 100, 130, {}}).ok());
+    ASSERT_TRUE(store->AddPreemption({"7", {"1", "2"}, {{"n1", 4}, {"n2", 4}}, 10, 40, {}}).ok());
+    // Replaces; "3", still signalled, goes on in it with its own grace end.
+    ASSERT_TRUE(store->AddPreemption({"9", {"4"}, {{"n3", 8}}, 200, 230, {{"3", 130}}}).ok());
     ASSERT_TRUE(store->EndPreemption("nobody").ok());
   }
   auto store = OpenOrDie(db);
@@ -400,6 +401,8 @@ TEST(StateStore, PreemptionsSurviveReopenUntilEnded) {
   EXPECT_EQ((*p)[1].preemptor, "9");
   EXPECT_EQ((*p)[1].victims, (std::vector<std::string>{"4"}));
   EXPECT_EQ((*p)[1].grace_end, 230);
+  EXPECT_EQ((*p)[1].earlier, (std::vector<std::pair<std::string, Time>>{{"3", 130}}));
+  EXPECT_TRUE((*p)[0].earlier.empty());
   ASSERT_TRUE(store->EndPreemption("7").ok());
   p = store->Preemptions();
   ASSERT_TRUE(p.ok());
@@ -419,7 +422,7 @@ TEST(StateStore, ASchemaOneDatabaseIsUpgraded) {
     EXPECT_TRUE(store->Get("7").ok());
     ASSERT_TRUE(store->Preemptions().ok());
     EXPECT_TRUE(store->Preemptions()->empty());
-    ASSERT_TRUE(store->AddPreemption({"8", {"7"}, {{"n1", 1}}, 1, 31}).ok());
+    ASSERT_TRUE(store->AddPreemption({"8", {"7"}, {{"n1", 1}}, 1, 31, {}}).ok());
   }
   auto store = OpenOrDie(db);
   ASSERT_NE(store, nullptr);

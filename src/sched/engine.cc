@@ -594,14 +594,7 @@ class Engine::Impl {
       return FailedPrecondition(who + "the preemptor is not pending");
     }
     if (victims.empty()) return InvalidArgument(who + "no victims");
-    for (JobIndex v : victims) {
-      if (v < 0 || static_cast<size_t>(v) >= state_.size() ||
-          state_[v].status.phase != JobStatus::Phase::kRunning || state_[v].signalled ||
-          state_[v].shared_gpu >= 0 || v == j) {
-        return FailedPrecondition(who + "victim " + std::to_string(v) +
-                                  " is not a running whole-GPU job that was not signalled");
-      }
-    }
+    GANTRY_RETURN_IF_ERROR(CheckVictims(who, victims, j));
     // What the victims do not hold must be free now on nodes that are up (SignalVictims books
     // it for the preemptor).
     for (const Slot& slot : placement) {
@@ -627,6 +620,35 @@ class Engine::Impl {
     for (JobIndex v : victims) preemption_->OnPreempted(v, j, now);
     SignalVictims(j, now, grace_end, nullptr);
     dirty_ = true;
+    return Status::Ok();
+  }
+
+  // RestoreSignalled (engine.h): the victims' side of SignalVictims, with no preemptor.
+  Status RestoreSignalled(const std::vector<JobIndex>& victims, Time grace_end, Time now) {
+    GANTRY_RETURN_IF_ERROR(CheckVictims("RestoreSignalled: ", victims, -1));
+    for (JobIndex v : victims) {
+      JobState& vs = state_[v];
+      vs.signalled = true;
+      vs.status.grace_end = grace_end;
+      vs.status.preempted_by = -1;
+      preemption_->OnJobEnded(*vs.job, now);
+    }
+    dirty_ = true;
+    return Status::Ok();
+  }
+
+  // FailedPrecondition unless every victim is a running whole-GPU job that was not signalled
+  // (and is not `preemptor`).
+  Status CheckVictims(const std::string& who, const std::vector<JobIndex>& victims,
+                      JobIndex preemptor) const {
+    for (JobIndex v : victims) {
+      if (v < 0 || static_cast<size_t>(v) >= state_.size() ||
+          state_[v].status.phase != JobStatus::Phase::kRunning || state_[v].signalled ||
+          state_[v].shared_gpu >= 0 || v == preemptor) {
+        return FailedPrecondition(who + "victim " + std::to_string(v) +
+                                  " is not a running whole-GPU job that was not signalled");
+      }
+    }
     return Status::Ok();
   }
 
@@ -1541,8 +1563,7 @@ class Engine::Impl {
   // holds are booked for it now, and so is its quota: until the victims end, both count in
   // admission's books (the victims still hold their GPUs), so nobody else is admitted on the
   // quota the preemption frees. `starts` (null when restored) gets the kPreempting decision.
-  void SignalVictims(JobIndex j, Time now, Time restored_end,
-                     std::vector<StartDecision>* starts) {
+  void SignalVictims(JobIndex j, Time now, Time restored_end, std::vector<StartDecision>* starts) {
     JobState& s = state_[j];
     const JobRequest& job = *s.job;
     WaitingPreemptor w;
@@ -1833,10 +1854,12 @@ std::string Engine::Impl::Explain(JobIndex j) {
       [[fallthrough]];
     case JobStatus::Phase::kRunning: {
       if (st.phase == JobStatus::Phase::kRunning && st.grace_end >= 0) {
-        return "signalled for preemption so that job " +
-               (st.preempted_by >= 0 ? state_[st.preempted_by].job->id : std::string("?")) +
-               " can start; runs on (GraceTime) until t=" + std::to_string(st.grace_end) +
-               " at the latest";
+        // No preemptor: restored by a driver that could not restore its preemption.
+        return std::string("signalled for preemption") +
+               (st.preempted_by >= 0
+                    ? " so that job " + state_[st.preempted_by].job->id + " can start"
+                    : "") +
+               "; runs on (GraceTime) until t=" + std::to_string(st.grace_end) + " at the latest";
       }
       if (st.reason == Reason::kAdopted) {
         std::snprintf(buf, sizeof buf, "adopted: running since t=%lld on %zu node(s)",
@@ -1953,6 +1976,9 @@ Status Engine::Adopt(const JobRequest& job, const Placement& placement, Time sta
 Status Engine::RestorePreempting(JobIndex preemptor, const std::vector<JobIndex>& victims,
                                  const Placement& placement, Time grace_end, Time now) {
   return impl_->RestorePreempting(preemptor, victims, placement, grace_end, now);
+}
+Status Engine::RestoreSignalled(const std::vector<JobIndex>& victims, Time grace_end, Time now) {
+  return impl_->RestoreSignalled(victims, grace_end, now);
 }
 void Engine::Schedule(Time now, std::vector<StartDecision>* starts) {
   impl_->Schedule(now, starts);

@@ -347,6 +347,42 @@ TEST(PlannedPlacement, RestoredPreemptorWaitsForItsVictim) {
   EXPECT_TRUE(starts[0].preempted.empty());
 }
 
+// A restarted driver whose preemption cannot be restored still tells the engine its victims
+// were signalled (RestoreSignalled): A ends by t=1120 and is never offered again, so B (QoS 1)
+// preempts C instead of signalling A a second time; nobody waits for A.
+TEST(PlannedPlacement, RestoredSignalIsNeverGivenTwice) {
+  Result<Profile> p = GraceProfile();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Driver d(FlatCluster(2, 8), {{"a", kNoQuota, 1.0}}, *p);
+  const JobRequest a = MakeRequest(0, 0, 8, 1, 5000);
+  JobRequest b = MakeRequest(1, 900, 8, 1, 10);
+  b.qos = 1;
+  const JobRequest c = MakeRequest(2, 0, 8, 1, 5000);
+  Engine& e = d.engine();
+  ASSERT_TRUE(e.Adopt(a, {{0, 8}}, 0, 1000).ok());
+  ASSERT_TRUE(e.Adopt(c, {{1, 8}}, 0, 1000).ok());
+  ASSERT_TRUE(e.RestoreSignalled({0}, 1120, 1000).ok());
+  EXPECT_EQ(e.status(0).grace_end, 1120);
+  EXPECT_EQ(e.status(0).preempted_by, -1);
+  EXPECT_EQ(e.Explain(0),
+            "signalled for preemption; runs on (GraceTime) until t=1120 at the latest");
+  EXPECT_EQ(e.RestoreSignalled({0}, 1200, 1000).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e.status(0).grace_end, 1120);
+  d.Submit(b);
+  std::vector<StartDecision> starts;
+  e.Schedule(1001, &starts);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].reason, Reason::kPreempting);
+  EXPECT_EQ(starts[0].preempted, (std::vector<JobIndex>{2}));
+  EXPECT_EQ(e.status(0).grace_end, 1120);
+  EXPECT_EQ(e.status(2).preempted_by, 1);
+  ASSERT_TRUE(e.Finish(0, 1120).ok());
+  EXPECT_EQ(e.status(0).reason, Reason::kPreempted);
+  starts.clear();
+  e.Schedule(1121, &starts);
+  EXPECT_TRUE(starts.empty());  // B waits for C, its own victim, not for A
+}
+
 // Random workloads on a flat cluster, all submitted at t=0 (FIFO order never changes), each
 // job running exactly its limit: every plan agrees with its estimate (Driver::CheckPlans), and
 // a job whose last plan before it started said "start at T" and that started at T started on

@@ -22,7 +22,9 @@
 // preemption (preemptor, victims, placement, grace end) is recorded in the store before the
 // first signal, so a gantryd restarted during the grace time carries it on: the engine waits
 // for the same victims (Engine::RestorePreempting), which are requeued at the original grace
-// end, or at once if it passed or they exited meanwhile; nobody is signalled twice.
+// end, or at once if it passed or they exited meanwhile; nobody is signalled twice. A signalled
+// victim is requeued at its grace end even when its preemptor is gone (cancelled) or the engine
+// cannot restore the preemption (Engine::RestoreSignalled keeps it out of every later choice).
 //
 // With a Stager (set_stager), jobs that declared datasets have them staged onto the nodes the
 // reservation plan expects them to run on while they wait, and a decided one is released only

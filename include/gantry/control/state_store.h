@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gantry/common/status.h"
@@ -87,6 +88,10 @@ struct GracePreemption {
   std::vector<NodeGpus> placement;
   Time signalled = 0;
   Time grace_end = 0;
+  // Victims of an earlier preemption by the same preemptor that still run, each with its own
+  // grace end: held again then, and nobody waits for them. There are some only when a restart
+  // could not restore that preemption and the preemptor, decided anew, preempted again.
+  std::vector<std::pair<std::string, Time>> earlier;
 };
 
 struct StoreEvent {

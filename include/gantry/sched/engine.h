@@ -103,8 +103,9 @@ struct StartDecision {
   std::vector<JobIndex> preempted;
   // With GraceTime (reason kPreempting) the job has not started: `preempted` were signalled and
   // keep running, each until its status().grace_end (its QOS's GraceTime, else the profile's),
-  // `victims_end_by` the latest of them; the driver tells the engine when each ends (Finish). `placement` is where the job will start, in a later decision, in the first
-  // cycle after the last victim ended. -1 for a start.
+  // `victims_end_by` the latest of them; the driver tells the engine when each ends (Finish).
+  // `placement` is where the job will start, in a later decision, in the first cycle after the last
+  // victim ended. -1 for a start.
   Time victims_end_by = -1;
 };
 
@@ -210,6 +211,14 @@ class Engine {
   // until then after a restart, never shorter than it was told.
   Status RestorePreempting(JobIndex preemptor, const std::vector<JobIndex>& victims,
                            const Placement& placement, Time grace_end, Time now);
+  // A restarted driver tells the engine that running `victims` were signalled (GraceTime) for a
+  // preemption it cannot restore -- its preemptor is gone, or RestorePreempting refused it: they
+  // end by `grace_end` and are never offered to the preemption plugin again (a victim is
+  // signalled once, and its grace end never moves later), as a victim whose waiting preemptor
+  // was cancelled stands. Nobody waits for them and nothing is booked on their GPUs.
+  // FailedPrecondition when a victim is not a running whole-GPU job that was not signalled; an
+  // error leaves the engine unchanged.
+  Status RestoreSignalled(const std::vector<JobIndex>& victims, Time grace_end, Time now);
 
   // Runs one scheduling cycle at `now` and appends the jobs it starts. Cheap when nothing
   // changed since the previous cycle.
