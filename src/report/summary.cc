@@ -305,8 +305,7 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result) {
   if (result.workload != nullptr) {
     for (const auto& [type, n] : result.workload->stats.gpu_types_not_in_cluster) absent[type] = n;
     rounded = result.workload->stats.fractional_gpu_rounded;
-    for (const Job& job : result.workload->jobs)
-      shared += job.gpu_milli > 0 && job.gpu_milli < 1000;
+    for (const Job& job : result.workload->jobs) shared += IsShare(job);
   }
   j["gpu_types_not_in_cluster"] = std::move(absent);
   // Shares kept their gpu_milli, so the engine shared GPUs: none was rounded.

@@ -237,7 +237,7 @@ class Engine::Impl {
         caps_(cluster.nodes().size()),
         node_state_(cluster.nodes().size(), NodeState::kUp),
         held_(cluster.nodes().size(), 0),
-        team_running_(teams_.size(), 0),
+        team_running_milli_(teams_.size(), 0),
         queues_(teams_.size()),
         quota_marked_(teams_.size(), 0) {}
 
@@ -372,7 +372,7 @@ class Engine::Impl {
     for (auto& f : factors_) f->OnJobEnded(*s.job, now);
     if (min_run_time_ > 0) by_start_.erase({s.status.start, j});
     s.signalled = false;
-    team_running_[s.job->team] -= s.job->gpus;
+    team_running_milli_[s.job->team] -= MilliGpus(*s.job);
     running_by_end_.erase({s.status.expected_end, j});
     ++running_epoch_;
     s.status.phase = JobStatus::Phase::kDone;
@@ -571,7 +571,7 @@ class Engine::Impl {
     for (auto& f : factors_) f->OnJobStarted(job, now);
     preemption_->OnJobStarted(job, start, false);
     if (min_run_time_ > 0) by_start_.insert({start, job.index});
-    team_running_[job.team] += job.gpus;
+    team_running_milli_[job.team] += MilliGpus(job);
     s.status = JobStatus();
     s.status.phase = JobStatus::Phase::kRunning;
     s.status.reason = Reason::kAdopted;
@@ -655,7 +655,7 @@ class Engine::Impl {
   void Schedule(Time now, std::vector<StartDecision>* starts) {
     changes_.clear();
     if (!refreshed_ || now >= next_refresh_) {
-      TeamUsageView view{&teams_, &team_running_};
+      TeamUsageView view{&teams_, &team_running_milli_};
       for (auto& f : factors_) f->Refresh(now, view);
       next_refresh_ = now + profile_.priority_recalc_interval;
       refreshed_ = true;
@@ -725,7 +725,7 @@ class Engine::Impl {
     return state_[j].shared_gpu;
   }
   const std::vector<Team>& teams() const { return teams_; }
-  int team_running_gpus(int t) const { return team_running_[t]; }
+  int64_t team_running_milli(int t) const { return team_running_milli_[t]; }
   int64_t pending_count() const { return pending_; }
   int64_t running_count() const { return running_; }
   const EngineStats& stats() const { return stats_; }
@@ -790,7 +790,7 @@ class Engine::Impl {
   void SettleReasons() {
     // Starts during the cycle may have brought teams to their quota.
     for (size_t t = 0; t < queues_.size(); ++t) {
-      if (!quota_marked_[t] && Headroom(static_cast<int>(t)) <= 0) {
+      if (!quota_marked_[t] && HeadroomMilli(static_cast<int>(t)) <= 0) {
         MarkQuotaTeam(static_cast<int>(t), true);
       }
     }
@@ -897,9 +897,10 @@ class Engine::Impl {
     }
   }
 
-  int Headroom(int team) const {
-    int h = INT_MAX;
-    for (const auto& a : admission_) h = std::min(h, a->Headroom(team));
+  // Milli-GPUs the team may still start (AdmissionPlugin::HeadroomMilli), over all plugins.
+  int64_t HeadroomMilli(int team) const {
+    int64_t h = kNoHeadroomLimit;
+    for (const auto& a : admission_) h = std::min(h, a->HeadroomMilli(team));
     return h;
   }
 
@@ -977,10 +978,6 @@ class Engine::Impl {
     }
     MarkShapeFailed(job, mode);
     return false;
-  }
-
-  static bool IsShare(const JobRequest& job) {
-    return job.gpu_milli > 0 && job.gpu_milli < kMilliPerGpu;
   }
 
   // When shared GPU `g` is expected to be whole again: the latest expected end of its shares.
@@ -1077,7 +1074,7 @@ class Engine::Impl {
     preemption_->OnJobStarted(job, now, s.resumed);
     if (min_run_time_ > 0) by_start_.insert({now, j});
     for (auto& f : factors_) f->OnJobStarted(job, now);
-    team_running_[job.team] += job.gpus;
+    team_running_milli_[job.team] += MilliGpus(job);
     s.status.phase = JobStatus::Phase::kRunning;
     s.status.reason = reason;
     s.status.start = now;
@@ -1091,6 +1088,7 @@ class Engine::Impl {
     --pending_;
     ++running_;
     starts->push_back({j, now, s.placement, reason, {}});
+    starts->back().shared_gpu = s.shared_gpu;
   }
 
   // EASY: when the blocked head job can start if running jobs end at their time limits, and
@@ -1327,7 +1325,7 @@ class Engine::Impl {
     std::vector<Stream>& heap = heap_;
     heap.clear();
     for (size_t t = 0; t < queues_.size(); ++t) {
-      const bool at_quota = Headroom(static_cast<int>(t)) <= 0;
+      const bool at_quota = HeadroomMilli(static_cast<int>(t)) <= 0;
       MarkQuotaTeam(static_cast<int>(t), at_quota);
       if (at_quota) continue;
       PushStream(heap, static_cast<int>(t), false, queues_[t].young.begin(), now);
@@ -1360,7 +1358,7 @@ class Engine::Impl {
       Stream s = heap.back();
       heap.pop_back();
       const int team = s.team;
-      const int headroom = Headroom(team);
+      const int64_t headroom = HeadroomMilli(team);
       if (headroom <= 0) continue;  // quota used up: skip the team's whole queue
       const JobIndex j = s.job;
       auto next = std::next(s.it);
@@ -1373,7 +1371,7 @@ class Engine::Impl {
       Touch(st, j);
       st.status.blocked_by = -1;
       st.status.reserved_start = kInfiniteTime;
-      if (job.gpus > headroom) {
+      if (MilliGpus(job) > headroom) {
         st.status.reason = Reason::kQuota;
         continue;
       }
@@ -1765,7 +1763,7 @@ class Engine::Impl {
   Duration max_age_ = kInfiniteTime;
 
   std::vector<JobState> state_;
-  std::vector<int> team_running_;
+  std::vector<int64_t> team_running_milli_;  // per team, MilliGpus of its running jobs
   std::vector<double> team_score_;
   struct TeamQueues {
     Queue young, old;
@@ -1891,7 +1889,7 @@ std::string Engine::Impl::Explain(JobIndex j) {
       return "can never start: larger than anything team " + teams_[job.team].name +
              " could ever get: " + a->Explain(job);
     }
-    if (a->Headroom(job.team) < job.gpus) return "waiting for quota: " + a->Explain(job);
+    if (a->HeadroomMilli(job.team) < MilliGpus(job)) return "waiting for quota: " + a->Explain(job);
   }
   if ((st.reason == Reason::kQuota || st.reason == Reason::kCohort) && per_job_admission_) {
     for (const auto& a : admission_) {
@@ -1998,7 +1996,11 @@ const FreeIndex& Engine::free_index() const { return impl_->free_index(); }
 const SharedGpus& Engine::shared_gpus() const { return impl_->shared_gpus(); }
 int32_t Engine::shared_gpu(JobIndex job) const { return impl_->shared_gpu(job); }
 const std::vector<Team>& Engine::teams() const { return impl_->teams(); }
-int Engine::team_running_gpus(int team) const { return impl_->team_running_gpus(team); }
+int Engine::team_running_gpus(int team) const {
+  const int64_t milli = impl_->team_running_milli(team);
+  return static_cast<int>((milli + kMilliPerGpu - 1) / kMilliPerGpu);
+}
+int64_t Engine::team_running_milli(int team) const { return impl_->team_running_milli(team); }
 int64_t Engine::pending_count() const { return impl_->pending_count(); }
 int64_t Engine::running_count() const { return impl_->running_count(); }
 const EngineStats& Engine::stats() const { return impl_->stats(); }

@@ -5,7 +5,7 @@ namespace gantry {
 TaskClass TaskMix::ClassOf(const JobRequest& job) {
   TaskClass c;
   c.types = job.gpu_type_mask;
-  if (job.gpu_milli > 0 && job.gpu_milli < kMilliPerGpu) {
+  if (IsShare(job)) {
     c.gpus = 1;
     c.milli = job.gpu_milli;
   } else if (job.nodes > 0 && job.gpus_per_node > 0) {

@@ -47,6 +47,11 @@
 // borrowed quota may be reclaimed every time it restarts.
 //
 // Priority is the job's QoS level (JobRequest::qos); "newer" is a later submit time.
+//
+// Quota and usage are counted in milli-GPUs: a job charges its MilliGpus (job_request.h), so a
+// share of a GPU (gpu_milli 1..999) charges its flavor gpu_milli, a whole GPU 1000. Nominal
+// quotas and borrowing and lending limits are GPUs in the spec, 1000 each here; fair sharing's
+// share is a ratio, the same in either unit.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -59,6 +64,9 @@ namespace gantry {
 namespace {
 
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
+
+// Quotas and usage are in milli-GPUs (MilliGpus, job_request.h); the spec's limits are in GPUs.
+int64_t Milli(int gpus) { return int64_t{gpus} * kMilliPerGpu; }
 
 enum class Strategy : uint8_t { kLessThanOrEqualToFinalShare, kLessThanInitialShare };
 
@@ -75,7 +83,7 @@ class KueueAdmission final : public AdmissionPlugin {
   Status Init();
 
   std::string_view name() const override { return "kueue"; }
-  int Headroom(int) const override { return INT_MAX; }
+  int64_t HeadroomMilli(int) const override { return kNoHeadroomLimit; }
   bool per_job() const override { return true; }
   bool Admit(const JobRequest& job, Time now, AdmissionDecision* out) override;
   bool CanEverAdmit(const JobRequest& job) const override;
@@ -96,7 +104,7 @@ class KueueAdmission final : public AdmissionPlugin {
   struct Run {
     int cq = -1;
     int flavor = -1;
-    int gpus = 0;
+    int64_t milli = 0;  // MilliGpus: what it charges its flavor
     int priority = 0;
     Time start = 0;
     Time submit = 0;
@@ -127,9 +135,9 @@ class KueueAdmission final : public AdmissionPlugin {
   }
   bool Borrowing(int cq, int f) const { return usage_[At(cq, f)] > quota_[At(cq, f)]; }
   bool UnderNominal(int cq, int f) const { return usage_[At(cq, f)] < quota_[At(cq, f)]; }
-  bool Fits(int cq, int f, int64_t gpus, bool allow_borrowing) const {
-    if (!allow_borrowing && usage_[At(cq, f)] + gpus > quota_[At(cq, f)]) return false;
-    return gpus <= Available(cq, f, false);
+  bool Fits(int cq, int f, int64_t milli, bool allow_borrowing) const {
+    if (!allow_borrowing && usage_[At(cq, f)] + milli > quota_[At(cq, f)]) return false;
+    return milli <= Available(cq, f, false);
   }
   // Usage climbs the tree: a parent sees only what a child uses above its guaranteed part.
   void AddUsage(int node, int f, int64_t delta) {
@@ -157,15 +165,15 @@ class KueueAdmission final : public AdmissionPlugin {
     return {a, b};
   }
   std::vector<JobIndex> FindVictims(const JobRequest& job, int cq, int f, Time now);
-  std::vector<JobIndex> Minimal(const std::vector<JobIndex>& candidates, int cq, int f, int gpus,
-                                bool allow_borrowing, int threshold);
+  std::vector<JobIndex> Minimal(const std::vector<JobIndex>& candidates, int cq, int f,
+                                int64_t milli, bool allow_borrowing, int threshold);
   std::vector<JobIndex> FairVictims(const std::vector<JobIndex>& candidates, int cq, int f,
-                                    int gpus);
+                                    int64_t milli);
   // Gives back all but the jobs needed (newest picks kept), restores usage, returns the needed.
-  std::vector<JobIndex> FillBack(std::vector<JobIndex> removed, int cq, int f, int gpus,
+  std::vector<JobIndex> FillBack(std::vector<JobIndex> removed, int cq, int f, int64_t milli,
                                  bool allow_borrowing);
-  void Remove(JobIndex r) { AddUsage(runs_[r].cq, runs_[r].flavor, -runs_[r].gpus); }
-  void Restore(JobIndex r) { AddUsage(runs_[r].cq, runs_[r].flavor, runs_[r].gpus); }
+  void Remove(JobIndex r) { AddUsage(runs_[r].cq, runs_[r].flavor, -runs_[r].milli); }
+  void Restore(JobIndex r) { AddUsage(runs_[r].cq, runs_[r].flavor, runs_[r].milli); }
   int FlavorOfPlacement(int cq, const Placement& placement) const;
 
   const Cluster& cluster_;
@@ -194,7 +202,8 @@ class KueueAdmission final : public AdmissionPlugin {
   struct Refused {
     int cq;
     uint32_t mask;
-    int gpus, priority;
+    int64_t milli;
+    int priority;
     bool operator==(const Refused&) const = default;
   };
   std::vector<Refused> refused_;
@@ -269,11 +278,11 @@ Status KueueAdmission::Init() {
                                "' listed twice");
       }
       nodes_[t].flavors.push_back(f);
-      quota_[At(t, f)] = fq.nominal;
+      quota_[At(t, f)] = Milli(fq.nominal);
       if (fq.lending_limit != kNoQuota) {
-        guaranteed_[At(t, f)] = std::max(0, fq.nominal - fq.lending_limit);
+        guaranteed_[At(t, f)] = Milli(std::max(0, fq.nominal - fq.lending_limit));
       }
-      if (fq.borrowing_limit != kNoQuota) borrow_limit_[At(t, f)] = fq.borrowing_limit;
+      if (fq.borrowing_limit != kNoQuota) borrow_limit_[At(t, f)] = Milli(fq.borrowing_limit);
     }
     // A CQ mixing "*" with typed flavors would count one GPU on two flavors.
     if (nodes_[t].flavors.size() > 1 &&
@@ -310,7 +319,7 @@ bool KueueAdmission::CanEverAdmit(const JobRequest& job) const {
   const QNode& q = nodes_[job.team];
   if (q.unlimited) return true;
   for (int f : q.flavors) {
-    if ((flavor_masks_[f] & job.gpu_type_mask) && job.gpus <= Available(job.team, f, true)) {
+    if ((flavor_masks_[f] & job.gpu_type_mask) && MilliGpus(job) <= Available(job.team, f, true)) {
       return true;
     }
   }
@@ -324,7 +333,7 @@ bool KueueAdmission::WaitsForCohort(const JobRequest& job) const {
   if (q.unlimited || q.parent < 0) return false;
   for (int f : q.flavors) {
     if ((flavor_masks_[f] & job.gpu_type_mask) &&
-        usage_[At(job.team, f)] + job.gpus <= Available(job.team, f, true)) {
+        usage_[At(job.team, f)] + MilliGpus(job) <= Available(job.team, f, true)) {
       return true;
     }
   }
@@ -347,7 +356,8 @@ bool KueueAdmission::Admit(const JobRequest& job, Time now, AdmissionDecision* o
       (preemption_ == nullptr || preemption_->min_run_time() == 0) &&
       settings.within_cluster_queue != WithinClusterQueue::kLowerOrNewerEqualPriority &&
       (static_cast<size_t>(job.index) >= preempted_by_.size() || preempted_by_[job.index].empty());
-  const Refused key{cq, job.gpu_type_mask, job.gpus, job.qos};
+  const int64_t milli = MilliGpus(job);
+  const Refused key{cq, job.gpu_type_mask, milli, job.qos};
   if (cacheable && std::find(refused_.begin(), refused_.end(), key) != refused_.end()) {
     return false;
   }
@@ -355,8 +365,8 @@ bool KueueAdmission::Admit(const JobRequest& job, Time now, AdmissionDecision* o
   std::vector<JobIndex> best_victims;
   for (int f : q.flavors) {
     if ((flavor_masks_[f] & job.gpu_type_mask) == 0) continue;
-    if (Fits(cq, f, job.gpus, true)) {
-      const bool borrows = usage_[At(cq, f)] + job.gpus > quota_[At(cq, f)];
+    if (Fits(cq, f, milli, true)) {
+      const bool borrows = usage_[At(cq, f)] + milli > quota_[At(cq, f)];
       if (!borrows || settings.when_can_borrow == FlavorFungibility::kBorrow) {
         chosen = f;
         out->victims.clear();
@@ -471,13 +481,14 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
     }
     return a > b;
   });
-  if (fair_) return FairVictims(candidates, cq, f, job.gpus);
+  const int64_t milli = MilliGpus(job);
+  if (fair_) return FairVictims(candidates, cq, f, milli);
   std::vector<JobIndex> same;
   for (JobIndex r : candidates) {
     if (runs_[r].cq == cq) same.push_back(r);
   }
   if (same.size() == candidates.size()) {
-    return Minimal(candidates, cq, f, job.gpus, true, INT_MAX);
+    return Minimal(candidates, cq, f, milli, true, INT_MAX);
   }
   if (settings.borrow_within_cohort == BorrowWithinCohort::kLowerPriority) {
     const int threshold = std::min(priority - 1, settings.borrow_max_priority);
@@ -488,17 +499,17 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
       }
       candidates = std::move(below);
     }
-    return Minimal(candidates, cq, f, job.gpus, true, threshold);
+    return Minimal(candidates, cq, f, milli, true, threshold);
   }
   if (UnderNominal(cq, f)) {
-    std::vector<JobIndex> victims = Minimal(candidates, cq, f, job.gpus, false, INT_MAX);
+    std::vector<JobIndex> victims = Minimal(candidates, cq, f, milli, false, INT_MAX);
     if (!victims.empty()) return victims;
   }
-  return Minimal(same, cq, f, job.gpus, true, INT_MAX);
+  return Minimal(same, cq, f, milli, true, INT_MAX);
 }
 
 std::vector<JobIndex> KueueAdmission::Minimal(const std::vector<JobIndex>& candidates, int cq,
-                                              int f, int gpus, bool allow_borrowing,
+                                              int f, int64_t milli, bool allow_borrowing,
                                               int threshold) {
   std::vector<JobIndex> removed;
   for (JobIndex r : candidates) {
@@ -509,21 +520,21 @@ std::vector<JobIndex> KueueAdmission::Minimal(const std::vector<JobIndex>& candi
     removed.push_back(r);
     // Preempting a job above the borrowWithinCohort threshold forbids borrowing.
     if (runs_[r].priority > threshold) allow_borrowing = false;
-    if (Fits(cq, f, gpus, allow_borrowing))
-      return FillBack(std::move(removed), cq, f, gpus, allow_borrowing);
+    if (Fits(cq, f, milli, allow_borrowing))
+      return FillBack(std::move(removed), cq, f, milli, allow_borrowing);
   }
   for (JobIndex r : removed) Restore(r);
   return {};
 }
 
 std::vector<JobIndex> KueueAdmission::FillBack(std::vector<JobIndex> removed, int cq, int f,
-                                               int gpus, bool allow_borrowing) {
+                                               int64_t milli, bool allow_borrowing) {
   // The last pick made it fit; an earlier one may be unneeded now: give those back, newest
   // pick first, while the preemptor still fits.
   std::vector<bool> keep_running(removed.size(), false);
   for (int i = static_cast<int>(removed.size()) - 2; i >= 0; --i) {
     Restore(removed[i]);
-    if (Fits(cq, f, gpus, allow_borrowing)) {
+    if (Fits(cq, f, milli, allow_borrowing)) {
       keep_running[i] = true;
     } else {
       Remove(removed[i]);
@@ -554,7 +565,7 @@ double KueueAdmission::Share(int node) const {
 }
 
 std::vector<JobIndex> KueueAdmission::FairVictims(const std::vector<JobIndex>& candidates, int cq,
-                                                  int f, int gpus) {
+                                                  int f, int64_t milli) {
   std::vector<JobIndex> removed;
   std::vector<bool> taken(candidates.size(), false);
   for (Strategy strategy : strategies_) {
@@ -584,9 +595,9 @@ std::vector<JobIndex> KueueAdmission::FairVictims(const std::vector<JobIndex>& c
         list.erase(list.begin());
       } else if (Borrowing(y, f)) {
         const auto [mine, theirs] = Sides(cq, y);
-        AddUsage(cq, f, gpus);
+        AddUsage(cq, f, milli);
         const double preemptor_share = Share(mine);
-        AddUsage(cq, f, -gpus);
+        AddUsage(cq, f, -milli);
         const double target_before = Share(theirs);
         for (size_t k = 0; k < list.size(); ++k) {
           const JobIndex r = candidates[list[k]];
@@ -606,8 +617,8 @@ std::vector<JobIndex> KueueAdmission::FairVictims(const std::vector<JobIndex>& c
         }
       }
       if (!picked || list.empty()) by_cq.erase(target);
-      if (picked && Fits(cq, f, gpus, true)) {
-        return FillBack(std::move(removed), cq, f, gpus, true);
+      if (picked && Fits(cq, f, milli, true)) {
+        return FillBack(std::move(removed), cq, f, milli, true);
       }
     }
   }
@@ -644,8 +655,8 @@ void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placem
   last_victims_.clear();
   if (f < 0) return;
   if (static_cast<size_t>(job.index) >= runs_.size()) runs_.resize(job.index + 1);
-  runs_[job.index] = {cq, f, job.gpus, job.qos, now, job.submit};
-  AddUsage(cq, f, job.gpus);
+  runs_[job.index] = {cq, f, MilliGpus(job), job.qos, now, job.submit};
+  AddUsage(cq, f, MilliGpus(job));
   running_[cq].push_back(job.index);
 }
 
@@ -653,7 +664,7 @@ void KueueAdmission::OnJobEnded(const JobRequest& job, Time) {
   if (static_cast<size_t>(job.index) >= runs_.size() || runs_[job.index].cq < 0) return;
   refused_.clear();
   Run& run = runs_[job.index];
-  AddUsage(run.cq, run.flavor, -run.gpus);
+  AddUsage(run.cq, run.flavor, -run.milli);
   std::vector<JobIndex>& list = running_[run.cq];
   auto it = std::find(list.begin(), list.end(), job.index);
   if (it != list.end()) {
@@ -668,17 +679,17 @@ std::string KueueAdmission::Explain(const JobRequest& job) const {
   const QNode& q = nodes_[cq];
   std::string out = "ClusterQueue " + q.name;
   if (q.parent >= 0) out += " (cohort " + nodes_[q.parent].name + ")";
-  out += ", job needs " + std::to_string(job.gpus) + " GPUs:";
+  out += ", job needs " + MilliGpusText(MilliGpus(job)) + " GPUs:";
   bool any = false;
   for (int f : q.flavors) {
     if ((flavor_masks_[f] & job.gpu_type_mask) == 0) continue;
     any = true;
     const std::string name = f == 0 ? std::string(kAnyFlavor) : cluster_.gpu_types()[f - 1].name;
-    out += " flavor " + name + ": uses " + std::to_string(usage_[At(cq, f)]) + " of nominal " +
-           std::to_string(quota_[At(cq, f)]) + ", " +
-           std::to_string(std::max<int64_t>(0, Available(cq, f, false))) +
+    out += " flavor " + name + ": uses " + MilliGpusText(usage_[At(cq, f)]) + " of nominal " +
+           MilliGpusText(quota_[At(cq, f)]) + ", " +
+           MilliGpusText(std::max<int64_t>(0, Available(cq, f, false))) +
            " available with borrowing, at most " +
-           std::to_string(std::max<int64_t>(0, Available(cq, f, true))) + " ever;";
+           MilliGpusText(std::max<int64_t>(0, Available(cq, f, true))) + " ever;";
   }
   if (!any) out += " no flavor of its GPU types;";
   out.pop_back();

@@ -7,7 +7,6 @@
 //
 // The engine adds this plugin to every profile when the cluster has caps (engine.cc, Init), so
 // a cap holds whichever profile runs; a profile may also name it.
-#include <climits>
 #include <unordered_map>
 
 #include "builtin_plugins.h"
@@ -21,7 +20,7 @@ class PowerAdmission final : public AdmissionPlugin {
   explicit PowerAdmission(const Cluster& cluster)
       : meter_(cluster), idle_mw_(meter_.cluster_mw()) {}
   std::string_view name() const override { return "power"; }
-  int Headroom(int) const override { return INT_MAX; }
+  int64_t HeadroomMilli(int) const override { return kNoHeadroomLimit; }
 
   // A domain over its cap is named in `avoid`, so that the engine tries the job elsewhere: a
   // full rack does not hold back a job that another rack has power for.

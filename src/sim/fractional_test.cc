@@ -202,15 +202,72 @@ TEST(Fractional, ASharedGpuCountsOnceAndEachShareItsFraction) {
   EXPECT_EQ(rounded->outcomes[3].start, 300);
 }
 
-// Quota: a share charges one whole GPU of its team's quota (rounded up). A 1-GPU quota runs
-// one share at a time although four would fit on the GPU.
-TEST(Fractional, AShareChargesOneGpuOfQuota) {
-  Cluster c = MakeCluster(1, 1);
-  Workload w = MakeWorkload({{0, 250, 100}, {0, 250, 100}});
-  auto r = SimRun(c, w, "fifo", {Team{"a", 1, 1.0}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->outcomes[0].start, 0);
-  EXPECT_EQ(r->outcomes[1].start, 100);
+// Quota counts milli-GPUs: a share charges its gpu_milli, so a 1-GPU quota holds four
+// 250-milli shares at once (1000) and not a fifth. Two GPUs, so that GPUs never stand in the
+// way: A (50 s) and B-D (100 s) start at 0 and share one GPU; E waits with reason Quota (the
+// team holds 1000 of 1000) until A ends at 50, and starts then, on A's room.
+TEST(Fractional, QuotaCountsSharesInMilli) {
+  Cluster c = MakeCluster(1, 2);
+  Workload w =
+      MakeWorkload({{0, 250, 50}, {0, 250, 100}, {0, 250, 100}, {0, 250, 100}, {0, 250, 100}});
+  for (const char* p : kProfiles) {
+    SimOptions o;
+    o.check_invariants = true;
+    o.history_of = {4};
+    auto r = Simulate(c, {Team{"a", 1, 1.0}}, w, Builtin(p), o);
+    ASSERT_TRUE(r.ok()) << p << ": " << r.status().ToString();
+    std::vector<Time> starts;
+    for (const auto& out : r->outcomes) starts.push_back(out.start);
+    EXPECT_EQ(starts, (std::vector<Time>{0, 0, 0, 0, 50})) << p;
+    EXPECT_EQ(r->outcomes[4].reason, "Quota") << p;
+    std::string h;
+    for (const ReasonChange& e : r->history)
+      h += std::to_string(e.t) + " " + std::string(e.reason) + "\n";
+    // Submitted with reason Priority, found at the quota by the cycle at 0.
+    EXPECT_EQ(h, "0 Priority\n0 Quota\n50 StartedInOrder\n") << p;
+  }
+}
+
+// A whole GPU charges 1000, shares their gpu_milli, in one 2-GPU quota on a 4-GPU cluster. At
+// 0, in submit order: A (1 GPU) 1000, B (500) 1500, C (250) 1750; D (1 GPU) would make 2750 and
+// waits (Quota) while E (250), behind it, makes 2000 and starts. C ending at 50 leaves 1750: D
+// still does not fit. A ending at 100 leaves 750 (B, E): D starts then.
+TEST(Fractional, QuotaChargesWholeGpusAndSharesTogether) {
+  Cluster c = MakeCluster(1, 4);
+  Workload w =
+      MakeWorkload({{0, 1000, 100}, {0, 500, 300}, {0, 250, 50}, {0, 1000, 100}, {0, 250, 300}});
+  for (const char* p : {"fifo", "fifo-easy"}) {
+    auto r = SimRun(c, w, p, {Team{"a", 2, 1.0}});
+    ASSERT_TRUE(r.ok()) << p << ": " << r.status().ToString();
+    std::vector<Time> starts;
+    for (const auto& out : r->outcomes) starts.push_back(out.start);
+    EXPECT_EQ(starts, (std::vector<Time>{0, 0, 0, 100, 0})) << p;
+    EXPECT_EQ(r->outcomes[3].reason, "Quota") << p;
+  }
+}
+
+// The engine's own view: the team's running milli-GPUs, rounded up in team_running_gpus, and
+// Explain's words for a share waiting for quota.
+TEST(Fractional, EngineBooksAndExplainsQuotaInMilli) {
+  Cluster c = MakeCluster(1, 2);
+  Workload w = MakeWorkload({{0, 250, 10}, {0, 500, 10}, {0, 400, 10}});
+  auto engine = Engine::Create(c, {Team{"a", 1, 1.0}}, Builtin("fifo"));
+  ASSERT_TRUE(engine.ok());
+  for (const Job& j : w.jobs) ASSERT_TRUE((*engine)->Submit(j, 0).ok());
+  std::vector<StartDecision> starts;
+  (*engine)->Schedule(0, &starts);
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ((*engine)->team_running_milli(0), 750);
+  EXPECT_EQ((*engine)->team_running_gpus(0), 1);
+  EXPECT_EQ((*engine)->status(2).reason, Reason::kQuota);
+  EXPECT_EQ((*engine)->Explain(2),
+            "waiting for quota: team a uses 0.75 of its 1-GPU quota; this job needs 0.4");
+  ASSERT_TRUE((*engine)->Finish(1, 10).ok());
+  EXPECT_EQ((*engine)->team_running_milli(0), 250);
+  (*engine)->Schedule(10, &starts);
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_EQ(starts.back().job, 2);
+  EXPECT_EQ((*engine)->team_running_milli(0), 650);
 }
 
 // A node going down ends its shares; the GPU comes back whole when the node is up again.
@@ -313,10 +370,48 @@ TEST(Fractional, CheckerCatchesSabotagedSharePlacements) {
   }
 }
 
+// The checker holds a team to its quota in milli-GPUs, counted by itself: four 250-milli shares
+// fill a 1-GPU quota; a fifth share, or a whole GPU beside three, is over it. And it compares its
+// count with the engine's.
+TEST(Fractional, CheckerHoldsQuotaInMilli) {
+  Cluster c = MakeCluster(1, 2);
+  std::vector<Team> teams = {Team{"a", 1, 1.0}};
+  Workload w = MakeWorkload(
+      {{0, 250, 10}, {0, 250, 10}, {0, 250, 10}, {0, 250, 10}, {0, 250, 10}, {0, 1000, 10}});
+  const auto& j = w.jobs;
+  {
+    InvariantChecker checker(c, teams);
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(checker.OnStart(j[i], 0, {{0, 1}}, 0).ok()) << i;
+    Status s = checker.OnStart(j[4], 0, {{0, 1}}, 1);
+    EXPECT_EQ(s.code(), StatusCode::kInternal);
+    EXPECT_NE(s.message().find("team a over quota: 1.25 > 1 GPUs"), std::string::npos)
+        << s.ToString();
+  }
+  {
+    InvariantChecker checker(c, teams);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(checker.OnStart(j[i], 0, {{0, 1}}, 0).ok()) << i;
+    Status s = checker.OnStart(j[5], 0, {{0, 1}});
+    EXPECT_EQ(s.code(), StatusCode::kInternal);
+    EXPECT_NE(s.message().find("over quota: 1.75 > 1 GPUs"), std::string::npos) << s.ToString();
+  }
+  {
+    // The engine runs nothing; the checker was told of a share: they disagree.
+    auto engine = Engine::Create(c, teams, Builtin("fifo"));
+    ASSERT_TRUE(engine.ok());
+    InvariantChecker checker(c, teams);
+    EXPECT_TRUE(checker.CheckTeamUsage(**engine).ok());
+    ASSERT_TRUE(checker.OnStart(j[0], 0, {{0, 1}}, 0).ok());
+    Status s = checker.CheckTeamUsage(**engine);
+    EXPECT_EQ(s.code(), StatusCode::kInternal);
+    EXPECT_NE(s.message().find("engine says team a runs 0 GPUs, not 0.25"), std::string::npos)
+        << s.ToString();
+  }
+}
+
 // Random openb-like workloads: shares of every size, whole GPUs and 8-GPU gangs, on nodes of
 // 2 and 8 GPUs (one type sliced on odd seeds), under every kind of backfill, with the checker on
-// after every event (and the same workload rounded to whole GPUs). Every job completes, and
-// shares did run side by side.
+// after every event (and the same workload rounded to whole GPUs, and under a team quota). Every
+// job completes, and shares did run side by side.
 TEST(Fractional, RandomOpenbLikeWorkloadsKeepEveryInvariant) {
   for (int seed = 1; seed <= 6; ++seed) {
     ClusterBuilder b("mixed", {});
@@ -356,6 +451,21 @@ TEST(Fractional, RandomOpenbLikeWorkloadsKeepEveryInvariant) {
       return w;
     };
     const Workload shared = make();
+    // The most GPUs, each job's counted whole, running at any start.
+    const auto most_whole_gpus = [&](const SimResult& r) {
+      int most = 0;
+      for (size_t i = 0; i < shared.jobs.size(); ++i) {
+        int whole_gpus = 0;
+        const Time at = r.outcomes[i].start;
+        for (size_t k = 0; k < shared.jobs.size(); ++k) {
+          if (r.outcomes[k].start <= at && at < r.outcomes[k].end) {
+            whole_gpus += shared.jobs[k].gpus;
+          }
+        }
+        most = std::max(most, whole_gpus);
+      }
+      return most;
+    };
     Workload rounded = make();
     for (Job& j : rounded.jobs) j.gpu_milli = 0;
     for (const char* p : kProfiles) {
@@ -366,20 +476,14 @@ TEST(Fractional, RandomOpenbLikeWorkloadsKeepEveryInvariant) {
       EXPECT_EQ(completed, static_cast<int64_t>(shared.jobs.size())) << seed << " " << p;
       // Shares ran side by side: at some start, the running jobs' GPUs counted whole exceed the
       // cluster's 40 (impossible with rounding, where the checker holds them to 40).
-      int most = 0;
-      for (size_t i = 0; i < shared.jobs.size(); ++i) {
-        int whole_gpus = 0;
-        const Time at = r->outcomes[i].start;
-        for (size_t k = 0; k < shared.jobs.size(); ++k) {
-          if (r->outcomes[k].start <= at && at < r->outcomes[k].end) {
-            whole_gpus += shared.jobs[k].gpus;
-          }
-        }
-        most = std::max(most, whole_gpus);
-      }
-      EXPECT_GT(most, c.total_gpus()) << seed << " " << p;
+      EXPECT_GT(most_whole_gpus(*r), c.total_gpus()) << seed << " " << p;
       auto whole = SimRun(c, rounded, p);
       ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      // Under a 6-GPU quota, with the checker holding the team to 6000 milli-GPUs at every
+      // start (the 8-GPU gangs never start): counted whole, more than 6 GPUs ran at once.
+      auto capped = SimRun(c, shared, p, {Team{"a", 6, 1.0}});
+      ASSERT_TRUE(capped.ok()) << "seed " << seed << " " << p << ": " << capped.status().ToString();
+      EXPECT_GT(most_whole_gpus(*capped), 6) << seed << " " << p;
     }
   }
 }

@@ -8,6 +8,10 @@
 // land on it unnoticed (the node would be over its GPUs), and checks that no shared GPU holds
 // more than its capacity (1000 milli, or its type's MIG-like slices, each share rounded up to
 // whole slices), computed here from the cluster spec rather than taken from the engine.
+// Quotas are checked in milli-GPUs, a job holding its MilliGpus (a share its gpu_milli, a whole
+// GPU 1000): a team's running jobs never hold more than quota_gpus x 1000, nor, under kueue, a
+// ClusterQueue more than (nominal + borrowing limit) x 1000 of a flavor, nor a cohort's queues
+// more beyond their guaranteed parts than they lend.
 #pragma once
 
 #include <algorithm>
@@ -79,7 +83,6 @@ class InvariantChecker {
     return Book(job, start, p, /*check_quota=*/false, /*allow_unavailable=*/true, shared_gpu);
   }
 
-  static bool IsShare(const Job& job) { return job.gpu_milli > 0 && job.gpu_milli < 1000; }
   // Units a share of `milli` takes on a GPU of type `t`, and what one such GPU holds.
   int ShareUnits(GpuTypeIndex t, int milli) const {
     const int slices = cluster_.gpu_types()[t].mig_slices;
@@ -182,23 +185,28 @@ class InvariantChecker {
         if (s.gpus != job.gpus_per_node) return Internal(who + "wrong GPUs per node for its shape");
       }
     }
-    team_used_[job.team] += job.gpus;
     running_[job.index] = {job.id, seen, -1};
     if (power_) {
       AddPower(p, +1);
       if (check_quota) GANTRY_RETURN_IF_ERROR(CheckPower(who));
     }
+    return BookQuota(job, who, p, check_quota);
+  }
+
+  // The team's (and under kueue its flavor's) milli-GPUs, then the quota rules.
+  Status BookQuota(const Job& job, const std::string& who, const Placement& p, bool check_quota) {
+    team_used_[job.team] += MilliGpus(job);
     if (kueue_) {
       const int f = FlavorOf(job.team, p);
       running_[job.index].flavor = f;
-      if (f >= 0) kueue_used_[job.team][f] += job.gpus;
+      if (f >= 0) kueue_used_[job.team][f] += MilliGpus(job);
       if (check_quota) GANTRY_RETURN_IF_ERROR(CheckKueue(who));
       return Status::Ok();
     }
     const int q = teams_[job.team].quota_gpus;
-    if (check_quota && q != kNoQuota && team_used_[job.team] > q) {
+    if (check_quota && q != kNoQuota && team_used_[job.team] > int64_t{q} * kMilliPerGpu) {
       return Internal(who + "team " + teams_[job.team].name + " over quota: " +
-                      std::to_string(team_used_[job.team]) + " > " + std::to_string(q));
+                      MilliGpusText(team_used_[job.team]) + " > " + std::to_string(q) + " GPUs");
     }
     return Status::Ok();
   }
@@ -212,6 +220,18 @@ class InvariantChecker {
         return Internal("engine's free index says node " + cluster_.nodes()[s.node].name + " has " +
                         std::to_string(free.free(s.node)) + " free GPUs, not " +
                         std::to_string(want));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Every team: the engine's running milli-GPUs (Engine::team_running_milli) equal ours.
+  Status CheckTeamUsage(const Engine& engine) const {
+    for (size_t t = 0; t < team_used_.size(); ++t) {
+      const int64_t theirs = engine.team_running_milli(static_cast<int>(t));
+      if (theirs != team_used_[t]) {
+        return Internal("engine says team " + teams_[t].name + " runs " + MilliGpusText(theirs) +
+                        " GPUs, not " + MilliGpusText(team_used_[t]));
       }
     }
     return Status::Ok();
@@ -232,9 +252,9 @@ class InvariantChecker {
       for (const Slot& s : p) used_[s.node] -= s.gpus;
       if (power_) AddPower(p, -1);
     }
-    team_used_[job.team] -= job.gpus;
+    team_used_[job.team] -= MilliGpus(job);
     if (it != running_.end() && it->second.flavor >= 0) {
-      kueue_used_[job.team][it->second.flavor] -= job.gpus;
+      kueue_used_[job.team][it->second.flavor] -= MilliGpus(job);
     }
     running_.erase(job.index);
   }
@@ -247,7 +267,7 @@ class InvariantChecker {
   // so the root's sum is the whole constraint above the CQs.
   struct KueueFlavor {
     uint32_t mask;
-    int nominal, borrowing_limit, guaranteed;
+    int nominal, borrowing_limit, guaranteed;  // GPUs, as in the spec
     std::string name;
   };
   void BuildKueueTree() {
@@ -375,22 +395,9 @@ class InvariantChecker {
     }
     g.units += units;
     ++g.shares;
-    team_used_[job.team] += job.gpus;
     running_[job.index] = {job.id, {n}, -1, shared_gpu};
     if (power_ && check_quota) GANTRY_RETURN_IF_ERROR(CheckPower(who));
-    if (kueue_) {
-      const int f = FlavorOf(job.team, p);
-      running_[job.index].flavor = f;
-      if (f >= 0) kueue_used_[job.team][f] += job.gpus;
-      if (check_quota) GANTRY_RETURN_IF_ERROR(CheckKueue(who));
-      return Status::Ok();
-    }
-    const int q = teams_[job.team].quota_gpus;
-    if (check_quota && q != kNoQuota && team_used_[job.team] > q) {
-      return Internal(who + "team " + teams_[job.team].name + " over quota: " +
-                      std::to_string(team_used_[job.team]) + " > " + std::to_string(q));
-    }
-    return Status::Ok();
+    return BookQuota(job, who, p, check_quota);
   }
 
   int FlavorOf(int team, const Placement& p) const {
@@ -401,33 +408,35 @@ class InvariantChecker {
     }
     return -1;
   }
+  static int64_t Milli(int gpus) { return int64_t{gpus} * kMilliPerGpu; }
   Status CheckKueue(const std::string& who) const {
     std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> roots;
     for (size_t t = 0; t < teams_.size(); ++t) {
       for (size_t f = 0; f < kueue_flavors_[t].size(); ++f) {
         const KueueFlavor& fl = kueue_flavors_[t][f];
-        const int used = kueue_used_[t][f];
+        const int64_t used = kueue_used_[t][f];
         const bool in_cohort = !kueue_root_[t].empty();
-        const int cap = !in_cohort                       ? fl.nominal
-                        : fl.borrowing_limit == kNoQuota ? INT32_MAX
-                                                         : fl.nominal + fl.borrowing_limit;
+        const int64_t cap = !in_cohort ? Milli(fl.nominal)
+                            : fl.borrowing_limit == kNoQuota
+                                ? INT64_MAX
+                                : Milli(fl.nominal + fl.borrowing_limit);
         if (used > cap) {
-          return Internal(who + "ClusterQueue " + teams_[t].name + " uses " + std::to_string(used) +
+          return Internal(who + "ClusterQueue " + teams_[t].name + " uses " + MilliGpusText(used) +
                           " GPUs of flavor " + fl.name +
-                          ", more than nominal plus borrowing limit (" + std::to_string(cap) + ")");
+                          ", more than nominal plus borrowing limit (" + MilliGpusText(cap) + ")");
         }
         if (in_cohort) {
           auto& [above, lent] = roots[{kueue_root_[t], fl.name}];
-          above += std::max(0, used - fl.guaranteed);
-          lent += fl.nominal - fl.guaranteed;
+          above += std::max<int64_t>(0, used - Milli(fl.guaranteed));
+          lent += Milli(fl.nominal - fl.guaranteed);
         }
       }
     }
     for (const auto& [key, v] : roots) {
       if (v.first > v.second) {
-        return Internal(who + "cohort " + key.first + " lends " + std::to_string(v.second) +
+        return Internal(who + "cohort " + key.first + " lends " + MilliGpusText(v.second) +
                         " GPUs of flavor " + key.second + " but its ClusterQueues use " +
-                        std::to_string(v.first) + " beyond what they keep for themselves");
+                        MilliGpusText(v.first) + " beyond what they keep for themselves");
       }
     }
     return Status::Ok();
@@ -438,11 +447,11 @@ class InvariantChecker {
   const Cluster& cluster_;
   const std::vector<Team>& teams_;
   std::vector<int> used_;
-  std::vector<int> team_used_;
-  std::vector<bool> unavailable_;  // drained or down
+  std::vector<int64_t> team_used_;  // milli-GPUs
+  std::vector<bool> unavailable_;   // drained or down
   bool kueue_ = false;
   std::vector<std::vector<KueueFlavor>> kueue_flavors_;  // per team, in its order
-  std::vector<std::vector<int>> kueue_used_;             // per team and flavor
+  std::vector<std::vector<int64_t>> kueue_used_;         // per team and flavor, milli-GPUs
   std::vector<std::string> kueue_root_;                  // per team: its root cohort, or ""
   bool power_ = false;                                   // the cluster has power caps
   int64_t cluster_mw_ = 0, cluster_cap_mw_ = 0;

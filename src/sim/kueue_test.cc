@@ -84,6 +84,14 @@ class Harness {
     EXPECT_TRUE(engine_->Submit(j, now).ok());
     return j.index;
   }
+  // A share of one GPU of any type: `milli` thousandths (1..999).
+  JobIndex SubmitShare(const std::string& id, const std::string& team, int milli, int qos,
+                       Time now) {
+    JobRequest& j = NewJob(id, team, 1, qos, now, kAnyGpuType);
+    j.gpu_milli = milli;
+    EXPECT_TRUE(engine_->Submit(j, now).ok());
+    return j.index;
+  }
   // A job the driver finds running since `start` on the first node's GPUs.
   void Adopt(const std::string& id, const std::string& team, int gpus, int qos, Time submit,
              Time start, Time now) {
@@ -587,6 +595,168 @@ TEST(KueueTest, ShippedPhillySpecRunsUnderTheBuiltinProfile) {
   EXPECT_LE(r->summary.max_preemptions_per_job, 5);
 }
 
+// Shares count in milli-GPUs against a ClusterQueue's nominal quota: a 1-GPU nominal quota
+// without a cohort holds four 250-milli jobs at once, and the fifth waits (Quota) until one ends.
+TEST(KueueTest, NoCohortHardCapCountsSharesInMilli) {
+  Harness h(MakeCluster(8), {Cq("a", {{"*", 1}})}, KueueProfile());
+  for (int i = 1; i <= 5; ++i) h.SubmitShare("s" + std::to_string(i), "a", 250, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+s1 +s2 +s3 +s4");
+  EXPECT_EQ(h.status("s5").reason, Reason::kQuota);
+  EXPECT_EQ(h.Explain("s5"),
+            "waiting for quota: ClusterQueue a, job needs 0.25 GPUs: flavor *: uses 1 of nominal "
+            "1, 0 available with borrowing, at most 1 ever");
+  EXPECT_EQ(h.engine().team_running_milli(0), 1000);
+  h.Finish("s2", 10);
+  EXPECT_EQ(h.Schedule(10), "+s5");
+}
+
+// Borrowing and reclaim in milli-GPUs. a's six 250-milli shares use 1.5 GPUs: its nominal 1 and
+// 0.5 borrowed from b. b's whole GPU needs that 0.5 back: reclaim takes a's newest shares until
+// a no longer borrows (a6, a5). Then a 250-milli share of b would have to borrow from a, which
+// uses all of its own: it waits for its cohort, as the requeued a5 and a6 do.
+TEST(KueueTest, CohortBorrowsAndReclaimsSharesInMilli) {
+  Team b = Cq("b", {{"H100", 1}}, "ab");
+  b.queue.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  Harness h(MakeCluster(8), {Cq("a", {{"H100", 1}}, "ab"), b}, KueueProfile());
+  for (int i = 1; i <= 6; ++i) h.SubmitShare("a" + std::to_string(i), "a", 250, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+a1 +a2 +a3 +a4 +a5 +a6");
+  h.Submit("b1", "b", 1, 0, 1);
+  EXPECT_EQ(h.Schedule(1), "a6>b1 a5>b1 +b1");
+  h.SubmitShare("b2", "b", 250, 0, 2);
+  EXPECT_EQ(h.Schedule(2), "");
+  EXPECT_EQ(h.status("b2").reason, Reason::kCohort);
+  EXPECT_EQ(h.status("a5").reason, Reason::kCohort);
+  EXPECT_EQ(h.engine().team_running_milli(0), 1000);
+  EXPECT_EQ(h.engine().team_running_milli(1), 1000);
+}
+
+// A borrowing limit of 1 GPU lets a CQ of nominal 1 use 2 GPUs' worth: eight 250-milli shares,
+// not a ninth, however much the cohort could lend.
+TEST(KueueTest, BorrowingLimitCountsSharesInMilli) {
+  std::vector<Team> teams = {Cq("a", {{"H100", 1, 1}}, "ab"), Cq("b", {{"H100", 4}}, "ab")};
+  Harness h(MakeCluster(8), teams, KueueProfile());
+  for (int i = 1; i <= 9; ++i) h.SubmitShare("a" + std::to_string(i), "a", 250, 0, 0);
+  EXPECT_EQ(h.Schedule(0), "+a1 +a2 +a3 +a4 +a5 +a6 +a7 +a8");
+  EXPECT_EQ(h.status("a9").reason, Reason::kQuota);
+}
+
+// Through the simulator: shares that start and are reclaimed in the same cycle. At 0 a's six
+// 250-milli shares (QoS 1, first in the cycle) start, borrowing 0.5 GPU of b's; b1 (QoS 0, a
+// whole GPU) comes next in that cycle and reclaims a6 and a5, which had just started. The
+// simulator books each start on the shared GPU the engine named at that start (a share
+// reclaimed since has none). a5 and a6 start again when b1 ends at 50 and b lends again.
+TEST(KueueTest, SimulatorBooksSharesReclaimedInTheCycleTheyStarted) {
+  Team b = Cq("b", {{"H100", 1}}, "ab");
+  b.queue.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  std::vector<Team> teams = {Cq("a", {{"H100", 1}}, "ab"), b};
+  Workload w;
+  w.teams = {"a", "b"};
+  w.users = {"u"};
+  w.queues = {"q"};
+  for (int i = 0; i < 7; ++i) {
+    Job j;
+    j.index = i;
+    j.id = i < 6 ? "a" + std::to_string(i + 1) : "b1";
+    j.team = i < 6 ? 0 : 1;
+    j.gpus = 1;
+    j.gpu_milli = i < 6 ? 250 : 0;
+    j.qos = i < 6 ? 1 : 0;
+    j.run_time = i < 6 ? 100 : 50;
+    j.time_limit = 1000;
+    w.jobs.push_back(j);
+  }
+  SimOptions options;
+  options.check_invariants = true;
+  auto r = Simulate(MakeCluster(8), teams, w, KueueProfile(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<Time> starts;
+  std::vector<int> preempted;
+  for (const JobOutcome& o : r->outcomes) {
+    starts.push_back(o.start);
+    preempted.push_back(o.preemptions);
+  }
+  EXPECT_EQ(starts, (std::vector<Time>{0, 0, 0, 0, 50, 50, 0}));
+  EXPECT_EQ(preempted, (std::vector<int>{0, 0, 0, 0, 1, 1, 0}));
+  EXPECT_EQ(r->preemptions, 2);
+}
+
+// The checker's Kueue rule in milli-GPUs: four 250-milli shares fill a nominal 1; a fifth is
+// over it.
+TEST(KueueTest, InvariantCheckerCountsSharesInMilli) {
+  Cluster c = MakeCluster(8);
+  std::vector<Team> teams = {Cq("a", {{"H100", 1}})};
+  InvariantChecker checker(c, teams, /*kueue_quotas=*/true);
+  Job j;
+  j.team = 0;
+  j.gpus = 1;
+  j.gpu_milli = 250;
+  for (int i = 0; i < 4; ++i) {
+    j.index = i;
+    j.id = "s" + std::to_string(i);
+    ASSERT_TRUE(checker.OnStart(j, 0, {{0, 1}}, /*shared_gpu=*/0).ok()) << i;
+  }
+  j.index = 4;
+  j.id = "s4";
+  auto st = checker.OnStart(j, 0, {{0, 1}}, /*shared_gpu=*/1);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("ClusterQueue a uses 1.25 GPUs of flavor H100"), std::string::npos)
+      << st.message();
+}
+
+// Four ClusterQueues with random quotas and policies in the cohorts left and right (under root)
+// or in root itself.
+std::vector<Team> RandomClusterQueues(Rng& rng) {
+  std::vector<Team> teams;
+  const char* cohorts[] = {"left", "right", "root"};
+  for (int t = 0; t < 4; ++t) {
+    Team team = Cq("t" + std::to_string(t), {}, cohorts[rng.Below(3)]);
+    team.queue.quotas.push_back({"H100", static_cast<int>(rng.Below(7)),
+                                 rng.Below(2) ? kNoQuota : static_cast<int>(rng.Below(6)),
+                                 rng.Below(2) ? kNoQuota : static_cast<int>(rng.Below(4))});
+    if (rng.Below(2)) team.queue.quotas.push_back({"A100", static_cast<int>(rng.Below(5))});
+    team.queue.within_cluster_queue = static_cast<WithinClusterQueue>(rng.Below(3));
+    team.queue.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(rng.Below(3));
+    team.queue.borrow_within_cohort = static_cast<BorrowWithinCohort>(rng.Below(2));
+    team.queue.when_can_borrow =
+        rng.Below(2) ? FlavorFungibility::kBorrow : FlavorFungibility::kTryNextFlavor;
+    team.queue.when_can_preempt =
+        rng.Below(2) ? FlavorFungibility::kPreempt : FlavorFungibility::kTryNextFlavor;
+    team.queue.fair_weight = static_cast<double>(rng.Below(3));
+    teams.push_back(std::move(team));
+  }
+  return teams;
+}
+
+// `n` random jobs of random teams and priorities, in submit order: 1 to `max_gpus` whole GPUs,
+// or, with `shares`, half of them a share of one GPU (gpu_milli 1..999).
+Workload RandomWorkload(Rng& rng, const std::vector<Team>& teams, int n, int max_gpus,
+                        bool shares) {
+  Workload w;
+  for (const Team& t : teams) w.teams.push_back(t.name);
+  w.users = {"u"};
+  w.queues = {"q"};
+  for (int i = 0; i < n; ++i) {
+    Job j;
+    j.id = "j" + std::to_string(i);
+    j.team = static_cast<int32_t>(rng.Below(teams.size()));
+    j.gpus = 1 + static_cast<int32_t>(rng.Below(max_gpus));
+    if (shares && rng.Below(2) == 0) {
+      j.gpus = 1;
+      j.gpu_milli = 1 + static_cast<int32_t>(rng.Below(999));
+    }
+    j.qos = static_cast<int32_t>(rng.Below(4));
+    j.submit = static_cast<Time>(rng.Below(20000));
+    j.run_time = 100 + static_cast<Duration>(rng.Below(5000));
+    j.time_limit = 10000;
+    j.gpu_type_mask = rng.Below(3) == 0 ? (1u << rng.Below(2)) : kAnyGpuType;
+    w.jobs.push_back(j);
+  }
+  std::stable_sort(w.jobs.begin(), w.jobs.end(),
+                   [](const Job& a, const Job& b) { return a.submit < b.submit; });
+  for (size_t i = 0; i < w.jobs.size(); ++i) w.jobs[i].index = static_cast<JobIndex>(i);
+  return w;
+}
+
 // Random workloads on random cohorts and policies. Checks, for every run:
 //  - quotas with borrowing and lending are never exceeded (the simulator's invariant checker);
 //  - no preemption loop: if A preempted B, B never later preempts A;
@@ -601,24 +771,7 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     Rng rng(seed);
     Cluster cluster = MakeCluster(16, 8, {{"left", "root"}, {"right", "root"}});
-    std::vector<Team> teams;
-    const char* cohorts[] = {"left", "right", "root"};
-    for (int t = 0; t < 4; ++t) {
-      Team team = Cq("t" + std::to_string(t), {}, cohorts[rng.Below(3)]);
-      team.queue.quotas.push_back({"H100", static_cast<int>(rng.Below(7)),
-                                   rng.Below(2) ? kNoQuota : static_cast<int>(rng.Below(6)),
-                                   rng.Below(2) ? kNoQuota : static_cast<int>(rng.Below(4))});
-      if (rng.Below(2)) team.queue.quotas.push_back({"A100", static_cast<int>(rng.Below(5))});
-      team.queue.within_cluster_queue = static_cast<WithinClusterQueue>(rng.Below(3));
-      team.queue.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(rng.Below(3));
-      team.queue.borrow_within_cohort = static_cast<BorrowWithinCohort>(rng.Below(2));
-      team.queue.when_can_borrow =
-          rng.Below(2) ? FlavorFungibility::kBorrow : FlavorFungibility::kTryNextFlavor;
-      team.queue.when_can_preempt =
-          rng.Below(2) ? FlavorFungibility::kPreempt : FlavorFungibility::kTryNextFlavor;
-      team.queue.fair_weight = static_cast<double>(rng.Below(3));
-      teams.push_back(std::move(team));
-    }
+    std::vector<Team> teams = RandomClusterQueues(rng);
     const bool fair = seed % 2 == 0;
     // Every victim order, with and without a minimum run time and GraceTime.
     const char* preemptions[] = {
@@ -633,25 +786,7 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
                            : preemption.find("grace_time: 300") != std::string::npos ? 300
                                                                                      : 0;
     const Profile profile = KueueProfile(fair ? "fair_sharing: true" : "", preemption);
-    Workload w;
-    for (const Team& t : teams) w.teams.push_back(t.name);
-    w.users = {"u"};
-    w.queues = {"q"};
-    for (int i = 0; i < 120; ++i) {
-      Job j;
-      j.id = "j" + std::to_string(i);
-      j.team = static_cast<int32_t>(rng.Below(4));
-      j.gpus = 1 + static_cast<int32_t>(rng.Below(6));
-      j.qos = static_cast<int32_t>(rng.Below(4));
-      j.submit = static_cast<Time>(rng.Below(20000));
-      j.run_time = 100 + static_cast<Duration>(rng.Below(5000));
-      j.time_limit = 10000;
-      j.gpu_type_mask = rng.Below(3) == 0 ? (1u << rng.Below(2)) : kAnyGpuType;
-      w.jobs.push_back(j);
-    }
-    std::stable_sort(w.jobs.begin(), w.jobs.end(),
-                     [](const Job& a, const Job& b) { return a.submit < b.submit; });
-    for (size_t i = 0; i < w.jobs.size(); ++i) w.jobs[i].index = static_cast<JobIndex>(i);
+    const Workload w = RandomWorkload(rng, teams, 120, 6, /*shares=*/false);
 
     // The simulator, with its invariant checker on (Kueue quotas included).
     SimOptions options;
@@ -749,6 +884,29 @@ TEST(KueuePropertyTest, NoPreemptionLoopsAndQuotasHold) {
   // The workloads do preempt, with GraceTime too: the property is not vacuous.
   EXPECT_GT(total_preemptions, 40);
   EXPECT_GT(signals, 10);
+}
+
+// Random workloads of shares (gpu_milli 1..999) and whole GPUs on random cohorts and policies,
+// through the simulator with its invariant checker on: no ClusterQueue or cohort is ever over
+// its quota counted in milli-GPUs, and the engine's per-team milli-GPUs agree with the checker's
+// after every cycle. Reclaim and fair sharing do preempt shares (not vacuous).
+TEST(KueuePropertyTest, SharesKeepQuotasInMilli) {
+  int64_t share_preemptions = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    Rng rng(seed);
+    Cluster cluster = MakeCluster(16, 8, {{"left", "root"}, {"right", "root"}});
+    std::vector<Team> teams = RandomClusterQueues(rng);
+    const Profile profile = KueueProfile(seed % 2 == 0 ? "fair_sharing: true" : "");
+    const Workload w = RandomWorkload(rng, teams, 150, 4, /*shares=*/true);
+    SimOptions options;
+    options.check_invariants = true;
+    auto sim = Simulate(cluster, teams, w, profile, options);
+    ASSERT_TRUE(sim.ok()) << "seed " << seed << ": " << sim.status().ToString();
+    for (size_t i = 0; i < w.jobs.size(); ++i) {
+      if (IsShare(w.jobs[i])) share_preemptions += sim->outcomes[i].preemptions;
+    }
+  }
+  EXPECT_GT(share_preemptions, 20);
 }
 
 }  // namespace

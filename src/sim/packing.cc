@@ -306,7 +306,7 @@ Result<PackingResult> RunPacking(const Cluster& cluster, const Workload& workloa
     Task t;
     t.job = &job;
     t.request = job;
-    const bool share = job.gpu_milli > 0 && job.gpu_milli < kMilliPerGpu;
+    const bool share = IsShare(job);
     if (share) ++result.fractional;
     if (share && options.round_fractional) {
       ++result.rounded;

@@ -269,9 +269,6 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     for (int t = 0; t < num_teams; ++t) team_busy_gpus[t] = to_gpus(team_busy[t]);
     return team_busy_gpus;
   };
-  const auto milli_of = [](const Job& job) -> int64_t {
-    return job.gpu_milli > 0 && job.gpu_milli < 1000 ? job.gpu_milli : int64_t{job.gpus} * 1000;
-  };
   // Shared GPUs (Engine::shared_gpu): each run's GPU, and how many runs each holds, so that a
   // shared GPU counts once as busy (power, fragmentation, idle GPUs by type) from its first
   // share to the end of its last.
@@ -301,8 +298,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
   };
   const auto end_running = [&](const Job& job) {
     --running;
-    busy -= milli_of(job);
-    team_busy[job.team] -= milli_of(job);
+    busy -= MilliGpus(job);
+    team_busy[job.team] -= MilliGpus(job);
     const int32_t g = run_shared_gpu[job.index];
     // A share is charged its fraction of its GPU's busy watts.
     const double fraction = g >= 0 ? static_cast<double>(job.gpu_milli) / 1000.0 : 1.0;
@@ -440,7 +437,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     }
     work_saved[j] = std::min(job.run_time, work_saved[j] + saved);
     restart_penalty[j] = job.restart_cost > 0 ? job.restart_cost : ckpt.restart_cost;
-    const double gpus = static_cast<double>(milli_of(job)) / 1000.0;
+    const double gpus = GpusUsed(job);
     const double lost = gpus * static_cast<double>(useful - saved);
     result.lost_gpu_seconds += lost;
     const double unused_restart = gpus * static_cast<double>(booked - overhead);
@@ -792,7 +789,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       end_wait(d.job);
       for (JobIndex victim : d.preempted) GANTRY_RETURN_IF_ERROR(preempt_job(victim, -1));
       if (options.check_invariants) {
-        GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement, engine->shared_gpu(d.job)));
+        GANTRY_RETURN_IF_ERROR(checker.OnStart(job, now, d.placement, d.shared_gpu));
       }
       JobOutcome& o = result.outcomes[d.job];
       const Duration limit = std::max<Duration>(job.time_limit, 1);
@@ -808,8 +805,8 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       o.end = o.start + std::min(to_run, limit);
       natural_end[d.job] = o.end;
       if (interruptible && restart_penalty[d.job] > 0) {
-        const double restart = static_cast<double>(milli_of(job)) / 1000.0 *
-                               static_cast<double>(std::min(restart_penalty[d.job], o.end - now));
+        const double restart =
+            GpusUsed(job) * static_cast<double>(std::min(restart_penalty[d.job], o.end - now));
         result.restart_gpu_seconds += restart;
         if (after_preemption[d.job]) result.preemption_restart_gpu_seconds += restart;
       }
@@ -820,11 +817,11 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       pending_by_types.Pending(job, -1);
       --pending;
       ++running;
-      busy += milli_of(job);
-      team_busy[job.team] += milli_of(job);
+      busy += MilliGpus(job);
+      team_busy[job.team] += MilliGpus(job);
       started_on[d.job] = d.placement;
       run_start[d.job] = now;
-      const int32_t shared = engine->shared_gpu(d.job);
+      const int32_t shared = d.shared_gpu;
       bool turns_busy = true;
       if (shared >= 0) {
         run_shared_gpu[d.job] = shared;
@@ -865,6 +862,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
       for (const StartDecision& d : starts) {
         GANTRY_RETURN_IF_ERROR(checker.CheckFree(d.placement, engine->free_index()));
       }
+      GANTRY_RETURN_IF_ERROR(checker.CheckTeamUsage(*engine));
     }
     if (options.progress && processed >= next_progress) {
       options.progress(total_events ? static_cast<double>(processed) / total_events : 1.0);

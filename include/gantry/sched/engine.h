@@ -107,6 +107,9 @@ struct StartDecision {
   // `placement` is where the job will start, in a later decision, in the first cycle after the last
   // victim ended. -1 for a start.
   Time victims_end_by = -1;
+  // A share's start: the shared GPU it joined (Engine::shared_gpu as of this start; a job
+  // preempted later in the same cycle no longer has one). -1 otherwise.
+  int32_t shared_gpu = -1;
 };
 
 struct JobStatus {
@@ -262,6 +265,10 @@ class Engine {
   const SharedGpus& shared_gpus() const;
   int32_t shared_gpu(JobIndex job) const;
   const std::vector<Team>& teams() const;
+  // What a team's running jobs hold, as admission charges it (MilliGpus: a share its gpu_milli,
+  // 1000 per whole GPU); team_running_gpus rounds it up to whole GPUs. Jobs signalled for
+  // preemption count until they end; a preemptor waiting for them (GraceTime) does not yet.
+  int64_t team_running_milli(int team) const;
   int team_running_gpus(int team) const;
   int64_t pending_count() const;
   int64_t running_count() const;

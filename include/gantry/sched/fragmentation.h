@@ -23,8 +23,6 @@
 
 namespace gantry {
 
-inline constexpr int kMilliPerGpu = 1000;
-
 // One kind of task: what it needs of one node, and where it may run.
 struct TaskClass {
   int gpus = 1;   // whole GPUs on one node (a gang's gpus_per_node; 1 for an "any" job)

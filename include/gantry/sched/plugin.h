@@ -128,7 +128,7 @@ class ScorePlugin {
 // What priority factors may observe of the engine.
 struct TeamUsageView {
   const std::vector<Team>* teams;
-  const std::vector<int>* running_gpus;  // per team
+  const std::vector<int64_t>* running_milli;  // per team: MilliGpus of its running jobs
 };
 
 // One weighted term of a job's priority. The engine's priority of job j at time t is
@@ -166,24 +166,28 @@ struct AdmissionDecision {
   std::vector<JobIndex> victims;         // running jobs to end first so that it fits its quota
 };
 
+// HeadroomMilli of a team no plugin limits.
+inline constexpr int64_t kNoHeadroomLimit = INT64_MAX;
+
 class AdmissionPlugin {
  public:
   virtual ~AdmissionPlugin() = default;
   virtual std::string_view name() const = 0;
-  // GPUs `team` may still start now; INT_MAX when unlimited. A team with zero headroom has its
-  // whole queue skipped in O(1).
-  virtual int Headroom(int team) const = 0;
+  // What `team` may still start now, in thousandths of a GPU: a job fits when its MilliGpus
+  // (job_request.h: a share its gpu_milli, a whole GPU 1000) is at most this. kNoHeadroomLimit
+  // when unlimited. A team with no headroom (<= 0) has its whole queue skipped in O(1).
+  virtual int64_t HeadroomMilli(int team) const = 0;
   // True when the plugin decides job by job (Admit below): the engine then asks Admit for every
   // job whose team has headroom, and keeps scheduling while no GPU is free, since admission
-  // may preempt. False (the default): the Headroom test alone decides.
+  // may preempt. False (the default): the HeadroomMilli test alone decides.
   virtual bool per_job() const { return false; }
   // Whether `job` may start now, on which GPU types, and after preempting which running jobs
   // (quota only: the engine still has to place it). Called only when per_job(); may keep what
-  // it chose for OnJobStarted. The default is the Headroom test on the job's own types.
+  // it chose for OnJobStarted. The default is the HeadroomMilli test on the job's own types.
   virtual bool Admit(const JobRequest& job, Time now, AdmissionDecision* out) {
     out->gpu_type_mask = job.gpu_type_mask;
     out->victims.clear();
-    return job.gpus <= Headroom(job.team);
+    return MilliGpus(job) <= HeadroomMilli(job.team);
   }
   // Whether `job` may start on `placement`, which the placement plugin chose after every
   // plugin admitted the job: for limits that depend on where a job lands (the "power" plugin's

@@ -54,11 +54,39 @@ struct JobRequest {
   std::string checkpoint;
 };
 
-// The GPUs a job's usage counts (utilization, fair share): gpu_milli / 1000 for a share of one
-// GPU, else its whole GPUs.
+inline constexpr int kMilliPerGpu = 1000;
+
+// A share of one GPU (gpu_milli 1..999), which the engine places on a shared GPU.
+inline bool IsShare(const JobRequest& job) {
+  return job.gpu_milli > 0 && job.gpu_milli < kMilliPerGpu;
+}
+
+// What a job holds while it runs, in thousandths of a GPU: gpu_milli for a share, 1000 per GPU
+// otherwise. The one rule for what a job charges against its team's quota (the "quota" and
+// "kueue" admission plugins, the engine's team usage, the invariant checker) and for its usage
+// (GpusUsed). Integers, so that quota sums stay exact; int64 because quotas go up to 2^30 GPUs.
+inline int64_t MilliGpus(const JobRequest& job) {
+  return IsShare(job) ? job.gpu_milli : int64_t{job.gpus} * kMilliPerGpu;
+}
+
+// The GPUs a job's usage counts (utilization, fair share): MilliGpus / 1000, so whole GPUs for a
+// whole-GPU job (exactly: the division of a multiple of 1000 by 1000 is exact).
 inline double GpusUsed(const JobRequest& job) {
-  return job.gpu_milli > 0 && job.gpu_milli < 1000 ? job.gpu_milli / 1000.0
-                                                   : static_cast<double>(job.gpus);
+  return static_cast<double>(MilliGpus(job)) / kMilliPerGpu;
+}
+
+// Milli-GPUs as a person reads GPUs: "3" for 3000, "0.75" for 750, "2.5" for 2500.
+inline std::string MilliGpusText(int64_t milli) {
+  const bool negative = milli < 0;
+  const uint64_t m = negative ? 0 - static_cast<uint64_t>(milli) : static_cast<uint64_t>(milli);
+  std::string out = (negative ? "-" : "") + std::to_string(m / kMilliPerGpu);
+  if (uint64_t frac = m % kMilliPerGpu; frac != 0) {
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 3 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    out += "." + digits;
+  }
+  return out;
 }
 
 }  // namespace gantry
