@@ -371,6 +371,10 @@ class StreamingDataset(_Base):
                                     self._start, self.num_samples)
 
     def __len__(self):
+        """Samples this rank reads this epoch; with batched=True, the batches it yields (what a
+        DataLoader with batch_size=None reports as its length, for progress bars)."""
+        if self.batched:
+            return -(-self.samples_this_rank() // self.batch_size)
         return self.samples_this_rank()
 
     def __iter__(self):

@@ -71,6 +71,15 @@ class BatchedTest(TempDirTestCase):
                 self.assertEqual(flatten(got, "bin"), flatten(want, "bin"), where)
                 self.assertEqual(flatten(got, "txt"), flatten(want, "txt"), where)
 
+    def test_len_counts_batches(self):
+        for world, workers, batch in ((1, 0, 4), (1, 2, 7), (3, 2, 5), (3, 0, 200)):
+            for rank in range(world):
+                ds = self.dataset(batch_size=batch, batched=True, rank=rank, world_size=world)
+                loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+                self.assertEqual(len(loader), len(list(loader)), (world, rank, workers, batch))
+                self.assertEqual(len(self.dataset(batch_size=batch, rank=rank, world_size=world)),
+                                 ds.samples_this_rank())
+
     def test_decoded_batches_hold_what_decode_gives(self):
         want = self.unbatched(2, 5, decode=True)
         got = self.batched(2, 5, decode=True)
