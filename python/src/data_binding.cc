@@ -212,6 +212,18 @@ class PyReader {
           }
         }
       }
+      // The copy is the first touch of these bytes: a file cut short under its mapping faulted
+      // to zeros just now. Such a block is not handed out as if it were data (a view already
+      // handed out reads zeros; this block is not out yet): DataLoss naming the shard, and the
+      // batch's samples are gone from this reader, as its order cannot take them back.
+      for (uint64_t i = 0; i < count; ++i) {
+        if (batch_[i].shard->bytes()->damaged()) {
+          const std::string name = source_->ShardName(batch_[i].ref.shard);
+          for (uint64_t k = 0; k < count; ++k) batch_[k].shard.reset();
+          ckpt::ThrowStatus(DataLoss("shard '" + name +
+                                     "': its file was cut short while mapped, under this batch"));
+        }
+      }
       columns = py::make_tuple(block, py::bytes(reinterpret_cast<const char*>(spans.data()),
                                                 spans.size() * sizeof(int64_t)));
     }

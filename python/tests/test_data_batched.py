@@ -7,6 +7,9 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
+import textwrap
 import unittest
 
 import torch
@@ -207,6 +210,32 @@ class NextBatchTest(TempDirTestCase):
         self.assertEqual(list(memoryview(spans).cast("q")), [0, 5, 5, 10, 10, 15])
         with self.assertRaises(ValueError):
             reader.next_batch(0)
+
+    def test_a_shard_cut_short_under_a_packed_batch_is_data_loss_not_zeros(self):
+        # In a child process, as test_data_zero_copy's cut-short test: the copy into the block
+        # is what touches the bytes past the cut.
+        write_bins(self.path("ds"), 2, 6, 20000)
+        script = textwrap.dedent("""
+            import os, sys
+            from gantry import _native
+            g = _native.load()
+            folder = sys.argv[1]
+            source = g.DataSource(folder)
+            reader = g.DataReader(source, shuffle=False, read_ahead=0)
+            reader.next_batch(1, True)  # maps shard 0
+            os.truncate(os.path.join(folder, "shard-000000.tar"), 25000)
+            try:
+                _, keys, _, (block, _) = reader.next_batch(4, True)
+                print("delivered", keys, set(block[-20000:]))
+            except g.DataLossError as e:
+                print("DataLossError:", e)
+        """)
+        r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script, self.path("ds")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("DataLossError:", r.stdout)
+        self.assertIn("shard-000000.tar", r.stdout)
+        self.assertIn("cut short", r.stdout)
 
     def test_a_huge_batch_takes_what_is_left_without_allocating_for_it(self):
         write_bins(self.path("bins"), 2, 3, 5)
