@@ -247,6 +247,10 @@ class Engine::Impl {
     PluginContext ctx{&cluster_, &teams_,        options_.oracle,
                       &registry, options_.users, options_.queues};
     ctx.data_locality = options_.data_locality;
+    ctx.shared_gpus = &shares_;
+    ctx.shared_gpu_of = [this](JobIndex j) {
+      return j >= 0 && static_cast<size_t>(j) < state_.size() ? state_[j].shared_gpu : -1;
+    };
     for (const PluginSpec& spec : profile_.priority) {
       auto f = registry.CreatePriority(spec.name, spec.args, ctx);
       if (!f.ok()) return f.status().WithContext("profile '" + profile_.name + "'");
@@ -1007,8 +1011,8 @@ class Engine::Impl {
   // Places share `job` (running until `end`) on the best-fitting shared GPU with room, on a node
   // that is up: scratch_ gets its slot and share_target_ the GPU. Under a reservation's caps a
   // capped node's shared GPU is joined only by a share that ends before the GPU would be whole
-  // again, so the reservation's GPU is not delayed. A power refusal leaves it to the whole-GPU
-  // path (each share counts as a busy GPU there: conservative).
+  // again, so the reservation's GPU is not delayed. Joining turns no GPU busy, so admission sees
+  // an empty placement (a shared GPU draws once, whatever its shares).
   bool JoinShared(const JobRequest& job, const NodeCaps* caps, Time end) {
     const bool all_up = nodes_not_up_ == 0;
     const int32_t g = shares_.BestFit(job.gpu_type_mask, job.gpu_milli, [&](int32_t c) {
@@ -1018,9 +1022,9 @@ class Engine::Impl {
       return true;
     });
     if (g < 0) return false;
-    scratch_.assign(1, Slot{shares_.node(g), 1});
     avoid_.clear();
-    if (!PlacementAdmitted(job, scratch_, &avoid_)) return false;
+    if (!PlacementAdmitted(job, Placement(), &avoid_)) return false;
+    scratch_.assign(1, Slot{shares_.node(g), 1});
     share_target_ = g;
     return true;
   }

@@ -3,11 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "gantry/common/rng.h"
 #include "gantry/report/result.h"
 #include "gantry/sched/engine.h"
+#include "gantry/sched/free_index.h"
+#include "gantry/sched/registry.h"
 #include "gantry/sim/simulator.h"
 #include "invariant_checker.h"
 
@@ -128,6 +131,102 @@ TEST(PowerScenario, StrictFifoLetsNobodyPassAJobWaitingForPower) {
   const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
   const Workload w = MakeWorkload({{0, 4, 100, 100}, {0, 2, 50, 50}, {0, 1, 10, 10}});
   EXPECT_EQ(Starts(Simulated(c, w, "fifo")), (std::vector<Time>{0, 100, 100}));
+}
+
+// A runs 4 GPUs for 100 s from t=0; `n` shares of 250 milli run 50 s from t=0; then `more`.
+Workload ShareLoad(int n, const std::vector<JobSpec>& more = {}) {
+  std::vector<JobSpec> specs(1 + n, JobSpec{0, 1, 50, 50});
+  specs[0] = {0, 4, 100, 100};
+  specs.insert(specs.end(), more.begin(), more.end());
+  Workload w = MakeWorkload(specs);
+  for (int i = 1; i <= n; ++i) w.jobs[i].gpu_milli = 250;
+  return w;
+}
+
+// A shared GPU draws once, however many shares it holds. With A on 4 GPUs of n0 the cap leaves
+// power for one more busy GPU. Four shares all start at 0 on one shared GPU of n1: 5 busy GPUs,
+// 3910 W, exactly the cap. Each share is charged its quarter of that GPU's 700 W: 175 W x 50 s =
+// 8750 J. Counting each share as a busy GPU (as admission once did) held three of them back.
+TEST(PowerScenario, SharesOfOneGpuDrawItsWattsOnce) {
+  const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
+  for (const char* profile : {"fifo", "fifo-easy", "slurm-conservative"}) {
+    const SimResult r = Simulated(c, ShareLoad(4), profile);
+    EXPECT_EQ(Starts(r), (std::vector<Time>{0, 0, 0, 0, 0})) << profile;
+    EXPECT_DOUBLE_EQ(r.peak_watts, 3910) << profile;
+    for (size_t i = 1; i < r.outcomes.size(); ++i) {
+      EXPECT_DOUBLE_EQ(r.outcomes[i].energy_kwh, 8750 / 3.6e6) << profile << " job " << i;
+    }
+  }
+  // A fifth share does not fit on that GPU (5 x 250 > 1000): it would open a sixth busy GPU,
+  // over the cap, so it waits until the four end at 50 (their GPU goes idle; it opens another).
+  SimResult r = Simulated(c, ShareLoad(5), "fifo-easy");
+  EXPECT_EQ(Starts(r), (std::vector<Time>{0, 0, 0, 0, 0, 50}));
+  EXPECT_DOUBLE_EQ(r.peak_watts, 3910);
+
+  // With power for six busy GPUs (4540 W), B (1 GPU at t=1) starts beside A and the four shares
+  // on their one GPU: 6 busy. Charging each share as a GPU would have seen 9 and held B back.
+  const Cluster six = Parse(std::string(kTwoNodes) + "power: {cap_watts: 4540, node_watts: 100}\n");
+  r = Simulated(six, ShareLoad(4, {{1, 1, 10, 10}}), "fifo");
+  EXPECT_EQ(Starts(r), (std::vector<Time>{0, 0, 0, 0, 0, 1}));
+  EXPECT_DOUBLE_EQ(r.peak_watts, 4540);
+}
+
+// The power plugin on its own, fed as the engine feeds it, for a share that preempts under
+// GraceTime: while it waits for its victims it holds a whole GPU booked (charged as busy); once
+// the engine starts it on a shared GPU of its own, that GPU is charged instead, once. Cap: 5
+// busy GPUs. A runs 4 GPUs on n0; the share P books a GPU of n1: 5 busy.
+TEST(PowerScenario, AWaitingSharePreemptorIsChargedOneGpuUntilItShares) {
+  const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
+  const std::vector<Team> teams = {Team{"a", kNoQuota, 1.0}};
+  SharedGpus shares(c);
+  std::map<JobIndex, int32_t> gpu_of;
+  PluginContext ctx{&c, &teams};
+  ctx.registry = &PluginRegistry::Builtin();
+  ctx.shared_gpus = &shares;
+  ctx.shared_gpu_of = [&](JobIndex j) { return gpu_of.count(j) ? gpu_of.at(j) : -1; };
+  auto created = PluginRegistry::Builtin().CreateAdmission("power", PluginArgs(), ctx);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  AdmissionPlugin& power = **created;
+  const auto job = [](JobIndex index, int gpus, int milli) {
+    JobRequest j;
+    j.index = index;
+    j.gpus = gpus;
+    j.gpu_milli = milli;
+    return j;
+  };
+  const JobRequest a = job(0, 4, 0), p = job(1, 1, 500), b = job(2, 1, 0), q = job(3, 1, 250);
+  const Placement one_on_n1 = {{1, 1}};
+  power.OnJobStarted(a, {{0, 4}}, 0);
+  power.OnJobStarted(p, one_on_n1, 0);  // signalled its victims: not on a shared GPU yet
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));  // 6 busy
+  // The victims ended; the engine starts P on a new shared GPU, telling no plugin (admission
+  // booked it at the signal). Still 5 busy: Q joins P's GPU, B still may not start.
+  const int32_t g = shares.Open(1);
+  shares.Add(g, p.index, shares.Units(0, 500));
+  gpu_of[p.index] = g;
+  EXPECT_TRUE(power.AdmitPlacement(q, {}, nullptr));
+  shares.Add(g, q.index, shares.Units(0, 250));
+  gpu_of[q.index] = g;
+  power.OnJobStarted(q, one_on_n1, 1);
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  // Still exactly 5 (not P's booked GPU and its shared GPU, not one GPU per share): another
+  // share may join.
+  EXPECT_TRUE(power.AdmitPlacement(job(5, 1, 250), {}, nullptr));
+  // P ends; Q keeps the GPU busy. Then Q ends: the GPU is idle, B fits.
+  EXPECT_FALSE(shares.Remove(g, p.index, shares.Units(0, 500)));
+  gpu_of.erase(p.index);
+  power.OnJobEnded(p, 2);
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  EXPECT_TRUE(shares.Remove(g, q.index, shares.Units(0, 250)));
+  gpu_of.erase(q.index);
+  power.OnJobEnded(q, 3);
+  EXPECT_TRUE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  // A share preemptor whose placement is gone before it starts gives its booked GPU back.
+  const JobRequest r = job(4, 1, 500);
+  power.OnJobStarted(r, one_on_n1, 4);
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  power.OnJobEnded(r, 5);
+  EXPECT_TRUE(power.AdmitPlacement(b, one_on_n1, nullptr));
 }
 
 // Every built-in profile gets the power plugin when the cluster has a cap, named or not. The
@@ -298,6 +397,10 @@ TEST(PowerProperty, CapsHoldUnderRandomWorkloads) {
       if (rng.Below(2)) {
         j.nodes = 1;
         j.gpus_per_node = j.gpus;
+      }
+      if (rng.Below(4) == 0) {  // a share: several on one GPU, which draws once
+        j.gpus = j.nodes = j.gpus_per_node = 1;
+        j.gpu_milli = 100 + static_cast<int32_t>(rng.Below(800));
       }
       j.run_time = 50 + static_cast<Duration>(rng.Below(2000));
       j.time_limit = j.run_time + static_cast<Duration>(rng.Below(500));

@@ -191,7 +191,8 @@ class AdmissionPlugin {
   }
   // Whether `job` may start on `placement`, which the placement plugin chose after every
   // plugin admitted the job: for limits that depend on where a job lands (the "power" plugin's
-  // caps on the cluster and on topology domains). On a refusal the plugin may append node
+  // caps on the cluster and on topology domains). `placement` holds the GPUs the start turns
+  // busy: empty for a share that joins a GPU already shared (its slot is that GPU's node). On a refusal the plugin may append node
   // ranges [first, end) to `avoid` (a rack at its cap): the engine then places the job once
   // more off every range named so far, a few times at most. A final refusal keeps the job
   // pending with reason kPower. Default: yes.

@@ -37,6 +37,7 @@ class RuntimeOracle {
 
 class DataLocality;
 class PluginRegistry;
+class SharedGpus;
 class TaskMix;
 
 // What a plugin may look at when it is created. Borrowed; outlives the plugin.
@@ -57,6 +58,13 @@ struct PluginContext {
   // What each node holds of each job's declared data, for the "data-locality" score; null: none
   // known (a live driver gives it through EngineOptions::data_locality).
   const DataLocality* data_locality = nullptr;
+  // The engine's shared GPUs (fractional jobs, free_index.h), and the shared GPU a share is on:
+  // -1 for a share that holds a whole GPU booked instead (a preemptor waiting for its victims
+  // under GraceTime) and for any other job. For plugins that count GPUs as the hardware does
+  // (the "power" plugin: a shared GPU draws once, whatever its shares). Null and empty outside
+  // an engine.
+  const SharedGpus* shared_gpus = nullptr;
+  std::function<int32_t(JobIndex)> shared_gpu_of = nullptr;
 };
 
 template <class Plugin>
