@@ -962,7 +962,7 @@ class Engine::Impl {
       avoid_.clear();
       for (int tries = 0;; ++tries) {
         const size_t named = avoid_.size();
-        if (PlacementAdmitted(job, scratch_, &avoid_)) return true;
+        if (PlacementAdmitted(job, scratch_, end, &avoid_)) return true;
         if (tries == 3 || avoid_.size() == named) break;
         // Again, off the nodes the refusal named (and within `caps`).
         if (!retry_caps_) retry_caps_ = std::make_unique<NodeCaps>(cluster_.nodes().size());
@@ -977,7 +977,8 @@ class Engine::Impl {
         if (!placement_->Place(job, free_, retry_caps_.get(), &scratch_)) break;
       }
       power_refused_ = true;
-      MarkShapeFailed(job, mode + 2);
+      // Under a power reservation a refusal depends on the job's end too: not memoized.
+      if (!power_reserved_) MarkShapeFailed(job, mode + 2);
       return false;
     }
     MarkShapeFailed(job, mode);
@@ -1023,7 +1024,7 @@ class Engine::Impl {
     });
     if (g < 0) return false;
     avoid_.clear();
-    if (!PlacementAdmitted(job, Placement(), &avoid_)) return false;
+    if (!PlacementAdmitted(job, Placement(), end, &avoid_)) return false;
     scratch_.assign(1, Slot{shares_.node(g), 1});
     share_target_ = g;
     return true;
@@ -1043,12 +1044,22 @@ class Engine::Impl {
     s.shared_gpu = g;
   }
 
-  bool PlacementAdmitted(const JobRequest& job, const Placement& p,
+  bool PlacementAdmitted(const JobRequest& job, const Placement& p, Time end,
                          std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
     for (const auto& a : admission_) {
-      if (!a->AdmitPlacement(job, p, avoid)) return false;
+      if (!a->AdmitPlacement(job, p, end, avoid)) return false;
     }
     return true;
+  }
+
+  // `j` was refused by AdmitPlacement (power): the first such job of the cycle gets the
+  // admission plugins' reservation (AdmissionPlugin::Reserve) and its time as its estimate.
+  void ReserveAdmission(JobIndex j, Time now) {
+    if (power_reserved_) return;
+    power_reserved_ = true;
+    Time at = kInfiniteTime;
+    for (const auto& a : admission_) at = std::min(at, a->Reserve(*state_[j].job, now));
+    state_[j].status.reserved_start = at;
   }
 
   // True when the job would fit by GPU counts alone (no topology, no reservation caps): then
@@ -1299,10 +1310,11 @@ class Engine::Impl {
           // A start now must also keep every power cap; power is not planned ahead, so a
           // refused job waits without a reservation, as under EASY.
           avoid_.clear();
-          if (!PlacementAdmitted(job, scratch_, &avoid_)) {
+          if (!PlacementAdmitted(job, scratch_, now + length, &avoid_)) {
             power_refused_ = true;
             st.reason = Reason::kPower;
             st.reserved_start = kInfiniteTime;
+            ReserveAdmission(j, now);
             return false;
           }
         }
@@ -1326,6 +1338,8 @@ class Engine::Impl {
 
   void RunCycle(Time now, std::vector<StartDecision>* starts) {
     failed_.clear();
+    power_reserved_ = false;
+    for (const auto& a : admission_) a->BeginCycle(now);
     std::vector<Stream>& heap = heap_;
     heap.clear();
     for (size_t t = 0; t < queues_.size(); ++t) {
@@ -1417,10 +1431,11 @@ class Engine::Impl {
           continue;
         }
         if (power_refused_) {
-          // Power is shared like GPUs: in strict order nobody passes it. With backfill it
-          // holds no reservation (power is not reserved), as a job over its quota holds none.
+          // Power is shared like GPUs: in strict order nobody passes it. With backfill the
+          // first such job has power reserved (ReserveAdmission) as the head has GPUs.
           st.status.reason = Reason::kPower;
           if (mode == BackfillMode::kNone) break;
+          ReserveAdmission(j, now);
           continue;
         }
         // Priority/QoS preemption (the profile's preemption plugin) for the head job.
@@ -1511,7 +1526,7 @@ class Engine::Impl {
     if (!fits) return false;
     // Power caps are checked with the victims still drawing: conservative, never over a cap.
     avoid_.clear();
-    if (!PlacementAdmitted(job, scratch_, &avoid_)) {
+    if (!PlacementAdmitted(job, scratch_, now + std::max<Duration>(job.time_limit, 1), &avoid_)) {
       power_refused_ = true;
       return false;
     }
@@ -1808,7 +1823,8 @@ class Engine::Impl {
   // its types narrowed to the admitted flavor.
   bool per_job_admission_ = false;
   AdmissionDecision decision_;
-  bool power_refused_ = false;  // the last placement tried was refused by AdmitPlacement
+  bool power_refused_ = false;   // the last placement tried was refused by AdmitPlacement
+  bool power_reserved_ = false;  // this cycle's ReserveAdmission was made
   std::vector<std::pair<NodeIndex, NodeIndex>> avoid_;  // node ranges refusals named
   std::unique_ptr<NodeCaps> retry_caps_;                // caps of a placement tried again
   std::vector<JobIndex> victims_;

@@ -14,7 +14,16 @@
 // at every share's start and end; and one whole GPU for a share that preempts and waits for its
 // victims (its GPU is booked but not yet shared), until the engine starts it. Outside an engine
 // (no SharedGpus) each share counts as a busy GPU: conservative.
+//
+// Power is reserved as EASY reserves GPUs (Reserve): the first job of a cycle refused for the
+// cluster's cap is promised the watts it lacks at the earliest time running whole-GPU jobs,
+// ending at their time limits, free them; until the next cycle another job is admitted only if
+// it ends by then or leaves the reserved job enough. Without it, small jobs that keep taking
+// the watts as they free starve a large one for ever. Shared GPUs are assumed to draw until the
+// reservation (a share's end does not always free a GPU), and domain caps are not reserved.
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <unordered_map>
 
 #include "builtin_plugins.h"
@@ -38,26 +47,64 @@ class PowerAdmission final : public AdmissionPlugin {
 
   // A domain over its cap is named in `avoid`, so that the engine tries the job elsewhere: a
   // full rack does not hold back a job that another rack has power for.
-  bool AdmitPlacement(const JobRequest& job, const Placement& placement,
+  bool AdmitPlacement(const JobRequest& job, const Placement& placement, Time end,
                       std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) override {
     SettleBooked();
     std::string why;
     over_.clear();
-    if (meter_.Fits(placement, &why, &over_)) return true;
-    for (DomainIndex d : over_) {
-      const Domain& dom = meter_.cluster().domains()[d];
-      if (avoid != nullptr) avoid->emplace_back(dom.first_node, dom.end_node);
+    if (!meter_.Fits(placement, &why, &over_)) {
+      for (DomainIndex d : over_) {
+        const Domain& dom = meter_.cluster().domains()[d];
+        if (avoid != nullptr) avoid->emplace_back(dom.first_node, dom.end_node);
+      }
+      refusals_[job.index] = std::move(why);
+      return false;
     }
-    refusals_[job.index] = std::move(why);
-    return false;
+    if (reserved_ >= 0 && job.index != reserved_ && end > reserved_at_) {
+      const int64_t added = meter_.AddedMilliwatts(placement);
+      if (added > spare_mw_) {
+        refusals_[job.index] = "the cluster's power is reserved for job " + reserved_id_ +
+                               ", expected to start by t=" + std::to_string(reserved_at_);
+        return false;
+      }
+      spare_mw_ -= added;
+    }
+    return true;
   }
 
-  void OnJobStarted(const JobRequest& job, const Placement& placement, Time) override {
+  Time Reserve(const JobRequest& job, Time now) override {
+    reserved_ = -1;
+    const int64_t cap = meter_.cluster_cap_mw();
+    if (cap == 0) return kInfiniteTime;
     SettleBooked();
-    running_[job.index] = placement;
+    const int64_t need = meter_.MinAddedMilliwatts(job.gpus, job.gpu_type_mask);
+    int64_t draw = meter_.cluster_mw();
+    if (draw + need <= cap) return kInfiniteTime;  // refused for a domain's cap: not reserved
+    for (auto it = ends_.begin(); it != ends_.end();) {
+      const Time t = it->first;
+      for (; it != ends_.end() && it->first == t; ++it) draw -= it->second;
+      if (draw + need > cap) continue;
+      reserved_ = job.index;
+      reserved_id_ = job.id;
+      reserved_at_ = std::max(t, now);
+      spare_mw_ = cap - draw - need;
+      return reserved_at_;
+    }
+    return kInfiniteTime;
+  }
+
+  void BeginCycle(Time) override { reserved_ = -1; }
+
+  void OnJobStarted(const JobRequest& job, const Placement& placement, Time start) override {
+    SettleBooked();
+    Run& run = running_[job.index];
+    run.placement = placement;
+    run.end = ends_.end();
     refusals_.erase(job.index);
     if (!TracksShare(job)) {
       meter_.Add(placement, +1);
+      run.end = ends_.emplace(start + std::max<Duration>(job.time_limit, 1),
+                              meter_.AddedMilliwatts(placement));
     } else if (shared_gpu_of_(job.index) < 0) {
       booked_.emplace(job.index, placement.front().node);
       meter_.Add(placement, +1);
@@ -70,13 +117,15 @@ class PowerAdmission final : public AdmissionPlugin {
     SettleBooked();
     auto it = running_.find(job.index);
     if (it == running_.end()) return;
+    const Placement& placement = it->second.placement;
     auto booked = TracksShare(job) ? booked_.find(job.index) : booked_.end();
     if (!TracksShare(job) || booked != booked_.end()) {
-      meter_.Add(it->second, -1);
+      meter_.Add(placement, -1);
       if (booked != booked_.end()) booked_.erase(booked);
     } else {
-      Settle(it->second.front().node);
+      Settle(placement.front().node);
     }
+    if (it->second.end != ends_.end()) ends_.erase(it->second.end);
     running_.erase(it);
   }
 
@@ -121,13 +170,26 @@ class PowerAdmission final : public AdmissionPlugin {
     }
   }
 
+  struct Run {
+    Placement placement;
+    std::multimap<Time, int64_t>::iterator end;  // in ends_; ends_.end() for a share
+  };
+
   PowerMeter meter_;
-  const int64_t idle_mw_;     // the cluster's draw with every GPU idle
+  const int64_t idle_mw_;  // the cluster's draw with every GPU idle
+  // Whole-GPU jobs running: when each is expected to end and the watts it adds to idle.
+  std::multimap<Time, int64_t> ends_;
+  // This cycle's reservation (Reserve): for job reserved_ (-1: none), from reserved_at_, with
+  // spare_mw_ left over then for jobs that run past it.
+  JobIndex reserved_ = -1;
+  std::string reserved_id_;
+  Time reserved_at_ = 0;
+  int64_t spare_mw_ = 0;
   const SharedGpus* shares_;  // null outside an engine
   std::function<int32_t(JobIndex)> shared_gpu_of_;
   std::vector<int> open_charged_;                   // per node: shared GPUs charged
   std::unordered_map<JobIndex, NodeIndex> booked_;  // waiting share preemptors: a whole GPU each
-  std::unordered_map<JobIndex, Placement> running_;
+  std::unordered_map<JobIndex, Run> running_;
   std::unordered_map<JobIndex, std::string> refusals_;  // the last refusal of each pending job
   std::vector<DomainIndex> over_;
 };

@@ -83,7 +83,7 @@ std::vector<Time> Starts(const SimResult& r) {
 // A t=0 4 GPUs 100 s: n0, 4 busy (3280 W).
 // B t=0 2 GPUs  50 s: fits n1, but 6 busy would draw 760 + 6 x 630 = 4540 W > 3910: waits.
 // C t=0 1 GPU   10 s: 5 busy = 3910 W, exactly the cap: with EASY backfill it starts at 0 (B
-//                     holds no reservation; power is not reserved).
+//                     has power reserved from 100, when A ends; C ends before).
 // At 10 C ends; B still needs 6 busy. At 100 A ends: B starts, ends at 150.
 // Energy (busy watts x GPUs x seconds): A 700 x 4 x 100 = 280000 J, B 700 x 2 x 50 = 70000 J,
 // C 700 x 10 = 7000 J; jobs 357000 J. The cluster draws 3910 W over [0, 10), 3280 W over
@@ -123,6 +123,30 @@ TEST(PowerScenario, ClusterCapHoldsJobsBackAndEnergyAddsUp) {
   const SimResult u = Simulated(uncapped, w, "fifo-easy");
   EXPECT_EQ(Starts(u), (std::vector<Time>{0, 0, 0}));
   EXPECT_DOUBLE_EQ(u.peak_watts, 760 + 7 * 630);
+}
+
+// Power is reserved as EASY reserves GPUs. Under a cap of 5 busy GPUs, 1-GPU jobs D0..D29
+// arrive every 10 s and run 40 s (4 run at once). B (3 GPUs, 100 s) arrives at 35, with D0..D3
+// running (4 busy, ending 40, 50, 60, 70): it needs 2 of them gone. B gets power reserved from
+// 50 with nothing spare, so D4 (t=40, ending at 80) may not take the watts D0 leaves: B starts
+// at 50. Without the reservation each D took the watts as they freed and B waited for the
+// stream to dry up (it started at 310).
+TEST(PowerScenario, AJobWaitingForPowerHasItReservedAndIsNotStarved) {
+  const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
+  std::vector<JobSpec> specs;
+  for (int i = 0; i < 30; ++i) specs.push_back({i * 10, 1, 40, 40});
+  specs.push_back({35, 3, 100, 100});
+  const Workload w = MakeWorkload(specs);
+  for (const char* profile : {"fifo-easy", "slurm-conservative"}) {
+    const SimResult r = Simulated(c, w, profile);
+    EXPECT_EQ(r.outcomes[30].start, 50) << profile;
+    EXPECT_EQ(r.outcomes[30].reason, "Power") << profile;
+    EXPECT_EQ(r.outcomes[30].first_estimate, 50) << profile;  // the reservation's time
+    // D4 (due at 40) waits for B's spare watts: B and D2, D3 leave power for none until D2
+    // ends at 60.
+    EXPECT_EQ(r.outcomes[4].start, 60) << profile;
+    EXPECT_DOUBLE_EQ(r.peak_watts, 3910) << profile;
+  }
 }
 
 // Strict FIFO: power is shared like GPUs, so nobody passes B while it waits for power: C starts
@@ -198,35 +222,35 @@ TEST(PowerScenario, AWaitingSharePreemptorIsChargedOneGpuUntilItShares) {
   const Placement one_on_n1 = {{1, 1}};
   power.OnJobStarted(a, {{0, 4}}, 0);
   power.OnJobStarted(p, one_on_n1, 0);  // signalled its victims: not on a shared GPU yet
-  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));  // 6 busy
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, 100, nullptr));  // 6 busy
   // The victims ended; the engine starts P on a new shared GPU, telling no plugin (admission
   // booked it at the signal). Still 5 busy: Q joins P's GPU, B still may not start.
   const int32_t g = shares.Open(1);
   shares.Add(g, p.index, shares.Units(0, 500));
   gpu_of[p.index] = g;
-  EXPECT_TRUE(power.AdmitPlacement(q, {}, nullptr));
+  EXPECT_TRUE(power.AdmitPlacement(q, {}, 100, nullptr));
   shares.Add(g, q.index, shares.Units(0, 250));
   gpu_of[q.index] = g;
   power.OnJobStarted(q, one_on_n1, 1);
-  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, 100, nullptr));
   // Still exactly 5 (not P's booked GPU and its shared GPU, not one GPU per share): another
   // share may join.
-  EXPECT_TRUE(power.AdmitPlacement(job(5, 1, 250), {}, nullptr));
+  EXPECT_TRUE(power.AdmitPlacement(job(5, 1, 250), {}, 100, nullptr));
   // P ends; Q keeps the GPU busy. Then Q ends: the GPU is idle, B fits.
   EXPECT_FALSE(shares.Remove(g, p.index, shares.Units(0, 500)));
   gpu_of.erase(p.index);
   power.OnJobEnded(p, 2);
-  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, 100, nullptr));
   EXPECT_TRUE(shares.Remove(g, q.index, shares.Units(0, 250)));
   gpu_of.erase(q.index);
   power.OnJobEnded(q, 3);
-  EXPECT_TRUE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  EXPECT_TRUE(power.AdmitPlacement(b, one_on_n1, 100, nullptr));
   // A share preemptor whose placement is gone before it starts gives its booked GPU back.
   const JobRequest r = job(4, 1, 500);
   power.OnJobStarted(r, one_on_n1, 4);
-  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  EXPECT_FALSE(power.AdmitPlacement(b, one_on_n1, 100, nullptr));
   power.OnJobEnded(r, 5);
-  EXPECT_TRUE(power.AdmitPlacement(b, one_on_n1, nullptr));
+  EXPECT_TRUE(power.AdmitPlacement(b, one_on_n1, 100, nullptr));
 }
 
 // Every built-in profile gets the power plugin when the cluster has a cap, named or not. The

@@ -192,14 +192,24 @@ class AdmissionPlugin {
   // Whether `job` may start on `placement`, which the placement plugin chose after every
   // plugin admitted the job: for limits that depend on where a job lands (the "power" plugin's
   // caps on the cluster and on topology domains). `placement` holds the GPUs the start turns
-  // busy: empty for a share that joins a GPU already shared (its slot is that GPU's node). On a refusal the plugin may append node
-  // ranges [first, end) to `avoid` (a rack at its cap): the engine then places the job once
-  // more off every range named so far, a few times at most. A final refusal keeps the job
+  // busy: empty for a share that joins a GPU already shared (its slot is that GPU's node).
+  // `end`: when the job would end, started now (now + its time limit). On a refusal the plugin may
+  // append node ranges [first, end) to `avoid` (a rack at its cap): the engine then places the job
+  // once more off every range named so far, a few times at most. A final refusal keeps the job
   // pending with reason kPower. Default: yes.
-  virtual bool AdmitPlacement(const JobRequest& job, const Placement& placement,
+  virtual bool AdmitPlacement(const JobRequest& job, const Placement& placement, Time end,
                               std::vector<std::pair<NodeIndex, NodeIndex>>* avoid) {
     return true;
   }
+  // EASY's reservation, for a limit that AdmitPlacement holds (power): `job`, the
+  // highest-priority job of this cycle that AdmitPlacement refused, is promised what it lacks
+  // by the time running jobs free it if they end at their time limits. Until the next
+  // BeginCycle, AdmitPlacement admits other jobs only if they end by then or leave it enough.
+  // Returns that time (the job's start estimate), or kInfiniteTime for no reservation. Called
+  // at most once a cycle. Default: none.
+  virtual Time Reserve(const JobRequest& job, Time now) { return kInfiniteTime; }
+  // A scheduling cycle begins: any reservation of the last one is dropped.
+  virtual void BeginCycle(Time now) {}
   // False when no state of the cluster would ever admit `job` (larger than anything its team
   // could get): it then waits with reason kQuota for ever, as Kueue leaves such a workload
   // pending.
