@@ -96,6 +96,39 @@ class GraceOnly final : public PreemptionPlugin {
   Duration grace_time() const override { return 60; }
 };
 
+// The built-in plugins and "grace-only".
+PluginRegistry WithGraceOnly() {
+  PluginRegistry registry;
+  RegisterBuiltinPlugins(registry);
+  EXPECT_TRUE(registry
+                  .AddPreemption("grace-only",
+                                 [](const PluginArgs&, const PluginContext&)
+                                     -> Result<std::unique_ptr<PreemptionPlugin>> {
+                                   return std::unique_ptr<PreemptionPlugin>(new GraceOnly());
+                                 })
+                  .ok());
+  return registry;
+}
+
+// An engine over CQs a and b (Cq above) with the kueue admission plugin and `preemption`,
+// resolved in `registry` (which must outlive it).
+std::unique_ptr<Engine> CohortEngine(const Cluster& cluster, const std::string& preemption,
+                                     const PluginRegistry& registry) {
+  const Profile profile = ParseOne(R"(
+profiles:
+  k:
+    priority: [{plugin: age, args: {max_age: inf}}]
+    admission: [{plugin: kueue}]
+    placement: first-fit
+    backfill: easy
+    preemption: )" + preemption + "\n");
+  EngineOptions options;
+  options.registry = &registry;
+  auto e = Engine::Create(cluster, {Cq("a", "ab"), Cq("b", "ab")}, profile, options);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
 // Kueue reclaim under GraceTime, two reclaims in a row, for every preemption plugin with a grace
 // time: the built-in ones, and one that does not track runs (GraceOnly). One node of 8 GPUs; CQs
 // a and b (nominal 4 each) in cohort ab, reclaim Any. a1 (4 GPUs, t=0), a2 and a3 (2 each, t=1):
@@ -109,26 +142,10 @@ class GraceOnly final : public PreemptionPlugin {
 // a3, requeued, on the other two: a at 4 (a2, a3), b at 4. b3 (2) at t=4 finds nothing left to
 // reclaim (b is at its nominal with b1 and b2 charged).
 TEST(GracePreemption, KueueReclaimSignalsEachBorrowerOnce) {
-  PluginRegistry registry;
-  RegisterBuiltinPlugins(registry);
-  ASSERT_TRUE(registry
-                  .AddPreemption("grace-only",
-                                 [](const PluginArgs&, const PluginContext&)
-                                     -> Result<std::unique_ptr<PreemptionPlugin>> {
-                                   return std::unique_ptr<PreemptionPlugin>(new GraceOnly());
-                                 })
-                  .ok());
+  const PluginRegistry registry = WithGraceOnly();
   for (const char* plugin : {"{plugin: kueue-order, args: {grace_time: 60}}",
                              "{plugin: checkpoint-aware, args: {grace_time: 60}}", "grace-only"}) {
     SCOPED_TRACE(plugin);
-    const Profile profile = ParseOne(std::string(R"(
-profiles:
-  k:
-    priority: [{plugin: age, args: {max_age: inf}}]
-    admission: [{plugin: kueue}]
-    placement: first-fit
-    backfill: easy
-    preemption: )") + plugin + "\n");
     const Cluster cluster = FlatCluster(1, 8);
     const JobRequest a1 = MakeRequest(0, 0, 4, 1, 10000, 0);
     const JobRequest a2 = MakeRequest(1, 1, 2, 1, 10000, 0);
@@ -136,11 +153,9 @@ profiles:
     const JobRequest b1 = MakeRequest(3, 2, 2, 1, 10000, 1);
     const JobRequest b2 = MakeRequest(4, 3, 2, 1, 10000, 1);
     const JobRequest b3 = MakeRequest(5, 4, 2, 1, 10000, 1);
-    EngineOptions options;
-    options.registry = &registry;
-    auto e = Engine::Create(cluster, {Cq("a", "ab"), Cq("b", "ab")}, profile, options);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    GraceDriver d(std::move(e).value(), {"a1", "a2", "a3", "b1", "b2", "b3"});
+    std::unique_ptr<Engine> e = CohortEngine(cluster, plugin, registry);
+    ASSERT_NE(e, nullptr);
+    GraceDriver d(std::move(e), {"a1", "a2", "a3", "b1", "b2", "b3"});
     Engine& engine = d.engine();
     ASSERT_TRUE(engine.Submit(a1, 0).ok());
     EXPECT_EQ(d.Step(0), "+a1");
@@ -175,6 +190,44 @@ profiles:
     EXPECT_EQ(engine.team_running_gpus(1), 4);
     EXPECT_EQ(engine.free_index().free(0), 0);
   }
+}
+
+// A restarted driver restores a signal whose preemptor is gone (RestoreSignalled): kueue never
+// names that job again either, with a preemption plugin that does not track runs. One node of
+// 8; CQs a and b as above. a1 (4, since 0), a2 and a3 (2 each, since 1) are adopted at t=10, a3
+// signalled until 62. b1 (2) at t=10 reclaims a2, not a3 (newest and highest index, the first
+// candidate otherwise): a3 still counts, so a (8) must drop to 6. a3 ends at 62 and waits (a 6
+// with a2, b 2: the cohort is full); at 70 a2 ends, b1 starts on its GPUs, and of the two
+// requeued a jobs (alike in age) a2, the lower index, starts again on a3's; a3 waits (full).
+TEST(GracePreemption, KueueNeverReclaimsARestoredSignal) {
+  const PluginRegistry registry = WithGraceOnly();
+  const Cluster cluster = FlatCluster(1, 8);
+  const JobRequest a1 = MakeRequest(0, 0, 4, 1, 10000, 0);
+  const JobRequest a2 = MakeRequest(1, 1, 2, 1, 10000, 0);
+  const JobRequest a3 = MakeRequest(2, 1, 2, 1, 10000, 0);
+  const JobRequest b1 = MakeRequest(3, 10, 2, 1, 10000, 1);
+  std::unique_ptr<Engine> e = CohortEngine(cluster, "grace-only", registry);
+  ASSERT_NE(e, nullptr);
+  GraceDriver d(std::move(e), {"a1", "a2", "a3", "b1"});
+  Engine& engine = d.engine();
+  ASSERT_TRUE(engine.Adopt(a1, {{0, 4}}, 0, 10).ok());
+  ASSERT_TRUE(engine.Adopt(a2, {{0, 2}}, 1, 10).ok());
+  ASSERT_TRUE(engine.Adopt(a3, {{0, 2}}, 1, 10).ok());
+  ASSERT_TRUE(engine.RestoreSignalled({2}, 62, 10).ok());
+  d.Signalled(2, 62);
+  ASSERT_TRUE(engine.Submit(b1, 10).ok());
+  EXPECT_EQ(d.Step(10), "b1!a2@70");
+  EXPECT_EQ(engine.status(2).grace_end, 62);
+  EXPECT_EQ(engine.status(2).preempted_by, -1);
+  EXPECT_EQ(d.Step(62), "");
+  EXPECT_EQ(engine.status(2).phase, JobStatus::Phase::kPending);
+  EXPECT_EQ(d.Step(70), "+b1 +a2");
+  EXPECT_EQ(engine.status(2).phase, JobStatus::Phase::kPending);
+  EXPECT_EQ(engine.placement(3), (Placement{{0, 2}}));
+  EXPECT_EQ(engine.status(0).phase, JobStatus::Phase::kRunning);
+  EXPECT_EQ(d.signals(0), 0);
+  EXPECT_EQ(d.signals(1), 1);
+  EXPECT_EQ(d.signals(2), 0);
 }
 
 // A share (gpu_milli 500) preempts a whole-GPU job under GraceTime, and gantryd restarts
