@@ -636,6 +636,7 @@ class Engine::Impl {
       vs.status.grace_end = grace_end;
       vs.status.preempted_by = -1;
       preemption_->OnJobEnded(*vs.job, now);
+      for (auto& a : admission_) a->OnJobSignalled(*vs.job, now);
     }
     dirty_ = true;
     return Status::Ok();
@@ -1610,6 +1611,7 @@ class Engine::Impl {
       end_by = std::max(end_by, vs.status.grace_end);
       vs.status.preempted_by = j;
       preemption_->OnJobEnded(*vs.job, now);
+      for (auto& a : admission_) a->OnJobSignalled(*vs.job, now);
     }
     for (auto& a : admission_) a->OnJobStarted(job, w.placement, now);
     Queues(job.team, s.old).erase({s.key, job.submit, j});

@@ -25,7 +25,9 @@
 // (the minimal set). As Kueue does, a CQ preempts in the cohort without borrowing when it is
 // under its nominal quota; otherwise (or when that fails) it preempts only its own jobs and may
 // borrow; borrowWithinCohort=LowerPriority lets it reclaim while borrowing, from jobs below its
-// priority (and at most maxPriorityThreshold).
+// priority (and at most maxPriorityThreshold). With GraceTime (engine.h) a victim is signalled
+// and runs on until it ends, counted until then, as its preemptor is from the signal on; a
+// signalled job is never a victim again (OnJobSignalled), whatever the preemption plugin.
 //
 // Fair sharing (plugin argument fair_sharing: true) picks among the same candidates (the
 // policies above still say who may be preempted), differently. A CQ's share is the GPUs it borrows
@@ -90,6 +92,7 @@ class KueueAdmission final : public AdmissionPlugin {
   bool WaitsForCohort(const JobRequest& job) const override;
   void OnJobStarted(const JobRequest& job, const Placement& placement, Time now) override;
   void OnJobEnded(const JobRequest& job, Time now) override;
+  void OnJobSignalled(const JobRequest& victim, Time now) override;
   std::string Explain(const JobRequest& job) const override;
   void SetPreemption(const PreemptionPlugin* preemption) override { preemption_ = preemption; }
 
@@ -108,6 +111,7 @@ class KueueAdmission final : public AdmissionPlugin {
     int priority = 0;
     Time start = 0;
     Time submit = 0;
+    bool signalled = false;  // signalled for preemption (GraceTime): ends, is no victim again
   };
 
   size_t At(int node, int f) const { return static_cast<size_t>(node) * flavor_masks_.size() + f; }
@@ -414,9 +418,10 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
   static const std::vector<JobIndex> kNone;
   const std::vector<JobIndex>& preempted_me =
       static_cast<size_t>(job.index) < preempted_by_.size() ? preempted_by_[job.index] : kNone;
-  // Excluded victims: a job that preempted this one, a job preempted enough already, a job the
-  // preemption plugin protects (minimum run time).
+  // Excluded victims: a signalled job, a job that preempted this one, a job preempted enough
+  // already, a job the preemption plugin protects (minimum run time).
   const auto loops = [&](JobIndex r) {
+    if (runs_[r].signalled) return true;
     if (preemption_ != nullptr && !preemption_->MayPreempt(r, job.index, now)) return true;
     if (static_cast<size_t>(r) < preempted_by_.size() &&
         static_cast<int>(preempted_by_[r].size()) >= max_preemptions_) {
@@ -646,7 +651,8 @@ void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placem
       admitted_here && last_flavor_ >= 0 ? last_flavor_ : FlavorOfPlacement(cq, placement);
   last_job_ = -1;
   if (admitted_here) {
-    // Its victims have ended by now (the engine ends them first): remember who preempted them.
+    // Its victims have ended or were signalled by now (the engine does that first): remember
+    // who preempted them.
     for (JobIndex v : last_victims_) {
       if (static_cast<size_t>(v) >= preempted_by_.size()) preempted_by_.resize(v + 1);
       preempted_by_[v].push_back(job.index);
@@ -658,6 +664,12 @@ void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placem
   runs_[job.index] = {cq, f, MilliGpus(job), job.qos, now, job.submit};
   AddUsage(cq, f, MilliGpus(job));
   running_[cq].push_back(job.index);
+}
+
+void KueueAdmission::OnJobSignalled(const JobRequest& victim, Time) {
+  if (static_cast<size_t>(victim.index) >= runs_.size() || runs_[victim.index].cq < 0) return;
+  runs_[victim.index].signalled = true;
+  refused_.clear();
 }
 
 void KueueAdmission::OnJobEnded(const JobRequest& job, Time) {

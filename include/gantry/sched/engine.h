@@ -36,10 +36,12 @@
 // and the engine returns a StartDecision with reason kPreempting and the planned placement.
 // The GPUs of that placement not held by victims are booked for the preemptor at once, so no
 // other job takes them, and so is its quota: until the victims end, both they and the
-// preemptor count in admission's books. When the driver has reported every victim ended (Finish:
-// reason kPreempted; the driver Requeues it unless it completed; Cancel or Down also count), the
-// next cycle starts the preemptor on that placement, before anything else. If the placement can no
-// longer be used (a node went down or was drained meanwhile), the job goes back to its queue.
+// preemptor count in admission's books (an admission plugin that names victims is told of each
+// signal, AdmissionPlugin::OnJobSignalled, and never names that job again). When the driver has
+// reported every victim ended (Finish: reason kPreempted; the driver Requeues it unless it
+// completed; Cancel or Down also count), the next cycle starts the preemptor on that placement,
+// before anything else. If the placement can no longer be used (a node went down or was
+// drained meanwhile), the job goes back to its queue.
 //
 //   auto engine = Engine::Create(cluster, teams, profile);
 //   engine->Submit(job, now);

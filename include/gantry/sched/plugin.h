@@ -222,6 +222,11 @@ class AdmissionPlugin {
   // ended at `now`.
   virtual void OnJobStarted(const JobRequest& job, const Placement& placement, Time start) = 0;
   virtual void OnJobEnded(const JobRequest& job, Time now) = 0;
+  // Running `victim` was signalled for preemption (GraceTime, engine.h; also a signal a restarted
+  // driver restores): it runs on, and counts, until OnJobEnded. A plugin that names victims
+  // never names it again, whatever the preemption plugin's MayPreempt says: what it frees is
+  // its preemptor's already, and naming it twice would signal it twice.
+  virtual void OnJobSignalled(const JobRequest& victim, Time now) {}
   // Why a job asking `gpus` is not admitted, e.g. "team vc1 uses 56 of its 64-GPU quota".
   virtual std::string Explain(const JobRequest& job) const = 0;
   // The profile's preemption plugin (owned by the engine, set once before the first cycle): a
