@@ -32,7 +32,7 @@ class QuotaAdmission final : public AdmissionPlugin {
 
  private:
   bool HasQuota(int team) const { return teams_[team].quota_gpus != kNoQuota; }
-  int64_t QuotaMilli(int team) const { return int64_t{teams_[team].quota_gpus} * kMilliPerGpu; }
+  int64_t QuotaMilli(int team) const { return GpusToMilli(teams_[team].quota_gpus); }
 
   const std::vector<Team>& teams_;
   std::vector<int64_t> used_;  // per team, milli-GPUs

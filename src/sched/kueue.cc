@@ -67,8 +67,8 @@ namespace {
 
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
 
-// Quotas and usage are in milli-GPUs (MilliGpus, job_request.h); the spec's limits are in GPUs.
-int64_t Milli(int gpus) { return int64_t{gpus} * kMilliPerGpu; }
+// Quotas and usage are in milli-GPUs (MilliGpus, job_request.h); the spec's limits are in GPUs,
+// converted by GpusToMilli.
 
 enum class Strategy : uint8_t { kLessThanOrEqualToFinalShare, kLessThanInitialShare };
 
@@ -282,11 +282,11 @@ Status KueueAdmission::Init() {
                                "' listed twice");
       }
       nodes_[t].flavors.push_back(f);
-      quota_[At(t, f)] = Milli(fq.nominal);
+      quota_[At(t, f)] = GpusToMilli(fq.nominal);
       if (fq.lending_limit != kNoQuota) {
-        guaranteed_[At(t, f)] = Milli(std::max(0, fq.nominal - fq.lending_limit));
+        guaranteed_[At(t, f)] = GpusToMilli(std::max(0, fq.nominal - fq.lending_limit));
       }
-      if (fq.borrowing_limit != kNoQuota) borrow_limit_[At(t, f)] = Milli(fq.borrowing_limit);
+      if (fq.borrowing_limit != kNoQuota) borrow_limit_[At(t, f)] = GpusToMilli(fq.borrowing_limit);
     }
     // A CQ mixing "*" with typed flavors would count one GPU on two flavors.
     if (nodes_[t].flavors.size() > 1 &&

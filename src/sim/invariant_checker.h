@@ -204,7 +204,7 @@ class InvariantChecker {
       return Status::Ok();
     }
     const int q = teams_[job.team].quota_gpus;
-    if (check_quota && q != kNoQuota && team_used_[job.team] > int64_t{q} * kMilliPerGpu) {
+    if (check_quota && q != kNoQuota && team_used_[job.team] > GpusToMilli(q)) {
       return Internal(who + "team " + teams_[job.team].name + " over quota: " +
                       MilliGpusText(team_used_[job.team]) + " > " + std::to_string(q) + " GPUs");
     }
@@ -408,7 +408,6 @@ class InvariantChecker {
     }
     return -1;
   }
-  static int64_t Milli(int gpus) { return int64_t{gpus} * kMilliPerGpu; }
   Status CheckKueue(const std::string& who) const {
     std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> roots;
     for (size_t t = 0; t < teams_.size(); ++t) {
@@ -416,10 +415,10 @@ class InvariantChecker {
         const KueueFlavor& fl = kueue_flavors_[t][f];
         const int64_t used = kueue_used_[t][f];
         const bool in_cohort = !kueue_root_[t].empty();
-        const int64_t cap = !in_cohort ? Milli(fl.nominal)
+        const int64_t cap = !in_cohort ? GpusToMilli(fl.nominal)
                             : fl.borrowing_limit == kNoQuota
                                 ? INT64_MAX
-                                : Milli(fl.nominal + fl.borrowing_limit);
+                                : GpusToMilli(fl.nominal + fl.borrowing_limit);
         if (used > cap) {
           return Internal(who + "ClusterQueue " + teams_[t].name + " uses " + MilliGpusText(used) +
                           " GPUs of flavor " + fl.name +
@@ -427,8 +426,8 @@ class InvariantChecker {
         }
         if (in_cohort) {
           auto& [above, lent] = roots[{kueue_root_[t], fl.name}];
-          above += std::max<int64_t>(0, used - Milli(fl.guaranteed));
-          lent += Milli(fl.nominal - fl.guaranteed);
+          above += std::max<int64_t>(0, used - GpusToMilli(fl.guaranteed));
+          lent += GpusToMilli(fl.nominal - fl.guaranteed);
         }
       }
     }

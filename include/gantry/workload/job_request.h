@@ -56,6 +56,10 @@ struct JobRequest {
 
 inline constexpr int kMilliPerGpu = 1000;
 
+// Whole GPUs (a quota, a limit) in thousandths, as MilliGpus counts what jobs hold: in int64,
+// since quotas go up to 2^30 GPUs.
+inline constexpr int64_t GpusToMilli(int gpus) { return int64_t{gpus} * kMilliPerGpu; }
+
 // A share of one GPU (gpu_milli 1..999), which the engine places on a shared GPU.
 inline bool IsShare(const JobRequest& job) {
   return job.gpu_milli > 0 && job.gpu_milli < kMilliPerGpu;
@@ -66,7 +70,7 @@ inline bool IsShare(const JobRequest& job) {
 // "kueue" admission plugins, the engine's team usage, the invariant checker) and for its usage
 // (GpusUsed). Integers, so that quota sums stay exact; int64 because quotas go up to 2^30 GPUs.
 inline int64_t MilliGpus(const JobRequest& job) {
-  return IsShare(job) ? job.gpu_milli : int64_t{job.gpus} * kMilliPerGpu;
+  return IsShare(job) ? job.gpu_milli : GpusToMilli(job.gpus);
 }
 
 // The GPUs a job's usage counts (utilization, fair share): MilliGpus / 1000, so whole GPUs for a
