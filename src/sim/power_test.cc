@@ -83,7 +83,7 @@ std::vector<Time> Starts(const SimResult& r) {
 // A t=0 4 GPUs 100 s: n0, 4 busy (3280 W).
 // B t=0 2 GPUs  50 s: fits n1, but 6 busy would draw 760 + 6 x 630 = 4540 W > 3910: waits.
 // C t=0 1 GPU   10 s: 5 busy = 3910 W, exactly the cap: with EASY backfill it starts at 0 (B
-//                     has power reserved from 100, when A ends; C ends before).
+//                     holds no reservation: power is reserved only with `reserve: true`).
 // At 10 C ends; B still needs 6 busy. At 100 A ends: B starts, ends at 150.
 // Energy (busy watts x GPUs x seconds): A 700 x 4 x 100 = 280000 J, B 700 x 2 x 50 = 70000 J,
 // C 700 x 10 = 7000 J; jobs 357000 J. The cluster draws 3910 W over [0, 10), 3280 W over
@@ -125,27 +125,36 @@ TEST(PowerScenario, ClusterCapHoldsJobsBackAndEnergyAddsUp) {
   EXPECT_DOUBLE_EQ(u.peak_watts, 760 + 7 * 630);
 }
 
-// Power is reserved as EASY reserves GPUs. Under a cap of 5 busy GPUs, 1-GPU jobs D0..D29
-// arrive every 10 s and run 40 s (4 run at once). B (3 GPUs, 100 s) arrives at 35, with D0..D3
-// running (4 busy, ending 40, 50, 60, 70): it needs 2 of them gone. B gets power reserved from
-// 50 with nothing spare, so D4 (t=40, ending at 80) may not take the watts D0 leaves: B starts
-// at 50. Without the reservation each D took the watts as they freed and B waited for the
-// stream to dry up (it started at 310).
-TEST(PowerScenario, AJobWaitingForPowerHasItReservedAndIsNotStarved) {
+// `power` with `reserve: true` reserves power as EASY reserves GPUs. Under a cap of 5 busy
+// GPUs, 1-GPU jobs D0..D29 arrive every 10 s and run 40 s (4 run at once). B (3 GPUs, 100 s)
+// arrives at 35, with D0..D3 running (4 busy, ending 40, 50, 60, 70): it needs 2 of them gone.
+// B gets power reserved from 50 with nothing spare, so D4 (t=40, ending at 80) may not take the
+// watts D0 leaves: B starts at 50, and D4 at 60 when D2 ends. Without the reservation (the
+// default) each D takes the watts as they free and B waits for the stream to dry up: 310.
+TEST(PowerScenario, ReservedPowerKeepsAJobFromWaitingForEver) {
   const Cluster c = Parse(std::string(kTwoNodes) + kCap5Gpus);
   std::vector<JobSpec> specs;
   for (int i = 0; i < 30; ++i) specs.push_back({i * 10, 1, 40, 40});
   specs.push_back({35, 3, 100, 100});
   const Workload w = MakeWorkload(specs);
-  for (const char* profile : {"fifo-easy", "slurm-conservative"}) {
-    const SimResult r = Simulated(c, w, profile);
-    EXPECT_EQ(r.outcomes[30].start, 50) << profile;
-    EXPECT_EQ(r.outcomes[30].reason, "Power") << profile;
-    EXPECT_EQ(r.outcomes[30].first_estimate, 50) << profile;  // the reservation's time
-    // D4 (due at 40) waits for B's spare watts: B and D2, D3 leave power for none until D2
-    // ends at 60.
-    EXPECT_EQ(r.outcomes[4].start, 60) << profile;
-    EXPECT_DOUBLE_EQ(r.peak_watts, 3910) << profile;
+  for (const char* name : {"fifo-easy", "slurm-conservative"}) {
+    Profile profile = Builtin(name);
+    SimOptions o;
+    o.check_invariants = true;
+    auto plain = Simulate(c, {Team{"a", kNoQuota, 1.0}}, w, profile, o);
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_EQ(plain->outcomes[30].start, 310) << name;
+    EXPECT_EQ(plain->outcomes[4].start, 40) << name;
+
+    profile.admission.push_back({"power", 1.0, PluginArgs("power", {{"reserve", "true"}})});
+    auto reserved = Simulate(c, {Team{"a", kNoQuota, 1.0}}, w, profile, o);
+    ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
+    const SimResult& r = *reserved;
+    EXPECT_EQ(r.outcomes[30].start, 50) << name;
+    EXPECT_EQ(r.outcomes[30].reason, "Power") << name;
+    EXPECT_EQ(r.outcomes[30].first_estimate, 50) << name;  // the reservation's time
+    EXPECT_EQ(r.outcomes[4].start, 60) << name;
+    EXPECT_DOUBLE_EQ(r.peak_watts, 3910) << name;
   }
 }
 

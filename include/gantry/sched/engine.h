@@ -123,8 +123,8 @@ struct JobStatus {
   // cover the job: backfill none has no plan; EASY plans only the highest-priority blocked job
   // (the head); conservative plans every job the cycle examines (up to max_jobs); under both,
   // the first job of a cycle waiting for the cluster's power cap has its power reservation's
-  // time; a job waiting for quota, or one no end of running jobs would make room for, has none.
-  // Recomputed by every cycle that examines the job.
+  // time (power's reserve: true); a job waiting for quota, or one no end of running jobs would make
+  // room for, has none. Recomputed by every cycle that examines the job.
   Time reserved_start = kInfiniteTime;
   JobIndex blocked_by = -1;  // for kReservation: the job whose reservation it would delay
   Time start = -1;
