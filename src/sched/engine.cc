@@ -1056,11 +1056,12 @@ class Engine::Impl {
   // `j` was refused by AdmitPlacement (power): the first such job of the cycle gets the
   // admission plugins' reservation (AdmissionPlugin::Reserve) and its time as its estimate.
   void ReserveAdmission(JobIndex j, Time now) {
-    if (power_reserved_) return;
-    power_reserved_ = true;
+    if (reserve_tried_) return;
+    reserve_tried_ = true;
     Time at = kInfiniteTime;
     for (const auto& a : admission_) at = std::min(at, a->Reserve(*state_[j].job, now));
     state_[j].status.reserved_start = at;
+    power_reserved_ = at < kInfiniteTime;
   }
 
   // True when the job would fit by GPU counts alone (no topology, no reservation caps): then
@@ -1339,7 +1340,7 @@ class Engine::Impl {
 
   void RunCycle(Time now, std::vector<StartDecision>* starts) {
     failed_.clear();
-    power_reserved_ = false;
+    power_reserved_ = reserve_tried_ = false;
     for (const auto& a : admission_) a->BeginCycle(now);
     std::vector<Stream>& heap = heap_;
     heap.clear();
@@ -1826,7 +1827,8 @@ class Engine::Impl {
   bool per_job_admission_ = false;
   AdmissionDecision decision_;
   bool power_refused_ = false;   // the last placement tried was refused by AdmitPlacement
-  bool power_reserved_ = false;  // this cycle's ReserveAdmission was made
+  bool reserve_tried_ = false;   // this cycle's ReserveAdmission was asked for
+  bool power_reserved_ = false;  // ... and some admission plugin made a reservation
   std::vector<std::pair<NodeIndex, NodeIndex>> avoid_;  // node ranges refusals named
   std::unique_ptr<NodeCaps> retry_caps_;                // caps of a placement tried again
   std::vector<JobIndex> victims_;
