@@ -21,9 +21,9 @@
 // job is admitted only if it ends by then or leaves the reserved job enough. Without it, small
 // jobs that keep taking the watts as they free can hold a large one back for as long as they
 // come. Off by default: on the Philly sample under a cap it cut the wait of jobs of 16 GPUs or
-// more by about half but tripled the mean wait and lengthened the longest (docs/performance.md,
-// "Power reservations"). Shared GPUs are assumed to draw until the reservation (a share's end
-// does not always free a GPU), and domain caps are not reserved.
+// more by over a third but raised the mean wait up to 3x and lengthened the longest
+// (docs/performance.md, "Power reservations"). Shared GPUs are assumed to draw until the
+// reservation (a share's end does not always free a GPU), and domain caps are not reserved.
 #include <algorithm>
 #include <functional>
 #include <map>
