@@ -1309,8 +1309,9 @@ class Engine::Impl {
       ++stats_.placements_tried;
       if (placement_->Place(job, plan_free_, nullptr, &scratch_)) {
         if (t <= now) {
-          // A start now must also keep every power cap; power is not planned ahead, so a
-          // refused job waits without a reservation, as under EASY.
+          // A start now must also keep every power cap; power is not planned per node: a
+          // refused job waits, with the cycle's power reservation if it is the first and a
+          // plugin makes one (ReserveAdmission), as under EASY.
           avoid_.clear();
           if (!PlacementAdmitted(job, scratch_, now + length, &avoid_)) {
             power_refused_ = true;
@@ -1434,7 +1435,8 @@ class Engine::Impl {
         }
         if (power_refused_) {
           // Power is shared like GPUs: in strict order nobody passes it. With backfill the
-          // first such job has power reserved (ReserveAdmission) as the head has GPUs.
+          // first such job may have power reserved (ReserveAdmission: power's reserve: true),
+          // as the head has GPUs.
           st.status.reason = Reason::kPower;
           if (mode == BackfillMode::kNone) break;
           ReserveAdmission(j, now);

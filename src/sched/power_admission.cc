@@ -107,8 +107,10 @@ class PowerAdmission final : public AdmissionPlugin {
     refusals_.erase(job.index);
     if (!TracksShare(job)) {
       meter_.Add(placement, +1);
-      run.end = ends_.emplace(start + std::max<Duration>(job.time_limit, 1),
-                              meter_.AddedMilliwatts(placement));
+      if (reserve_) {
+        run.end = ends_.emplace(start + std::max<Duration>(job.time_limit, 1),
+                                meter_.AddedMilliwatts(placement));
+      }
     } else if (shared_gpu_of_(job.index) < 0) {
       booked_.emplace(job.index, placement.front().node);
       meter_.Add(placement, +1);
@@ -176,13 +178,14 @@ class PowerAdmission final : public AdmissionPlugin {
 
   struct Run {
     Placement placement;
-    std::multimap<Time, int64_t>::iterator end;  // in ends_; ends_.end() for a share
+    std::multimap<Time, int64_t>::iterator end;  // in ends_; ends_.end() if not kept there
   };
 
   const bool reserve_;  // the `reserve` argument
   PowerMeter meter_;
   const int64_t idle_mw_;  // the cluster's draw with every GPU idle
-  // Whole-GPU jobs running: when each is expected to end and the watts it adds to idle.
+  // Whole-GPU jobs running (kept only with reserve_): when each is expected to end and the
+  // watts it adds to idle.
   std::multimap<Time, int64_t> ends_;
   // This cycle's reservation (Reserve): for job reserved_ (-1: none), from reserved_at_, with
   // spare_mw_ left over then for jobs that run past it.
