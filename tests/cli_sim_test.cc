@@ -237,6 +237,15 @@ TEST(CliSim, AsRecordedReplaysSacctStartsAndMeasuresReplayError) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--baseline slurm-like"), std::string::npos) << r.output;
 
+  // A profile named twice would run twice into the same folder.
+  for (const char* list : {"fifo,fifo", "as-recorded,fifo,as-recorded"}) {
+    r = RunCli("sim --cluster " + kCluster + " --trace " + trace.string() +
+               " --format sacct --no-report --profile " + list + " --out " + out.string());
+    EXPECT_EQ(r.code, 2) << list << ": " << r.output;
+    EXPECT_NE(r.output.find("names '"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("' twice"), std::string::npos) << r.output;
+  }
+
   // Philly records no starts.
   r = RunCli("sim --cluster " + kCluster + " --trace " + kSample +
              " --format philly --profile fifo,as-recorded --no-report --out " + out.string());

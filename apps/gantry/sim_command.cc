@@ -192,6 +192,12 @@ int RunSim(const SimArgs& a) {
   }
   std::vector<Profile> profiles;
   for (const std::string& name : SplitComma(a.profiles)) {
+    if (std::any_of(profiles.begin(), profiles.end(),
+                    [&](const Profile& p) { return p.name == name; })) {
+      // Both runs would write OUT/NAME and the summary would list the profile twice.
+      std::fprintf(stderr, "gantry sim: --profile names '%s' twice\n", name.c_str());
+      return kExitUsage;
+    }
     if (name == kAsRecordedProfile) {
       // Not a profile: the trace's own history, replayed in the loop below.
       Profile recorded;

@@ -111,6 +111,16 @@ class SharedCacheTest(TempDirTestCase):
         with self.assertRaises(gdata.InvalidArgumentError):
             StreamingDataset(self.data, cache_bytes="lots")
 
+    def test_cache_inside_the_dataset_folder_is_refused(self):
+        # Its copies would be listed as more shards at the next open: every sample twice.
+        before = sorted(os.listdir(self.data))
+        for cache in (self.data, os.path.join(self.data, "cache")):
+            with self.assertRaises(gdata.InvalidArgumentError):
+                list(StreamingDataset(self.data, cache_dir=cache, decode=False))
+        self.assertEqual(sorted(os.listdir(self.data)), before)
+        ds = StreamingDataset(self.data, cache_dir=self.data + "-cache", decode=False)
+        self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
+
     def test_damaged_cached_shard_is_fetched_again(self):
         ds = StreamingDataset(self.data, cache_dir=self.path("cache"), job="damaged-cache",
                               decode=False)

@@ -50,7 +50,9 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  const std::string prefix = context + ": ";
+  if (message_.compare(0, prefix.size(), prefix) == 0) return *this;
+  return Status(code_, prefix + message_);
 }
 
 Status StatusFromErrno(int err, const std::string& what) {

@@ -71,5 +71,18 @@ TEST(HttpStatusFor, ErrorsAreNeverSuccessAndFullIsNotForbidden) {
             HttpStatusFor(StatusCode::kPermissionDenied));
 }
 
+TEST(Status, WithContextNamesEachContextOnce) {
+  const Status s = InvalidArgument("plugin 'power': unknown argument 'reserv'");
+  const Status once = s.WithContext("profile 'p'");
+  EXPECT_EQ(once.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(once.message(), "profile 'p': plugin 'power': unknown argument 'reserv'");
+  EXPECT_EQ(once.WithContext("profile 'p'").message(), once.message());
+  // Another context, or one that is only a prefix of the first, is added.
+  EXPECT_EQ(once.WithContext("profile 'q'").message(),
+            "profile 'q': profile 'p': plugin 'power': unknown argument 'reserv'");
+  EXPECT_EQ(once.WithContext("profile").message(), "profile: " + once.message());
+  EXPECT_TRUE(Status::Ok().WithContext("x").ok());
+}
+
 }  // namespace
 }  // namespace gantry

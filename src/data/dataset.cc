@@ -9,7 +9,9 @@
 #include <set>
 #include <sstream>
 
+#include "gantry/common/paths.h"
 #include "gantry/data/mds.h"
+#include "gantry/storage/posix_store.h"
 
 namespace gantry::data {
 namespace {
@@ -290,6 +292,11 @@ class PackInput {
 
   uint64_t total() const { return total_; }
   uint64_t input_bytes() const { return input_bytes_; }
+  // The input folder's resolved path when it is a local folder (not a manifest), else "".
+  std::string local_folder() const {
+    const auto* posix = dynamic_cast<const PosixStore*>(store_.get());
+    return manifest_.empty() && posix != nullptr ? posix->root() : "";
+  }
 
   Status ForEach(const std::function<Status(InputSample&)>& sink, const DataProgress& progress) {
     uint64_t done = 0;
@@ -477,6 +484,12 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
                                const StoreOptions& store_options, const DataProgress& progress) {
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PackInput> input,
                           PackInput::Open(options.input, store_options));
+  // Shards written among the files being packed are packed as samples by the next run, or
+  // read back while they are being rewritten.
+  if (LocalPathWithin(out, input->local_folder())) {
+    return InvalidArgument("output " + out + " is the input folder " + options.input +
+                           " or inside it: pack into a folder outside the input");
+  }
   StoreOptions oo = store_options;
   oo.create_root = true;
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));

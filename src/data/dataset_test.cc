@@ -172,6 +172,39 @@ TEST(PackDataset, FolderToBothFormats) {
   EXPECT_EQ(v->hashes_checked, 2u);
 }
 
+// Packing a folder into itself, or into a folder inside it, put the shards among the files
+// being packed: the next pack of that folder packed them as samples (while rewriting them).
+// Whatever path names the input, through ".." or a link, that is refused and nothing is written;
+// a sibling folder, or one that only shares a name prefix, is fine.
+TEST(PackDataset, NeverIntoItsOwnInputFolder) {
+  TempDir dir("gantry-ds");
+  WriteFile(dir.sub("data/in/a.txt"), "a");
+  WriteFile(dir.sub("data/in/b.txt"), "b");
+  std::filesystem::create_directory_symlink(dir.sub("data/in"), dir.sub("link"));
+  PackOptions o;
+  o.input = dir.sub("data/in");
+  for (const std::string& out :
+       {dir.sub("data/in"), dir.sub("data/in/"), dir.sub("data/in/shards"),
+        dir.sub("data/in/new/deeper"), "file://" + dir.sub("data/in/shards"),
+        dir.sub("data/../data/in/x"), dir.sub("link/shards"), dir.sub("link")}) {
+    SCOPED_TRACE(out);
+    Result<PackReport> r = PackDataset(o, out, {}, nullptr);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+  o.input = dir.sub("link");  // the input named through the link
+  EXPECT_EQ(PackDataset(o, dir.sub("data/in/shards"), {}, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("data/in/shards")));
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("data/in/new")));
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("data/in/shard-000000.tar")));
+  for (const std::string& out : {dir.sub("data/in-shards"), dir.sub("data/out")}) {
+    SCOPED_TRACE(out);
+    Result<PackReport> r = PackDataset(o, out, {}, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->samples, 2u);
+  }
+}
+
 TEST(PackDataset, ManifestValuesAndEncodings) {
   TempDir dir("gantry-ds");
   WriteFile(dir.sub("files/p.bin"), std::string("\x00\x01\x02", 3));

@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "codec.h"
+#include "gantry/common/paths.h"
 #include "gantry/data/mds.h"
 #include "gantry/storage/posix_store.h"
 
@@ -109,6 +110,16 @@ class Fetcher {
       sources_.push_back(std::move(src));
     }
     if (!options.cache.dir.empty()) {
+      // Copies cached inside a dataset's own folder are listed as more shards the next time it
+      // is opened: every sample twice, then more each time the dataset changes.
+      for (const Source& src : sources_) {
+        const auto* posix = dynamic_cast<const PosixStore*>(src.store);
+        if (posix != nullptr && LocalPathWithin(options.cache.dir, posix->root())) {
+          return InvalidArgument("cache folder " + options.cache.dir +
+                                 " is inside the dataset folder " + posix->root() +
+                                 ": its copies would be read as more shards; cache elsewhere");
+        }
+      }
       GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ShardCache> cache,
                               ShardCache::Open(options.cache, dataset.url, fingerprint));
       cache_ = std::move(cache);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -108,11 +109,23 @@ struct CachedFile {
   int64_t mtime_ns = 0;
 };
 
+// A dataset folder Open made: its name is 16 hex digits and it holds the pin lock. Anything
+// else under the root (a user's files, when the cache was pointed at a folder already in use) is
+// never counted or evicted.
+bool IsDatasetFolder(const std::string& root, const std::string& sub) {
+  if (sub.size() != 16 ||
+      !std::all_of(sub.begin(), sub.end(), [](char c) { return std::isxdigit(c) != 0; })) {
+    return false;
+  }
+  struct stat st;
+  return lstat((root + "/" + sub + "/.pin-lock").c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 // Every shard file under `root`, by dataset folder.
 std::vector<CachedFile> ListCached(const std::string& root) {
   std::vector<CachedFile> out;
   for (const std::string& sub : ListDir(root)) {
-    if (sub.front() == '.') continue;
+    if (!IsDatasetFolder(root, sub)) continue;
     const std::string dir = root + "/" + sub;
     for (const std::string& f : ListDir(dir)) {
       const int64_t index = IndexOf(f.c_str());

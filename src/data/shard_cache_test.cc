@@ -180,6 +180,35 @@ TEST(ShardCache, EvictsLeastRecentlyUsedButNeverAPinnedShard) {
             StatusCode::kResourceExhausted);
 }
 
+// A cache pointed at a folder already in use (a data disk's root, say) counts and evicts only
+// the dataset folders it made: before, a user's "0.jpg" under it looked like shard 0 of a
+// cached dataset and was deleted to make room.
+TEST(ShardCache, NeverCountsOrEvictsFilesItDidNotMake) {
+  TempDir tmp;
+  const uint64_t kShard = 1000, kFile = kShard + 16;
+  const std::string photos = tmp.path() + "/photos";
+  const std::string lookalike = tmp.path() + "/0123456789abcdef";  // a cache-like name, no lock
+  fs::create_directories(photos);
+  fs::create_directories(lookalike);
+  for (const std::string& f : {photos + "/0.jpg", photos + "/1.jpg", lookalike + "/2.x"}) {
+    std::ofstream(f) << std::string(kShard, 'u');
+  }
+  const ShardCacheOptions o{tmp.path(), 2 * kFile};
+  auto cache = ShardCache::Open(o, "file:///d");
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ(*(*cache)->UsedBytes(), 0u);
+  for (uint32_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*cache)->Put(i, "s" + std::to_string(i), std::string(kShard, 'a')).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct mtimes
+  }
+  EXPECT_EQ((*cache)->counters().evictions, 2u);
+  EXPECT_EQ(*(*cache)->UsedBytes(), 2 * kFile);
+  for (const std::string& f : {photos + "/0.jpg", photos + "/1.jpg", lookalike + "/2.x"}) {
+    EXPECT_TRUE(fs::exists(f)) << f;
+    EXPECT_EQ(fs::file_size(f), kShard) << f;
+  }
+}
+
 // A pin held in another process (a child that pins and waits) keeps the shard.
 TEST(ShardCache, PinInAnotherProcessIsHonoured) {
   TempDir tmp;
@@ -450,6 +479,39 @@ TEST(LoaderCache, DatasetRewrittenInPlaceIsNotServedStale) {
   }
   EXPECT_EQ(StatsOf(registry, url).shards_durable, 6u);  // both versions fetched once each
   EXPECT_EQ(StatsOf(registry, url).shards_cache, 0u);
+}
+
+// A cache inside the dataset's own folder put its copies among the shards: the next open
+// listed them too, and every sample came twice (then more with each new fingerprint). However
+// the cache folder is named, that is refused before anything is written; a sibling is fine.
+TEST(LoaderCache, NeverInsideTheDatasetFolder) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 3, 4);
+  fs::create_directory_symlink(data, tmp.path() + "/link");
+  MetricsRegistry registry;
+  for (const std::string& cache : {data, data + "/", data + "/cache", data + "/a/b",
+                                   tmp.path() + "/link/cache", data + "/../data/cache"}) {
+    SCOPED_TRACE(cache);
+    EpochRun r = ReadEpoch("file://" + data, Options(registry, cache));
+    EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(r.keys.empty());
+  }
+  EXPECT_EQ(
+      ReadEpoch("file://" + tmp.path() + "/link", Options(registry, data + "/c")).status.code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(data + "/cache"));
+  EXPECT_FALSE(fs::exists(data + "/a"));
+  for (const auto& e : fs::directory_iterator(data)) {  // nothing but what the writer left
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(e.path().extension() == ".tar" || name == ".gantry-tmp") << name;
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    EpochRun r = ReadEpoch("file://" + data, Options(registry, tmp.path() + "/data-cache"));
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(Sorted(r.keys), AllKeys(12));
+    EXPECT_EQ(r.keys.size(), 12u);
+  }
 }
 
 // Read-ahead fetches the next shards before the consumer needs them; without it, nothing is

@@ -3,7 +3,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string>
 
 namespace gantry {
 namespace {
@@ -27,6 +29,35 @@ Result<std::string> Scalar(const std::string& source, const YAML::Node& node,
                            const std::string& field) {
   if (!node.IsScalar()) return FieldError(source, node, field, "expected a single value");
   return node.Scalar();
+}
+
+// yaml-cpp keeps both entries of a key written twice in one map, and a lookup or a loop then
+// silently takes one of them: a second `reserve:` in a plugin's args, or a second profile of
+// the same name, would win or lose unseen. So every map of the file is checked first.
+Status CheckNoDuplicateKeys(const std::string& source, const YAML::Node& node,
+                            const std::string& field, int depth) {
+  if (depth > 64) return FieldError(source, node, field, "nested more than 64 levels deep");
+  if (node.IsMap()) {
+    std::map<std::string, YAML::Mark> seen;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) continue;  // the parsers reject such keys where they look
+      const std::string key = kv.first.Scalar();
+      const std::string sub = field.empty() ? key : field + "." + key;
+      const auto [first, fresh] = seen.emplace(key, kv.first.Mark());
+      if (!fresh) {
+        return FieldError(
+            source, kv.first, sub,
+            "given twice (first at line " + std::to_string(first->second.line + 1) + ")");
+      }
+      GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(source, kv.second, sub, depth + 1));
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      GANTRY_RETURN_IF_ERROR(
+          CheckNoDuplicateKeys(source, node[i], field + "[" + std::to_string(i) + "]", depth + 1));
+    }
+  }
+  return Status::Ok();
 }
 
 // A plugin is written either as its bare name or as {plugin: NAME, weight: W, args: {...}}.
@@ -156,6 +187,7 @@ Result<std::vector<Profile>> ParseProfiles(const std::string& yaml_text,
     return InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) + ":" +
                            std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
+  GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(source, root, "", 0));
   if (!root.IsMap() || !root["profiles"]) {
     return InvalidArgument(source + ": expected a top-level 'profiles:' map");
   }

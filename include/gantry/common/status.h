@@ -54,7 +54,9 @@ class [[nodiscard]] Status {
   // "InvalidArgument: trace.csv:12: field 'num_gpus': not a number".
   std::string ToString() const;
 
-  // Returns a copy whose message is prefixed with `context` (e.g. the file being read).
+  // Returns a copy whose message is prefixed with `context` (e.g. the file being read), unless
+  // it already starts with that context: two layers naming the same thing (the engine and the
+  // command both say which profile) should not make the message say it twice.
   Status WithContext(const std::string& context) const;
 
  private:
