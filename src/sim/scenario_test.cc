@@ -192,6 +192,62 @@ profiles:
   EXPECT_EQ(Starts(c, w, Builtin("fifo")), (std::vector<Time>{0, 1000, 2000}));
 }
 
+// Below share first: one node of 8 GPUs, teams a and b with equal shares, jobs in submission
+// order (age), EASY backfill.
+//   A (a) t=0 6 GPUs 1000 s   starts at once.
+//   H (b) t=1 8 GPUs 100 s    the head: it starts when A ends, at 1000, and takes all 8.
+//   C (a) t=2 2 GPUs 100 s    C and D both end before 1000, so either may take the 2 free GPUs;
+//   D (b) t=2 2 GPUs 100 s    C comes first in priority order.
+// At t=2 both teams want 8 or more GPUs of the 8, so each is entitled to 4: team a holds 6, above
+// its share, team b holds none. In priority order C backfills at 2 and D follows when C ends, at
+// 102; below share first, D backfills at 2 and C, deferred, starts when D ends, at 102.
+// With D needing 4 GPUs it fits nowhere at 2, and the deferred C still takes the hole at 2:
+// the option reorders backfill, it leaves no GPUs idle. D then waits for H (1000 to 1100).
+Profile BelowShareFirstProfile(const std::string& below) {
+  return ProfileFromYaml(R"(
+profiles:
+  easy:
+    priority: [{plugin: age, args: {max_age: inf}}]
+    placement: best-fit
+    backfill: {mode: easy, below_share_first: )" +
+                         below + "}\n");
+}
+
+TEST(Scenario, BelowShareFirstGivesTheBackfillHoleToTheTeamShortOfItsShare) {
+  Cluster c = MakeCluster(1, 1, 8, {});
+  Workload w = MakeWorkload({{0, 6, 1, 1000, 1000, 0},
+                             {1, 8, 1, 100, 100, 1},
+                             {2, 2, 1, 100, 100, 0},
+                             {2, 2, 1, 100, 100, 1}},
+                            2);
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("none")), (std::vector<Time>{0, 1000, 2, 102}));
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("backfill")), (std::vector<Time>{0, 1000, 102, 2}));
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("all")), (std::vector<Time>{0, 1000, 102, 2}));
+
+  w.jobs[3].gpus = w.jobs[3].gpus_per_node = 4;
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("none")), (std::vector<Time>{0, 1000, 2, 1100}));
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("backfill")),
+            (std::vector<Time>{0, 1000, 2, 1100}));
+}
+
+// The head too (below_share_first: all): two nodes of 8 GPUs. Team a runs A1 (8 GPUs, until
+// 5000) and A2 (6 GPUs, until 1000); C (a, t=1) and H (b, t=2) each want a whole node for 100 s.
+// When A2 ends at 1000 team a wants 16 and team b 8 of the 16 GPUs: 8 each, and team a holds 8.
+// In priority order, and with only backfill reordered, C is the head and starts at 1000, H after
+// it at 1100; with all, H is examined first and starts at 1000, C at 1100.
+TEST(Scenario, BelowShareFirstAllChoosesTheHeadFromTeamsShortOfTheirShare) {
+  Cluster c = MakeCluster(1, 2, 8, {});
+  Workload w = MakeWorkload({{0, 8, 1, 5000, 5000, 0},
+                             {0, 6, 1, 1000, 1000, 0},
+                             {1, 8, 1, 100, 100, 0},
+                             {2, 8, 1, 100, 100, 1}},
+                            2);
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("none")), (std::vector<Time>{0, 0, 1000, 1100}));
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("backfill")),
+            (std::vector<Time>{0, 0, 1000, 1100}));
+  EXPECT_EQ(Starts(c, w, BelowShareFirstProfile("all")), (std::vector<Time>{0, 0, 1100, 1000}));
+}
+
 // Topology: two leaf switches, each with 2 nodes of 4 GPUs (n0 n1 | n2 n3).
 //   X t=0 1x4 on n0 (100 s), Y t=0 1x4 on n1 (50 s), Z t=0 1x4 on n2 (200 s).
 //   G t=10 wants 2 nodes x 4 GPUs inside one leaf.
