@@ -5,9 +5,10 @@
 // scheduler honoured those entitlements. The index is averaged over contended time.
 //
 // A job wants its GPUs from its submission until it ends (or until the run ends, if it never
-// started); it uses them from its (last) start to its end. Runs that a failure or preemption
-// ended earlier are not counted as use, so requeued jobs look slightly starved; cancelled jobs
-// that never started are left out (their cancel time is not in the outcome).
+// started); it uses them while any of its runs holds them: its last run and those a failure or
+// preemption ended (SimResult::interrupted_runs), so a requeued job is not counted as starved
+// while it ran. Cancelled jobs that never started are left out (their cancel time is not in
+// the outcome).
 
 #include <algorithm>
 #include <cstdint>
@@ -65,6 +66,13 @@ double ShareFairness(const SimResult& r, double* contended_fraction,
       steps.push_back({o.start, job.team, 0, job.gpus});
       steps.push_back({until, job.team, 0, -job.gpus});
     }
+  }
+  for (const InterruptedRun& run : r.interrupted_runs) {
+    if (run.job < 0 || static_cast<size_t>(run.job) >= n) continue;
+    const Job& job = w->jobs[run.job];
+    if (job.team < 0 || job.gpus <= 0) continue;
+    steps.push_back({run.start, job.team, 0, job.gpus});
+    steps.push_back({run.end, job.team, 0, -job.gpus});
   }
   std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.t < b.t; });
 
