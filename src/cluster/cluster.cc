@@ -313,4 +313,27 @@ Status ClusterBuilder::BuildPower() {
   return Status::Ok();
 }
 
+void WaterFill(double capacity, const std::vector<double>& cap, const std::vector<double>& w,
+               std::vector<double>* out, std::vector<int>* order) {
+  const size_t n = cap.size();
+  out->assign(n, 0);
+  order->clear();
+  for (size_t t = 0; t < n; ++t) {
+    if (cap[t] > 0) order->push_back(static_cast<int>(t));
+  }
+  // Teams saturate in order of cap/weight; each round gives everyone left the same level.
+  std::sort(order->begin(), order->end(),
+            [&](int a, int b) { return cap[a] / w[a] < cap[b] / w[b]; });
+  double weight_left = 0;
+  for (int t : *order) weight_left += w[t];
+  double left = capacity;
+  for (int t : *order) {
+    const double level = left / weight_left;
+    const double give = std::min(cap[t], level * w[t]);
+    (*out)[t] = give;
+    left -= give;
+    weight_left -= w[t];
+  }
+}
+
 }  // namespace gantry

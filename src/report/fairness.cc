@@ -5,9 +5,10 @@
 // scheduler honoured those entitlements. The index is averaged over contended time.
 //
 // A job wants its GPUs from its submission until it ends (or until the run ends, if it never
-// started); it uses them from its (last) start to its end. Runs that a failure or preemption
-// ended earlier are not counted as use, so requeued jobs look slightly starved; cancelled jobs
-// that never started are left out (their cancel time is not in the outcome).
+// started); it uses them while any of its runs holds them: its last run and those a failure or
+// preemption ended (SimResult::interrupted_runs), so a requeued job is not counted as starved
+// while it ran. Cancelled jobs that never started are left out (their cancel time is not in
+// the outcome).
 
 #include <algorithm>
 #include <cstdint>
@@ -26,31 +27,6 @@ struct Step {
   int32_t demand;  // change of the team's wanted GPUs
   int32_t usage;   // change of its used GPUs
 };
-
-// Weighted max-min fair entitlements of `capacity` among teams wanting `cap[t]` (already
-// limited by their quotas) with weights `w[t]`; teams with cap 0 get 0.
-void WaterFill(double capacity, const std::vector<double>& cap, const std::vector<double>& w,
-               std::vector<double>* out, std::vector<int>* order) {
-  const size_t n = cap.size();
-  out->assign(n, 0);
-  order->clear();
-  for (size_t t = 0; t < n; ++t) {
-    if (cap[t] > 0) order->push_back(static_cast<int>(t));
-  }
-  // Teams saturate in order of cap/weight; each round gives everyone left the same level.
-  std::sort(order->begin(), order->end(),
-            [&](int a, int b) { return cap[a] / w[a] < cap[b] / w[b]; });
-  double weight_left = 0;
-  for (int t : *order) weight_left += w[t];
-  double left = capacity;
-  for (int t : *order) {
-    const double level = left / weight_left;
-    const double give = std::min(cap[t], level * w[t]);
-    (*out)[t] = give;
-    left -= give;
-    weight_left -= w[t];
-  }
-}
 
 }  // namespace
 
@@ -90,6 +66,13 @@ double ShareFairness(const SimResult& r, double* contended_fraction,
       steps.push_back({o.start, job.team, 0, job.gpus});
       steps.push_back({until, job.team, 0, -job.gpus});
     }
+  }
+  for (const InterruptedRun& run : r.interrupted_runs) {
+    if (run.job < 0 || static_cast<size_t>(run.job) >= n) continue;
+    const Job& job = w->jobs[run.job];
+    if (job.team < 0 || job.gpus <= 0) continue;
+    steps.push_back({run.start, job.team, 0, job.gpus});
+    steps.push_back({run.end, job.team, 0, -job.gpus});
   }
   std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.t < b.t; });
 

@@ -229,6 +229,27 @@ TEST(SummarizeTest, ShareFairnessMatchesHandComputation) {
   EXPECT_NEAR(f.result.summary.contended_fraction, 0.5, 1e-12);
 }
 
+// A run a node failure ended counts as use while it ran. 16 GPUs, two equal teams. Team a's j0
+// (8 GPUs) runs [0,100), is interrupted, and runs again [100,200); team b's j1 (8) runs [0,100)
+// and j2 (16) runs [200,300), all submitted at 0.
+//   [0,100)   a wants 8, b 24: 8 each; a uses 8 (the interrupted run), b 8      -> Jain 1
+//   [100,200) a wants 8, b 16: 8 each; a uses 8, b 0                            -> Jain 1/2
+//   [200,300) only b wants 16 of 16: not contended
+// Average over 200 contended seconds: 0.75. Counting only last runs gave [0,100) x = (0, 1),
+// Jain 1/2, and 0.5 overall.
+TEST(SummarizeTest, ShareFairnessCountsInterruptedRunsAsUse) {
+  Fixture f;
+  f.workload.jobs = {MakeJob(0, "j0", 0, 0, 0, 8), MakeJob(1, "j1", 1, 0, 0, 8),
+                     MakeJob(2, "j2", 1, 0, 0, 16)};
+  f.result.teams = {{"a", kNoQuota, 1.0}, {"b", kNoQuota, 1.0}};
+  f.result.outcomes = {Ran(100, 200), Ran(0, 100), Ran(200, 300)};
+  f.result.outcomes[0].requeues = 1;
+  f.result.interrupted_runs = {{0, 0, 100}};
+  Summarize(f.result);
+  EXPECT_NEAR(f.result.summary.share_fairness, 0.75, 1e-12);
+  EXPECT_NEAR(f.result.summary.contended_fraction, 200.0 / 300.0, 1e-12);
+}
+
 TEST(JobsCsvTest, ExactContent) {
   Cluster cluster = TinyCluster();
   Workload w;

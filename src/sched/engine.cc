@@ -1359,8 +1359,15 @@ class Engine::Impl {
     const int max_jobs = profile_.max_jobs_per_cycle;
     const int max_scan = profile_.max_scan_per_cycle;
     const BackfillMode mode = profile_.backfill;
+    // Jobs of teams at or above their entitlement wait in deferred_ and are examined once the
+    // queues hold nothing more (Profile::below_share_first).
+    const BelowShareFirst below_share_first =
+        mode == BackfillMode::kNone ? BelowShareFirst::kNone : profile_.below_share_first;
+    if (below_share_first != BelowShareFirst::kNone) ComputeEntitlements();
+    deferred_.clear();
+    size_t replayed = 0;
     int64_t tried_before = -1;  // placements tried before the previous job, if it may move
-    while (!heap.empty()) {
+    while (!heap.empty() || replayed < deferred_.size()) {
       // The previous job tried no placement: with max_scan it counts there, not in max_jobs.
       if (tried_before >= 0 && stats_.placements_tried == tried_before) {
         --examined;
@@ -1375,15 +1382,27 @@ class Engine::Impl {
           mode != BackfillMode::kConservative && shares_.open_total() == 0) {
         break;
       }
-      std::pop_heap(heap.begin(), heap.end());
-      Stream s = heap.back();
-      heap.pop_back();
-      const int team = s.team;
-      const int64_t headroom = HeadroomMilli(team);
-      if (headroom <= 0) continue;  // quota used up: skip the team's whole queue
-      const JobIndex j = s.job;
-      auto next = std::next(s.it);
-      PushStream(heap, team, s.old, next, now);
+      JobIndex j;
+      int64_t headroom;
+      if (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end());
+        Stream s = heap.back();
+        heap.pop_back();
+        headroom = HeadroomMilli(s.team);
+        if (headroom <= 0) continue;  // quota used up: skip the team's whole queue
+        j = s.job;
+        PushStream(heap, s.team, s.old, std::next(s.it), now);
+        const bool defers = below_share_first == BelowShareFirst::kAll ||
+                            (below_share_first == BelowShareFirst::kBackfill && head >= 0);
+        if (defers && static_cast<double>(team_running_milli_[s.team]) >= entitled_milli_[s.team]) {
+          deferred_.push_back(j);
+          continue;
+        }
+      } else {
+        j = deferred_[replayed++];
+        headroom = HeadroomMilli(state_[j].job->team);
+        if (headroom <= 0) continue;
+      }
       JobState& st = state_[j];
       const JobRequest& job = *st.job;
       ++examined;
@@ -1497,6 +1516,31 @@ class Engine::Impl {
         PlanConservative(j, *admitted, now, starts);
       }
     }
+  }
+
+  // Each team's entitlement now, in milli-GPUs: its weighted max-min fair share of the cluster's
+  // GPUs among the teams that want GPUs (running and pending), within its quota. Wants change
+  // only between cycles, so one computation serves the whole cycle.
+  void ComputeEntitlements() {
+    const size_t n = teams_.size();
+    want_milli_.assign(n, 0);
+    share_weight_.assign(n, 1.0);
+    for (size_t t = 0; t < n; ++t) {
+      int64_t want = team_running_milli_[t];
+      for (bool old : {false, true}) {
+        for (const QueueKey& k : Queues(static_cast<int>(t), old)) {
+          want += MilliGpus(*state_[k.job].job);
+        }
+      }
+      want_milli_[t] = static_cast<double>(want);
+      if (teams_[t].quota_gpus != kNoQuota) {
+        want_milli_[t] =
+            std::min(want_milli_[t], static_cast<double>(teams_[t].quota_gpus) * kMilliPerGpu);
+      }
+      if (teams_[t].shares > 0) share_weight_[t] = teams_[t].shares;
+    }
+    WaterFill(static_cast<double>(cluster_.total_gpus()) * kMilliPerGpu, want_milli_, share_weight_,
+              &entitled_milli_, &fill_order_);
   }
 
   // Every admission plugin admits `job`: decision_ holds the intersection of their GPU types and
@@ -1805,6 +1849,9 @@ class Engine::Impl {
 
   // Per-cycle scratch, kept to avoid reallocation.
   std::vector<Stream> heap_;
+  std::vector<JobIndex> deferred_;  // below_share_first: jobs of teams at or above their share
+  std::vector<double> want_milli_, share_weight_, entitled_milli_;  // ComputeEntitlements
+  std::vector<int> fill_order_;
   std::vector<ShapeKey> failed_;
   Placement scratch_;
   std::unordered_map<NodeIndex, int> extra_;

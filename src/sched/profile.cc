@@ -156,7 +156,19 @@ Result<Profile> ParseOne(const std::string& source, const std::string& name,
       if (!max_scan.ok()) return max_scan.status().WithContext(Where(source, v));
       if (*max_scan < 0) return FieldError(source, v, f + ".backfill.max_scan", "must be >= 0");
       p.max_scan_per_cycle = static_cast<int>(*max_scan);
-      Status known = b.args.CheckKnown({"max_jobs", "max_scan"});
+      auto below = b.args.String("below_share_first", "none");
+      if (!below.ok()) return below.status().WithContext(Where(source, v));
+      if (*below == "none") {
+        p.below_share_first = BelowShareFirst::kNone;
+      } else if (*below == "backfill") {
+        p.below_share_first = BelowShareFirst::kBackfill;
+      } else if (*below == "all") {
+        p.below_share_first = BelowShareFirst::kAll;
+      } else {
+        return FieldError(source, v, f + ".backfill.below_share_first",
+                          "unknown value '" + *below + "' (known: none, backfill, all)");
+      }
+      Status known = b.args.CheckKnown({"max_jobs", "max_scan", "below_share_first"});
       if (!known.ok()) return known.WithContext(Where(source, v));
     } else if (key == "priority_recalc_interval") {
       GANTRY_ASSIGN_OR_RETURN(std::string s, Scalar(source, v, f + "." + key));

@@ -205,6 +205,7 @@ TEST(SimulatorEvents, RequeuedJobsResumeFromTheirLastCheckpoint) {
   EXPECT_EQ(r->outcomes[0].start, 5000);
   EXPECT_EQ(r->outcomes[0].end, 11100);
   EXPECT_EQ(r->outcomes[0].requeues, 2);
+  EXPECT_EQ(r->interrupted_runs, (std::vector<InterruptedRun>{{0, 0, 3500}, {0, 3500, 5000}}));
   EXPECT_FALSE(r->outcomes[0].killed_at_limit);
   EXPECT_DOUBLE_EQ(r->busy_gpu_seconds, 44400);
   EXPECT_DOUBLE_EQ(r->lost_gpu_seconds, 3600);

@@ -192,6 +192,70 @@ profiles:
   EXPECT_EQ(Starts(c, w, Builtin("fifo")), (std::vector<Time>{0, 1000, 2000}));
 }
 
+// Below share first (none, backfill, all), jobs in submission order (age), EASY backfill, teams
+// a and b with equal shares; each case gives the start times under none, backfill and all.
+//
+// One node of 8 GPUs:
+//   A (a) t=0 6 GPUs 1000 s   starts at once.
+//   H (b) t=1 8 GPUs 100 s    the head: it starts when A ends, at 1000, and takes all 8.
+//   C (a) t=2 2 GPUs 100 s    C and D both end before 1000, so either may take the 2 free GPUs;
+//   D (b) t=2 2 GPUs 100 s    C comes first in priority order.
+// At t=2 both teams want 8 or more GPUs of the 8, so each is entitled to 4: team a holds 6, above
+// its share, team b holds none. In priority order C backfills at 2 and D follows when C ends, at
+// 102; below share first, D backfills at 2 and C, deferred, starts when D ends, at 102.
+// With D needing 4 GPUs it fits nowhere at 2, and the deferred C still takes the hole at 2:
+// the option reorders backfill, it leaves no GPUs idle. D then waits for H (1000 to 1100).
+//
+// The head too (all only): two nodes of 8 GPUs. Team a runs A1 (8 GPUs, until 5000) and A2 (6
+// GPUs, until 1000); C (a, t=1) and H (b, t=2) each want a whole node for 100 s. When A2 ends at
+// 1000 team a wants 16 and team b 8 of the 16 GPUs: 8 each, and team a holds 8. In priority
+// order, and with only backfill reordered, C is the head and starts at 1000, H after it at 1100;
+// with all, H is examined first and starts at 1000, C at 1100.
+TEST(Scenario, BelowShareFirstExaminesTeamsShortOfTheirShareFirst) {
+  struct Case {
+    int nodes;
+    std::vector<JobSpec> jobs;
+    std::vector<std::vector<Time>> starts;  // under none, backfill, all
+  };
+  const std::vector<Case> cases = {
+      {1,
+       {{0, 6, 1, 1000, 1000, 0},
+        {1, 8, 1, 100, 100, 1},
+        {2, 2, 1, 100, 100, 0},
+        {2, 2, 1, 100, 100, 1}},
+       {{0, 1000, 2, 102}, {0, 1000, 102, 2}, {0, 1000, 102, 2}}},
+      {1,
+       {{0, 6, 1, 1000, 1000, 0},
+        {1, 8, 1, 100, 100, 1},
+        {2, 2, 1, 100, 100, 0},
+        {2, 4, 1, 100, 100, 1}},
+       {{0, 1000, 2, 1100}, {0, 1000, 2, 1100}, {0, 1000, 2, 1100}}},
+      {2,
+       {{0, 8, 1, 5000, 5000, 0},
+        {0, 6, 1, 1000, 1000, 0},
+        {1, 8, 1, 100, 100, 0},
+        {2, 8, 1, 100, 100, 1}},
+       {{0, 0, 1000, 1100}, {0, 0, 1000, 1100}, {0, 0, 1100, 1000}}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const Cluster c = MakeCluster(1, cases[i].nodes, 8, {});
+    const Workload w = MakeWorkload(cases[i].jobs, 2);
+    std::vector<std::vector<Time>> starts;
+    for (const char* below : {"none", "backfill", "all"}) {
+      starts.push_back(Starts(c, w,
+                              ProfileFromYaml(std::string(R"(
+profiles:
+  easy:
+    priority: [{plugin: age, args: {max_age: inf}}]
+    placement: best-fit
+    backfill: {mode: easy, below_share_first: )") +
+                                              below + "}\n")));
+    }
+    EXPECT_EQ(starts, cases[i].starts);
+  }
+}
+
 // Topology: two leaf switches, each with 2 nodes of 4 GPUs (n0 n1 | n2 n3).
 //   X t=0 1x4 on n0 (100 s), Y t=0 1x4 on n1 (50 s), Z t=0 1x4 on n2 (200 s).
 //   G t=10 wants 2 nodes x 4 GPUs inside one leaf.

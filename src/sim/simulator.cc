@@ -443,6 +443,7 @@ Result<SimResult> Simulate(const Cluster& cluster, const std::vector<Team>& team
     const double unused_restart = gpus * static_cast<double>(booked - overhead);
     result.restart_gpu_seconds -= unused_restart;
     if (after_preemption[j]) result.preemption_restart_gpu_seconds -= unused_restart;
+    if (now > o.start) result.interrupted_runs.push_back({j, o.start, now});
     o.start = o.end = -1;
     o.killed_at_limit = o.backfilled = false;
     end_running(job);

@@ -110,6 +110,14 @@ struct Team {
   QueueSettings queue{};      // Kueue ClusterQueue settings ("kueue" admission plugin)
 };
 
+// Teams' weighted max-min fair shares of `capacity` (water-filling): team t wants at most
+// cap[t] (its demand, already limited by its quota) and has weight w[t] > 0; teams with cap 0 get
+// 0. `order` receives the teams with cap > 0 in the order they saturate. The one definition of a
+// team's entitlement: the share_fairness metric measures against it, and the backfill option
+// below_share_first schedules by it.
+void WaterFill(double capacity, const std::vector<double>& cap, const std::vector<double>& w,
+               std::vector<double>* out, std::vector<int>* order);
+
 // Where a team sits in Slurm's account tree, and its users' shares. Teams form the tree
 // through `parent` (empty: a child of the root); a flat list of teams is the one-level tree.
 // Fair Tree (src/sched/fair_tree.h) uses each team's `shares` at its level and `users` for the

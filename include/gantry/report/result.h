@@ -54,6 +54,16 @@ struct ReasonChange {
   Time estimate = -1;
 };
 
+// A run that a node going down or a preemption ended, the job going back to the queue (or being
+// held). JobOutcome keeps only a job's last run; these are the others, for share_fairness, which
+// counts the GPUs a job held while it ran, whichever run it was.
+struct InterruptedRun {
+  JobIndex job = -1;
+  Time start = 0;
+  Time end = 0;
+  bool operator==(const InterruptedRun&) const = default;
+};
+
 // The cluster's state at one instant; the simulator samples at evenly spaced times.
 struct TimeSample {
   Time t = 0;
@@ -212,8 +222,9 @@ struct SimResult {
   std::string profile;
   const Workload* workload = nullptr;
   const Cluster* cluster = nullptr;
-  std::vector<Team> teams;           // indexed like Job::team
-  std::vector<JobOutcome> outcomes;  // indexed like Workload::jobs
+  std::vector<Team> teams;                       // indexed like Job::team
+  std::vector<JobOutcome> outcomes;              // indexed like Workload::jobs
+  std::vector<InterruptedRun> interrupted_runs;  // in the order they ended
   std::vector<TimeSample> samples;
   // The reason histories of the jobs SimOptions::history_of names, in time order.
   std::vector<ReasonChange> history;

@@ -21,6 +21,7 @@ struct PluginSpec {
 };
 
 enum class BackfillMode { kNone, kEasy, kConservative };
+enum class BelowShareFirst { kNone, kBackfill, kAll };
 
 struct Profile {
   std::string name;
@@ -36,6 +37,13 @@ struct Profile {
   // a job that fits is found behind any number of queued jobs like ones that did not. 0: every
   // job counts toward max_jobs, as in Slurm.
   int max_scan_per_cycle = 0;
+  // Which jobs of teams at or above their entitlement (their weighted max-min fair share of the
+  // cluster's GPUs among the teams that want GPUs now, as share_fairness measures it) wait until
+  // the cycle has examined every other job: kBackfill, those behind a blocked head, so the GPUs
+  // the head cannot use go first to teams short of their share; kAll, every one, so the head too
+  // is the first job of a team below its share. They are examined after the others in priority
+  // order, so no GPU a job of theirs could take is left idle. Default: kNone (priority order).
+  BelowShareFirst below_share_first = BelowShareFirst::kNone;
   PluginSpec preemption;
   Duration priority_recalc_interval = 300;  // Slurm's PriorityCalcPeriod
 };
