@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -33,10 +34,19 @@ Result<std::string> Scalar(const std::string& source, const YAML::Node& node,
 
 // yaml-cpp keeps both entries of a key written twice in one map, and a lookup or a loop then
 // silently takes one of them: a second `reserve:` in a plugin's args, or a second profile of
-// the same name, would win or lose unseen. So every map of the file is checked first.
+// the same name, would win or lose unseen. So every map of the file is checked first. Aliases
+// let a few lines name a tree of billions of nodes, so the walk stops at a bound no profile
+// comes near.
+constexpr int64_t kMaxProfileValues = 100000;
+
 Status CheckNoDuplicateKeys(const std::string& source, const YAML::Node& node,
-                            const std::string& field, int depth) {
+                            const std::string& field, int depth, int64_t& visited) {
   if (depth > 64) return FieldError(source, node, field, "nested more than 64 levels deep");
+  if (++visited > kMaxProfileValues) {
+    return FieldError(source, node, field,
+                      "the file holds more than " + std::to_string(kMaxProfileValues) +
+                          " values (with aliases expanded)");
+  }
   if (node.IsMap()) {
     std::map<std::string, YAML::Mark> seen;
     for (const auto& kv : node) {
@@ -49,12 +59,12 @@ Status CheckNoDuplicateKeys(const std::string& source, const YAML::Node& node,
             source, kv.first, sub,
             "given twice (first at line " + std::to_string(first->second.line + 1) + ")");
       }
-      GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(source, kv.second, sub, depth + 1));
+      GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(source, kv.second, sub, depth + 1, visited));
     }
   } else if (node.IsSequence()) {
     for (size_t i = 0; i < node.size(); ++i) {
-      GANTRY_RETURN_IF_ERROR(
-          CheckNoDuplicateKeys(source, node[i], field + "[" + std::to_string(i) + "]", depth + 1));
+      GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(
+          source, node[i], field + "[" + std::to_string(i) + "]", depth + 1, visited));
     }
   }
   return Status::Ok();
@@ -199,7 +209,8 @@ Result<std::vector<Profile>> ParseProfiles(const std::string& yaml_text,
     return InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) + ":" +
                            std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
-  GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(source, root, "", 0));
+  int64_t visited = 0;
+  GANTRY_RETURN_IF_ERROR(CheckNoDuplicateKeys(source, root, "", 0, visited));
   if (!root.IsMap() || !root["profiles"]) {
     return InvalidArgument(source + ": expected a top-level 'profiles:' map");
   }

@@ -71,5 +71,37 @@ TEST(ParseProfiles, NestingIsBounded) {
   EXPECT_THAT(p.status().message(), HasSubstr("nested more than 64 levels deep"));
 }
 
+// Aliases let a few lines name a huge tree (each level repeating the one below nine times):
+// the check of every map visits nodes up to a bound instead of walking 9^9 of them.
+TEST(ParseProfiles, AliasesCannotMakeTheCheckWalkForEver) {
+  std::string yaml = "x0: &x0 [a, a, a, a, a, a, a, a, a]\n";
+  for (int i = 1; i <= 9; ++i) {
+    const std::string prev = "*x" + std::to_string(i - 1);
+    yaml += "x" + std::to_string(i) + ": &x" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) yaml += (k ? ", " : "") + prev;
+    yaml += "]\n";
+  }
+  yaml += "profiles:\n  a:\n    description: *x9\n";
+  auto p = ParseProfiles(yaml, "p.yaml");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("more than 100000 values"));
+}
+
+TEST(ParseProfiles, BelowShareFirstTakesOnlyItsThreeValues) {
+  for (const char* value : {"none", "backfill", "all"}) {
+    auto p = ParseProfiles(std::string("profiles:\n  a:\n    backfill: {mode: easy, "
+                                       "below_share_first: ") +
+                               value + "}\n",
+                           "p.yaml");
+    ASSERT_TRUE(p.ok()) << value << ": " << p.status().ToString();
+  }
+  auto p = ParseProfiles("profiles:\n  a:\n    backfill: {mode: easy, below_share_first: most}\n",
+                         "p.yaml");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("unknown value 'most' (known: none, backfill, all)"));
+}
+
 }  // namespace
 }  // namespace gantry
