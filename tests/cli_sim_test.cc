@@ -105,6 +105,11 @@ TEST(CliSim, EventsRequeueInterruptedJobsAndReportTheLoss) {
     EXPECT_GT(j[0]["lost_gpu_hours"].get<double>(), 0);
     EXPECT_EQ(j[0]["jobs_completed"].get<int64_t>(), j[0]["jobs"].get<int64_t>());
     csv[i] = ReadFile(out / "fifo" / "jobs.csv");
+    // Every run the downs ended is in interrupted.csv, one row each, after the header.
+    const std::string runs = ReadFile(out / "fifo" / "interrupted.csv");
+    ASSERT_EQ(runs.rfind("id,start,end\n", 0), 0u) << runs;
+    EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n') - 1, j[0]["requeues"].get<int64_t>())
+        << runs;
   }
   EXPECT_EQ(csv[0], csv[1]);
   {

@@ -328,6 +328,7 @@ int RunSim(const SimArgs& a) {
     std::filesystem::create_directories(dir, ec);
     if (ec) return Fail(IoError("cannot create '" + dir + "': " + ec.message()));
     Status s = WriteJobsCsv(results.back(), dir + "/jobs.csv");
+    if (s.ok()) s = WriteInterruptedRunsCsv(results.back(), dir + "/interrupted.csv");
     if (s.ok() && so.sprio != nullptr && p.name != kAsRecordedProfile) {
       // Written beside the target and renamed into place, like the other outputs.
       const std::string path = dir + "/" + (a.sprio.empty() ? "sprio.txt" : a.sprio);
@@ -455,7 +456,7 @@ int RunSim(const SimArgs& a) {
     }
     const std::string sprio_name =
         a.sprio_at.empty() ? "" : "," + (a.sprio.empty() ? std::string("sprio.txt") : a.sprio);
-    std::printf("wrote %s/<profile>/{jobs.csv,summary.json%s}%s\n", a.out.c_str(),
+    std::printf("wrote %s/<profile>/{jobs.csv,interrupted.csv,summary.json%s}%s\n", a.out.c_str(),
                 sprio_name.c_str(), a.no_report ? "" : (" and " + report).c_str());
   }
   return kExitOk;
@@ -474,8 +475,9 @@ void RegisterSimCommand(CLI::App& app) {
       "--events maintenance.csv --profile slurm-like\n  gantry sim --cluster "
       "data/clusters/philly-256.yaml --trace data/philly-sample.csv "
       "--failures mtbf=7d,repair=6h,health=0.3,spares=2 --checkpoint-model interval=30m,restart=5m"
-      "\n\nOutputs: OUT/<profile>/jobs.csv, "
-      "OUT/<profile>/summary.json, OUT/report.html (docs/formats/outputs.md).\nExit codes: 0 ok, "
+      "\n\nOutputs: OUT/<profile>/jobs.csv (each job's last run), OUT/<profile>/interrupted.csv "
+      "(runs a failure or preemption ended), OUT/<profile>/summary.json, OUT/report.html "
+      "(docs/formats/outputs.md).\nExit codes: 0 ok, "
       "2 usage, 3 bad input (the message names file, line and field), 1 other failure.");
   sim->add_option("--cluster", args->cluster,
                   "Cluster spec file (YAML), shorthand such as dgx-h100:nodes=256, or an openb "

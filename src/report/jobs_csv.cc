@@ -1,4 +1,5 @@
-// jobs.csv: one row per job, in workload order (format in docs/formats/outputs.md).
+// jobs.csv: one row per job, in workload order, and interrupted.csv: one row per run a failure
+// or preemption ended (formats in docs/formats/outputs.md).
 
 #include <string>
 #include <string_view>
@@ -33,6 +34,17 @@ const std::string& NameOr(const std::vector<std::string>& table, int32_t index,
   return fallback;
 }
 
+// Rows are built in one buffer and handed to stdio in large blocks: a million rows then cost
+// a few hundred writes instead of millions of small formatted stream insertions.
+constexpr size_t kFlushBytes = size_t{4} << 20;
+
+Status FlushIfFull(report_internal::AtomicFile& file, std::string& buf) {
+  if (buf.size() < kFlushBytes) return Status::Ok();
+  Status s = file.Append(buf);
+  buf.clear();
+  return s;
+}
+
 }  // namespace
 
 Status WriteJobsCsv(const SimResult& result, const std::string& path) {
@@ -44,9 +56,6 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
   }
   GANTRY_ASSIGN_OR_RETURN(report_internal::AtomicFile file,
                           report_internal::AtomicFile::Open(path));
-  // Rows are built in one buffer and handed to stdio in large blocks: a million rows then cost
-  // a few hundred writes instead of millions of small formatted stream insertions.
-  constexpr size_t kFlushBytes = size_t{4} << 20;
   std::string buf;
   buf.reserve(kFlushBytes + 4096);
   buf +=
@@ -100,10 +109,34 @@ Status WriteJobsCsv(const SimResult& result, const std::string& path) {
     buf += ',';
     if (o.first_estimate >= 0) AppendInt(buf, o.first_estimate);
     buf += '\n';
-    if (buf.size() >= kFlushBytes) {
-      GANTRY_RETURN_IF_ERROR(file.Append(buf));
-      buf.clear();
+    GANTRY_RETURN_IF_ERROR(FlushIfFull(file, buf));
+  }
+  GANTRY_RETURN_IF_ERROR(file.Append(buf));
+  return file.Commit();
+}
+
+Status WriteInterruptedRunsCsv(const SimResult& result, const std::string& path) {
+  if (result.workload == nullptr) {
+    return InvalidArgument("WriteInterruptedRunsCsv: result has no workload");
+  }
+  const Workload& w = *result.workload;
+  for (const InterruptedRun& run : result.interrupted_runs) {
+    if (run.job < 0 || static_cast<size_t>(run.job) >= w.jobs.size()) {
+      return Internal("WriteInterruptedRunsCsv: run of job index " + std::to_string(run.job) +
+                      " outside the workload's " + std::to_string(w.jobs.size()) + " jobs");
     }
+  }
+  GANTRY_ASSIGN_OR_RETURN(report_internal::AtomicFile file,
+                          report_internal::AtomicFile::Open(path));
+  std::string buf = "id,start,end\n";
+  for (const InterruptedRun& run : result.interrupted_runs) {
+    AppendCsvText(buf, w.jobs[static_cast<size_t>(run.job)].id);
+    buf += ',';
+    AppendInt(buf, run.start);
+    buf += ',';
+    AppendInt(buf, run.end);
+    buf += '\n';
+    GANTRY_RETURN_IF_ERROR(FlushIfFull(file, buf));
   }
   GANTRY_RETURN_IF_ERROR(file.Append(buf));
   return file.Commit();

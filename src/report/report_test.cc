@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -299,6 +300,31 @@ TEST(JobsCsvTest, RejectsMismatchedOutcomesAndUnwritablePath) {
   Status st = WriteJobsCsv(g.result, "/nonexistent-dir/jobs.csv");
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_THAT(st.message(), HasSubstr("/nonexistent-dir/jobs.csv"));
+}
+
+TEST(InterruptedRunsCsvTest, OneRowPerInterruptedRunInTheOrderTheyEnded) {
+  Cluster cluster = TinyCluster();
+  Workload w;
+  w.teams = {"vision"};
+  w.users = {"alice"};
+  w.jobs = {MakeJob(0, "1", 0, 0, 0, 8), MakeJob(1, "job,2", 0, 0, 0, 8)};
+  SimResult r;
+  r.workload = &w;
+  r.cluster = &cluster;
+  r.outcomes = {Ran(500, 600), Ran(400, 700)};
+  const std::string dir = MakeTempDir();
+  ASSERT_TRUE(WriteInterruptedRunsCsv(r, dir + "/none.csv").ok());
+  EXPECT_EQ(ReadFile(dir + "/none.csv"), "id,start,end\n");
+  r.interrupted_runs = {{1, 100, 160}, {0, 10, 200}, {1, 220, 400}};
+  ASSERT_TRUE(WriteInterruptedRunsCsv(r, dir + "/runs.csv").ok());
+  EXPECT_EQ(ReadFile(dir + "/runs.csv"),
+            "id,start,end\n\"job,2\",100,160\n1,10,200\n\"job,2\",220,400\n");
+  // A run of a job the workload does not have is a bug upstream, not a row to guess.
+  r.interrupted_runs.push_back({2, 0, 1});
+  EXPECT_EQ(WriteInterruptedRunsCsv(r, dir + "/bad.csv").code(), StatusCode::kInternal);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad.csv"));
+  r.interrupted_runs.pop_back();
+  EXPECT_EQ(WriteInterruptedRunsCsv(r, "/nonexistent-dir/x.csv").code(), StatusCode::kIoError);
 }
 
 TEST(SummaryJsonTest, DeterministicAndHasPerformance) {

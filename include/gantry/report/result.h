@@ -281,6 +281,10 @@ nlohmann::ordered_json SummaryToJson(const SimResult& result);
 // bounded_slowdown,backfilled,killed_at_limit,cancelled,requeues,preemptions,energy_kwh,
 // preemption_lost_gpu_hours,reason,first_estimate (header documented in docs/formats/outputs.md).
 Status WriteJobsCsv(const SimResult& result, const std::string& path);
+// One row per run a failure or preemption ended (SimResult::interrupted_runs, in the order
+// they ended): id,start,end. With jobs.csv (each job's last run) it gives every run, which
+// analyses of use over time need (docs/formats/outputs.md).
+Status WriteInterruptedRunsCsv(const SimResult& result, const std::string& path);
 Status WriteSummaryJson(const SimResult& result, const std::string& path);
 struct HtmlReportOptions {
   // The profile the others are compared with in the deltas table; empty: the first result.
