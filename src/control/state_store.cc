@@ -12,6 +12,8 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace gantry::control {
@@ -118,13 +120,49 @@ std::vector<NodeGpus> PlacementFrom(const nlohmann::json& a) {
   return p;
 }
 
-// A prepared statement, finalized on scope exit.
+// A statement a connection prepares once and reuses: in a burst of 100,000 submissions,
+// parsing the SQL of each job's lookup, insert, event and savepoint cost more than running them.
+struct CachedStmt {
+  sqlite3_stmt* stmt = nullptr;
+  bool in_use = false;
+};
+
+// A prepared statement: its own, finalized on scope exit, or one borrowed from a CachedStmt,
+// reset and given back on scope exit.
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) {
     rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
   }
-  ~Stmt() { sqlite3_finalize(stmt_); }
+  // A slot already borrowed (the same SQL used again inside its own use) gets a statement of
+  // its own instead.
+  Stmt(sqlite3* db, const char* sql, CachedStmt* slot) : db_(db) {
+    if (slot->in_use) {
+      rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+      return;
+    }
+    if (slot->stmt == nullptr) {
+      rc_ = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &slot->stmt, nullptr);
+      if (rc_ != SQLITE_OK) {
+        sqlite3_finalize(slot->stmt);
+        slot->stmt = nullptr;
+        return;
+      }
+    }
+    rc_ = SQLITE_OK;
+    stmt_ = slot->stmt;
+    slot_ = slot;
+    slot->in_use = true;
+  }
+  ~Stmt() {
+    if (slot_ == nullptr) {
+      sqlite3_finalize(stmt_);
+      return;
+    }
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    slot_->in_use = false;
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
@@ -152,6 +190,7 @@ class Stmt {
  private:
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
+  CachedStmt* slot_ = nullptr;
   int rc_;
 };
 
@@ -216,6 +255,7 @@ const char* JobPhaseName(JobPhase p) {
 class StateStore::Impl {
  public:
   ~Impl() {
+    for (auto& [sql, slot] : stmts_) sqlite3_finalize(slot.stmt);
     if (db_ != nullptr) sqlite3_close_v2(db_);
     if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
   }
@@ -263,11 +303,11 @@ class StateStore::Impl {
       return DataLoss("state store " + path + ": not a Gantry state database");
     }
     if (!fresh && version == 1) {
-      GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
+      GANTRY_RETURN_IF_ERROR(ExecPrepared("BEGIN IMMEDIATE", "begin"));
       Status s = Exec(kMigrateFrom1, "add preemptions (schema 1 -> 2)");
-      if (s.ok()) s = Exec("COMMIT", "commit schema 2");
+      if (s.ok()) s = ExecPrepared("COMMIT", "commit schema 2");
       if (!s.ok()) {
-        (void)Exec("ROLLBACK", "rollback");
+        (void)ExecPrepared("ROLLBACK", "rollback");
         return s;
       }
       version = kSchemaVersion;
@@ -281,15 +321,15 @@ class StateStore::Impl {
     // FULL: a transaction that returned is on disk, not only in the OS cache.
     GANTRY_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", "set synchronous"));
     if (fresh) {
-      GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
+      GANTRY_RETURN_IF_ERROR(ExecPrepared("BEGIN IMMEDIATE", "begin"));
       Status s = Exec(kSchema, "create schema");
       if (s.ok()) {
         s = Exec("PRAGMA application_id=" + std::to_string(kApplicationId), "set id");
       }
       if (s.ok()) s = Exec("PRAGMA user_version=" + std::to_string(kSchemaVersion), "set version");
-      if (s.ok()) s = Exec("COMMIT", "commit schema");
+      if (s.ok()) s = ExecPrepared("COMMIT", "commit schema");
       if (!s.ok()) {
-        (void)Exec("ROLLBACK", "rollback");
+        (void)ExecPrepared("ROLLBACK", "rollback");
         return s;
       }
     }
@@ -318,6 +358,18 @@ class StateStore::Impl {
     return rc == SQLITE_DONE ? Status() : SqliteStatus(db_, rc, "state store: list jobs");
   }
 
+  // The connection's cached statement for `sql` (one statement, no trailing ones).
+  Stmt Prepared(const std::string& sql) const { return Stmt(db_, sql.c_str(), &stmts_[sql]); }
+
+  // Exec for one statement run often (a transaction's BEGIN, SAVEPOINT, RELEASE, COMMIT).
+  Status ExecPrepared(const char* sql, const std::string& what) {
+    Stmt s = Prepared(sql);
+    GANTRY_RETURN_IF_ERROR(s.ok("state store: " + what));
+    const int rc = s.Step();
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) return Status();
+    return SqliteStatus(db_, rc, "state store: " + what);
+  }
+
   Status Exec(const std::string& sql, const std::string& what) {
     char* err = nullptr;
     const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
@@ -342,7 +394,7 @@ class StateStore::Impl {
   Status Transaction(const std::string& what, Fn&& fn) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (depth_ > 0) {
-      GANTRY_RETURN_IF_ERROR(Exec("SAVEPOINT step", what + ": savepoint"));
+      GANTRY_RETURN_IF_ERROR(ExecPrepared("SAVEPOINT step", what + ": savepoint"));
       ++depth_;
       Status s;
       try {
@@ -352,12 +404,12 @@ class StateStore::Impl {
         throw;
       }
       --depth_;
-      if (s.ok()) return Exec("RELEASE step", what + ": release");
-      (void)Exec("ROLLBACK TO step", what + ": rollback");
-      (void)Exec("RELEASE step", what + ": release");
+      if (s.ok()) return ExecPrepared("RELEASE step", what + ": release");
+      (void)ExecPrepared("ROLLBACK TO step", what + ": rollback");
+      (void)ExecPrepared("RELEASE step", what + ": release");
       return s;
     }
-    GANTRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", what + ": begin"));
+    GANTRY_RETURN_IF_ERROR(ExecPrepared("BEGIN IMMEDIATE", what + ": begin"));
     depth_ = 1;
     Status s;
     try {
@@ -365,14 +417,14 @@ class StateStore::Impl {
     } catch (...) {
       // An exception out of a batch (a caller's code) leaves nothing half-written behind.
       depth_ = 0;
-      (void)Exec("ROLLBACK", what + ": rollback");
+      (void)ExecPrepared("ROLLBACK", what + ": rollback");
       staged_.clear();
       throw;
     }
     depth_ = 0;
-    if (s.ok()) s = Exec("COMMIT", what + ": commit");
+    if (s.ok()) s = ExecPrepared("COMMIT", what + ": commit");
     if (!s.ok()) {
-      (void)Exec("ROLLBACK", what + ": rollback");
+      (void)ExecPrepared("ROLLBACK", what + ": rollback");
       staged_.clear();
       return s;
     }
@@ -409,7 +461,7 @@ class StateStore::Impl {
 
   Status InsertEvent(Time now, const std::string& job, const std::string& kind,
                      const std::string& detail) {
-    Stmt s(db_, "INSERT INTO events (time, job, kind, detail) VALUES (?, ?, ?, ?)");
+    Stmt s = Prepared("INSERT INTO events (time, job, kind, detail) VALUES (?, ?, ?, ?)");
     GANTRY_RETURN_IF_ERROR(s.ok("state store: log"));
     s.Bind(1, now).Bind(2, job).Bind(3, kind).Bind(4, detail);
     const int rc = s.Step();
@@ -417,7 +469,7 @@ class StateStore::Impl {
   }
 
   Result<JobRecord> GetLocked(const std::string& id) const {
-    Stmt s(db_, (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?").c_str());
+    Stmt s = Prepared(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?");
     GANTRY_RETURN_IF_ERROR(s.ok("state store: read job"));
     s.Bind(1, id);
     const int rc = s.Step();
@@ -428,7 +480,7 @@ class StateStore::Impl {
 
   Status Update(const std::string& sql, const std::string& what,
                 const std::function<void(Stmt&)>& bind) {
-    Stmt s(db_, sql.c_str());
+    Stmt s = Prepared(sql);
     GANTRY_RETURN_IF_ERROR(s.ok("state store: " + what));
     bind(s);
     const int rc = s.Step();
@@ -464,6 +516,8 @@ class StateStore::Impl {
   std::map<std::string, std::shared_ptr<const JobRecord>> active_;
   std::map<std::pair<Time, std::string>, std::shared_ptr<const JobRecord>> ordered_;
   std::map<std::string, JobRecord> staged_;  // the open transaction's new records
+  // Statements by SQL text, used under mu_ (unordered_map: a slot's address never moves).
+  mutable std::unordered_map<std::string, CachedStmt> stmts_;
 };
 
 StateStore::StateStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -484,7 +538,7 @@ Status StateStore::AddJob(const JobRecord& job, Time now) {
                            std::to_string(job.gpus) + ")");
   }
   return impl_->Transaction("add job '" + job.id + "'", [&]() -> Status {
-    Stmt s(impl_->db_, "INSERT INTO jobs (id, phase, submit, request) VALUES (?, ?, ?, ?)");
+    Stmt s = impl_->Prepared("INSERT INTO jobs (id, phase, submit, request) VALUES (?, ?, ?, ?)");
     GANTRY_RETURN_IF_ERROR(s.ok("state store: add job"));
     s.Bind(1, job.id)
         .Bind(2, static_cast<int64_t>(JobPhase::kPending))
