@@ -126,6 +126,26 @@ TEST(CliSim, EventsRequeueInterruptedJobsAndReportTheLoss) {
 
 // An openb node list is a cluster (--cluster or --openb-nodes); a gpu_spec type the cluster
 // lacks is left out of the job's choices and reported, not an error.
+// --sprio names a file inside each profile's directory: one of the other outputs there, or a
+// path out of it, is a usage error, not a file silently overwritten or written elsewhere.
+TEST(CliSim, SprioIsAFileNameBesideTheOtherOutputs) {
+  const fs::path d = TempDir("sprio");
+  const std::string base = "sim --cluster " + kCluster + " --trace " + kSample +
+                           " --format philly --profile fifo --no-report --sprio-at 1d --out ";
+  CliRun ok = RunCli(base + (d / "ok").string() + " --sprio at-1d.txt");
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  EXPECT_NE(ReadFile(d / "ok" / "fifo" / "at-1d.txt").find("JOBID"), std::string::npos);
+  EXPECT_EQ(ReadFile(d / "ok" / "fifo" / "jobs.csv").rfind("id,team,", 0), 0u);
+  for (const std::string name :
+       {"jobs.csv", "interrupted.csv", "summary.json", "../escaped.txt", "..", "sub/x.txt"}) {
+    CliRun r = RunCli(base + (d / "bad").string() + " --sprio " + name);
+    EXPECT_EQ(r.code, 2) << name << ": " << r.output;
+    EXPECT_NE(r.output.find("--sprio takes a file name"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(d / "bad"));
+  EXPECT_FALSE(fs::exists(d / "escaped.txt"));
+}
+
 TEST(CliSim, OpenbNodeListIsACluster) {
   const fs::path d = TempDir("openb");
   {

@@ -190,6 +190,17 @@ int RunSim(const SimArgs& a) {
                  "list) or --openb-nodes\n");
     return kExitUsage;
   }
+  // --sprio names a file inside each profile's directory: not a path out of it, and not one
+  // of the outputs written there after it.
+  if (!a.sprio.empty() &&
+      (a.sprio.find('/') != std::string::npos || a.sprio == "." || a.sprio == ".." ||
+       a.sprio == "jobs.csv" || a.sprio == "interrupted.csv" || a.sprio == "summary.json")) {
+    std::fprintf(stderr,
+                 "gantry sim: --sprio takes a file name for inside OUT/<profile>/ other than "
+                 "jobs.csv, interrupted.csv and summary.json (got '%s')\n",
+                 a.sprio.c_str());
+    return kExitUsage;
+  }
   std::vector<Profile> profiles;
   for (const std::string& name : SplitComma(a.profiles)) {
     if (std::any_of(profiles.begin(), profiles.end(),
