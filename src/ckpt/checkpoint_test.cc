@@ -1,6 +1,8 @@
 #include "gantry/ckpt/checkpoint.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -1227,7 +1229,8 @@ std::vector<float> KillValues(int64_t step, int tensor) {
   return Values(kKillRows * kKillCols, static_cast<float>(version * 10 + tensor));
 }
 
-[[noreturn]] void SaverChild(EngineOptions o) {
+// Saves step after step until killed; writes a byte to `committed_fd` after each commit.
+[[noreturn]] void SaverChild(EngineOptions o, int committed_fd) {
   auto e = CheckpointEngine::Open(o);
   if (!e.ok()) _exit(3);
   Result<int64_t> latest = (*e)->LatestStep();
@@ -1239,7 +1242,8 @@ std::vector<float> KillValues(int64_t step, int tensor) {
     for (int t = 0; t < 4; ++t)
       ts.push_back(Tensor("t" + std::to_string(t), data[t], {kKillRows, kKillCols}));
     auto h = (*e)->Save(ts, At(step));
-    if (!h.ok() || !(*h)->Wait().ok()) _exit(4);
+    if (!h.ok() || !(*h)->WaitFor(Durability::kCommitted).ok()) _exit(4);
+    (void)!write(committed_fd, "c", 1);
   }
 }
 
@@ -1248,13 +1252,29 @@ void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int m
   int64_t previous = -1;
   std::string seen;  // the latest step after each kill, for the log
   for (int round = 0; round < rounds; ++round) {
+    int committed[2];
+    ASSERT_EQ(pipe2(committed, O_CLOEXEC | O_NONBLOCK), 0);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) SaverChild(o);
+    if (pid == 0) {
+      close(committed[0]);
+      SaverChild(o, committed[1]);
+    }
+    close(committed[1]);
+    // On a loaded machine (sanitizers, tests in parallel) every random instant can fall before
+    // the first commit, and the run would check no restore at all: the last round, if nothing
+    // was committed yet, first waits for the saver's first commit.
+    bool waited = true;
+    if (round == rounds - 1 && previous == -1) {
+      pollfd p{committed[0], POLLIN, 0};
+      waited = poll(&p, 1, 120'000) == 1;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % (max_sleep_ms * 1000)));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
+    close(committed[0]);
+    ASSERT_TRUE(waited) << "the saver committed nothing in 120 s";
     ASSERT_TRUE(WIFSIGNALED(status)) << "the saver exited by itself: " << status;
 
     auto e = MustOpen(o);
