@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -29,6 +30,13 @@
 
 namespace gantry::cli {
 namespace {
+
+// What each profile's directory OUT/<profile>/ holds (docs/formats/outputs.md); --sprio's file
+// goes beside them and must not be one of them.
+constexpr const char* kJobsCsv = "jobs.csv";
+constexpr const char* kInterruptedCsv = "interrupted.csv";
+constexpr const char* kSummaryJson = "summary.json";
+constexpr const char* kProfileOutputs[] = {kJobsCsv, kInterruptedCsv, kSummaryJson};
 
 struct SimArgs {
   std::string cluster;
@@ -194,7 +202,8 @@ int RunSim(const SimArgs& a) {
   // of the outputs written there after it.
   if (!a.sprio.empty() &&
       (a.sprio.find('/') != std::string::npos || a.sprio == "." || a.sprio == ".." ||
-       a.sprio == "jobs.csv" || a.sprio == "interrupted.csv" || a.sprio == "summary.json")) {
+       std::find(std::begin(kProfileOutputs), std::end(kProfileOutputs), a.sprio) !=
+           std::end(kProfileOutputs))) {
     std::fprintf(stderr,
                  "gantry sim: --sprio takes a file name for inside OUT/<profile>/ other than "
                  "jobs.csv, interrupted.csv and summary.json (got '%s')\n",
@@ -338,8 +347,8 @@ int RunSim(const SimArgs& a) {
     const std::string dir = a.out + "/" + p.name;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Fail(IoError("cannot create '" + dir + "': " + ec.message()));
-    Status s = WriteJobsCsv(results.back(), dir + "/jobs.csv");
-    if (s.ok()) s = WriteInterruptedRunsCsv(results.back(), dir + "/interrupted.csv");
+    Status s = WriteJobsCsv(results.back(), dir + "/" + kJobsCsv);
+    if (s.ok()) s = WriteInterruptedRunsCsv(results.back(), dir + "/" + kInterruptedCsv);
     if (s.ok() && so.sprio != nullptr && p.name != kAsRecordedProfile) {
       // Written beside the target and renamed into place, like the other outputs.
       const std::string path = dir + "/" + (a.sprio.empty() ? "sprio.txt" : a.sprio);
@@ -363,7 +372,7 @@ int RunSim(const SimArgs& a) {
   }
   for (SimResult& r : results) {
     if (recorded != nullptr && !r.as_recorded) SetReplayError(r, *recorded);
-    Status s = WriteSummaryJson(r, a.out + "/" + r.profile + "/summary.json");
+    Status s = WriteSummaryJson(r, a.out + "/" + r.profile + "/" + kSummaryJson);
     if (!s.ok()) return Fail(s);
   }
   std::vector<const SimResult*> ptrs;
