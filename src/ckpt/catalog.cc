@@ -55,6 +55,14 @@ std::string ManifestKey(std::string_view job, int64_t step) {
   return StepPrefix(job, step) + std::string(kManifestName);
 }
 std::string LatestKey(std::string_view job) { return JobPrefix(job) + std::string(kLatestName); }
+std::string DrainRecordKey(std::string_view durable_url, std::string_view job, int64_t step,
+                           int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*d-", static_cast<int>(kRankDigits), rank);
+  const std::string step_dir = StepPrefix(job, step).substr(kCheckpointKeyPrefix.size());
+  return std::string(kDrainRecordPrefix) + step_dir + std::string(kPartPrefix) + buf +
+         HashChunk(durable_url).ToHex().substr(0, 16) + std::string(kPartSuffix);
+}
 
 std::optional<CheckpointKey> ParseCheckpointKey(std::string_view key) {
   if (!key.starts_with(kCheckpointKeyPrefix)) return std::nullopt;

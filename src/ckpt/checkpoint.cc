@@ -98,6 +98,27 @@ CheckpointEngine::~CheckpointEngine() {
   impl_->chunks.reset();
 }
 
+ChunkStoreOptions CheckpointTiers(std::shared_ptr<ObjectStore> local,
+                                  std::shared_ptr<ObjectStore> durable, Codec codec) {
+  ChunkStoreOptions co;
+  if (local != nullptr) {
+    TierOptions t;
+    t.name = "local";
+    t.url = local->url();
+    t.store = std::move(local);
+    co.tiers.push_back(std::move(t));
+  }
+  TierOptions d;
+  d.name = "durable";
+  d.url = durable->url();
+  d.store = std::move(durable);
+  d.durable = true;
+  d.codec = codec;
+  co.tiers.push_back(std::move(d));
+  co.promote_on_read = false;
+  return co;
+}
+
 Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o) {
   if (o.durable_url.empty() && o.durable_store != nullptr) o.durable_url = o.durable_store->url();
   if (o.durable_url.empty()) {
@@ -145,26 +166,9 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
       local = std::move(opened);
     }
   }
-  // The chunk namespace: [local tier,] durable tier. Local copies are stored raw (restore
-  // reads them in place); the durable tier uses the configured codec. Neither has a capacity:
-  // keep_local, not eviction, bounds the local tier. Overlapping tiers are refused here.
-  ChunkStoreOptions co;
-  if (local != nullptr) {
-    TierOptions t;
-    t.name = "local";
-    t.url = local->url();
-    t.store = local;
-    co.tiers.push_back(std::move(t));
-  }
-  TierOptions d;
-  d.name = "durable";
-  d.url = e->durable_->url();
-  d.store = e->durable_;
-  d.durable = true;
-  d.codec = o.durable_codec;
-  co.tiers.push_back(std::move(d));
+  // Overlapping tiers are refused by the chunk store.
+  ChunkStoreOptions co = CheckpointTiers(local, e->durable_, o.durable_codec);
   co.chunk_size = o.chunk_size;
-  co.promote_on_read = false;  // restore reads each chunk once; copies would only cost time
   co.gc_grace_seconds = o.gc_grace_seconds;
   co.peers = o.peers;
   co.peer_timeout_ms = o.peer_timeout_ms;
@@ -174,6 +178,7 @@ Result<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Open(EngineOptions o
   if (!chunks.ok()) return chunks.status().WithContext("checkpoint engine");
   impl.chunks = std::move(*chunks);
   impl.local_tier = local != nullptr ? 0 : -1;
+  impl.local_store = local;
   impl.durable_tier = impl.chunks->durable_tier();
   RegisterCheckpointRoots();
   impl.pool = std::make_unique<HostBufferPool>(o.chunk_size, o.host_buffer_bytes);

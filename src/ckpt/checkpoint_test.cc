@@ -25,6 +25,7 @@
 
 #include "common/test_support.h"
 #include "gantry/cache/chunk_store.h"
+#include "gantry/ckpt/drain.h"
 #include "gantry/storage/faulty_store.h"
 #include "gantry/storage/memory_store.h"
 #include "storage/rgw_test_env.h"
@@ -1247,9 +1248,13 @@ std::vector<float> KillValues(int64_t step, int tensor) {
   }
 }
 
-void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int max_sleep_ms) {
+// With `drain`, each kill is followed by a drain of the local tier (drain.h), as gantry-agent
+// does when a job ends: it must never fail, and what it commits must restore exactly too.
+void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int max_sleep_ms,
+                        bool drain = false) {
   std::mt19937_64 rng(seed);
   int64_t previous = -1;
+  int drained = 0;   // checkpoints the drains committed
   std::string seen;  // the latest step after each kill, for the log
   for (int round = 0; round < rounds; ++round) {
     int committed[2];
@@ -1276,6 +1281,12 @@ void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int m
     close(committed[0]);
     ASSERT_TRUE(waited) << "the saver committed nothing in 120 s";
     ASSERT_TRUE(WIFSIGNALED(status)) << "the saver exited by itself: " << status;
+    if (drain) {
+      Result<DrainReport> r = DrainLocalTier(OpenDir(o.local_url), {});
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      ASSERT_EQ(r->failed, 0) << r->errors.front();
+      drained += static_cast<int>(r->committed.size());
+    }
 
     auto e = MustOpen(o);
     Result<int64_t> latest = e->LatestStep();
@@ -1298,6 +1309,7 @@ void KillAtRandomPoints(const EngineOptions& o, int rounds, uint64_t seed, int m
     }
   }
   std::cout << "latest committed step after each kill:" << seen << "\n";
+  if (drain) std::cout << "checkpoints committed by drains after the kills: " << drained << "\n";
   EXPECT_GT(previous, 0) << "no checkpoint ever committed: the kills came too early";
 }
 
@@ -1307,6 +1319,14 @@ TEST(CheckpointCrashTest, KillNineAtRandomPointsPosix) {
   o.chunk_size = 256 << 10;
   o.host_buffer_bytes = 2 << 20;
   KillAtRandomPoints(o, 12, 42, 400);
+}
+
+TEST(CheckpointCrashTest, KillNineAtRandomPointsThenDrainTheLocalTier) {
+  test_support::TempDir dir("gantry-ckpt-test");
+  EngineOptions o = Options(dir);
+  o.chunk_size = 256 << 10;
+  o.host_buffer_bytes = 2 << 20;
+  KillAtRandomPoints(o, 12, 43, 400, /*drain=*/true);
 }
 
 TEST(CheckpointCrashTest, KillNineAtRandomPointsS3) {

@@ -79,42 +79,54 @@ Result<bool> PollUntil(Clock& clock, const std::function<Result<bool>()>& ready,
   }
 }
 
-Status CheckpointEngine::Impl::WriteLatest(int64_t step) {
-  const std::string key = LatestKey(opt().job);
-  Result<std::string> current = durable().Get(key);
+Status WriteLatestPointer(ObjectStore& durable, std::string_view job, int64_t step) {
+  const std::string key = LatestKey(job);
+  Result<std::string> current = durable.Get(key);
   if (current.ok()) {
     char* end = nullptr;
     long long cur = std::strtoll(current->c_str(), &end, 10);
     if (end != current->c_str() && cur > step) return Status::Ok();  // never move backwards
   }
-  return durable().Put(key, std::to_string(step) + "\n");
+  return durable.Put(key, std::to_string(step) + "\n");
+}
+
+void CheckpointEngine::Impl::FinalizePart(SaveJob& job) {
+  job.part.created_unix = clock->Now();
+  // Packs in id order, each once, as FindPack expects: pieces were hashed in any order, and
+  // packs of equal bytes share one id.
+  std::vector<PackRecord>& packs = job.part.packs;
+  std::sort(packs.begin(), packs.end(),
+            [](const PackRecord& a, const PackRecord& b) { return a.id < b.id; });
+  packs.erase(std::unique(packs.begin(), packs.end(),
+                          [](const PackRecord& a, const PackRecord& b) { return a.id == b.id; }),
+              packs.end());
+  MutexLock lock(job.mu);
+  RankRecord& rr = job.part.ranks.front();
+  rr.chunks_written = job.chunks_written;
+  rr.bytes_written = job.bytes_written;
 }
 
 Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   const EngineOptions& o = opt();
   const int64_t step = job->part.step;
   // Part: this rank's chunks are all durable (waited for by the caller).
-  job->part.created_unix = clock->Now();
-  // Packs in id order, each once, as FindPack expects: pieces were hashed in any order, and
-  // packs of equal bytes share one id.
-  std::vector<PackRecord>& packs = job->part.packs;
-  std::sort(packs.begin(), packs.end(),
-            [](const PackRecord& a, const PackRecord& b) { return a.id < b.id; });
-  packs.erase(std::unique(packs.begin(), packs.end(),
-                          [](const PackRecord& a, const PackRecord& b) { return a.id == b.id; }),
-              packs.end());
+  FinalizePart(*job);
   if (!roots_declared) {
     // Before the first part: a GC in a program that cannot read checkpoints must refuse.
     GANTRY_RETURN_IF_ERROR(chunks->DeclareRootKind("ckpt"));
     roots_declared = true;
   }
+  GANTRY_RETURN_IF_ERROR(durable().Put(PartKey(o.job, step, o.rank), job->part.ToJson()));
+  bool had_record = false;
   {
     MutexLock lock(job->mu);
-    RankRecord& rr = job->part.ranks.front();
-    rr.chunks_written = job->chunks_written;
-    rr.bytes_written = job->bytes_written;
+    std::swap(had_record, job->drain_record);
   }
-  GANTRY_RETURN_IF_ERROR(durable().Put(PartKey(o.job, step, o.rank), job->part.ToJson()));
+  if (had_record) {
+    // The part is durable: nothing is left for a drain to do (best effort; a drain that finds
+    // the record anyway rewrites the same part).
+    (void)local_store->Delete(DrainRecordKey(o.durable_url, o.job, step, o.rank));
+  }
   {
     MutexLock lock(job->handle->mu_);
     job->handle->stats_.durable_seconds = SecondsSince(job->start);
@@ -190,8 +202,8 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   GANTRY_ASSIGN_OR_RETURN(CheckpointManifest merged, MergeParts(std::move(manifests)));
   merged.tags = job->options.tags;
   merged.metadata_json = job->options.metadata_json;
-  GANTRY_RETURN_IF_ERROR(PutManifestOnce(manifest_key, merged));
-  GANTRY_RETURN_IF_ERROR(WriteLatest(step));
+  GANTRY_RETURN_IF_ERROR(PutManifestOnce(durable(), manifest_key, merged));
+  GANTRY_RETURN_IF_ERROR(WriteLatestPointer(durable(), o.job, step));
   if (o.retention.keep_last > 0) {
     std::vector<int64_t> removed;
     std::vector<std::string> warnings;
@@ -211,15 +223,15 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
 // second finds the first's manifest. If it holds exactly the same data (a relaunch redoing a
 // commit whose `latest` was never written), the commit stands; otherwise this save fails with
 // AlreadyExists, so no writer is told "saved" while another's data is what the step holds.
-Status CheckpointEngine::Impl::PutManifestOnce(const std::string& key,
-                                               const CheckpointManifest& merged) {
+Status PutManifestOnce(ObjectStore& durable, const std::string& key,
+                       const CheckpointManifest& merged) {
   PutOptions po;
-  po.create_if_absent = durable().SupportsCreateIfAbsent();
+  po.create_if_absent = durable.SupportsCreateIfAbsent();
   Status put;
-  if (!po.create_if_absent && durable().Head(key).ok()) {
+  if (!po.create_if_absent && durable.Head(key).ok()) {
     put = AlreadyExists(key + ": exists");  // best effort where the store cannot create-only
   } else {
-    put = durable().Put(key, merged.ToJson(), po);
+    put = durable.Put(key, merged.ToJson(), po);
   }
   if (put.ok()) return put;
   // Backends report an existing name as AlreadyExists (older ones FailedPrecondition); whether
@@ -227,7 +239,7 @@ Status CheckpointEngine::Impl::PutManifestOnce(const std::string& key,
   if (put.code() != StatusCode::kAlreadyExists && put.code() != StatusCode::kFailedPrecondition) {
     return put;
   }
-  Result<std::string> text = durable().Get(key);
+  Result<std::string> text = durable.Get(key);
   if (!text.ok()) return text.status().code() == StatusCode::kNotFound ? put : text.status();
   Result<CheckpointManifest> existing = CheckpointManifest::FromJson(*text, key);
   if (existing.ok() && SameData(*existing, merged)) return Status::Ok();

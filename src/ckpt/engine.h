@@ -38,6 +38,20 @@ double SecondsSince(SteadyClock::time_point start);
 Result<bool> PollUntil(Clock& clock, const std::function<Result<bool>()>& ready,
                        int64_t timeout_ms);
 
+// Creates the manifest at `key` unless one exists; an existing one holding the same data counts
+// as this commit (a relaunch redoing it, a drain racing rank 0), another's is AlreadyExists.
+Status PutManifestOnce(ObjectStore& durable, const std::string& key,
+                       const CheckpointManifest& merged);
+// Points `latest` of `job` at `step`, unless it already names a later step.
+Status WriteLatestPointer(ObjectStore& durable, std::string_view job, int64_t step);
+
+// The chunk namespace of a checkpoint root: [the node-local tier, stored raw (restores read it
+// in place),] then the root with `codec`; reads are not promoted (a restore reads each chunk
+// once; copies would only cost time). No tier has a capacity: keep_local, not eviction, bounds
+// the local tier. Callers set the clock, chunk size and the rest.
+ChunkStoreOptions CheckpointTiers(std::shared_ptr<ObjectStore> local,
+                                  std::shared_ptr<ObjectStore> durable, Codec codec);
+
 // Registers the "ckpt" root provider (every checkpoint and part under a root) with the chunk
 // store's GC; idempotent.
 void RegisterCheckpointRoots();
@@ -104,6 +118,8 @@ struct SaveJob {
   // Chunks this save pinned in the chunk store (GC in this process keeps them until the save
   // is finished, referenced by its part or not); unpinned by Finish.
   std::vector<ChunkId> pinned GUARDED_BY(mu);
+  // A drain record for this save is in the local tier (drain.h), removed with the part's write.
+  bool drain_record GUARDED_BY(mu) = false;
 
   void RecordError(const Status& s) EXCLUDES(mu) {
     MutexLock lock(mu);
@@ -116,7 +132,8 @@ struct CheckpointEngine::Impl {
   CheckpointEngine* engine;
   Clock* clock = nullptr;
   std::unique_ptr<ChunkStore> chunks;
-  int local_tier = -1;  // -1: no local tier
+  std::shared_ptr<ObjectStore> local_store;  // the local tier's store; null: none
+  int local_tier = -1;                       // -1: no local tier
   int durable_tier = 0;
   std::unique_ptr<HostBufferPool> pool;
   std::unique_ptr<ThreadPool> copy_pool;    // the blocking snapshot copies
@@ -150,12 +167,14 @@ struct CheckpointEngine::Impl {
                   const char* data, uint64_t size) EXCLUDES(mu);
   void PieceLocal(const std::shared_ptr<SaveJob>& job);
   void PieceDurable(const std::shared_ptr<SaveJob>& job);
+  // Leaves the save's drain record in the local tier; best effort (the save drains itself).
+  void WriteDrainRecord(const std::shared_ptr<SaveJob>& job) EXCLUDES(mu);
   // commit.cc
   void Finish(const std::shared_ptr<SaveJob>& job) EXCLUDES(mu);
   Status Commit(const std::shared_ptr<SaveJob>& job);
   Status CheckReused(const std::shared_ptr<SaveJob>& job) EXCLUDES(mu);
-  Status WriteLatest(int64_t step);
-  Status PutManifestOnce(const std::string& key, const CheckpointManifest& merged);
+  // The part as written: packs sorted and deduplicated, the rank's counts, the time.
+  void FinalizePart(SaveJob& job);
   // retention.cc
   // After Remove(step): lowers the bar for the next save's step if `step` was the newest save.
   Status ForgetRemoved(int64_t step);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ckpt/engine.h"
+#include "gantry/ckpt/drain.h"
 
 namespace gantry::ckpt {
 
@@ -15,21 +16,37 @@ void CheckpointEngine::Impl::PieceLocal(const std::shared_ptr<SaveJob>& job) {
     reached = --job->local_left == 0;
   }
   if (reached) {
-    {
-      MutexLock lock(job->handle->mu_);
-      job->handle->stats_.local_seconds = SecondsSince(job->start);
-    }
-    job->handle->Reach(Durability::kLocal);
     std::vector<std::pair<ChunkId, std::shared_ptr<ChunkWrite>>> drain;
     {
       MutexLock lock(job->mu);
       drain.swap(job->to_drain);
     }
+    // Chunks left to drain: should this process end before they are durable, the record lets
+    // a drain on the node finish the save (drain.h). Written before `local` is reported, and
+    // before the drains start, so the commit thread (which waits for them) never races it.
+    if (!drain.empty()) WriteDrainRecord(job);
+    {
+      MutexLock lock(job->handle->mu_);
+      job->handle->stats_.local_seconds = SecondsSince(job->start);
+    }
+    job->handle->Reach(Durability::kLocal);
     for (auto& [id, write] : drain) {
       drain_pool->Submit(
           [this, job, id = id, write = write] { DrainPiece(job, id, write, nullptr, nullptr, 0); });
     }
   }
+}
+
+void CheckpointEngine::Impl::WriteDrainRecord(const std::shared_ptr<SaveJob>& job) {
+  FinalizePart(*job);
+  DrainRecord record;
+  record.durable_url = opt().durable_url;
+  record.durable_codec = opt().durable_codec;
+  record.part = job->part;
+  const std::string key = DrainRecordKey(record.durable_url, opt().job, job->part.step, opt().rank);
+  if (!local_store->Put(key, record.ToJson()).ok()) return;
+  MutexLock lock(job->mu);
+  job->drain_record = true;
 }
 
 void CheckpointEngine::Impl::PieceDurable(const std::shared_ptr<SaveJob>& job) {

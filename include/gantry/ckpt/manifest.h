@@ -144,6 +144,12 @@ std::string PartKeyPrefix(std::string_view job, int64_t step);  // what every Pa
 std::string ManifestKey(std::string_view job, int64_t step);
 std::string LatestKey(std::string_view job);
 std::string JobPrefix(std::string_view job);  // "ckpt/<job>/"
+// A drain record's key in a node's local tier (drain.h): under kDrainRecordPrefix, by job and
+// step, named by rank and a hash of the durable root's URL (two roots on one node never share
+// a record).
+inline constexpr std::string_view kDrainRecordPrefix = "drain/";
+std::string DrainRecordKey(std::string_view durable_url, std::string_view job, int64_t step,
+                           int rank);
 // A job name is one key segment: letters, digits, '-', '_', '.'; InvalidArgument otherwise.
 Status ValidateJobName(std::string_view job);
 
