@@ -48,6 +48,7 @@
 
 #include "gantry/agent/stage_client.h"
 #include "gantry/ckpt/catalog.h"
+#include "gantry/ckpt/drain.h"
 #include "gantry/common/thread_annotations.h"
 #include "gantry/storage/object_store.h"
 #include "gantry/storage/posix_store.h"
@@ -61,6 +62,18 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr std::string_view kObjectsPrefix = "/v1/objects/";
 constexpr std::string_view kStagePath = "/v1/stage";
 constexpr std::string_view kCheckpointPath = "/v1/checkpoint";
+constexpr std::string_view kDrainPath = "/v1/drain";
+constexpr char kDrainParts[] = "gantry_agent_drain_parts_total";
+constexpr char kDrainPartsHelp[] =
+    "Checkpoint parts written to their durable root by drains of saves whose process ended "
+    "before them.";
+constexpr char kDrainCommits[] = "gantry_agent_drain_commits_total";
+constexpr char kDrainCommitsHelp[] = "Checkpoints committed by drains (their last part drained).";
+constexpr char kDrainBytes[] = "gantry_agent_drain_bytes_total";
+constexpr char kDrainBytesHelp[] = "Raw bytes of chunks drains copied to durable roots.";
+constexpr char kDrainLeft[] = "gantry_agent_drain_records_total";
+constexpr char kDrainLeftHelp[] =
+    "Drain records not drained: failed (left for the next drain) or discarded (unfinishable).";
 // Each pread/send step of a body where the file system cannot sendfile: large enough to amortise
 // the syscalls, small enough that many concurrent streams stay cheap.
 constexpr size_t kStreamPiece = 1 << 20;
@@ -103,6 +116,7 @@ std::string RouteOf(std::string_view path) {
   if (path == "/metrics") return "metrics";
   if (path == kStagePath) return "stage";
   if (path == kCheckpointPath) return "checkpoint";
+  if (path == kDrainPath) return "drain";
   return "other";
 }
 
@@ -457,8 +471,16 @@ struct AgentServer::Impl {
   std::unique_ptr<agent_internal::Stager> stager;  // null without options.data_cache_dir
   // The served directory as a store, for GET /v1/checkpoint's chunk lookups (resolved beneath
   // the root, as ServeObject does), and how durable roots are opened (the cluster token).
-  std::unique_ptr<PosixStore> tier;
+  std::shared_ptr<PosixStore> tier;
   StoreOptions durable_options;
+  // POST /v1/drain: drains of the tier's drain records (ckpt/drain.h), one at a time, on a
+  // thread of their own; a request during a drain runs one more after it (new records).
+  Mutex drain_mu;
+  CondVar drain_cv;
+  DrainStatus drain GUARDED_BY(drain_mu);
+  bool drain_wanted GUARDED_BY(drain_mu) = false;
+  bool drain_stop GUARDED_BY(drain_mu) = false;
+  std::thread drainer;
 
   Mutex mu;
   CondVar data_cv;
@@ -932,6 +954,54 @@ struct AgentServer::Impl {
     return catalog.LatestCopyIn(where.job, *tier);
   }
 
+  // POST and GET /v1/drain (agent.h): answered at once; the drain runs on `drainer`.
+  void ServeDrain(const httplib::Request& req, httplib::Response& res) EXCLUDES(drain_mu) {
+    MutexLock lock(drain_mu);
+    if (req.method == "POST") {
+      drain_wanted = true;
+      drain_cv.NotifyAll();
+      DrainStatus now = drain;
+      now.state = "draining";  // this request's drain is queued or running
+      return Json(res, 202, DrainStatusToJson(now));
+    }
+    DrainStatus now = drain;
+    if (drain_wanted) now.state = "draining";
+    Json(res, 200, DrainStatusToJson(now));
+  }
+  void DrainLoop() EXCLUDES(drain_mu) {
+    for (;;) {
+      {
+        MutexLock lock(drain_mu);
+        while (!drain_wanted && !drain_stop) drain_cv.Wait(drain_mu);
+        if (drain_stop) return;
+        drain_wanted = false;
+        drain.state = "draining";
+      }
+      ckpt::DrainOptions o;
+      o.store_options = durable_options;
+      // Any process on the node can write a record naming any root: the agent writes only
+      // where it may read (stage_allow), as for GET /v1/checkpoint.
+      o.allow = [this](const std::string& url) {
+        return agent_internal::CheckStageUrl(url, options.stage_allow, "checkpoint");
+      };
+      o.clock = options.clock;
+      Result<ckpt::DrainReport> r = ckpt::DrainLocalTier(tier, o);
+      if (r.ok()) {
+        metrics->GetCounter(kDrainParts, kDrainPartsHelp).Increment(r->parts_written);
+        metrics->GetCounter(kDrainCommits, kDrainCommitsHelp).Increment(r->committed.size());
+        metrics->GetCounter(kDrainBytes, kDrainBytesHelp).Increment(r->bytes_copied);
+        metrics->GetCounter(kDrainLeft, kDrainLeftHelp, {{"why", "failed"}}).Increment(r->failed);
+        metrics->GetCounter(kDrainLeft, kDrainLeftHelp, {{"why", "discarded"}})
+            .Increment(r->discarded);
+      }
+      MutexLock lock(drain_mu);
+      ++drain.runs;
+      drain.state = "idle";
+      drain.last = r.ok() ? *r : ckpt::DrainReport{};
+      drain.error = r.ok() ? "" : r.status().ToString();
+    }
+  }
+
   void Log(const httplib::Request& req, const httplib::Response& res) {
     metrics
         ->GetCounter("gantry_agent_requests_total", "HTTP requests answered, by route and status.",
@@ -1076,6 +1146,11 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   s.Get(std::string(kStagePath), stage);
   s.Post(std::string(kStagePath), stage);
   s.Delete(std::string(kStagePath), stage);
+  const auto drain = [p](const httplib::Request& req, httplib::Response& res) {
+    p->ServeDrain(req, res);
+  };
+  s.Get(std::string(kDrainPath), drain);
+  s.Post(std::string(kDrainPath), drain);
   s.Get(std::string(kCheckpointPath),
         [p](const httplib::Request& req, httplib::Response& res) { p->ServeCheckpoint(req, res); });
   s.Get("/metrics", [p](const httplib::Request&, httplib::Response& res) {
@@ -1108,6 +1183,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(const AgentOptions& opti
   for (int i = 0; i < options.threads; ++i) {
     impl->workers.emplace_back([p] { p->WorkLoop(/*control=*/false); });
   }
+  impl->drainer = std::thread([p] { p->DrainLoop(); });
   impl->listener = std::thread([p] { p->server.listen_after_bind(); });
   // httplib's stop() is a no-op until the accept loop runs; wait for it so a Stop() right after
   // Start() cannot leave the listener thread running forever.
@@ -1135,6 +1211,12 @@ void AgentServer::Stop() {
   if (impl_->listener.joinable()) impl_->listener.join();
   impl_->Shutdown();
   if (impl_->stager != nullptr) impl_->stager->Stop();  // after the routes that call it
+  {
+    MutexLock lock(impl_->drain_mu);
+    impl_->drain_stop = true;
+    impl_->drain_cv.NotifyAll();
+  }
+  if (impl_->drainer.joinable()) impl_->drainer.join();  // after a drain in progress
 }
 
 }  // namespace gantry

@@ -1,11 +1,14 @@
 // Tests of gantry-agent's GET /v1/checkpoint through its client (LocateCheckpoint): how much of
 // a job's newest committed checkpoint the agent's local tier holds, chunk by chunk; the token
-// and the --stage-allow prefixes required; a job without checkpoints NotFound.
+// and the --stage-allow prefixes required; a job without checkpoints NotFound. And of POST
+// /v1/drain (RequestDrain, GetDrain): a save cut off before it was durable finished by the agent.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/test_support.h"
@@ -14,6 +17,7 @@
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/catalog.h"
 #include "gantry/ckpt/checkpoint.h"
+#include "gantry/storage/faulty_store.h"
 #include "gantry/storage/object_store.h"
 
 namespace gantry {
@@ -131,6 +135,75 @@ TEST_F(AgentCheckpointTest, TheTokenAndTheAllowedPrefixesAreRequired) {
   Result<ckpt::TierCopy> c = LocateCheckpoint(agent_->url(), kToken, url_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->chunks_held, 3u);
+}
+
+// Step 3 is saved by a process whose writes to the root fail: it reaches `local` only and
+// ends. The agent drains it on request, only into a root under its --stage-allow prefixes.
+TEST_F(AgentCheckpointTest, ADrainFinishesASaveWhoseProcessEndedBeforeItWasDurable) {
+  {
+    auto faulty = std::make_shared<FaultyStore>(OpenObjectStore(durable_, {}).value(), FaultPlan{});
+    FaultPlan fail;
+    fail.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
+    fail.rules.back().key_prefix = "chunks/";
+    faulty->SetPlan(fail);
+    ckpt::EngineOptions o;
+    o.durable_url = "file://" + durable_;
+    o.durable_store = faulty;
+    o.local_url = local_;
+    o.job = "train";
+    o.chunk_size = 4096;
+    auto engine = ckpt::CheckpointEngine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<float> data(3000, 7.0f);
+    ckpt::SaveTensor t;
+    t.name = "w";
+    t.global_shape = {3000};
+    t.data = data.data();
+    ckpt::SaveOptions so;
+    so.step = 3;
+    auto handle = (*engine)->Save(std::span<const ckpt::SaveTensor>(&t, 1), so);
+    ASSERT_TRUE(handle.ok());
+    EXPECT_TRUE((*handle)->WaitFor(ckpt::Durability::kLocal).ok());
+    EXPECT_FALSE((*handle)->Wait().ok());
+  }
+  auto root = OpenObjectStore(durable_, {});
+  ASSERT_TRUE(root.ok());
+  ckpt::CheckpointCatalog catalog(**root);
+  EXPECT_EQ(*catalog.Latest("train"), 2);
+  const auto drain = [&]() -> DrainStatus {
+    Result<DrainStatus> asked = RequestDrain(agent_->url(), kToken);
+    EXPECT_TRUE(asked.ok()) << asked.status().ToString();
+    EXPECT_EQ(asked.ok() ? asked->state : "", "draining");
+    const int64_t runs = asked.ok() ? asked->runs : 0;
+    for (int i = 0; i < 1000; ++i) {
+      Result<DrainStatus> s = GetDrain(agent_->url(), kToken);
+      if (s.ok() && s->state == "idle" && s->runs > runs) return *s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "the drain did not finish in 10 s";
+    return {};
+  };
+  EXPECT_EQ(RequestDrain(agent_->url(), "wrong").status().code(), StatusCode::kPermissionDenied);
+
+  fs::create_directories(tmp_.path() + "/allowed");
+  Start({"file://" + tmp_.path() + "/allowed"});
+  DrainStatus refused = drain();
+  EXPECT_EQ(refused.last.records, 1);
+  EXPECT_EQ(refused.last.skipped, 1);
+  EXPECT_EQ(refused.last.parts_written, 0);
+  EXPECT_EQ(*catalog.Latest("train"), 2);
+
+  Start({"file://" + durable_});
+  DrainStatus done = drain();
+  EXPECT_EQ(done.error, "");
+  EXPECT_EQ(done.last.parts_written, 1);
+  EXPECT_EQ(done.last.committed, std::vector<std::string>{"train@3"});
+  EXPECT_GT(done.last.bytes_copied, 0u);
+  EXPECT_EQ(*catalog.Latest("train"), 3);
+  EXPECT_NE(agent_->metrics().PrometheusText().find("gantry_agent_drain_commits_total 1"),
+            std::string::npos);
+  // Nothing is left: a second drain finds no record.
+  EXPECT_EQ(drain().last.records, 0);
 }
 
 }  // namespace

@@ -185,4 +185,64 @@ Result<ckpt::TierCopy> LocateCheckpoint(const std::string& agent_url, const std:
   return TierCopyFromJson(j);
 }
 
+nlohmann::json DrainReportToJson(const ckpt::DrainReport& r) {
+  return nlohmann::json{{"records", r.records},
+                        {"parts_written", r.parts_written},
+                        {"committed", r.committed},
+                        {"skipped", r.skipped},
+                        {"discarded", r.discarded},
+                        {"failed", r.failed},
+                        {"chunks_copied", r.chunks_copied},
+                        {"bytes_copied", r.bytes_copied},
+                        {"errors", r.errors}};
+}
+
+nlohmann::json DrainStatusToJson(const DrainStatus& s) {
+  return nlohmann::json{{"state", s.state},
+                        {"runs", s.runs},
+                        {"error", s.error},
+                        {"last", DrainReportToJson(s.last)}};
+}
+
+namespace {
+
+Result<DrainStatus> DrainStatusFromJson(const nlohmann::json& j, const std::string& where) {
+  const auto bad = [&] { return IoError(where + ": not a drain state"); };
+  if (!j.is_object() || !j.contains("state") || !j["state"].is_string() || !j.contains("runs") ||
+      !j["runs"].is_number_integer() || !j.contains("last") || !j["last"].is_object()) {
+    return bad();
+  }
+  DrainStatus s;
+  s.state = j["state"].get<std::string>();
+  s.runs = j["runs"].get<int64_t>();
+  s.error = j.value("error", "");
+  const nlohmann::json& l = j["last"];
+  try {
+    s.last.records = l.at("records").get<int>();
+    s.last.parts_written = l.at("parts_written").get<int>();
+    s.last.committed = l.at("committed").get<std::vector<std::string>>();
+    s.last.skipped = l.at("skipped").get<int>();
+    s.last.discarded = l.at("discarded").get<int>();
+    s.last.failed = l.at("failed").get<int>();
+    s.last.chunks_copied = l.at("chunks_copied").get<uint64_t>();
+    s.last.bytes_copied = l.at("bytes_copied").get<uint64_t>();
+    s.last.errors = l.at("errors").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception&) {
+    return bad();
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<DrainStatus> RequestDrain(const std::string& agent_url, const std::string& token) {
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "POST", "/v1/drain"));
+  return DrainStatusFromJson(j, "POST " + agent_url + "/v1/drain");
+}
+
+Result<DrainStatus> GetDrain(const std::string& agent_url, const std::string& token) {
+  GANTRY_ASSIGN_OR_RETURN(nlohmann::json j, Call(agent_url, token, "GET", "/v1/drain"));
+  return DrainStatusFromJson(j, "GET " + agent_url + "/v1/drain");
+}
+
 }  // namespace gantry

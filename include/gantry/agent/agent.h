@@ -30,10 +30,20 @@
 //                              durable root by the serving worker (one listing and one read),
 //                              the chunks looked up beneath ROOT. gantryd asks it of the nodes
 //                              a waiting job ran on (include/gantry/control/stager.h).
+//   POST /v1/drain             finish, in the background, the saves whose process ended before
+//                              they were durable: the drain records in ROOT (ckpt/drain.h),
+//                              each to its own durable root, which must be under stage_allow
+//                              (others are skipped: any process on the node can write a
+//                              record); 202 {"state": "draining", "runs", "error", "last"}
+//                              (a DrainStatus, stage_client.h). One drain at a time; a request
+//                              during one runs another after it. gantryd asks when a job that
+//                              declared a checkpoint ends, on every node it ran on.
+//   GET /v1/drain              200 the drain state: "draining" or "idle", drains finished,
+//                              the last one's report
 //   GET /healthz               "ok"
 //   GET /metrics               Prometheus text: requests by route and status, bytes served,
 //                              errors, staging (bytes fetched per dataset, datasets staging,
-//                              failures by code)
+//                              failures by code), drains (parts, commits, bytes, records left)
 // Staging, and the checkpoint route, read whatever URL a token holder names (under
 // stage_allow), as the agent's user and with its credentials (S3 keys from its environment):
 // the token is the cluster's trust boundary.

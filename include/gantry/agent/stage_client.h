@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gantry/ckpt/catalog.h"
+#include "gantry/ckpt/drain.h"
 #include "gantry/common/status.h"
 
 namespace gantry {
@@ -88,5 +89,26 @@ Result<ckpt::TierCopy> TierCopyFromJson(const nlohmann::json& j);
 // the agent's --stage-allow prefixes (or a wrong token); Unavailable when it cannot be reached.
 Result<ckpt::TierCopy> LocateCheckpoint(const std::string& agent_url, const std::string& token,
                                         const std::string& checkpoint);
+
+// The state of an agent's checkpoint drains (POST|GET /v1/drain): "draining" while one is
+// queued or running, else "idle"; how many finished since the agent started, and the last one's
+// report (or why it could not list the tier).
+struct DrainStatus {
+  std::string state = "idle";
+  int64_t runs = 0;
+  ckpt::DrainReport last;
+  std::string error;
+};
+// {"state", "runs", "error", "last": {"records", "parts_written", "committed": ["JOB@STEP"],
+// "skipped", "discarded", "failed", "chunks_copied", "bytes_copied", "errors": [...]}}.
+nlohmann::json DrainReportToJson(const ckpt::DrainReport& r);
+nlohmann::json DrainStatusToJson(const DrainStatus& s);
+
+// POST AGENT_URL/v1/drain: the agent drains its local tier's drain records in the background
+// (ckpt/drain.h: saves whose process ended before they were durable) and answers its drain
+// state at once. Unavailable when it cannot be reached; PermissionDenied for a wrong token.
+Result<DrainStatus> RequestDrain(const std::string& agent_url, const std::string& token);
+// GET AGENT_URL/v1/drain: the drain state, with the last drain's report.
+Result<DrainStatus> GetDrain(const std::string& agent_url, const std::string& token);
 
 }  // namespace gantry
