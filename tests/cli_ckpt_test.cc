@@ -17,6 +17,7 @@
 #include "gantry/cache/chunk.h"
 #include "gantry/ckpt/checkpoint.h"
 #include "gantry/ckpt/manifest.h"
+#include "gantry/storage/faulty_store.h"
 
 namespace {
 
@@ -194,6 +195,49 @@ TEST_F(CliCkpt, LsShowsAnUnfinishedSaveAsIncomplete) {
   EXPECT_EQ(j[3]["parts"], 1);
   EXPECT_EQ(j[3]["world_size"], 2);
   EXPECT_EQ(j[2]["latest"], true);  // 30 stays the latest
+}
+
+// Step 40 reaches the node-local tier only (its writes to the root fail, as when its process
+// ends between `local` and `durable`); `ckpt drain` finishes and commits it.
+TEST_F(CliCkpt, DrainFinishesASaveLeftInTheLocalTier) {
+  WriteThreeSteps();
+  const std::string local = (dir_ / "local").string();
+  {
+    auto faulty =
+        std::make_shared<FaultyStore>(OpenObjectStore(root_.string(), {}).value(), FaultPlan{});
+    FaultPlan fail;
+    fail.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
+    fail.rules.back().key_prefix = "chunks/";
+    faulty->SetPlan(fail);
+    EngineOptions o = Options();
+    o.durable_store = faulty;
+    o.local_url = local;
+    auto e = CheckpointEngine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<float> b(40000, 4.0f);
+    SaveOptions so;
+    so.step = 40;
+    auto h = (*e)->Save(std::vector<SaveTensor>{Tensor("b", b)}, so);
+    ASSERT_TRUE(h.ok());
+    EXPECT_FALSE((*h)->Wait().ok());
+  }
+  EXPECT_EQ(ListedSteps(), (std::vector<int64_t>{10, 20, 30}));
+  const std::string drain = std::string(GANTRY_CLI) + " ckpt drain --local " + Quote(local);
+  CliRun r = RunShell(drain + " --json", dir_ / "stderr");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["records"], 1);
+  EXPECT_EQ(j["parts_written"], 1);
+  EXPECT_EQ(j["committed"], nlohmann::json::array({"test@40"}));
+  EXPECT_EQ(j["failed"], 0);
+  EXPECT_EQ(ListedSteps(), (std::vector<int64_t>{10, 20, 30, 40}));
+  EXPECT_EQ(Ckpt("verify 40").code, 0);
+  r = RunShell(drain, dir_ / "stderr");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("0 drain records"), std::string::npos) << r.out;
+  EXPECT_EQ(RunShell(std::string(GANTRY_CLI) + " ckpt drain", dir_ / "stderr").code, 2);
+  r = RunShell(drain + "/missing", dir_ / "stderr");
+  EXPECT_EQ(r.code, 3) << r.err;
 }
 
 TEST_F(CliCkpt, ShowSummarizesAndPrintsTheStoredManifest) {

@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "gantry/agent/stage_client.h"
 #include "gantry/ckpt/catalog.h"
 #include "gantry/ckpt/checkpoint.h"
+#include "gantry/ckpt/drain.h"
 #include "gantry/ckpt/env_options.h"
 #include "gantry/ckpt/manifest.h"
 #include "gantry/common/progress.h"
@@ -30,6 +32,7 @@
 #include "gantry/common/units.h"
 #include "gantry/storage/dry_run_store.h"
 #include "gantry/storage/object_store.h"
+#include "gantry/storage/posix_store.h"
 
 #ifndef GANTRY_PYTHONPATH
 #define GANTRY_PYTHONPATH ""
@@ -68,6 +71,7 @@ struct CkptArgs {
   std::string file;                      // export: OUT.pt; import: IN.pt
   int64_t import_step = -1;              // import --step
   std::vector<std::string> tags;         // import --tag
+  int64_t min_age_seconds = 0;           // drain --min-age
 };
 
 int Fail(const std::string& what, const Status& s) { return ReportFailure("ckpt " + what, s); }
@@ -586,6 +590,51 @@ int Import(CkptArgs& a) {
   return ExecPython(a, "import", std::move(args));
 }
 
+// Finishes the saves in the node-local tier whose process ended before they were durable.
+int Drain(CkptArgs& a) {
+  if (a.local.empty()) {
+    std::fprintf(stderr,
+                 "gantry ckpt drain: name the node-local tier to drain with --local DIR (or "
+                 "$GANTRY_CKPT_LOCAL)\n");
+    return kExitUsage;
+  }
+  if (a.min_age_seconds < 0) {
+    std::fprintf(stderr, "gantry ckpt drain: --min-age must not be negative\n");
+    return kExitUsage;
+  }
+  const std::string path = a.local.starts_with("file://") ? a.local.substr(7) : a.local;
+  if (path.find("://") != std::string::npos) {
+    std::fprintf(stderr, "gantry ckpt drain: --local must be a directory on this node\n");
+    return kExitUsage;
+  }
+  PosixStoreOptions po;
+  po.create_root = false;  // a mistyped directory is an error, not an empty tier
+  auto local = OpenPosixStore(path, po);
+  if (!local.ok()) return Fail("drain", local.status());
+  ckpt::DrainOptions o;
+  o.store_options = a.store;
+  o.threads = a.threads;
+  o.min_age_seconds = a.min_age_seconds;
+  auto r = ckpt::DrainLocalTier(std::shared_ptr<ObjectStore>(std::move(*local)), o);
+  if (!r.ok()) return Fail("drain", r.status());
+  for (const std::string& e : r->errors) std::fprintf(stderr, "gantry ckpt drain: %s\n", e.c_str());
+  if (a.json) {
+    std::cout << DrainReportToJson(*r).dump(2) << "\n";
+  } else {
+    std::printf("%d drain record%s: %d part%s written, %zu checkpoint%s committed%s%s%s\n",
+                r->records, r->records == 1 ? "" : "s", r->parts_written,
+                r->parts_written == 1 ? "" : "s", r->committed.size(),
+                r->committed.size() == 1 ? "" : "s", r->committed.empty() ? "" : " (",
+                Join(r->committed, ", ").c_str(), r->committed.empty() ? "" : ")");
+    std::printf(
+        "%llu chunks copied (%s); %d discarded, %d failed (left for the next drain), %d "
+        "skipped\n",
+        static_cast<unsigned long long>(r->chunks_copied), FormatBytes(r->bytes_copied).c_str(),
+        r->discarded, r->failed, r->skipped);
+  }
+  return r->failed == 0 ? kExitOk : kExitFailure;
+}
+
 template <typename F>
 void Run(CLI::App* cmd, std::shared_ptr<CkptArgs> a, F f) {
   cmd->callback([a, f] {
@@ -704,6 +753,25 @@ void RegisterCkptCommands(CLI::App& app) {
       "Examples:\n  gantry ckpt --root /shared/ckpt --job llama-7b gc --keep-last 3 --dry-run\n"
       "  gantry ckpt --root s3://bkt/ckpt --local /nvme/gantry gc --grace 10m");
   Run(gc, args, CollectGarbage);
+
+  CLI::App* drain = ckpt->add_subcommand(
+      "drain", "Finish saves a process left in the node-local tier before they were durable.");
+  AddDurationOption(drain, "--min-age", &a.min_age_seconds,
+                    "Leave records younger than this (saves of processes still running)");
+  drain->add_flag("--json", a.json,
+                  "JSON {records, parts_written, committed, skipped, discarded, failed, "
+                  "chunks_copied, bytes_copied, errors}");
+  drain->footer(
+      "Reads the drain records in --local (docs/formats/checkpoint.md, Drain records): each\n"
+      "names its own root, so --root and --job are not used. For each, oldest step first: the\n"
+      "chunks its root lacks are copied (verified), its part written, and the checkpoint\n"
+      "committed once every rank of its run has a part. Records whose step was committed or\n"
+      "superseded, or whose chunks are gone, are discarded (said on stderr). gantry-agent does\n"
+      "the same on POST /v1/drain, which gantryd sends when a job ends.\n"
+      "Exit status 1 when a record could not be drained now (the root unreachable; it stays).\n"
+      "Examples:\n  gantry ckpt drain --local /nvme/gantry\n"
+      "  gantry ckpt drain --local /nvme/gantry --min-age 10m --json   # beside running jobs");
+  Run(drain, args, Drain);
 
   CLI::App* exp = ckpt->add_subcommand("export", "Write a checkpoint as a torch.save file.");
   // One list, not two positionals: CLI11 would give a lone OUT.pt to an optional STEP first.

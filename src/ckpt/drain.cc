@@ -94,18 +94,18 @@ Outcome DrainOne(Opened& root, const DrainRecord& rec, const DrainOptions& o, Dr
     ++report.discarded;
     return Outcome::kDiscarded;
   };
-  // Nothing to finish when the step is committed already, or a newer checkpoint is (the job
-  // went on from an earlier one; reviving this step now would only confuse its history).
+  // Nothing to finish when the step is committed already, or when a later step was saved,
+  // committed or not: the job went on (this run, or a relaunch from an earlier checkpoint),
+  // and reviving this step now would only confuse its history.
   Result<ObjectInfo> manifest = durable.Head(ManifestKey(part.job, part.step));
   if (manifest.ok()) return discard("step " + std::to_string(part.step) + " is committed");
   if (manifest.status().code() != StatusCode::kNotFound) return fail(manifest.status());
   CheckpointCatalog catalog(durable);
-  Result<int64_t> latest = catalog.Latest(part.job);
-  if (latest.ok() && *latest > part.step) {
-    return discard("a newer checkpoint (step " + std::to_string(*latest) + ") is committed");
-  }
-  if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) {
-    return fail(latest.status());
+  Result<std::vector<StepEntry>> steps = catalog.Steps(part.job);
+  if (!steps.ok()) return fail(steps.status());
+  if (!steps->empty() && steps->back().step > part.step) {
+    return discard("a later save of its job (step " + std::to_string(steps->back().step) +
+                   ") is in the root");
   }
 
   // The chunks the root lacks, copied (verified) from the local tier in parallel.

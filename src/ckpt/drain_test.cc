@@ -252,7 +252,7 @@ TEST(DrainTest, ARecordANewerCheckpointSupersedesIsDiscardedUnwritten) {
   EXPECT_EQ(r->discarded, 1);
   EXPECT_EQ(r->parts_written, 0);
   ASSERT_EQ(r->errors.size(), 1u);
-  EXPECT_NE(r->errors[0].find("a newer checkpoint (step 2)"), std::string::npos) << r->errors[0];
+  EXPECT_NE(r->errors[0].find("a later save of its job (step 2)"), std::string::npos) << r->errors[0];
   EXPECT_EQ(root.faulty->Head(PartKey("test", 1, 0)).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Records(*OpenDir(dir.sub("local"))), 0u);
 }

@@ -840,7 +840,13 @@ class Controller::Impl {
             o == nullptr ? "lost: the resource manager no longer knows it" : o->end_state;
         GANTRY_RETURN_IF_ERROR(store_->Finish(r.id, now, why.empty() ? "ended" : why));
         if (report != nullptr) ++report->finished;
-        ran_on_.erase(r.id);
+        if (auto ran = ran_on_.find(r.id); ran != ran_on_.end()) {
+          // A save its last moments left short of the durable root is finished on its nodes.
+          if (stager_ != nullptr) {
+            stager_->DrainAfterEnd({ran->second.nodes.begin(), ran->second.nodes.end()});
+          }
+          ran_on_.erase(ran);
+        }
         return EndInEngine(r.id, now, why == "cancelled");
       }
     }

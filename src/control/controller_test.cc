@@ -1053,6 +1053,18 @@ TEST_F(ControllerStagingTest, ARequeuedJobPrefersTheNodeHoldingItsCheckpoint) {
   EXPECT_EQ(rm_->violations_, 0);
   // Placed: no longer a target, so a later requeue asks afresh.
   EXPECT_TRUE(stager_.HeldCheckpoints().empty());
+
+  // "c" ends: every node it ran on is asked to drain its local tier (a save its last moments
+  // left short of the root is finished there); "a" and "b" declared no checkpoint.
+  EXPECT_TRUE(stager_.PendingDrains().empty());
+  rm_->Advance(1100);
+  ASSERT_TRUE(ctl->Cycle(1100, &r).ok()) << EventLog();
+  ASSERT_EQ(PhaseOf("c"), JobPhase::kDone);
+  ASSERT_EQ(PhaseOf("b"), JobPhase::kDone);
+  EXPECT_EQ(stager_.PendingDrains(), std::vector<std::string>{"nv-0-n1"});
+  stager_.Poll(1100);
+  EXPECT_EQ(agents_.drains, std::vector<std::string>{"nv-0-n1"});
+  EXPECT_TRUE(stager_.PendingDrains().empty());
 }
 
 // --- Preemption ---

@@ -61,7 +61,13 @@ class FakeAgents final : public StagingAgents {
     return it->second;
   }
 
+  Status Drain(const std::string& node) override {
+    drains.push_back(node);
+    return down.count(node) > 0 ? Unavailable("connection refused") : Status::Ok();
+  }
+
   std::map<std::pair<std::string, std::string>, StageProgress> state;
+  std::vector<std::string> drains;  // nodes asked to drain, in order
   // (node, checkpoint URL) -> what its local tier holds of the newest checkpoint.
   std::map<std::pair<std::string, std::string>, ckpt::TierCopy> copies;
   std::map<std::pair<std::string, std::string>, int> checkpoint_asks;

@@ -53,6 +53,10 @@ class HttpAgents final : public StagingAgents {
     GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
     return LocateCheckpoint(url, token_, checkpoint);
   }
+  Status Drain(const std::string& node) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    return RequestDrain(url, token_).status();
+  }
 
  private:
   Result<std::string> UrlOf(const std::string& node) const {
@@ -161,9 +165,13 @@ void Stager::Poll(Time now) {
   std::vector<Call> calls;
   std::vector<Key> checkpoint_calls;
   std::vector<std::tuple<std::string, std::string, std::string>> releases;
+  std::vector<std::string> drains;
   {
     MutexLock lock(mu_);
     releases.swap(releases_);
+    for (const auto& [node, d] : drains_) {
+      if (now >= d.retry_at) drains.push_back(node);
+    }
     for (const auto& [job, t] : wanted_) {
       for (const std::string& node : t.checkpoint_nodes) {
         Key key{node, t.checkpoint};
@@ -227,6 +235,28 @@ void Stager::Poll(Time now) {
     // Best effort: an agent that misses it drops the pin when its lease ends.
     (void)agents_->Release(node, dataset, job);
   }
+  for (const std::string& node : drains) {
+    Status s = agents_->Drain(node);
+    MutexLock lock(mu_);
+    DrainEntry& d = drains_[node];
+    std::string outcome = "accepted";
+    if (s.ok() || ++d.attempts >= kDrainAttempts || s.code() == StatusCode::kNotFound) {
+      // No agent known for the node is not going to change; a refusal is not retried forever.
+      if (!s.ok()) outcome = "given_up";
+      drains_.erase(node);
+    } else {
+      outcome = "retry";
+      d.retry_at = now + options_.retry_after_s;
+    }
+    if (options_.metrics != nullptr) {
+      options_.metrics
+          ->GetCounter("gantry_staging_drain_requests_total",
+                       "Requests to nodes' agents to drain checkpoints after a job ended, by "
+                       "outcome (accepted; retry: not reached, asked again; given_up).",
+                       {{"outcome", outcome}})
+          .Increment();
+    }
+  }
   for (const Key& key : checkpoint_calls) {
     Result<ckpt::TierCopy> r = agents_->Checkpoint(key.first, key.second);
     CheckpointEntry e;
@@ -253,6 +283,20 @@ void Stager::Poll(Time now) {
   }
   MutexLock lock(mu_);
   UpdateMetrics();
+}
+
+void Stager::DrainAfterEnd(const std::vector<std::string>& nodes) {
+  MutexLock lock(mu_);
+  for (const std::string& node : nodes) drains_[node] = DrainEntry{};
+  ++generation_;  // asked at once, not at the next poll interval
+  wake_.NotifyAll();
+}
+
+std::vector<std::string> Stager::PendingDrains() const {
+  MutexLock lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [node, d] : drains_) out.push_back(node);
+  return out;
 }
 
 void Stager::UpdateMetrics() {

@@ -101,6 +101,38 @@ TEST(Stager, AnAgentThatForgotIsAskedAgain) {
   EXPECT_EQ(stager.Progress("n1", "s3://b/a").state, "staging");
 }
 
+// Drains after a job ended: each node asked once when its agent answers; one that does not is
+// asked again after retry_after_s, and given up after kDrainAttempts; a node without a known
+// agent is not retried.
+TEST(Stager, AsksEachNodeToDrainUntilItsAgentAccepts) {
+  FakeAgents agents;
+  MetricsRegistry metrics;
+  Stager stager(&agents, {.retry_after_s = 30, .metrics = &metrics});
+  agents.down.insert("n2");
+  stager.DrainAfterEnd({"n1", "n2"});
+  stager.Poll(0);
+  EXPECT_EQ(agents.drains, (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(stager.PendingDrains(), std::vector<std::string>{"n2"});
+  stager.Poll(29);
+  EXPECT_EQ(agents.drains.size(), 2u);  // not before the retry time
+  for (int i = 1; i < Stager::kDrainAttempts; ++i) stager.Poll(30 * i);
+  EXPECT_EQ(agents.drains.size(), 1u + Stager::kDrainAttempts);
+  EXPECT_TRUE(stager.PendingDrains().empty());  // given up
+  const std::string text = metrics.PrometheusText();
+  EXPECT_NE(text.find("gantry_staging_drain_requests_total{outcome=\"accepted\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gantry_staging_drain_requests_total{outcome=\"retry\"} 9"),
+            std::string::npos);
+  EXPECT_NE(text.find("gantry_staging_drain_requests_total{outcome=\"given_up\"} 1"),
+            std::string::npos);
+  // n2 answers again: a later job's end asks it afresh.
+  agents.down.clear();
+  stager.DrainAfterEnd({"n2"});
+  stager.Poll(1000);
+  EXPECT_TRUE(stager.PendingDrains().empty());
+}
+
 // A waiting job's checkpoint: each node it ran on is asked once; an agent that does not answer
 // is asked again after retry_after_s, one without the checkpoint is not; a node holding none of
 // it is not reported; once the job is no longer wanted the answers go.

@@ -12,9 +12,9 @@
 // no-op (the manifest is created once), so drains on several nodes, and a drain racing a live
 // engine, agree.
 //
-// A record is removed once its part is in the durable root, or when it can never be finished
-// (a newer checkpoint of its job is committed, a manifest of its step exists, or one of its
-// chunks is in neither place); a transient failure (the durable root unreachable) leaves it
+// A record is removed once its part is in the durable root, or when it should not or cannot be
+// finished (its step is committed, a later step of its job was saved -- the job went on, this
+// run or a relaunch -- or one of its chunks is in neither place); a transient failure (the durable root unreachable) leaves it
 // for the next drain. Records are drained oldest step first, so a save whose chunks an earlier
 // save of the same process was still writing finds them.
 //

@@ -71,6 +71,10 @@ class StagingAgents {
   // node); Unavailable when the agent cannot be reached.
   virtual Result<ckpt::TierCopy> Checkpoint(const std::string& node,
                                             const std::string& checkpoint) = 0;
+  // Asks `node`'s agent to drain its local tier: to finish the saves whose process ended before
+  // they were durable (POST /v1/drain; ckpt/drain.h). Returns once the agent has accepted;
+  // Unavailable when it cannot be reached, NotFound when no agent is known for the node.
+  virtual Status Drain(const std::string& node) = 0;
 };
 
 // The agents over HTTP (include/gantry/agent/stage_client.h): node NAME's agent is at
@@ -152,6 +156,15 @@ class Stager {
   // Every wanted (node, checkpoint) whose agent said it holds some of the newest checkpoint.
   std::vector<HeldCheckpoint> HeldCheckpoints() const;
 
+  // A job that declared a checkpoint location ended: each node it ran on is asked to drain its
+  // local tier at the next Poll (so a save the job's last moments left short of the durable
+  // root is finished and committed there), again after retry_after_s while its agent cannot
+  // be reached, at most kDrainAttempts times.
+  void DrainAfterEnd(const std::vector<std::string>& nodes);
+  static constexpr int kDrainAttempts = 10;
+  // Nodes still to be asked to drain (tests, the API).
+  std::vector<std::string> PendingDrains() const;
+
  private:
   struct Entry {
     StageProgress progress;
@@ -180,6 +193,12 @@ class Stager {
     Time retry_at = 0;
   };
   std::map<Key, CheckpointEntry> checkpoints_ GUARDED_BY(mu_);
+  // Nodes to ask to drain: attempts so far, and not before when.
+  struct DrainEntry {
+    int attempts = 0;
+    Time retry_at = 0;
+  };
+  std::map<std::string, DrainEntry> drains_ GUARDED_BY(mu_);
   std::vector<std::string> job_series_ GUARDED_BY(mu_);  // jobs with per-job series
   int64_t generation_ GUARDED_BY(mu_) = 0;  // bumped by Want, so the thread polls at once
   bool stop_ GUARDED_BY(mu_) = false;
