@@ -1,7 +1,10 @@
 """End to end on the live Slurm cluster (scripts/slurm): a job whose batch script declares a
 dataset (#GANTRY --dataset=URL) waits behind others; meanwhile gantryd asks the gantry-agent of
 the node the reservation plan expects it on to stage the dataset into that node's shard cache,
-and the job starts with every shard already there -- it reads nothing from the source.
+and the job starts with every shard already there -- it reads nothing from the source. And a job
+that declares its checkpoint (#GANTRY --checkpoint=URL) and is killed right after its last save
+reached the node-local tier: when it ends, gantryd has that node's agent drain the save to the
+root and commit it.
 
 Needs SLURM_CONF and GANTRY_SLURM_DIR of a running cluster (scripts/test provides one; skipped
 otherwise, failed when GANTRY_SLURM_REQUIRED is set)."""
@@ -156,6 +159,71 @@ class SlurmStagingTest(SlurmTestCase):
         self.assertGreater(stats["bytes_cache"], 0, stats)
         sacct = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "--format=State"])
         self.assertIn("COMPLETED", sacct)
+
+    def test_a_save_cut_off_by_the_jobs_end_is_drained_and_committed(self):
+        root = self.path("ckpt-root")
+        os.makedirs(root)
+        url = f"file://{root}/ckpt/run-7"
+        with open(self.path("agent-token"), "w") as f:
+            f.write("agent-secret\n")
+        agents = self.spawn_agents(self.path("agent-token"),
+                                   lambda node: ["--stage-allow", f"file://{root}"])
+        with open(self.path("op-token"), "w") as f:
+            f.write("op-secret\n")
+        self.gantryd_port = self.spawn_gantryd(
+            ["--operator-token-file", self.path("op-token"),
+             "--agent-token-file", self.path("agent-token")] +
+            [arg for node, u in agents.items() for arg in ("--agent", f"{node}={u}")])
+
+        # Step 1 is committed normally; step 2 (256 MiB) is killed -9 as soon as it is in the
+        # node's local tier, long before its 64 chunks can have reached the root.
+        saver = self.path("saver.py")
+        with open(saver, "w") as f:
+            f.write("import os, signal, numpy as np\n"
+                    "from gantry import checkpoint\n"
+                    "c = checkpoint.Checkpointer()\n"
+                    "c.save({'w': np.zeros(16, np.float32)}, step=1).wait()\n"
+                    "state = {'w': np.arange(64 << 20, dtype=np.float32)}\n"
+                    "c.save(state, step=2, durability='local').wait()\n"
+                    "print('node', os.environ['SLURMD_NODENAME'], flush=True)\n"
+                    "os.kill(os.getpid(), signal.SIGKILL)\n")
+        script = self.path("job.sbatch")
+        with open(script, "w") as f:
+            f.write("#!/bin/bash\n"
+                    f"#GANTRY --checkpoint={url}\n"
+                    f"export GANTRY_CKPT_ROOT=file://{root} GANTRY_CKPT_JOB=run-7\n"
+                    f"export GANTRY_CKPT_LOCAL={self.path('local')}/$SLURMD_NODENAME\n"
+                    f"exec {sys.executable} {saver}\n")
+        out = self.path("job.out")
+        job = self.sbatch(["-A", "chemistry", "-N", "1", "--gres=gpu:h100:1", "-t", "5",
+                           "-o", out], script)
+        eventually("the job ended", lambda: job_state(job)[0] == "", PATIENCE)
+        with open(out) as f:
+            text = f.read()
+        ran_on = re.search(r"^node (\S+)$", text, re.M)
+        self.assertIsNotNone(ran_on, text + self.logs())
+        node = ran_on.group(1)
+
+        gantry = os.path.join(BUILD_DIR, "apps/gantry/gantry")
+
+        def committed():
+            ls = json.loads(run([gantry, "ckpt", "--root", root, "--job", "run-7", "ls",
+                                 "--json"]))
+            return [s["step"] for s in ls if s["committed"]]
+        try:
+            eventually("step 2 committed", lambda: committed() == [1, 2], PATIENCE)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; committed: {committed()}\n{self.logs()}") from None
+        # The node's agent committed it (the killed process did not): its drain wrote the part.
+        req = urllib.request.Request(f"{agents[node]}/metrics",
+                                     headers={"Authorization": "Bearer agent-secret"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            metrics = r.read().decode()
+        self.assertIn("gantry_agent_drain_commits_total 1", metrics)
+        self.assertIn("gantry_agent_drain_parts_total 1", metrics)
+        left = [f for _, _, files in os.walk(self.path("local", node, "drain")) for f in files]
+        self.assertEqual(left, [])  # the record went with the drain
+        run([gantry, "ckpt", "--root", root, "--job", "run-7", "verify", "2"])
 
 
 if __name__ == "__main__":
