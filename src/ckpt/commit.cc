@@ -125,7 +125,7 @@ Status CheckpointEngine::Impl::Commit(const std::shared_ptr<SaveJob>& job) {
   if (had_record) {
     // The part is durable: nothing is left for a drain to do (best effort; a drain that finds
     // the record anyway rewrites the same part).
-    (void)local_store->Delete(DrainRecordKey(o.durable_url, o.job, step, o.rank));
+    (void)local_store->Delete(DrainRecordKey(durable().url(), o.job, step, o.rank));
   }
   {
     MutexLock lock(job->handle->mu_);

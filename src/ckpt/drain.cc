@@ -201,9 +201,14 @@ Result<DrainRecord> DrainRecord::FromJson(std::string_view json, std::string_vie
   r.durable_codec = *codec;
   if (!j.contains("part") || !j["part"].is_string()) return InvalidArgument(where + "no part");
   GANTRY_ASSIGN_OR_RETURN(r.part, CheckpointManifest::FromJson(j["part"].get<std::string>(), what));
-  if (r.part.kind != CheckpointManifest::Kind::kPart || r.part.ranks.size() != 1) {
+  if (r.part.kind != CheckpointManifest::Kind::kPart || r.part.ranks.size() != 1 ||
+      r.part.ranks.front().rank < 0 || r.part.ranks.front().rank >= r.part.world_size ||
+      r.part.step < 0) {
     return InvalidArgument(where + "its part is not one rank's part");
   }
+  // The job names keys in the root: one key segment, as every writer's.
+  Status job = ValidateJobName(r.part.job);
+  if (!job.ok()) return job.WithContext(where);
   return r;
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "common/test_support.h"
@@ -13,6 +14,8 @@
 
 namespace gantry::ckpt {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::vector<float> Values(size_t n, float seed) {
   std::vector<float> v(n);
@@ -78,9 +81,10 @@ std::unique_ptr<CheckpointEngine> MustOpen(EngineOptions o) {
 
 // One save of `n` floats at `step` whose chunks never reach the root (its writes still fail
 // after); its engine is gone when this returns.
+// The values are Values(n, step).
 void SaveCutOff(const test_support::TempDir& dir, Root& root, size_t n, int64_t step) {
   root.FailChunkWrites();
-  std::vector<float> a = Values(n, 1);
+  std::vector<float> a = Values(n, static_cast<float>(step));
   auto e = MustOpen(Options(dir, root));
   auto h = e->Save(std::vector<SaveTensor>{Tensor("a", a, static_cast<int64_t>(n))}, At(step));
   ASSERT_TRUE(h.ok());
@@ -127,7 +131,15 @@ TEST(DrainTest, ASaveCutOffAfterLocalIsFinishedAndCommittedByADrain) {
     EXPECT_FALSE((*h)->Wait().ok());
   }
   root.faulty->SetPlan(FaultPlan{});
-  EXPECT_EQ(Records(*OpenDir(dir.sub("local"))), 1u);
+  ASSERT_EQ(Records(*OpenDir(dir.sub("local"))), 1u);
+  {
+    // The root as an absolute URL, whatever the engine was given: a drain runs elsewhere.
+    auto local = OpenDir(dir.sub("local"));
+    auto rec =
+        DrainRecord::FromJson(*local->Get(local->ListAll(kDrainRecordPrefix)->at(0).key), "record");
+    ASSERT_TRUE(rec.ok()) << rec.status().message();
+    EXPECT_EQ(rec->durable_url, "file://" + fs::canonical(dir.sub("durable")).string());
+  }
   CheckpointCatalog before(*root.faulty);
   EXPECT_EQ(*before.Latest("test"), 1);
 
@@ -252,7 +264,8 @@ TEST(DrainTest, ARecordANewerCheckpointSupersedesIsDiscardedUnwritten) {
   EXPECT_EQ(r->discarded, 1);
   EXPECT_EQ(r->parts_written, 0);
   ASSERT_EQ(r->errors.size(), 1u);
-  EXPECT_NE(r->errors[0].find("a later save of its job (step 2)"), std::string::npos) << r->errors[0];
+  EXPECT_NE(r->errors[0].find("a later save of its job (step 2)"), std::string::npos)
+      << r->errors[0];
   EXPECT_EQ(root.faulty->Head(PartKey("test", 1, 0)).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Records(*OpenDir(dir.sub("local"))), 0u);
 }
@@ -330,12 +343,19 @@ TEST(DrainTest, ADamagedOrMisplacedRecordIsDiscarded) {
   ASSERT_EQ(records->size(), 1u);
   const std::string text = *local->Get(records->front().key);
   ASSERT_TRUE(local->Delete(records->front().key).ok());
-  ASSERT_TRUE(local->Put(DrainRecordKey(dir.sub("durable"), "other", 1, 0), text).ok());
-  ASSERT_TRUE(local->Put(DrainRecordKey(dir.sub("durable"), "test", 2, 0), "{\"kind\":").ok());
+  ASSERT_TRUE(local->Put(DrainRecordKey("file://" + dir.sub("durable"), "other", 1, 0), text).ok());
+  ASSERT_TRUE(
+      local->Put(DrainRecordKey("file://" + dir.sub("durable"), "test", 2, 0), "{\"kind\":").ok());
+  // At its own key, but naming a job that is not one key segment (it would write elsewhere).
+  auto planted = DrainRecord::FromJson(text, "planted");
+  ASSERT_TRUE(planted.ok()) << planted.status().message();
+  planted->part.job = "a/b";
+  ASSERT_TRUE(
+      local->Put(DrainRecordKey(planted->durable_url, "a/b", 1, 0), planted->ToJson()).ok());
   auto r = Drain(dir);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->records, 2);
-  EXPECT_EQ(r->discarded, 2);
+  EXPECT_EQ(r->records, 3);
+  EXPECT_EQ(r->discarded, 3);
   EXPECT_EQ(r->parts_written, 0);
   EXPECT_EQ(Records(*local), 0u);
   auto listed = root.faulty->ListAll("ckpt/");
@@ -343,6 +363,35 @@ TEST(DrainTest, ADamagedOrMisplacedRecordIsDiscarded) {
   for (const ObjectInfo& info : *listed) {
     EXPECT_EQ(info.key.find("rank-"), std::string::npos) << info.key;
   }
+}
+
+// Two drains of one tier at once (gantry-agent and an epilog's `gantry ckpt drain`): both
+// succeed, the checkpoint is committed once and restores.
+TEST(DrainTest, TwoDrainsAtOnceAgree) {
+  test_support::TempDir dir("gantry-drain-test");
+  Root root(dir.sub("durable"));
+  for (int64_t step : {1, 2, 3}) {
+    SaveCutOff(dir, root, 200000, step);
+    root.faulty->SetPlan(FaultPlan{});
+    // Drained before the next save, which would otherwise supersede it.
+    std::vector<Result<DrainReport>> reports(2, Result<DrainReport>(Internal("not run")));
+    std::vector<std::thread> drains;
+    for (int i = 0; i < 2; ++i) drains.emplace_back([&, i] { reports[i] = Drain(dir); });
+    for (auto& t : drains) t.join();
+    for (const auto& r : reports) {
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r->failed, 0) << r->errors.front();
+    }
+    auto e = MustOpen(Options(dir, root));
+    EXPECT_EQ(*e->LatestStep(), step);
+    auto m = e->ReadManifest(step);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<float> back(200000);
+    RestoreTarget t{"a", DType::kFloat32, {200000}, 0, -1, back.data()};
+    ASSERT_TRUE(e->Restore(*m, std::vector<RestoreTarget>{t}).ok());
+    EXPECT_EQ(back, Values(200000, static_cast<float>(step)));
+  }
+  EXPECT_EQ(Records(*OpenDir(dir.sub("local"))), 0u);
 }
 
 TEST(DrainTest, RecordRoundTripsAndRejectsWhatItCannotRead) {

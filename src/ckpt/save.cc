@@ -40,7 +40,9 @@ void CheckpointEngine::Impl::PieceLocal(const std::shared_ptr<SaveJob>& job) {
 void CheckpointEngine::Impl::WriteDrainRecord(const std::shared_ptr<SaveJob>& job) {
   FinalizePart(*job);
   DrainRecord record;
-  record.durable_url = opt().durable_url;
+  // The opened root's own URL: absolute (a relative path would name another directory in the
+  // drain's working directory), and the same in the key the commit removes.
+  record.durable_url = durable().url();
   record.durable_codec = opt().durable_codec;
   record.part = job->part;
   const std::string key = DrainRecordKey(record.durable_url, opt().job, job->part.step, opt().rank);
