@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -480,6 +481,7 @@ struct AgentServer::Impl {
   DrainStatus drain GUARDED_BY(drain_mu);
   bool drain_wanted GUARDED_BY(drain_mu) = false;
   bool drain_stop GUARDED_BY(drain_mu) = false;
+  std::atomic<bool> drain_cancel{false};  // Stop: end a drain after its current record
   std::thread drainer;
 
   Mutex mu;
@@ -985,6 +987,7 @@ struct AgentServer::Impl {
         return agent_internal::CheckStageUrl(url, options.stage_allow, "checkpoint");
       };
       o.clock = options.clock;
+      o.cancel = &drain_cancel;
       Result<ckpt::DrainReport> r = ckpt::DrainLocalTier(tier, o);
       if (r.ok()) {
         metrics->GetCounter(kDrainParts, kDrainPartsHelp).Increment(r->parts_written);
@@ -1214,9 +1217,10 @@ void AgentServer::Stop() {
   {
     MutexLock lock(impl_->drain_mu);
     impl_->drain_stop = true;
+    impl_->drain_cancel = true;
     impl_->drain_cv.NotifyAll();
   }
-  if (impl_->drainer.joinable()) impl_->drainer.join();  // after a drain in progress
+  if (impl_->drainer.joinable()) impl_->drainer.join();  // after the record being drained
 }
 
 }  // namespace gantry

@@ -268,6 +268,7 @@ Result<DrainReport> DrainLocalTier(std::shared_ptr<ObjectStore> local,
   });
   std::map<std::pair<std::string, Codec>, Opened> roots;
   for (Item& item : items) {
+    if (options.cancel != nullptr && options.cancel->load()) break;  // the rest stay
     const DrainRecord& rec = item.record;
     auto [it, fresh] = roots.try_emplace({rec.durable_url, rec.durable_codec});
     Opened& root = it->second;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -322,6 +323,14 @@ TEST(DrainTest, FailuresAndRefusalsLeaveTheRecord) {
   auto skipped = DrainLocalTier(local, young);
   ASSERT_TRUE(skipped.ok());
   EXPECT_EQ(skipped->skipped, 1);
+  EXPECT_EQ(Records(*local), 1u);
+
+  std::atomic<bool> stop{true};  // cancelled before the first record: nothing is touched
+  DrainOptions cancelled = o;
+  cancelled.cancel = &stop;
+  auto stopped = DrainLocalTier(local, cancelled);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->parts_written, 0);
   EXPECT_EQ(Records(*local), 1u);
 
   auto done = DrainLocalTier(local, o);

@@ -842,8 +842,15 @@ class Controller::Impl {
         if (report != nullptr) ++report->finished;
         if (auto ran = ran_on_.find(r.id); ran != ran_on_.end()) {
           // A save its last moments left short of the durable root is finished on its nodes.
-          if (stager_ != nullptr) {
-            stager_->DrainAfterEnd({ran->second.nodes.begin(), ran->second.nodes.end()});
+          if (stager_ != nullptr && !ran->second.nodes.empty()) {
+            const std::vector<std::string> nodes(ran->second.nodes.begin(),
+                                                 ran->second.nodes.end());
+            stager_->DrainAfterEnd(nodes);
+            std::string list;
+            for (const std::string& n : nodes) list += (list.empty() ? "" : ",") + n;
+            GANTRY_RETURN_IF_ERROR(store_->LogEvent(
+                now, r.id, "checkpoint-drain",
+                "asked the agents of " + list + " to finish saves left in their local tier"));
           }
           ran_on_.erase(ran);
         }

@@ -1062,6 +1062,7 @@ TEST_F(ControllerStagingTest, ARequeuedJobPrefersTheNodeHoldingItsCheckpoint) {
   ASSERT_EQ(PhaseOf("c"), JobPhase::kDone);
   ASSERT_EQ(PhaseOf("b"), JobPhase::kDone);
   EXPECT_EQ(stager_.PendingDrains(), std::vector<std::string>{"nv-0-n1"});
+  EXPECT_NE(EventLog().find("checkpoint-drain"), std::string::npos) << EventLog();
   stager_.Poll(1100);
   EXPECT_EQ(agents_.drains, std::vector<std::string>{"nv-0-n1"});
   EXPECT_TRUE(stager_.PendingDrains().empty());

@@ -177,7 +177,8 @@ class AgentServer {
   MetricsRegistry& metrics();
 
   // Stops accepting, lets requests in flight finish (bounded by the I/O timeouts), cancels
-  // stagings in flight (each stops after the shard it is fetching) and joins the threads.
+  // stagings in flight (each stops after the shard it is fetching) and a drain (after the
+  // record it is draining; the rest stay for the next) and joins the threads.
   // Idempotent.
   void Stop();
 

@@ -14,14 +14,15 @@
 //
 // A record is removed once its part is in the durable root, or when it should not or cannot be
 // finished (its step is committed, a later step of its job was saved -- the job went on, this
-// run or a relaunch -- or one of its chunks is in neither place); a transient failure (the durable root unreachable) leaves it
-// for the next drain. Records are drained oldest step first, so a save whose chunks an earlier
-// save of the same process was still writing finds them.
+// run or a relaunch -- or one of its chunks is in neither place); a transient failure (the durable
+// root unreachable) leaves it for the next drain. Records are drained oldest step first, so a save
+// whose chunks an earlier save of the same process was still writing finds them.
 //
 //   DrainOptions o;
 //   GANTRY_ASSIGN_OR_RETURN(DrainReport r, DrainLocalTier(local_tier_store, o));
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,9 @@ struct DrainOptions {
   // chunks twice. 0: drain every record (after the job ended: nothing else is saving).
   int64_t min_age_seconds = 0;
   Clock* clock = nullptr;  // record ages and commit times; default: the real clock
+  // Set (from another thread) to stop after the record being drained; the rest stay for the
+  // next drain. Null: never.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct DrainReport {
