@@ -1058,6 +1058,12 @@ Result<GcReport> ChunkStore::CollectGarbage() {
     if (provider == nullptr) continue;  // unregistered meanwhile
     Status s = provider->MarkLiveAndWarn(
         ms, [&](const ChunkId& id) { live.insert(id); }, &report.warnings);
+    // The other tiers may hold roots of their own (a checkpoint save not yet durable keeps its
+    // record in the node-local tier): their chunks are live too.
+    for (size_t i = 0; i < tiers_.size() && s.ok(); ++i) {
+      if (static_cast<int>(i) == ManifestTier()) continue;
+      s = provider->MarkLive(*tiers_[i]->store, [&](const ChunkId& id) { live.insert(id); });
+    }
     if (!s.ok()) return s.WithContext("gc: roots of kind '" + kind + "' (nothing deleted)");
     report.kinds.push_back(kind);
   }

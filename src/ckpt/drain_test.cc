@@ -271,6 +271,25 @@ TEST(DrainTest, ARecordANewerCheckpointSupersedesIsDiscardedUnwritten) {
   EXPECT_EQ(Records(*OpenDir(dir.sub("local"))), 0u);
 }
 
+// A chunk GC, with the local tier, keeps the chunks of a save not yet durable however old:
+// its record in the local tier is a root.
+TEST(DrainTest, GcKeepsTheLocalChunksOfASaveNotYetDurable) {
+  test_support::TempDir dir("gantry-drain-test");
+  Root root(dir.sub("durable"));
+  SaveCutOff(dir, root, 100000, 1);
+  root.faulty->SetPlan(FaultPlan{});
+  EngineOptions o = Options(dir, root);
+  o.gc_grace_seconds = 0;  // no grace: only the mark keeps a chunk
+  auto e = MustOpen(o);
+  auto gc = e->CollectGarbage(Retention{});
+  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  e.reset();
+  auto r = Drain(dir);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->discarded, 0) << r->errors.front();
+  EXPECT_EQ(r->committed, std::vector<std::string>{"test@1"});
+}
+
 // A chunk gone from the node that never reached the root: nothing can finish the save; the
 // record goes, naming the chunk.
 TEST(DrainTest, ARecordWhoseChunkIsNowhereIsDiscardedNamingIt) {

@@ -8,6 +8,7 @@
 #include "ckpt/engine.h"
 #include "gantry/cache/roots.h"
 #include "gantry/ckpt/catalog.h"
+#include "gantry/ckpt/drain.h"
 
 namespace gantry::ckpt {
 
@@ -65,6 +66,20 @@ class CheckpointRoots final : public RootProvider {
         continue;
       }
       for (const ChunkId& id : m->ChunkIds()) mark(id);
+    }
+    // Saves not yet durable (drain.h): their chunks in a node-local tier are all that is left
+    // of them until a drain copies them. A record that does not read is no root (a drain
+    // discards it), so it is skipped, not an error.
+    GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> records, store.ListAll(kDrainRecordPrefix));
+    for (const ObjectInfo& obj : records) {
+      Result<std::string> text = store.Get(obj.key);
+      if (!text.ok()) {
+        if (text.status().code() == StatusCode::kNotFound) continue;  // drained meanwhile
+        return text.status();
+      }
+      Result<DrainRecord> r = DrainRecord::FromJson(*text, obj.key);
+      if (!r.ok()) continue;
+      for (const ChunkId& id : r->part.ChunkIds()) mark(id);
     }
     return Status::Ok();
   }

@@ -28,9 +28,11 @@ namespace gantry {
 class RootProvider {
  public:
   virtual ~RootProvider() = default;
-  // Passes every chunk id this kind's roots in `store` (the namespace's manifest tier)
-  // reference to `mark`. Any error stops the GC with nothing deleted, so a root that cannot be
-  // read must be an error here, never skipped silently.
+  // Passes every chunk id this kind's roots in `store` reference to `mark`. GC asks it of the
+  // namespace's manifest tier, and of every other tier (a kind may keep roots there too: a
+  // checkpoint save not yet durable keeps its record in the node-local tier). Any error stops
+  // the GC with nothing deleted, so a root that cannot be read must be an error here, never
+  // skipped silently.
   virtual Status MarkLive(ObjectStore& store, const std::function<void(const ChunkId&)>& mark) = 0;
   // What GC calls: MarkLive, where a kind that deliberately skips damaged roots (checkpoints do,
   // so that one bad manifest does not stop every GC) adds one line per skipped root to
