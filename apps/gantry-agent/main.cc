@@ -106,9 +106,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
   app.add_option("--stage-allow", options.stage_allow,
-                 "A URL prefix staged datasets must start with (repeatable; e.g. s3://datasets/, "
-                 "file:///lustre/data/); others are refused with 403. Set it on any cluster with "
-                 "more than one user: the agent reads as its own user");
+                 "A URL prefix staged datasets, checkpoint locations asked about and the roots "
+                 "of checkpoint drains must start with (repeatable; e.g. s3://datasets/, "
+                 "file:///lustre/ckpt/); others are refused with 403 (a drain skips them). Set "
+                 "it on any cluster with more than one user: the agent reads and writes as its "
+                 "own user");
   app.set_version_flag("--version", "gantry-agent 0.1.0");
   app.footer(
       "Example:\n  GANTRY_AGENT_TOKEN=$(cat /etc/gantry/agent-token) \\\n"
@@ -179,9 +181,12 @@ int main(int argc, char** argv) {
     std::cout << "; staging datasets into " << options.data_cache_dir;
   }
   std::cout << std::endl;
-  if (!options.data_cache_dir.empty() && options.stage_allow.empty()) {
+  if (options.stage_allow.empty()) {
     std::cerr << "gantry-agent: warning: no --stage-allow: any holder of the agent token may have "
-                 "this agent read any URL it can into the node's shared cache\n";
+                 "this agent read any URL it can"
+              << (options.data_cache_dir.empty() ? "" : " into the node's shared cache")
+              << ", and a checkpoint drain writes to whatever root a record on this node "
+                 "names\n";
   }
 
   int sig = 0;
