@@ -162,7 +162,7 @@ class Stager {
   // be reached, at most kDrainAttempts times.
   void DrainAfterEnd(const std::vector<std::string>& nodes);
   static constexpr int kDrainAttempts = 10;
-  // Nodes still to be asked to drain (tests, the API).
+  // Nodes still to be asked to drain (for tests).
   std::vector<std::string> PendingDrains() const;
 
  private:
