@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -63,11 +64,13 @@ class FakeAgents final : public StagingAgents {
 
   Status Drain(const std::string& node) override {
     drains.push_back(node);
+    if (during_drain) during_drain(node);
     return down.count(node) > 0 ? Unavailable("connection refused") : Status::Ok();
   }
 
   std::map<std::pair<std::string, std::string>, StageProgress> state;
-  std::vector<std::string> drains;  // nodes asked to drain, in order
+  std::vector<std::string> drains;                       // nodes asked to drain, in order
+  std::function<void(const std::string&)> during_drain;  // runs inside each Drain call
   // (node, checkpoint URL) -> what its local tier holds of the newest checkpoint.
   std::map<std::pair<std::string, std::string>, ckpt::TierCopy> copies;
   std::map<std::pair<std::string, std::string>, int> checkpoint_asks;

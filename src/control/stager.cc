@@ -165,12 +165,12 @@ void Stager::Poll(Time now) {
   std::vector<Call> calls;
   std::vector<Key> checkpoint_calls;
   std::vector<std::tuple<std::string, std::string, std::string>> releases;
-  std::vector<std::string> drains;
+  std::vector<std::pair<std::string, int64_t>> drains;  // node, the request it answers
   {
     MutexLock lock(mu_);
     releases.swap(releases_);
     for (const auto& [node, d] : drains_) {
-      if (now >= d.retry_at) drains.push_back(node);
+      if (now >= d.retry_at) drains.emplace_back(node, d.asked);
     }
     for (const auto& [job, t] : wanted_) {
       for (const std::string& node : t.checkpoint_nodes) {
@@ -235,12 +235,15 @@ void Stager::Poll(Time now) {
     // Best effort: an agent that misses it drops the pin when its lease ends.
     (void)agents_->Release(node, dataset, job);
   }
-  for (const std::string& node : drains) {
+  for (const auto& [node, asked] : drains) {
     Status s = agents_->Drain(node);
     MutexLock lock(mu_);
     DrainEntry& d = drains_[node];
     std::string outcome = "accepted";
-    if (s.ok() || ++d.attempts >= kDrainAttempts || s.code() == StatusCode::kNotFound) {
+    if (d.asked != asked) {
+      // Asked again during the call: the newer request is made at once, from its own count.
+      outcome = s.ok() ? "accepted" : "retry";
+    } else if (s.ok() || ++d.attempts >= kDrainAttempts || s.code() == StatusCode::kNotFound) {
       // No agent known for the node is not going to change; a refusal is not retried forever.
       if (!s.ok()) outcome = "given_up";
       drains_.erase(node);
@@ -287,7 +290,7 @@ void Stager::Poll(Time now) {
 
 void Stager::DrainAfterEnd(const std::vector<std::string>& nodes) {
   MutexLock lock(mu_);
-  for (const std::string& node : nodes) drains_[node] = DrainEntry{};
+  for (const std::string& node : nodes) drains_[node] = DrainEntry{.asked = ++drain_requests_};
   ++generation_;  // asked at once, not at the next poll interval
   wake_.NotifyAll();
 }

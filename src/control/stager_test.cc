@@ -133,6 +133,24 @@ TEST(Stager, AsksEachNodeToDrainUntilItsAgentAccepts) {
   EXPECT_TRUE(stager.PendingDrains().empty());
 }
 
+// A job that ends on a node while the stager's drain request for an earlier job is in flight
+// there is asked for again: the agent may have listed its records before this job wrote them.
+TEST(Stager, ADrainAskedForDuringACallToTheSameNodeIsMadeAgain) {
+  FakeAgents agents;
+  Stager stager(&agents, {});
+  bool once = false;
+  agents.during_drain = [&](const std::string& node) {
+    if (!once) stager.DrainAfterEnd({node});
+    once = true;
+  };
+  stager.DrainAfterEnd({"n1"});
+  stager.Poll(0);
+  EXPECT_EQ(stager.PendingDrains(), std::vector<std::string>{"n1"});
+  stager.Poll(1);
+  EXPECT_EQ(agents.drains, (std::vector<std::string>{"n1", "n1"}));
+  EXPECT_TRUE(stager.PendingDrains().empty());
+}
+
 // A waiting job's checkpoint: each node it ran on is asked once; an agent that does not answer
 // is asked again after retry_after_s, one without the checkpoint is not; a node holding none of
 // it is not reported; once the job is no longer wanted the answers go.

@@ -193,12 +193,16 @@ class Stager {
     Time retry_at = 0;
   };
   std::map<Key, CheckpointEntry> checkpoints_ GUARDED_BY(mu_);
-  // Nodes to ask to drain: attempts so far, and not before when.
+  // Nodes to ask to drain: attempts so far, and not before when. `asked` numbers each
+  // DrainAfterEnd, so an answer to an older request does not clear a newer one made while the
+  // call was in flight (that job's records may postdate the drain the older call started).
   struct DrainEntry {
     int attempts = 0;
     Time retry_at = 0;
+    int64_t asked = 0;
   };
   std::map<std::string, DrainEntry> drains_ GUARDED_BY(mu_);
+  int64_t drain_requests_ GUARDED_BY(mu_) = 0;
   std::vector<std::string> job_series_ GUARDED_BY(mu_);  // jobs with per-job series
   int64_t generation_ GUARDED_BY(mu_) = 0;  // bumped by Want, so the thread polls at once
   bool stop_ GUARDED_BY(mu_) = false;
