@@ -23,6 +23,7 @@
 #include <random>
 #include <thread>
 
+#include "ckpt/test_util.h"
 #include "common/test_support.h"
 #include "gantry/cache/chunk_store.h"
 #include "gantry/ckpt/drain.h"
@@ -34,13 +35,9 @@ namespace gantry::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A float tensor whose every element is a function of (seed, index).
-std::vector<float> Values(size_t n, float seed) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = seed * 1000.0f + static_cast<float>(i % 9973);
-  return v;
-}
+using test_util::MustOpen;
+using test_util::OpenDir;
+using test_util::Values;
 
 SaveTensor Tensor(const std::string& name, const std::vector<float>& v,
                   std::vector<int64_t> shape) {
@@ -82,18 +79,6 @@ EngineOptions Options(const test_support::TempDir& dir) {
   o.host_buffer_bytes = 1 << 20;  // smaller than the states below: Save pipelines
   o.job = "test";
   return o;
-}
-
-std::unique_ptr<ObjectStore> OpenDir(const std::string& path) {
-  auto s = OpenObjectStore(path, {});
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
-std::unique_ptr<CheckpointEngine> MustOpen(EngineOptions o) {
-  auto e = CheckpointEngine::Open(std::move(o));
-  EXPECT_TRUE(e.ok()) << e.status().message();
-  return e.ok() ? std::move(*e) : nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "ckpt/test_util.h"
 #include "common/test_support.h"
 #include "gantry/ckpt/catalog.h"
 #include "gantry/ckpt/checkpoint.h"
@@ -17,12 +18,9 @@ namespace gantry::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<float> Values(size_t n, float seed) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = seed * 1000.0f + static_cast<float>(i % 9973);
-  return v;
-}
+using test_util::MustOpen;
+using test_util::OpenDir;
+using test_util::Values;
 
 SaveTensor Tensor(const std::string& name, const std::vector<float>& v, int64_t rows,
                   int64_t row_offset = 0, int64_t global_rows = -1) {
@@ -39,12 +37,6 @@ SaveOptions At(int64_t step) {
   SaveOptions o;
   o.step = step;
   return o;
-}
-
-std::shared_ptr<ObjectStore> OpenDir(const std::string& path) {
-  auto s = OpenObjectStore(path, {});
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return s.ok() ? std::shared_ptr<ObjectStore>(std::move(*s)) : nullptr;
 }
 
 // A durable root whose chunk writes fail: the save reaches `local` and never `durable`, as
@@ -72,12 +64,6 @@ EngineOptions Options(const test_support::TempDir& dir, const Root& root,
   o.job = "test";
   o.run_id = "run-1";
   return o;
-}
-
-std::unique_ptr<CheckpointEngine> MustOpen(EngineOptions o) {
-  auto e = CheckpointEngine::Open(std::move(o));
-  EXPECT_TRUE(e.ok()) << e.status().message();
-  return e.ok() ? std::move(*e) : nullptr;
 }
 
 // One save of `n` floats at `step` whose chunks never reach the root (its writes still fail
@@ -318,7 +304,7 @@ TEST(DrainTest, FailuresAndRefusalsLeaveTheRecord) {
   test_support::TempDir dir("gantry-drain-test");
   Root root(dir.sub("durable"));
   SaveCutOff(dir, root, 100000, 1);
-  auto local = OpenDir(dir.sub("local"));
+  std::shared_ptr<ObjectStore> local = OpenDir(dir.sub("local"));
   DrainOptions o;
   o.open = [&](const std::string&) -> Result<std::shared_ptr<ObjectStore>> {
     return std::shared_ptr<ObjectStore>(root.faulty);
