@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
                  "The agents' bearer token (default: $GANTRY_AGENT_TOKEN)");
   app.add_option("--data-wait", data_wait,
                  "Seconds a decided job that declared data is held until its data is on its "
-                 "nodes (0: never hold; data is then staged only ahead of time)")
+                 "nodes, and a requeued one until the checkpoint saves its last run left on "
+                 "nodes are drained (0: never hold; data is then staged only ahead of time)")
       ->capture_default_str();
   app.add_option("--preempt-signal", preempt_signal,
                  "The signal a job preempted with a grace time gets (the profile's preemption "

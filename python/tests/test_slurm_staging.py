@@ -160,10 +160,11 @@ class SlurmStagingTest(SlurmTestCase):
         sacct = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "--format=State"])
         self.assertIn("COMPLETED", sacct)
 
-    def test_a_save_cut_off_by_the_jobs_end_is_drained_and_committed(self):
+    def start_checkpoint_site(self):
+        """A durable root, every node's agent allowed to drain into it, and gantryd knowing
+        the agents: (root directory, {node: agent URL})."""
         root = self.path("ckpt-root")
         os.makedirs(root)
-        url = f"file://{root}/ckpt/run-7"
         with open(self.path("agent-token"), "w") as f:
             f.write("agent-secret\n")
         agents = self.spawn_agents(self.path("agent-token"),
@@ -174,26 +175,47 @@ class SlurmStagingTest(SlurmTestCase):
             ["--operator-token-file", self.path("op-token"),
              "--agent-token-file", self.path("agent-token")] +
             [arg for node, u in agents.items() for arg in ("--agent", f"{node}={u}")])
+        return root, agents
 
-        # Step 1 is committed normally; step 2 (256 MiB) is killed -9 as soon as it is in the
-        # node's local tier, long before its 64 chunks can have reached the root.
-        saver = self.path("saver.py")
-        with open(saver, "w") as f:
-            f.write("import os, signal, numpy as np\n"
-                    "from gantry import checkpoint\n"
-                    "c = checkpoint.Checkpointer()\n"
-                    "c.save({'w': np.zeros(16, np.float32)}, step=1).wait()\n"
-                    "state = {'w': np.arange(64 << 20, dtype=np.float32)}\n"
-                    "c.save(state, step=2, durability='local').wait()\n"
-                    "print('node', os.environ['SLURMD_NODENAME'], flush=True)\n"
-                    "os.kill(os.getpid(), signal.SIGKILL)\n")
+    def checkpoint_job(self, root, name, program):
+        """A batch script declaring its checkpoint location ROOT/ckpt/NAME that runs
+        `program` with the checkpoint environment set (its node's local tier under local/)."""
         script = self.path("job.sbatch")
         with open(script, "w") as f:
             f.write("#!/bin/bash\n"
-                    f"#GANTRY --checkpoint={url}\n"
-                    f"export GANTRY_CKPT_ROOT=file://{root} GANTRY_CKPT_JOB=run-7\n"
+                    f"#GANTRY --checkpoint=file://{root}/ckpt/{name}\n"
+                    f"export GANTRY_CKPT_ROOT=file://{root} GANTRY_CKPT_JOB={name}\n"
                     f"export GANTRY_CKPT_LOCAL={self.path('local')}/$SLURMD_NODENAME\n"
-                    f"exec {sys.executable} {saver}\n")
+                    f"exec {sys.executable} {program}\n")
+        return script
+
+    def saver(self, last, restart=None):
+        """A program that commits step 1, saves step 2 (256 MiB) to its node's local tier only,
+        prints its node and runs `last`; on a requeued run (SLURM_RESTART_COUNT) it runs
+        `restart` instead and exits."""
+        path = self.path("saver.py")
+        with open(path, "w") as f:
+            f.write("import os, signal, numpy as np\n"
+                    "from gantry import checkpoint\n"
+                    "c = checkpoint.Checkpointer()\n"
+                    "node = os.environ['SLURMD_NODENAME']\n")
+            if restart is not None:
+                f.write("if int(os.environ.get('SLURM_RESTART_COUNT', '0')) > 0:\n"
+                        f"    {restart}"
+                        "    raise SystemExit(0)\n")
+            f.write("c.save({'w': np.zeros(16, np.float32)}, step=1).wait()\n"
+                    "state = {'w': np.arange(64 << 20, dtype=np.float32)}\n"
+                    "c.save(state, step=2, durability='local').wait()\n"
+                    "print('node', node, flush=True)\n" + last)
+        return path
+
+    def test_a_save_cut_off_by_the_jobs_end_is_drained_and_committed(self):
+        root, agents = self.start_checkpoint_site()
+
+        # Step 1 is committed normally; step 2 (256 MiB) is killed -9 as soon as it is in the
+        # node's local tier, long before its 64 chunks can have reached the root.
+        saver = self.saver("os.kill(os.getpid(), signal.SIGKILL)\n")
+        script = self.checkpoint_job(root, "run-7", saver)
         out = self.path("job.out")
         job = self.sbatch(["-A", "chemistry", "-N", "1", "--gres=gpu:h100:1", "-t", "5",
                            "-o", out], script)
@@ -225,6 +247,44 @@ class SlurmStagingTest(SlurmTestCase):
         self.assertEqual(left, [])  # the record went with the drain
         run([gantry, "ckpt", "--root", root, "--job", "run-7", "verify", "2"])
 
+    def test_a_save_left_by_a_requeued_run_is_drained_before_it_starts_again(self):
+        root, agents = self.start_checkpoint_site()
+
+        # The first run commits step 1, saves step 2 (256 MiB) to its node's local tier and
+        # stops itself (SIGSTOP: its drain to the root stops with it) until the requeue kills
+        # it. The second run only says which step it would restore.
+        saver = self.saver(
+            "os.kill(os.getpid(), signal.SIGSTOP)\n",
+            restart="print('restarted on', node, 'latest', c.latest_step(), flush=True)\n")
+        script = self.checkpoint_job(root, "run-8", saver)
+        out = self.path("job.out")
+        job = self.sbatch(["-A", "chemistry", "-N", "1", "--gres=gpu:h100:1", "-t", "5",
+                           "--requeue", "--open-mode=append", "-o", out], script)
+
+        def text():
+            try:
+                with open(out) as f:
+                    return f.read()
+            except FileNotFoundError:
+                return ""
+        eventually("step 2 in the local tier", lambda: re.search(r"^node \S+$", text(), re.M),
+                   PATIENCE)
+        run(["scontrol", "requeue", job])
+        eventually("the job requeued and ended", lambda: job_state(job)[0] == "", PATIENCE * 2)
+        restarted = re.search(r"^restarted on (\S+) latest (\d+)$", text(), re.M)
+        self.assertIsNotNone(restarted, text() + self.logs())
+        # It restored the save its first run left on the node, drained before it started.
+        self.assertEqual(restarted.group(2), "2", text() + self.logs())
+        def kinds():
+            with sqlite3.connect(f"file:{self.path('state.db')}?mode=ro", uri=True) as db:
+                return [k for (k,) in db.execute(
+                    "SELECT kind FROM events WHERE job = ? ORDER BY seq", (job,))]
+        eventually("gantryd saw the job end", lambda: "finish" in kinds(), PATIENCE)
+        # Asked at the requeue, waited for before the restart, and asked again at the end.
+        self.assertIn("stage-drained", kinds(), kinds())
+        self.assertEqual(kinds().count("checkpoint-drain"), 2, kinds())
+        run([os.path.join(BUILD_DIR, "apps/gantry/gantry"), "ckpt", "--root", root, "--job",
+             "run-8", "verify", "2"])
 
 if __name__ == "__main__":
     unittest.main()

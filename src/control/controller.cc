@@ -160,8 +160,10 @@ class Controller::Impl {
                              p.progress.bytes_done, p.progress.bytes_total,
                              std::move(p.progress.error)});
         }
-        if (waiting != waiting_.end()) staging_sig ^= 0x9e3779b97f4a7c15ull;
       }
+      const bool draining = waiting != waiting_.end() && stager_->DrainPending(r->id);
+      if (waiting != waiting_.end())
+        staging_sig ^= draining ? 0x7f4a7c159e3779b9ull : 0x9e3779b97f4a7c15ull;
       // The view (and its sentence) is rebuilt only when something it shows changed: the
       // record (a new one from the store), the engine's index, reason or estimate, or staging.
       if (c.view == nullptr || c.record != r || c.index != index || c.reason != reason ||
@@ -177,7 +179,7 @@ class Controller::Impl {
         if (waiting != waiting_.end()) {
           v->reason = "StagingData";
           v->data_wait_until = waiting->second.deadline;
-          v->explain = WaitingSentence(*v);
+          v->explain = WaitingSentence(*v, draining);
         }
         c.record = r;
         c.index = index;
@@ -441,10 +443,14 @@ class Controller::Impl {
     }));
     for (size_t i = 0; i < starts.size(); ++i) {
       const JobRequest& req = requests_[static_cast<size_t>(starts[i].job)];
-      if (stager_ != nullptr && wait_for_data_ > 0 && datasets_of_.count(req.id) > 0) {
+      if (stager_ != nullptr && wait_for_data_ > 0 &&
+          (datasets_of_.count(req.id) > 0 || stager_->DrainPending(req.id))) {
         waiting_[req.id] = Waiting{placements[i], now, now + wait_for_data_};
-        GANTRY_RETURN_IF_ERROR(
-            store_->LogEvent(now, req.id, "stage-wait", "held until its data is on its nodes"));
+        GANTRY_RETURN_IF_ERROR(store_->LogEvent(
+            now, req.id, "stage-wait",
+            datasets_of_.count(req.id) > 0
+                ? "held until its data is on its nodes"
+                : "held until the saves its last run left on its nodes are drained"));
         continue;
       }
       GANTRY_RETURN_IF_ERROR(StartInRm(req.id, placements[i], now, report));
@@ -629,7 +635,7 @@ class Controller::Impl {
   }
 
   // Why a decided job has not been released yet.
-  static std::string WaitingSentence(const JobView& v) {
+  static std::string WaitingSentence(const JobView& v, bool draining) {
     int64_t done = 0;
     int64_t total = 0;
     int parts_done = 0;
@@ -640,10 +646,19 @@ class Controller::Impl {
     }
     std::string nodes;
     for (const NodeGpus& slot : v.record.placement) nodes += (nodes.empty() ? "" : ",") + slot.node;
-    return "Decided to start on " + nodes + "; held until its data is staged there (" +
-           std::to_string(parts_done) + " of " + std::to_string(v.staging.size()) +
-           " datasets on nodes done, " + FormatBytes(done) + " of " + FormatBytes(total) +
-           "); released by t=" + std::to_string(v.data_wait_until) + " at the latest.";
+    std::string why;
+    if (!v.staging.empty()) {
+      why = "its data is staged there (" + std::to_string(parts_done) + " of " +
+            std::to_string(v.staging.size()) + " datasets on nodes done, " + FormatBytes(done) +
+            " of " + FormatBytes(total) + ")";
+    }
+    if (draining) {
+      why += std::string(why.empty() ? "" : " and ") +
+             "the saves its last run left on the nodes it ran on are drained";
+    }
+    if (why.empty()) why = "it is released";  // between a drain's end and the next cycle
+    return "Decided to start on " + nodes + "; held until " + why +
+           "; released by t=" + std::to_string(v.data_wait_until) + " at the latest.";
   }
 
   // Releases a decided job in the resource manager.
@@ -704,15 +719,23 @@ class Controller::Impl {
       const Waiting w = it->second;
       std::string outcome;
       std::string detail;
-      if (stager_->Ready(id)) {
-        outcome = "staged";
-        detail = "its data is on its nodes";
-      } else if (std::string failure = stager_->Failure(id); !failure.empty()) {
+      // A save its last run left on a node is finished first: it may be newer than anything
+      // the job could restore, and a start before it commits would race it for the step.
+      const bool draining = stager_->DrainPending(id);
+      const bool data = datasets_of_.count(id) > 0;
+      std::string failure = data && !draining ? stager_->Failure(id) : "";
+      if (!draining && (!data || stager_->Ready(id))) {
+        outcome = data ? "staged" : "drained";
+        detail = data ? "its data is on its nodes"
+                      : "the saves its last run left on its nodes were drained";
+      } else if (!failure.empty()) {
         outcome = "failed";
         detail = "staging failed, it reads from the source: " + failure;
       } else if (now >= w.deadline) {
         outcome = "timeout";
-        detail = "its data was not staged within " + FormatDuration(wait_for_data_);
+        detail = draining ? "the drains of the nodes it ran on did not end within "
+                          : "its data was not staged within ";
+        detail += FormatDuration(wait_for_data_);
       } else {
         ++report->waiting_for_data;
         ++it;
@@ -723,8 +746,9 @@ class Controller::Impl {
       if (metrics_ != nullptr) {
         metrics_
             ->GetCounter("gantry_data_starts_total",
-                         "Jobs with declared data released after waiting for it, by outcome "
-                         "(staged, failed, timeout).",
+                         "Jobs with declared data, or requeued with checkpoint saves left on "
+                         "nodes, released after waiting for them, by outcome (staged, drained, "
+                         "failed, timeout).",
                          {{"outcome", outcome}})
             .Increment();
         metrics_
@@ -840,20 +864,9 @@ class Controller::Impl {
             o == nullptr ? "lost: the resource manager no longer knows it" : o->end_state;
         GANTRY_RETURN_IF_ERROR(store_->Finish(r.id, now, why.empty() ? "ended" : why));
         if (report != nullptr) ++report->finished;
-        if (auto ran = ran_on_.find(r.id); ran != ran_on_.end()) {
-          // A save its last moments left short of the durable root is finished on its nodes.
-          if (stager_ != nullptr && !ran->second.nodes.empty()) {
-            const std::vector<std::string> nodes(ran->second.nodes.begin(),
-                                                 ran->second.nodes.end());
-            stager_->DrainAfterEnd(nodes);
-            std::string list;
-            for (const std::string& n : nodes) list += (list.empty() ? "" : ",") + n;
-            GANTRY_RETURN_IF_ERROR(store_->LogEvent(
-                now, r.id, "checkpoint-drain",
-                "asked the agents of " + list + " to finish saves left in their local tier"));
-          }
-          ran_on_.erase(ran);
-        }
+        // A save its last moments left short of the durable root is finished on its nodes.
+        GANTRY_RETURN_IF_ERROR(AskToDrain(r.id, now, /*restart=*/false));
+        ran_on_.erase(r.id);
         return EndInEngine(r.id, now, why == "cancelled");
       }
     }
@@ -943,7 +956,27 @@ class Controller::Impl {
   Status Resubmit(const std::string& id, Time now) {
     GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
     GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
+    // Its last run may have left a save on a node (the process was stopped, or saved at a
+    // preemption signal and exited): finished there before the job starts again.
+    GANTRY_RETURN_IF_ERROR(AskToDrain(id, now, /*restart=*/true));
     return SubmitNew(r, now);
+  }
+
+  // Asks the agents of the nodes a job that declared a checkpoint location ran on to drain
+  // their local tiers; a `restart`ed job waits for those drains at its next start.
+  Status AskToDrain(const std::string& id, Time now, bool restart) {
+    auto ran = ran_on_.find(id);
+    if (stager_ == nullptr || ran == ran_on_.end() || ran->second.nodes.empty()) {
+      return Status::Ok();
+    }
+    const std::vector<std::string> nodes(ran->second.nodes.begin(), ran->second.nodes.end());
+    stager_->DrainAfterEnd(nodes, restart ? id : "");
+    std::string list;
+    for (const std::string& n : nodes) list += (list.empty() ? "" : ",") + n;
+    return store_->LogEvent(
+        now, id, "checkpoint-drain",
+        "asked the agents of " + list + " to finish saves left in their local tier" +
+            (restart && wait_for_data_ > 0 ? "; it starts again once they have" : ""));
   }
 
   // Takes the job out of the engine: finished, or cancelled (`cancelled`, or when pending).

@@ -62,15 +62,26 @@ class FakeAgents final : public StagingAgents {
     return it->second;
   }
 
-  Status Drain(const std::string& node) override {
+  // A drain accepted finishes at once, unless its node is in `draining`.
+  Result<NodeDrain> Drain(const std::string& node) override {
     drains.push_back(node);
     if (during_drain) during_drain(node);
-    return down.count(node) > 0 ? Unavailable("connection refused") : Status::Ok();
+    if (down.count(node) > 0) return Unavailable("connection refused");
+    return NodeDrain{"draining", drain_runs[node]++};
+  }
+  Result<NodeDrain> DrainState(const std::string& node) override {
+    drain_states.push_back(node);
+    if (down.count(node) > 0) return Unavailable("connection refused");
+    return NodeDrain{draining.count(node) > 0 ? "draining" : "idle",
+                     draining.count(node) > 0 ? drain_runs[node] - 1 : drain_runs[node]};
   }
 
   std::map<std::pair<std::string, std::string>, StageProgress> state;
   std::vector<std::string> drains;                       // nodes asked to drain, in order
   std::function<void(const std::string&)> during_drain;  // runs inside each Drain call
+  std::vector<std::string> drain_states;                 // nodes asked how their drain went
+  std::map<std::string, int64_t> drain_runs;             // drains each agent finished
+  std::set<std::string> draining;                        // agents whose drain has not ended
   // (node, checkpoint URL) -> what its local tier holds of the newest checkpoint.
   std::map<std::pair<std::string, std::string>, ckpt::TierCopy> copies;
   std::map<std::pair<std::string, std::string>, int> checkpoint_asks;

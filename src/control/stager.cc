@@ -53,9 +53,15 @@ class HttpAgents final : public StagingAgents {
     GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
     return LocateCheckpoint(url, token_, checkpoint);
   }
-  Status Drain(const std::string& node) override {
+  Result<NodeDrain> Drain(const std::string& node) override {
     GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
-    return RequestDrain(url, token_).status();
+    GANTRY_ASSIGN_OR_RETURN(DrainStatus d, RequestDrain(url, token_));
+    return NodeDrain{d.state, d.runs};
+  }
+  Result<NodeDrain> DrainState(const std::string& node) override {
+    GANTRY_ASSIGN_OR_RETURN(std::string url, UrlOf(node));
+    GANTRY_ASSIGN_OR_RETURN(DrainStatus d, GetDrain(url, token_));
+    return NodeDrain{d.state, d.runs};
   }
 
  private:
@@ -165,12 +171,20 @@ void Stager::Poll(Time now) {
   std::vector<Call> calls;
   std::vector<Key> checkpoint_calls;
   std::vector<std::tuple<std::string, std::string, std::string>> releases;
-  std::vector<std::pair<std::string, int64_t>> drains;  // node, the request it answers
+  struct DrainCall {
+    std::string node;
+    int64_t asked;  // the request it serves
+    bool follow;    // accepted already: ask how it went (GET) rather than for a drain (POST)
+  };
+  std::vector<DrainCall> drains;
   {
     MutexLock lock(mu_);
     releases.swap(releases_);
     for (const auto& [node, d] : drains_) {
-      if (now >= d.retry_at) drains.emplace_back(node, d.asked);
+      if (now >= d.retry_at) drains.push_back({node, d.asked, d.accepted});
+    }
+    for (auto w = drain_waiters_.begin(); w != drain_waiters_.end();) {
+      w = DrainPendingLocked(w->first) ? std::next(w) : drain_waiters_.erase(w);
     }
     for (const auto& [job, t] : wanted_) {
       for (const std::string& node : t.checkpoint_nodes) {
@@ -235,27 +249,45 @@ void Stager::Poll(Time now) {
     // Best effort: an agent that misses it drops the pin when its lease ends.
     (void)agents_->Release(node, dataset, job);
   }
-  for (const auto& [node, asked] : drains) {
-    Status s = agents_->Drain(node);
+  for (const DrainCall& c : drains) {
+    const Result<NodeDrain> r = c.follow ? agents_->DrainState(c.node) : agents_->Drain(c.node);
     MutexLock lock(mu_);
-    DrainEntry& d = drains_[node];
-    std::string outcome = "accepted";
-    if (d.asked != asked) {
-      // Asked again during the call: the newer request is made at once, from its own count.
-      outcome = s.ok() ? "accepted" : "retry";
-    } else if (s.ok() || ++d.attempts >= kDrainAttempts || s.code() == StatusCode::kNotFound) {
-      // No agent known for the node is not going to change; a refusal is not retried forever.
-      if (!s.ok()) outcome = "given_up";
-      drains_.erase(node);
-    } else {
+    auto it = drains_.find(c.node);
+    // Asked again during the call: the newer request starts over at once, from its own count.
+    const bool current = it != drains_.end() && it->second.asked == c.asked;
+    std::string outcome;  // counted for each POST, and for a request's end
+    if (!r.ok()) {
       outcome = "retry";
-      d.retry_at = now + options_.retry_after_s;
+      if (current) {
+        DrainEntry& d = it->second;
+        d.answered_badly = true;
+        // No agent known for the node is not going to change; a refusal is not retried forever.
+        if (++d.attempts >= kDrainAttempts || r.status().code() == StatusCode::kNotFound) {
+          outcome = "given_up";
+          drains_.erase(it);
+        } else {
+          d.retry_at = now + options_.retry_after_s;
+        }
+      }
+    } else if (!c.follow) {
+      outcome = "accepted";
+      if (current) {
+        it->second.accepted = true;
+        it->second.runs_before = r->runs;
+        it->second.retry_at = 0;  // followed from the next round
+      }
+    } else if (current && r->runs < it->second.runs_before) {
+      it->second.accepted = false;  // the agent restarted and forgot: asked again
+    } else if (current && r->state == "idle" && r->runs > it->second.runs_before) {
+      outcome = "finished";
+      drains_.erase(it);
     }
-    if (options_.metrics != nullptr) {
+    if (options_.metrics != nullptr && !outcome.empty() && (!c.follow || outcome != "retry")) {
       options_.metrics
           ->GetCounter("gantry_staging_drain_requests_total",
-                       "Requests to nodes' agents to drain checkpoints after a job ended, by "
-                       "outcome (accepted; retry: not reached, asked again; given_up).",
+                       "Requests to nodes' agents to drain checkpoints after a job ended or was "
+                       "requeued, by outcome (accepted; finished: the agent's drain after it "
+                       "ran to its end; retry: not reached, asked again; given_up).",
                        {{"outcome", outcome}})
           .Increment();
     }
@@ -288,11 +320,27 @@ void Stager::Poll(Time now) {
   UpdateMetrics();
 }
 
-void Stager::DrainAfterEnd(const std::vector<std::string>& nodes) {
+void Stager::DrainAfterEnd(const std::vector<std::string>& nodes, const std::string& job) {
   MutexLock lock(mu_);
   for (const std::string& node : nodes) drains_[node] = DrainEntry{.asked = ++drain_requests_};
+  if (!job.empty()) drain_waiters_[job] = nodes;
   ++generation_;  // asked at once, not at the next poll interval
   wake_.NotifyAll();
+}
+
+bool Stager::DrainPending(const std::string& job) const {
+  MutexLock lock(mu_);
+  return DrainPendingLocked(job);
+}
+
+bool Stager::DrainPendingLocked(const std::string& job) const {
+  auto w = drain_waiters_.find(job);
+  if (w == drain_waiters_.end()) return false;
+  for (const std::string& node : w->second) {
+    auto d = drains_.find(node);
+    if (d != drains_.end() && !d->second.answered_badly) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> Stager::PendingDrains() const {

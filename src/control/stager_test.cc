@@ -101,9 +101,9 @@ TEST(Stager, AnAgentThatForgotIsAskedAgain) {
   EXPECT_EQ(stager.Progress("n1", "s3://b/a").state, "staging");
 }
 
-// Drains after a job ended: each node asked once when its agent answers; one that does not is
-// asked again after retry_after_s, and given up after kDrainAttempts; a node without a known
-// agent is not retried.
+// Drains after a job ended: each node asked once when its agent answers, then followed until
+// the drain it started has finished; one that does not answer is asked again after
+// retry_after_s, and given up after kDrainAttempts; a node without a known agent is not retried.
 TEST(Stager, AsksEachNodeToDrainUntilItsAgentAccepts) {
   FakeAgents agents;
   MetricsRegistry metrics;
@@ -112,9 +112,11 @@ TEST(Stager, AsksEachNodeToDrainUntilItsAgentAccepts) {
   stager.DrainAfterEnd({"n1", "n2"});
   stager.Poll(0);
   EXPECT_EQ(agents.drains, (std::vector<std::string>{"n1", "n2"}));
-  EXPECT_EQ(stager.PendingDrains(), std::vector<std::string>{"n2"});
+  EXPECT_EQ(stager.PendingDrains(), (std::vector<std::string>{"n1", "n2"}));  // n1 followed
   stager.Poll(29);
-  EXPECT_EQ(agents.drains.size(), 2u);  // not before the retry time
+  EXPECT_EQ(agents.drain_states, std::vector<std::string>{"n1"});
+  EXPECT_EQ(stager.PendingDrains(), std::vector<std::string>{"n2"});  // n1's drain finished
+  EXPECT_EQ(agents.drains.size(), 2u);                                // not before the retry time
   for (int i = 1; i < Stager::kDrainAttempts; ++i) stager.Poll(30 * i);
   EXPECT_EQ(agents.drains.size(), 1u + Stager::kDrainAttempts);
   EXPECT_TRUE(stager.PendingDrains().empty());  // given up
@@ -126,11 +128,52 @@ TEST(Stager, AsksEachNodeToDrainUntilItsAgentAccepts) {
             std::string::npos);
   EXPECT_NE(text.find("gantry_staging_drain_requests_total{outcome=\"given_up\"} 1"),
             std::string::npos);
+  EXPECT_NE(text.find("gantry_staging_drain_requests_total{outcome=\"finished\"} 1"),
+            std::string::npos);
   // n2 answers again: a later job's end asks it afresh.
   agents.down.clear();
   stager.DrainAfterEnd({"n2"});
   stager.Poll(1000);
+  stager.Poll(1001);
   EXPECT_TRUE(stager.PendingDrains().empty());
+}
+
+// A requeued job waits for the drains of the nodes it ran on: until each agent that accepted
+// reports that the drain it started has ended -- not one that was already running -- and not
+// for a node whose agent does not answer (it may be the node that failed).
+TEST(Stager, ARequeuedJobWaitsUntilTheDrainsOfItsNodesHaveRun) {
+  FakeAgents agents;
+  Stager stager(&agents, {.retry_after_s = 30});
+  agents.down.insert("n3");
+  agents.draining.insert("n2");  // n2's agent is draining when asked: one more drain follows
+  EXPECT_FALSE(stager.DrainPending("7"));
+  stager.DrainAfterEnd({"n1", "n2", "n3"}, "7");
+  EXPECT_TRUE(stager.DrainPending("7"));  // not asked yet
+  stager.Poll(0);                         // n1, n2 accept; n3 does not answer
+  EXPECT_TRUE(stager.DrainPending("7"));
+  stager.Poll(1);  // n1's drain ran; n2 still draining
+  EXPECT_TRUE(stager.DrainPending("7"));
+  EXPECT_FALSE(stager.DrainPending("8"));
+  stager.Poll(2);
+  EXPECT_TRUE(stager.DrainPending("7"));
+  agents.draining.clear();
+  stager.Poll(3);
+  EXPECT_FALSE(stager.DrainPending("7"));
+  EXPECT_EQ(stager.PendingDrains(), std::vector<std::string>{"n3"});  // still asked, later
+  // An agent that restarted while followed (its count went back) is asked again.
+  agents.draining.insert("n1");
+  stager.DrainAfterEnd({"n1"}, "9");
+  stager.Poll(4);
+  EXPECT_TRUE(stager.DrainPending("9"));
+  agents.drain_runs["n1"] = 0;
+  const size_t posts = agents.drains.size();
+  stager.Poll(5);  // learns of the restart
+  stager.Poll(6);  // asks again
+  EXPECT_EQ(agents.drains.size(), posts + 1);
+  EXPECT_TRUE(stager.DrainPending("9"));
+  agents.draining.clear();
+  stager.Poll(7);
+  EXPECT_FALSE(stager.DrainPending("9"));
 }
 
 // A job that ends on a node while the stager's drain request for an earlier job is in flight
@@ -145,9 +188,10 @@ TEST(Stager, ADrainAskedForDuringACallToTheSameNodeIsMadeAgain) {
   };
   stager.DrainAfterEnd({"n1"});
   stager.Poll(0);
-  EXPECT_EQ(stager.PendingDrains(), std::vector<std::string>{"n1"});
   stager.Poll(1);
   EXPECT_EQ(agents.drains, (std::vector<std::string>{"n1", "n1"}));
+  EXPECT_TRUE(agents.drain_states.empty());  // the first answer was for the older request
+  stager.Poll(2);
   EXPECT_TRUE(stager.PendingDrains().empty());
 }
 

@@ -50,6 +50,13 @@ struct StageProgress {
   Time updated = -1;          // when this was last heard
 };
 
+// A node agent's drains: "draining" while one runs or is asked for, else "idle"; `runs`
+// counts the drains it finished since it started.
+struct NodeDrain {
+  std::string state = "idle";
+  int64_t runs = 0;
+};
+
 // The nodes' agents as gantryd reaches them.
 class StagingAgents {
  public:
@@ -72,9 +79,12 @@ class StagingAgents {
   virtual Result<ckpt::TierCopy> Checkpoint(const std::string& node,
                                             const std::string& checkpoint) = 0;
   // Asks `node`'s agent to drain its local tier: to finish the saves whose process ended before
-  // they were durable (POST /v1/drain; ckpt/drain.h). Returns once the agent has accepted;
-  // Unavailable when it cannot be reached, NotFound when no agent is known for the node.
-  virtual Status Drain(const std::string& node) = 0;
+  // they were durable (POST /v1/drain; ckpt/drain.h). Returns once the agent has accepted, with
+  // its drain state then; Unavailable when it cannot be reached, NotFound when no agent is known
+  // for the node.
+  virtual Result<NodeDrain> Drain(const std::string& node) = 0;
+  // `node`'s agent's drain state (GET /v1/drain), errors as Drain's.
+  virtual Result<NodeDrain> DrainState(const std::string& node) = 0;
 };
 
 // The agents over HTTP (include/gantry/agent/stage_client.h): node NAME's agent is at
@@ -160,9 +170,17 @@ class Stager {
   // local tier at the next Poll (so a save the job's last moments left short of the durable
   // root is finished and committed there), again after retry_after_s while its agent cannot
   // be reached, at most kDrainAttempts times.
-  void DrainAfterEnd(const std::vector<std::string>& nodes);
+  // `job`, when given, waits for those drains (DrainPending) before it starts again: it was
+  // requeued, and its newest save may be one its process left on a node. Each node is followed
+  // until its agent reports a drain that began after the request has finished.
+  void DrainAfterEnd(const std::vector<std::string>& nodes, const std::string& job = "");
   static constexpr int kDrainAttempts = 10;
-  // Nodes still to be asked to drain (for tests).
+  // Whether a drain asked for `job` (DrainAfterEnd) may still commit a save of it: some node's
+  // agent accepted and has not finished, or was not asked yet. A node whose agent failed to
+  // answer once no longer holds the job back (it may be the node that failed); it is still
+  // asked again in the background.
+  bool DrainPending(const std::string& job) const;
+  // Nodes still to be asked to drain or followed (for tests).
   std::vector<std::string> PendingDrains() const;
 
  private:
@@ -196,12 +214,19 @@ class Stager {
   // Nodes to ask to drain: attempts so far, and not before when. `asked` numbers each
   // DrainAfterEnd, so an answer to an older request does not clear a newer one made while the
   // call was in flight (that job's records may postdate the drain the older call started).
+  // Once the agent accepted, `runs_before` is its finished drains then: the request is done
+  // when it reports idle with more. `answered_badly`: a call failed since the request.
   struct DrainEntry {
     int attempts = 0;
     Time retry_at = 0;
     int64_t asked = 0;
+    bool accepted = false;
+    int64_t runs_before = 0;
+    bool answered_badly = false;
   };
   std::map<std::string, DrainEntry> drains_ GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::string>> drain_waiters_ GUARDED_BY(mu_);  // job -> nodes
+  bool DrainPendingLocked(const std::string& job) const REQUIRES(mu_);
   int64_t drain_requests_ GUARDED_BY(mu_) = 0;
   std::vector<std::string> job_series_ GUARDED_BY(mu_);  // jobs with per-job series
   int64_t generation_ GUARDED_BY(mu_) = 0;  // bumped by Want, so the thread polls at once
