@@ -51,16 +51,37 @@ class Controller::Impl {
       // jobs are reconciled, so a victim that exited meanwhile is requeued, not finished.
       GANTRY_ASSIGN_OR_RETURN(std::vector<GracePreemption> preemptions, store_->Preemptions());
       GANTRY_RETURN_IF_ERROR(LoadSignals(active, preemptions));
+      // Where the jobs that declared a checkpoint ran before (their start events), so that
+      // one that ended or was requeued while gantryd was away has those nodes drained, and a
+      // requeued one's restore is placed where its copy is.
+      std::set<std::string> with_checkpoint;
+      for (const JobRecord& r : active) {
+        if (!r.checkpoint.empty()) with_checkpoint.insert(r.id);
+      }
+      GANTRY_ASSIGN_OR_RETURN(auto started_on, store_->StartedOn(with_checkpoint));
+      for (const JobRecord& r : active) {
+        auto nodes = started_on.find(r.id);
+        if (nodes == started_on.end()) continue;
+        ran_on_[r.id] = RanOn{r.checkpoint, std::move(nodes->second)};
+      }
+      opening_ = true;
       for (const JobRecord& r : active) {
         auto it = by_id.find(r.id);
         const RmJob* o = it == by_id.end() ? nullptr : it->second;
         if (o != nullptr && EndedWithinGrace(*o)) continue;
         GANTRY_RETURN_IF_ERROR(Apply(r, o, now, nullptr));
+        // Requeued before the restart: its drains (and the wait for them) are asked afresh.
+        if (r.phase == JobPhase::kPending && r.requeues > 0) {
+          GANTRY_RETURN_IF_ERROR(AskToDrain(r.id, now, /*restart=*/true));
+        }
       }
       for (const GracePreemption& p : preemptions) GANTRY_RETURN_IF_ERROR(RestoreInEngine(p, now));
       EndGraceTimes(now);
-      return RequeueInterrupted(now, &unused);
+      GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, &unused));
+      opening_ = false;
+      return Status::Ok();
     }));
+    opening_ = false;
     return Publish(now);
   }
 
@@ -964,12 +985,20 @@ class Controller::Impl {
 
   // Asks the agents of the nodes a job that declared a checkpoint location ran on to drain
   // their local tiers; a `restart`ed job waits for those drains at its next start.
+  // During Open, before a stager is set, the request waits for set_stager.
   Status AskToDrain(const std::string& id, Time now, bool restart) {
     auto ran = ran_on_.find(id);
-    if (stager_ == nullptr || ran == ran_on_.end() || ran->second.nodes.empty()) {
+    if (ran == ran_on_.end() || ran->second.nodes.empty()) return Status::Ok();
+    const std::vector<std::string> nodes(ran->second.nodes.begin(), ran->second.nodes.end());
+    if (stager_ == nullptr) {
+      if (opening_) deferred_drains_.push_back({id, nodes, restart, now});
       return Status::Ok();
     }
-    const std::vector<std::string> nodes(ran->second.nodes.begin(), ran->second.nodes.end());
+    return DrainLogged(id, nodes, restart, now);
+  }
+
+  Status DrainLogged(const std::string& id, const std::vector<std::string>& nodes, bool restart,
+                     Time now) {
     stager_->DrainAfterEnd(nodes, restart ? id : "");
     std::string list;
     for (const std::string& n : nodes) list += (list.empty() ? "" : ",") + n;
@@ -1070,6 +1099,15 @@ class Controller::Impl {
   // Jobs that declared a checkpoint location, with every node they were seen running on: the
   // nodes whose local tier may hold their newest checkpoint, asked while they wait. Kept until
   // the job ends; in memory only (a restarted gantryd learns them again from running jobs).
+  // Drains asked for while Open reconciled, before set_stager (gantryd sets it after Open).
+  struct DeferredDrain {
+    std::string id;
+    std::vector<std::string> nodes;
+    bool restart;
+    Time at;
+  };
+  std::vector<DeferredDrain> deferred_drains_;
+  bool opening_ = false;
   struct RanOn {
     std::string checkpoint;
     std::set<std::string> nodes;
@@ -1147,6 +1185,12 @@ void Controller::set_preempt_signal(const std::string& signal) { impl_->preempt_
 void Controller::set_stager(Stager* stager, Duration wait_for_data) {
   impl_->stager_ = stager;
   impl_->wait_for_data_ = std::max<Duration>(wait_for_data, 0);
+  if (stager == nullptr) return;
+  for (const Impl::DeferredDrain& d : impl_->deferred_drains_) {
+    // Best effort: the drain is asked for either way; only its event could be lost.
+    (void)impl_->DrainLogged(d.id, d.nodes, d.restart, d.at);
+  }
+  impl_->deferred_drains_.clear();
 }
 
 Status Controller::RequestCancel(const std::string& id, const std::string& by, Time now) {

@@ -1085,6 +1085,45 @@ TEST_F(ControllerStagingTest, ARequeuedJobPrefersTheNodeHoldingItsCheckpoint) {
   EXPECT_TRUE(stager_.PendingDrains().empty());
 }
 
+// gantryd killed while jobs that declared a checkpoint ran: on restart it knows from its log
+// where they ran, so the nodes of one that ended while it was away are asked to drain, and one
+// that was requeued meanwhile waits for the drains of the nodes it ran on -- though the stager
+// is only set after Open, as gantryd does.
+TEST_F(ControllerStagingTest, ARestartedGantrydDrainsWhereItsJobsRan) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 600);
+  rm_->Submit("c", "nlp", 8, 8, 10, 0);
+  rm_->jobs_["c"].job.request.checkpoint = "s3://ck/ckpt/c";
+  rm_->Submit("d", "nlp", 8, 8, 1000, 0);
+  rm_->jobs_["d"].job.request.checkpoint = "s3://ck/ckpt/d";
+  CycleReport r;
+  for (Time t : {1, 2}) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok()) << EventLog();
+  }
+  ASSERT_EQ(PhaseOf("c"), JobPhase::kRunning);
+  ASSERT_EQ(PhaseOf("d"), JobPhase::kRunning);
+  const std::string c_node = rm_->jobs_["c"].job.placement.at(0).node;
+  const std::string d_node = rm_->jobs_["d"].job.placement.at(0).node;
+  ctl.reset();  // killed; meanwhile "c" ends and d's node fails under it
+  rm_->Advance(20);
+  rm_->NodeDown(d_node);
+  ctl = Open(21);
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_TRUE(stager_.PendingDrains().empty());  // no stager yet
+  ctl->set_stager(&stager_, 600);
+  std::vector<std::string> want{c_node, d_node};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(stager_.PendingDrains(), want) << EventLog();
+  EXPECT_TRUE(stager_.DrainPending("d"));
+  EXPECT_FALSE(stager_.DrainPending("c"));  // ended: nothing waits for its drain
+  for (const char* job : {"c", "d"}) {
+    const std::vector<std::string> kinds = KindsOf(job);
+    EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "checkpoint-drain"), 1) << job;
+  }
+}
+
 // --- Preemption ---
 
 class ControllerPreemptionTest : public ControllerTest {

@@ -764,6 +764,29 @@ Result<std::vector<StoreEvent>> StateStore::Events(int64_t after_seq, int limit)
   return out;
 }
 
+Result<std::map<std::string, std::set<std::string>>> StateStore::StartedOn(
+    const std::set<std::string>& ids) const {
+  std::map<std::string, std::set<std::string>> out;
+  if (ids.empty()) return out;
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
+  Stmt s(impl_->db_, "SELECT job, detail FROM events WHERE kind = 'start'");
+  GANTRY_RETURN_IF_ERROR(s.ok("state store: read start events"));
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    std::string job = s.Text(0);
+    if (ids.count(job) == 0) continue;
+    try {
+      for (const NodeGpus& slot : PlacementFrom(nlohmann::json::parse(s.Text(1)))) {
+        out[job].insert(slot.node);
+      }
+    } catch (const nlohmann::json::exception&) {
+      // Written by this file; a damaged row only loses a hint.
+    }
+  }
+  if (rc != SQLITE_DONE) return SqliteStatus(impl_->db_, rc, "state store: read start events");
+  return out;
+}
+
 Result<std::vector<int64_t>> StateStore::CountByPhase() const {
   std::lock_guard<std::recursive_mutex> lock(impl_->mu_);
   Stmt s(impl_->db_, "SELECT phase, COUNT(*) FROM jobs GROUP BY phase");

@@ -22,7 +22,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -156,6 +158,10 @@ class StateStore {
   Result<std::vector<StoreEvent>> Events(int64_t after_seq, int limit) const;
   // Jobs per phase (index: JobPhase).
   Result<std::vector<int64_t>> CountByPhase() const;
+  // The nodes each of `ids` was seen running on, in any of its runs (its `start` events): what
+  // a restarted gantryd knows of where a requeued job's saves may lie. One pass over the log.
+  Result<std::map<std::string, std::set<std::string>>> StartedOn(
+      const std::set<std::string>& ids) const;
 
   const std::string& path() const;
 
