@@ -1096,9 +1096,6 @@ class Controller::Impl {
   // The declared datasets of every job in the engine that declared any (few: a map walked
   // every cycle, not the whole queue).
   std::map<std::string, std::vector<std::string>> datasets_of_;
-  // Jobs that declared a checkpoint location, with every node they were seen running on: the
-  // nodes whose local tier may hold their newest checkpoint, asked while they wait. Kept until
-  // the job ends; in memory only (a restarted gantryd learns them again from running jobs).
   // Drains asked for while Open reconciled, before set_stager (gantryd sets it after Open).
   struct DeferredDrain {
     std::string id;
@@ -1108,6 +1105,10 @@ class Controller::Impl {
   };
   std::vector<DeferredDrain> deferred_drains_;
   bool opening_ = false;
+  // Jobs that declared a checkpoint location, with every node they were seen running on: the
+  // nodes whose local tier may hold their newest checkpoint, asked while they wait, and drained
+  // when they end or are requeued. Kept until the job ends; a restarted gantryd rebuilds them
+  // from the store's start events (Open).
   struct RanOn {
     std::string checkpoint;
     std::set<std::string> nodes;
