@@ -918,7 +918,9 @@ TEST_F(GantrydSlurmTest, QosPreemptionWithAGraceTime) {
   ASSERT_GT(port, 0) << ReadFile(log);
   httplib::Client api("127.0.0.1", port);
 
-  // The victim records each signal and runs on (its sleeps die of USR1 too: --full).
+  // The victim records each signal and runs on (its sleeps die of USR1 too: --full); stopped by
+  // the requeue it takes its time, as a job saving at SIGTERM does (Slurm kills it after
+  // KillWait), so gantryd sees it completing.
   const std::string mark = tmp_.sub("victim.signals");
   auto submit = [&](const std::string& account, const std::string& qos, int nodes,
                     const std::string& command) -> int64_t {
@@ -928,9 +930,9 @@ TEST_F(GantrydSlurmTest, QosPreemptionWithAGraceTime) {
     EXPECT_TRUE(out.ok()) << out.status().ToString();
     return out.ok() ? std::stoll(*out) : -1;
   };
-  const int64_t victim =
-      submit("physics", "normal", 2,
-             "trap 'echo usr1 >> " + mark + "' USR1; while true; do sleep 0.2; done");
+  const int64_t victim = submit("physics", "normal", 2,
+                                "trap 'echo usr1 >> " + mark +
+                                    "' USR1; trap 'sleep 10' TERM; while true; do sleep 0.2; done");
   ASSERT_GT(victim, 0);
   // Whatever fails below, neither job outlives the test.
   struct CancelAtEnd {
@@ -983,14 +985,22 @@ TEST_F(GantrydSlurmTest, QosPreemptionWithAGraceTime) {
   auto events = (*store)->Events(0, 100000);
   ASSERT_TRUE(events.ok());
   Time signalled = -1, requeued = -1;
+  int requeues = 0;
+  std::string victim_log;
   for (const control::StoreEvent& e : *events) {
     if (e.job != std::to_string(victim)) continue;
+    victim_log += std::to_string(e.time) + " " + e.kind + " " + e.detail + "\n";
     if (e.kind == "preempt-signal" && signalled < 0) signalled = e.time;
     if (e.kind == "requeue" && requeued < 0) requeued = e.time;
+    requeues += e.kind == "requeue" ? 1 : 0;
+    // Slurm reports the requeued victim completing, on its nodes, until its processes are
+    // gone: that is not a start behind Gantry's back.
+    EXPECT_NE(e.kind, "released-outside") << victim_log;
   }
   ASSERT_GE(signalled, 0) << ReadFile(log);
   ASSERT_GE(requeued, 0) << ReadFile(log);
   EXPECT_GE(requeued - signalled, kGrace);
+  EXPECT_EQ(requeues, 1) << victim_log;
   Result<control::JobRecord> pr = (*store)->Get(std::to_string(preemptor));
   ASSERT_TRUE(pr.ok());
   EXPECT_EQ(pr->phase, control::JobPhase::kDone);

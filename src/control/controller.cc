@@ -71,7 +71,7 @@ class Controller::Impl {
         if (o != nullptr && EndedWithinGrace(*o)) continue;
         GANTRY_RETURN_IF_ERROR(Apply(r, o, now, nullptr));
         // Requeued before the restart: its drains (and the wait for them) are asked afresh.
-        if (r.phase == JobPhase::kPending && r.requeues > 0) {
+        if (r.phase == JobPhase::kPending && r.requeues > 0 && stopping_.count(r.id) == 0) {
           GANTRY_RETURN_IF_ERROR(AskToDrain(r.id, now, /*restart=*/true));
         }
       }
@@ -185,6 +185,8 @@ class Controller::Impl {
       const bool draining = waiting != waiting_.end() && stager_->DrainPending(r->id);
       if (waiting != waiting_.end())
         staging_sig ^= draining ? 0x7f4a7c159e3779b9ull : 0x9e3779b97f4a7c15ull;
+      const bool stopping = !stopping_.empty() && stopping_.count(r->id) > 0;
+      if (stopping) staging_sig ^= 0x5851f42d4c957f2dull;
       // The view (and its sentence) is rebuilt only when something it shows changed: the
       // record (a new one from the store), the engine's index, reason or estimate, or staging.
       if (c.view == nullptr || c.record != r || c.index != index || c.reason != reason ||
@@ -201,6 +203,12 @@ class Controller::Impl {
           v->reason = "StagingData";
           v->data_wait_until = waiting->second.deadline;
           v->explain = WaitingSentence(*v, draining);
+        }
+        if (stopping) {
+          v->reason = "Requeued";
+          v->explain =
+              "Requeued; the resource manager is still stopping its last run. It is queued "
+              "again once that run has stopped.";
         }
         c.record = r;
         c.index = index;
@@ -368,7 +376,7 @@ class Controller::Impl {
           name + (seen.reason.empty() ? "" : ": " + seen.reason) + " (" + seen.rm_state + ")"));
       for (JobIndex j : interrupted) {
         const std::string& id = requests_[static_cast<size_t>(j)].id;
-        to_requeue_[id] = "node " + name + " went down";
+        to_requeue_[id] = {"node " + name + " went down"};
       }
     }
     return Status::Ok();
@@ -387,14 +395,15 @@ class Controller::Impl {
   }
 
   // Holds every interrupted job again in the resource manager, then records the requeue and
-  // gives the job back to the engine as pending (its submit time, and so its age, kept). The
+  // gives the job back to the engine as pending (its submit time, and so its age, kept) -- a
+  // running one once the resource manager has stopped it (stopping_). The
   // resource manager acts first: after a crash in between the store still says running and the
   // resource manager says held, which Reconcile requeues. A transient failure is retried next
   // cycle; a job that has ended meanwhile is left to the observation that finishes it.
   Status RequeueInterrupted(Time now, CycleReport* report) {
     for (auto it = to_requeue_.begin(); it != to_requeue_.end();) {
       const std::string id = it->first;
-      const std::string why = it->second;
+      const ToRequeue what = it->second;
       Status s = rm_->Requeue(id);
       if (!s.ok() && s.code() != StatusCode::kFailedPrecondition &&
           s.code() != StatusCode::kNotFound) {
@@ -410,9 +419,15 @@ class Controller::Impl {
       }
       GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
       if (r.phase == JobPhase::kStarting || r.phase == JobPhase::kRunning) {
-        GANTRY_RETURN_IF_ERROR(store_->Requeue(id, now, why));
+        GANTRY_RETURN_IF_ERROR(store_->Requeue(id, now, what.why));
       }
-      if (r.phase != JobPhase::kDone) GANTRY_RETURN_IF_ERROR(Resubmit(id, now));
+      if (r.phase != JobPhase::kDone && what.running) {
+        // Queued again once the resource manager reports its run stopped (Apply).
+        GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
+        stopping_.insert(id);
+      } else if (r.phase != JobPhase::kDone) {
+        GANTRY_RETURN_IF_ERROR(Resubmit(id, now));
+      }
       ++report->requeued;
     }
     return Status::Ok();
@@ -511,7 +526,7 @@ class Controller::Impl {
             .Increment();
       }
       if (d.reason != Reason::kPreempting) {
-        to_requeue_[id] = "preempted by " + by;
+        to_requeue_[id] = {"preempted by " + by, /*running=*/true};
         GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "preempt", "by " + by));
         continue;
       }
@@ -531,7 +546,9 @@ class Controller::Impl {
   // RequeueInterrupted, which runs next and forgets their signal once it is done).
   void EndGraceTimes(Time now) {
     for (const auto& [id, s] : signalled_) {
-      if (now >= s.grace_end) to_requeue_[id] = "preempted by " + s.by + " (grace time over)";
+      if (now >= s.grace_end) {
+        to_requeue_[id] = {"preempted by " + s.by + " (grace time over)", /*running=*/true};
+      }
     }
   }
 
@@ -542,7 +559,7 @@ class Controller::Impl {
     if (o.state != ObservedState::kFinished || signalled_.empty()) return false;
     auto s = signalled_.find(o.request.id);
     if (s == signalled_.end() || o.end_state == "cancelled") return false;
-    to_requeue_[o.request.id] = "preempted by " + s->second.by + " (ended within its grace time)";
+    to_requeue_[o.request.id] = {"preempted by " + s->second.by + " (ended within its grace time)"};
     return true;
   }
 
@@ -805,6 +822,9 @@ class Controller::Impl {
     for (const auto& [id, j] : by_id_) {
       if (seen.count(id) == 0) vanished.push_back(id);
     }
+    for (const std::string& id : stopping_) {
+      if (seen.count(id) == 0) vanished.push_back(id);
+    }
     for (const std::string& id : vanished) {
       to_requeue_.erase(id);
       GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
@@ -822,7 +842,7 @@ class Controller::Impl {
         // resource manager said before it was held again.
         if (!to_requeue_.empty() && to_requeue_.count(o.request.id) > 0) continue;
         // A decided job waiting for its data is held on purpose.
-        if (o.state == ObservedState::kHeld && !waiting_.empty() &&
+        if ((o.state == ObservedState::kHeld || o.stopping) && !waiting_.empty() &&
             waiting_.count(o.request.id) > 0) {
           continue;
         }
@@ -863,6 +883,23 @@ class Controller::Impl {
   // know the job). The same rules serve a restart and every cycle.
   Status Apply(const JobRecord& r, const RmJob* o, Time now, CycleReport* report) {
     const ObservedState obs = o == nullptr ? ObservedState::kUnknown : o->state;
+    const bool stopping = obs == ObservedState::kRunning && o->stopping;
+    // Requeued (by Gantry, or before a restart) while its last run is being stopped: not a
+    // start behind Gantry's back. It waits out of the engine (RequeueInterrupted).
+    if (stopping && r.phase == JobPhase::kPending && r.requeues > 0) {
+      if (stopping_.insert(r.id).second) GANTRY_RETURN_IF_ERROR(EndInEngine(r.id, now));
+      return Status::Ok();
+    }
+    if (!stopping_.empty() && stopping_.erase(r.id) > 0 && r.phase == JobPhase::kPending) {
+      if (obs == ObservedState::kHeld || obs == ObservedState::kReleased) {
+        GANTRY_RETURN_IF_ERROR(SubmitNew(r, now));
+      }
+      // Its processes are gone: what they saved is on the local tiers now. A requeued job
+      // that starts again waits for those drains; an ended one is drained below.
+      if (obs != ObservedState::kFinished && obs != ObservedState::kUnknown) {
+        GANTRY_RETURN_IF_ERROR(AskToDrain(r.id, now, obs == ObservedState::kHeld));
+      }
+    }
     const bool in_engine = by_id_.count(r.id) > 0;
     switch (Reconcile(r.phase, obs)) {
       case RecoveryAction::kResubmit:
@@ -877,7 +914,7 @@ class Controller::Impl {
         return Adopt(r, *o, now, report);
       case RecoveryAction::kHoldAgain:
         // The resource manager requeued it on its own (its node failed): hold it and decide.
-        to_requeue_[r.id] = "requeued by the resource manager";
+        to_requeue_[r.id] = {"requeued by the resource manager"};
         return Status::Ok();
       case RecoveryAction::kFinish:
       case RecoveryAction::kLost: {
@@ -907,7 +944,7 @@ class Controller::Impl {
       auto n = node_index_.find(s.node);
       if (n != node_index_.end() && engine_->node_state(n->second) == NodeState::kDown) {
         // Reported on a down node: it cannot run there; hold it and decide again.
-        to_requeue_[r.id] = "on node " + s.node + ", which is down";
+        to_requeue_[r.id] = {"on node " + s.node + ", which is down"};
         return Status::Ok();
       }
     }
@@ -1087,7 +1124,13 @@ class Controller::Impl {
   std::map<std::string, JobIndex> by_id_;  // the engine's current index of each active job
   // Jobs to hold again and requeue (interrupted by a down node, or requeued by the resource
   // manager itself), with why; kept across cycles until the resource manager did it.
-  std::map<std::string, std::string> to_requeue_;
+  // Jobs to hold again in the resource manager, why, and whether they run there (a preemption's
+  // victim): one that runs is stopped by the requeue, and queued again once it has (stopping_).
+  struct ToRequeue {
+    std::string why;
+    bool running = false;
+  };
+  std::map<std::string, ToRequeue> to_requeue_;
   std::map<std::string, RmNode> rm_nodes_;  // the latest report of each node
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;
@@ -1114,6 +1157,11 @@ class Controller::Impl {
     std::set<std::string> nodes;
   };
   std::map<std::string, RanOn> ran_on_;
+  // Jobs Gantry requeued whose last run the resource manager is still stopping (Slurm's
+  // COMPLETING: the processes got their signal and may still be writing a save). Out of the
+  // engine until it has let go: then queued again, and the nodes it ran on asked to drain --
+  // a drain begun earlier could list the local tier before that last save reached it.
+  std::set<std::string> stopping_;
   // Decided jobs held back until their data is on their nodes.
   struct Waiting {
     std::vector<NodeGpus> placement;

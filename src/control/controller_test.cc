@@ -45,7 +45,9 @@ class FakeRm : public ResourceManager {
     RmJob job;
     Duration run_for = 0;
     int starts = 0;
-    int interrupts = 0;  // runs a node failure ended
+    int interrupts = 0;            // runs a node failure ended
+    Time stopped_at = -1;          // job.stopping: when its processes are gone
+    bool waits_for_nodes = false;  // released onto nodes a stopping run still holds
   };
 
   explicit FakeRm(const Cluster& cluster) {
@@ -69,11 +71,29 @@ class FakeRm : public ResourceManager {
     jobs_[id] = e;
   }
 
-  // Ends jobs whose time has come.
+  // Ends jobs whose time has come: runs being stopped first, then those released onto their
+  // nodes start there, then runs end.
   void Advance(Time now) {
     now_ = now;
     for (auto& [id, e] : jobs_) {
-      if (e.job.state == ObservedState::kRunning && now >= e.job.start + e.run_for) {
+      if (!e.job.stopping || now < e.stopped_at) continue;
+      for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
+      RmJob held;  // held again, nowhere
+      held.request = e.job.request;
+      e.job = held;
+    }
+    for (auto& [id, e] : jobs_) {
+      if (e.waits_for_nodes && e.job.state == ObservedState::kReleased && Fits(e.job.placement)) {
+        e.waits_for_nodes = false;
+        for (const NodeGpus& s : e.job.placement) used_[s.node] += s.gpus;
+        e.job.state = ObservedState::kRunning;
+        e.job.start = now_;
+        ++e.starts;
+      }
+    }
+    for (auto& [id, e] : jobs_) {
+      if (e.job.state == ObservedState::kRunning && !e.job.stopping &&
+          now >= e.job.start + e.run_for) {
         e.job.state = ObservedState::kFinished;
         e.job.end_state = "completed";
         for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
@@ -124,13 +144,20 @@ class FakeRm : public ResourceManager {
     if (e.job.state == ObservedState::kFinished && !requeue_finished_) {
       return FailedPrecondition("job ended");
     }
+    ++requeues_[id];
+    if (e.job.state == ObservedState::kRunning && stop_time_ > 0) {
+      // As Slurm does: the job is held at once, but its run is stopped (COMPLETING) and keeps
+      // its nodes until its processes are gone.
+      e.job.stopping = true;
+      e.stopped_at = now_ + stop_time_;
+      return Status::Ok();
+    }
     if (e.job.state == ObservedState::kRunning) {
       for (const NodeGpus& s : e.job.placement) used_[s.node] -= s.gpus;
     }
     e.job.state = ObservedState::kHeld;
     e.job.placement.clear();
     e.job.start = -1;
-    ++requeues_[id];
     if (crash_after_requeue_) {
       crash_after_requeue_ = false;
       throw Crash{};
@@ -187,10 +214,18 @@ class FakeRm : public ResourceManager {
         ++violations_;  // placed on a node that takes no jobs
         return FailedPrecondition("node " + s.node + " is not up");
       }
-      if (used_[s.node] + s.gpus > capacity_[s.node]) {
+      if (used_[s.node] + s.gpus > capacity_[s.node] && !Stopping(s.node)) {
         ++violations_;  // the engine booked GPUs that are busy
         return FailedPrecondition("node " + s.node + " is full");
       }
+    }
+    if (!Fits(placement)) {
+      // Its nodes are still held by a run being stopped: released, it starts once they are
+      // free (Advance).
+      e.job.state = ObservedState::kReleased;
+      e.job.placement = placement;
+      e.waits_for_nodes = true;
+      return Status::Ok();
     }
     for (const NodeGpus& s : placement) used_[s.node] += s.gpus;
     e.job.state = ObservedState::kRunning;
@@ -204,7 +239,24 @@ class FakeRm : public ResourceManager {
     return Status::Ok();
   }
 
+  bool Fits(const std::vector<NodeGpus>& placement) {
+    for (const NodeGpus& s : placement) {
+      if (used_[s.node] + s.gpus > capacity_[s.node]) return false;
+    }
+    return true;
+  }
+  bool Stopping(const std::string& node) const {
+    for (const auto& [id, e] : jobs_) {
+      if (!e.job.stopping) continue;
+      for (const NodeGpus& s : e.job.placement) {
+        if (s.node == node) return true;
+      }
+    }
+    return false;
+  }
+
   std::map<std::string, Entry> jobs_;
+  Duration stop_time_ = 0;  // > 0: a requeued run keeps its nodes this long (Slurm's KillWait)
   std::map<std::string, int> capacity_;
   std::map<std::string, int> used_;
   std::set<std::string> refuse_;
@@ -1201,10 +1253,63 @@ TEST_F(ControllerPreemptionTest, VictimsAreRequeuedBeforeThePreemptorStarts) {
   EXPECT_EQ(low->phase, JobPhase::kPending);
   EXPECT_EQ(low->requeues, 1);
   EXPECT_EQ(low->submit, 0);  // its age kept
+  // Queued again once the resource manager no longer reports its run (held at once here).
+  EXPECT_FALSE(ctl->JobStatusOf("low").ok());
+  rm_->Advance(4);
+  ASSERT_TRUE(ctl->Cycle(4, &r).ok());
   EXPECT_EQ(ctl->JobStatusOf("low")->phase, JobStatus::Phase::kPending);
   EXPECT_NE(metrics.PrometheusText().find("gantry_preemptions_total{how=\"now\"} 1"),
             std::string::npos);
   EXPECT_NE(EventLog().find("low preempt by high"), std::string::npos) << EventLog();
+}
+
+// Slurm holds a requeued job at once but keeps it COMPLETING, on its nodes, until its processes
+// are gone -- and a process told to stop may still write a save. The victim is neither taken
+// for a start behind Gantry's back nor queued again until then, and the nodes it ran on are
+// asked to drain only once it has stopped, so that the drain sees that last save.
+TEST_F(ControllerPreemptionTest, AVictimIsQueuedAgainAndDrainedOnlyOnceItsRunHasStopped) {
+  UseProfile(0);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  FakeAgents agents;
+  Stager stager(&agents, {.retry_after_s = 1000});
+  ctl->set_stager(&stager, 600);
+  rm_->stop_time_ = 5;
+  rm_->Submit("low", "nlp", 32, 8, 1000, 0);
+  rm_->jobs_["low"].job.request.checkpoint = "s3://ck/ckpt/low";
+  for (Time t : {1, 2}) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok()) << EventLog();
+  }
+  ASSERT_EQ(PhaseOf("low"), JobPhase::kRunning);
+  SubmitQos("high", 8, 2, 100, 3);
+  CycleReport r;
+  for (Time t = 3; t < 8; ++t) {  // low is being stopped from t=3 to t=8
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok()) << EventLog();
+    if (t == 3) {
+      EXPECT_EQ(r.preempted, 1);
+    }
+    ASSERT_TRUE(rm_->jobs_["low"].job.stopping) << t;
+    EXPECT_EQ(PhaseOf("low"), JobPhase::kPending) << t << "\n" << EventLog();
+    EXPECT_EQ(EventLog().find("low checkpoint-drain"), std::string::npos) << t;
+    EXPECT_TRUE(stager.PendingDrains().empty()) << t;
+    EXPECT_FALSE(ctl->JobStatusOf("low").ok()) << t;  // not queued again yet
+    const JobView* v = ctl->Snapshot()->Find("low");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->reason, "Requeued");
+  }
+  rm_->Advance(8);
+  ASSERT_TRUE(ctl->Cycle(8, &r).ok()) << EventLog();
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(ctl->JobStatusOf("low")->phase, JobStatus::Phase::kPending);
+  EXPECT_NE(EventLog().find("low checkpoint-drain"), std::string::npos) << EventLog();
+  EXPECT_EQ(stager.PendingDrains().size(), 4u);  // every node low ran on
+  EXPECT_TRUE(stager.DrainPending("low"));
+  EXPECT_EQ(EventLog().find("released-outside"), std::string::npos) << EventLog();
+  EXPECT_EQ(store_->Get("low")->requeues, 1);
+  EXPECT_EQ(rm_->requeues_["low"], 1);
+  EXPECT_EQ(rm_->violations_, 0);
 }
 
 // With a grace time the victim is signalled and runs on; the preemptor waits, its GPUs booked;

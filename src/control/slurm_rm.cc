@@ -71,6 +71,7 @@ Result<RmJob> ToRmJob(const slurm::SlurmJob& job) {
       o.state = ObservedState::kRunning;
       o.placement = PlacementOf(job, job.nodes);
       o.start = job.start_time > 0 ? job.start_time : -1;
+      o.stopping = job.state == slurm::JobState::kCompleting;
       break;
     default:
       o.state = ObservedState::kFinished;

@@ -55,6 +55,14 @@ TEST(SlurmRm, JobsAndIds) {
   EXPECT_EQ(o->placement, (std::vector<NodeGpus>{{"n1", 2}, {"n2", 2}}));
   j.held = true;
   EXPECT_EQ(ToRmJob(j)->state, ObservedState::kHeld);
+  j.nodes = {"n1", "n2"};
+  j.state = slurm::JobState::kRunning;
+  EXPECT_EQ(ToRmJob(j)->state, ObservedState::kRunning);
+  EXPECT_FALSE(ToRmJob(j)->stopping);
+  j.state = slurm::JobState::kCompleting;  // a run ending, or requeued and being stopped
+  EXPECT_EQ(ToRmJob(j)->state, ObservedState::kRunning);
+  EXPECT_TRUE(ToRmJob(j)->stopping);
+  EXPECT_EQ(ToRmJob(j)->placement, (std::vector<NodeGpus>{{"n1", 2}, {"n2", 2}}));
   j.state = slurm::JobState::kNodeFail;
   EXPECT_EQ(ToRmJob(j)->state, ObservedState::kFinished);
   EXPECT_EQ(ToRmJob(j)->end_state, "node_fail");

@@ -67,6 +67,9 @@ struct RmJob {
   std::vector<NodeGpus> placement;             // kReleased, kRunning: where it (will) run
   Time start = -1;                             // kRunning: since when
   std::string end_state;                       // kFinished: "completed", "failed", ...
+  // kRunning: its processes are being stopped (Slurm's COMPLETING) -- a run ending, or one
+  // Gantry requeued that has not let go of its nodes yet.
+  bool stopping = false;
 };
 
 // A node as the resource manager reports it, in the engine's terms.
