@@ -160,22 +160,27 @@ class SlurmStagingTest(SlurmTestCase):
         sacct = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "--format=State"])
         self.assertIn("COMPLETED", sacct)
 
-    def start_checkpoint_site(self):
-        """A durable root, every node's agent allowed to drain into it, and gantryd knowing
-        the agents: (root directory, {node: agent URL})."""
+    def start_checkpoint_site(self, gantryd=True):
+        """A durable root, every node's agent allowed to drain into it, and (unless not
+        `gantryd`: start_gantryd_with) gantryd knowing the agents: (root directory, {node:
+        agent URL})."""
         root = self.path("ckpt-root")
         os.makedirs(root)
         with open(self.path("agent-token"), "w") as f:
             f.write("agent-secret\n")
         agents = self.spawn_agents(self.path("agent-token"),
                                    lambda node: ["--stage-allow", f"file://{root}"])
+        if gantryd:
+            self.start_gantryd_with(agents)
+        return root, agents
+
+    def start_gantryd_with(self, agents):
         with open(self.path("op-token"), "w") as f:
             f.write("op-secret\n")
         self.gantryd_port = self.spawn_gantryd(
             ["--operator-token-file", self.path("op-token"),
              "--agent-token-file", self.path("agent-token")] +
             [arg for node, u in agents.items() for arg in ("--agent", f"{node}={u}")])
-        return root, agents
 
     def checkpoint_job(self, root, name, program):
         """A batch script declaring its checkpoint location ROOT/ckpt/NAME that runs
@@ -246,6 +251,37 @@ class SlurmStagingTest(SlurmTestCase):
         left = [f for _, _, files in os.walk(self.path("local", node, "drain")) for f in files]
         self.assertEqual(left, [])  # the record went with the drain
         run([gantry, "ckpt", "--root", root, "--job", "run-7", "verify", "2"])
+
+    def test_a_save_cut_off_while_gantryd_was_away_is_drained_when_it_is_back(self):
+        # gantryd is down: the held job is released by hand (as fail-open does), Slurm runs it,
+        # and it is killed right after step 2 reached its node's local tier.
+        root, agents = self.start_checkpoint_site(gantryd=False)
+        saver = self.saver("os.kill(os.getpid(), signal.SIGKILL)\n")
+        script = self.checkpoint_job(root, "run-9", saver)
+        out = self.path("job.out")
+        job = self.sbatch(["-A", "chemistry", "-N", "1", "--gres=gpu:h100:1", "-t", "5",
+                           "-o", out], script)
+        run(["scontrol", "release", job])
+        eventually("the job ended", lambda: job_state(job)[0] == "", PATIENCE)
+        with open(out) as f:
+            text = f.read()
+        self.assertIsNotNone(re.search(r"^node (\S+)$", text, re.M), text + self.logs())
+        gantry = os.path.join(BUILD_DIR, "apps/gantry/gantry")
+
+        def committed():
+            ls = json.loads(run([gantry, "ckpt", "--root", root, "--job", "run-9", "ls",
+                                 "--json"]))
+            return [s["step"] for s in ls if s["committed"]]
+        self.assertEqual(committed(), [1])
+
+        # gantryd comes back: it never saw the job, but Slurm still names where it ran.
+        self.start_gantryd_with(agents)
+        try:
+            eventually("step 2 committed", lambda: committed() == [1, 2], PATIENCE)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; committed: {committed()}\n{self.logs()}") from None
+        run([gantry, "ckpt", "--root", root, "--job", "run-9", "verify", "2"])
+        self.assertIn(f"{job} checkpoint-drain", self.logs())
 
     def test_a_save_left_by_a_requeued_run_is_drained_before_it_starts_again(self):
         root, agents = self.start_checkpoint_site()

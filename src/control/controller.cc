@@ -816,6 +816,7 @@ class Controller::Impl {
     std::unordered_set<std::string_view> seen;
     seen.reserve(observed.size());
     for (const RmJob& o : observed) seen.insert(o.request.id);
+    std::erase_if(drained_unseen_, [&](const std::string& id) { return seen.count(id) == 0; });
     // Endings first (ended, or gone from the resource manager), so that what they free is free
     // before jobs started behind Gantry's back are adopted.
     std::vector<std::string> vanished;
@@ -866,9 +867,11 @@ class Controller::Impl {
     // A held job is Gantry's to place. One first seen running (or released onto pinned nodes)
     // was started while gantryd was away -- by Slurm's own scheduler after fail-open, or by an
     // administrator -- and is adopted where it runs, so its GPUs count. One released without
-    // nodes is Slurm's to place; it is adopted once it runs. An ended one is history.
+    // nodes is Slurm's to place; it is adopted once it runs. An ended one is history, but for
+    // the saves it may have left on the nodes it ran on.
     const bool adopt = o.state == ObservedState::kRunning ||
                        (o.state == ObservedState::kReleased && !o.placement.empty());
+    if (o.state == ObservedState::kFinished) return DrainUnseen(o, now);
     if (o.state != ObservedState::kHeld && !adopt) return Status::Ok();
     JobRecord record = o.request;
     GANTRY_ASSIGN_OR_RETURN(record.qos, QosLevelOf(record, now));
@@ -922,7 +925,9 @@ class Controller::Impl {
             o == nullptr ? "lost: the resource manager no longer knows it" : o->end_state;
         GANTRY_RETURN_IF_ERROR(store_->Finish(r.id, now, why.empty() ? "ended" : why));
         if (report != nullptr) ++report->finished;
-        // A save its last moments left short of the durable root is finished on its nodes.
+        // A save its last moments left short of the durable root is finished on its nodes --
+        // also on those it ran on unseen (released, and ended, while gantryd was away).
+        if (o != nullptr) NoteRanOn(r, o->placement);
         GANTRY_RETURN_IF_ERROR(AskToDrain(r.id, now, /*restart=*/false));
         ran_on_.erase(r.id);
         return EndInEngine(r.id, now, why == "cancelled");
@@ -954,11 +959,7 @@ class Controller::Impl {
       GANTRY_RETURN_IF_ERROR(
           store_->LogEvent(now, r.id, "released-outside", "started without a Gantry decision"));
     }
-    if (o.state == ObservedState::kRunning && !r.checkpoint.empty() && !o.placement.empty()) {
-      RanOn& ran = ran_on_[r.id];
-      ran.checkpoint = r.checkpoint;
-      for (const NodeGpus& s : o.placement) ran.nodes.insert(s.node);
-    }
+    if (o.state == ObservedState::kRunning) NoteRanOn(r, o.placement);
     if (o.state == ObservedState::kRunning) {
       Result<JobRecord> cur = store_->Get(r.id);
       if (!cur.ok()) return cur.status();
@@ -1008,6 +1009,28 @@ class Controller::Impl {
     by_id_[r.id] = req->index;
     if (!r.datasets.empty()) datasets_of_[r.id] = r.datasets;
     return Status::Ok();
+  }
+
+  // Job `r`, which declared a checkpoint location, ran on `placement`.
+  void NoteRanOn(const JobRecord& r, const std::vector<NodeGpus>& placement) {
+    if (r.checkpoint.empty() || placement.empty()) return;
+    RanOn& ran = ran_on_[r.id];
+    ran.checkpoint = r.checkpoint;
+    for (const NodeGpus& s : placement) ran.nodes.insert(s.node);
+  }
+
+  // An ended job the store never saw ran while gantryd was away (fail-open hands held jobs to
+  // Slurm's own scheduler): the nodes it ran on are asked to drain, once, while the resource
+  // manager still names them (Slurm: for MinJobAge after the end).
+  Status DrainUnseen(const RmJob& o, Time now) {
+    if (o.request.checkpoint.empty() || o.placement.empty() ||
+        !drained_unseen_.insert(o.request.id).second) {
+      return Status::Ok();
+    }
+    NoteRanOn(o.request, o.placement);
+    Status s = AskToDrain(o.request.id, now, /*restart=*/false);
+    ran_on_.erase(o.request.id);
+    return s;
   }
 
   // Takes the job out of the engine (wherever it stands there) and submits it again, pending.
@@ -1162,6 +1185,9 @@ class Controller::Impl {
   // engine until it has let go: then queued again, and the nodes it ran on asked to drain --
   // a drain begun earlier could list the local tier before that last save reached it.
   std::set<std::string> stopping_;
+  // Ended jobs the store never saw whose nodes were asked to drain (DrainUnseen), while the
+  // resource manager still lists them.
+  std::set<std::string> drained_unseen_;
   // Decided jobs held back until their data is on their nodes.
   struct Waiting {
     std::vector<NodeGpus> placement;

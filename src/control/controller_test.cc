@@ -1176,6 +1176,59 @@ TEST_F(ControllerStagingTest, ARestartedGantrydDrainsWhereItsJobsRan) {
   }
 }
 
+// Jobs that ran while gantryd was away -- released by fail-open (or by hand) and ended before it
+// came back -- never had a start gantryd saw: the nodes Slurm still names for them are drained,
+// for a job gantryd knew pending and for one it never saw at all, once each; a job without a
+// checkpoint, or that never ran, is not.
+TEST_F(ControllerStagingTest, JobsThatRanWhileGantrydWasAwayAreDrainedWhereTheyRan) {
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 600);
+  rm_->Submit("big", "nlp", 32, 8, 1000, 0);  // takes the cluster: "known" waits behind it
+  rm_->Submit("known", "nlp", 8, 8, 5, 0);
+  rm_->jobs_["known"].job.request.checkpoint = "s3://ck/ckpt/known";
+  CycleReport r;
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, &r).ok()) << EventLog();
+  ASSERT_EQ(PhaseOf("known"), JobPhase::kPending);
+  ctl.reset();  // gone; Slurm schedules the held jobs itself (fail-open)
+  const auto ran_and_ended = [&](const std::string& id, const std::string& node) {
+    auto& e = rm_->jobs_[id];
+    e.job.state = ObservedState::kFinished;
+    e.job.end_state = "completed";
+    e.job.placement = {{node, 8}};
+  };
+  ASSERT_TRUE(rm_->Cancel("big").ok());
+  ran_and_ended("known", "nv-0-n1");
+  rm_->Submit("unseen", "nlp", 8, 8, 5, 2);
+  rm_->jobs_["unseen"].job.request.checkpoint = "s3://ck/ckpt/unseen";
+  ran_and_ended("unseen", "nv-1-n0");
+  rm_->Submit("plain", "nlp", 8, 8, 5, 2);  // no checkpoint declared
+  ran_and_ended("plain", "nv-1-n1");
+  rm_->Submit("never", "nlp", 8, 8, 5, 2);  // cancelled before it ran
+  rm_->jobs_["never"].job.request.checkpoint = "s3://ck/ckpt/never";
+  ASSERT_TRUE(rm_->Cancel("never").ok());
+  ctl = Open(30);
+  ASSERT_NE(ctl, nullptr);
+  ctl->set_stager(&stager_, 600);
+  EXPECT_EQ(PhaseOf("known"), JobPhase::kDone);
+  EXPECT_EQ(stager_.PendingDrains(), std::vector<std::string>{"nv-0-n1"}) << EventLog();
+  for (Time t : {31, 32}) {  // Slurm lists the ended jobs for a while (MinJobAge)
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok()) << EventLog();
+  }
+  EXPECT_EQ(stager_.PendingDrains(), (std::vector<std::string>{"nv-0-n1", "nv-1-n0"}))
+      << EventLog();
+  for (const char* job : {"known", "unseen"}) {
+    const std::vector<std::string> kinds = KindsOf(job);
+    EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "checkpoint-drain"), 1) << job;
+  }
+  EXPECT_TRUE(KindsOf("plain").empty());
+  EXPECT_TRUE(KindsOf("never").empty());
+  EXPECT_FALSE(stager_.DrainPending("unseen"));  // ended: nothing waits for its drain
+  EXPECT_EQ(store_->Get("unseen").status().code(), StatusCode::kNotFound);  // history still
+}
+
 // --- Preemption ---
 
 class ControllerPreemptionTest : public ControllerTest {

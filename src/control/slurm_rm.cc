@@ -76,6 +76,7 @@ Result<RmJob> ToRmJob(const slurm::SlurmJob& job) {
     default:
       o.state = ObservedState::kFinished;
       o.end_state = Lower(slurm::JobStateName(job.state));
+      o.placement = PlacementOf(job, job.nodes);  // where it ran; none if it never did
       break;
   }
   return o;

@@ -65,6 +65,8 @@ TEST(SlurmRm, JobsAndIds) {
   EXPECT_EQ(ToRmJob(j)->placement, (std::vector<NodeGpus>{{"n1", 2}, {"n2", 2}}));
   j.state = slurm::JobState::kNodeFail;
   EXPECT_EQ(ToRmJob(j)->state, ObservedState::kFinished);
+  // Where an ended job ran: Slurm names its nodes for MinJobAge.
+  EXPECT_EQ(ToRmJob(j)->placement, (std::vector<NodeGpus>{{"n1", 2}, {"n2", 2}}));
   EXPECT_EQ(ToRmJob(j)->end_state, "node_fail");
   j.admin_comment = "gantry-data dataset";  // not job_submit.lua's: the job still counts
   EXPECT_TRUE(ToRmJob(j)->request.datasets.empty());

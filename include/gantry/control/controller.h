@@ -64,9 +64,9 @@ struct RmJob {
   // the request as submitted. Phase fields are ignored.
   JobRecord request;
   ObservedState state = ObservedState::kHeld;  // never kUnknown: an unknown job is not listed
-  std::vector<NodeGpus> placement;             // kReleased, kRunning: where it (will) run
-  Time start = -1;                             // kRunning: since when
-  std::string end_state;                       // kFinished: "completed", "failed", ...
+  std::vector<NodeGpus> placement;  // kReleased, kRunning: where it (will) run; kFinished: ran
+  Time start = -1;                  // kRunning: since when
+  std::string end_state;            // kFinished: "completed", "failed", ...
   // kRunning: its processes are being stopped (Slurm's COMPLETING) -- a run ending, or one
   // Gantry requeued that has not let go of its nodes yet.
   bool stopping = false;
