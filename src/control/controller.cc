@@ -1145,10 +1145,10 @@ class Controller::Impl {
   // refused start or a requeue) gets a new entry and index.
   std::deque<JobRequest> requests_;
   std::map<std::string, JobIndex> by_id_;  // the engine's current index of each active job
-  // Jobs to hold again and requeue (interrupted by a down node, or requeued by the resource
-  // manager itself), with why; kept across cycles until the resource manager did it.
-  // Jobs to hold again in the resource manager, why, and whether they run there (a preemption's
-  // victim): one that runs is stopped by the requeue, and queued again once it has (stopping_).
+  // Jobs to hold again and requeue (preempted, interrupted by a down node, or requeued by the
+  // resource manager itself), with why; kept across cycles until the resource manager did it.
+  // `running`: a preemption's victim, which the requeue stops; queued again once it has
+  // (stopping_).
   struct ToRequeue {
     std::string why;
     bool running = false;
