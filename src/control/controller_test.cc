@@ -214,7 +214,8 @@ class FakeRm : public ResourceManager {
         ++violations_;  // placed on a node that takes no jobs
         return FailedPrecondition("node " + s.node + " is not up");
       }
-      if (used_[s.node] + s.gpus > capacity_[s.node] && !Stopping(s.node)) {
+      // GPUs a run being stopped still holds are free to the engine (it lets go of them soon).
+      if (used_[s.node] - StoppingGpus(s.node) + s.gpus > capacity_[s.node]) {
         ++violations_;  // the engine booked GPUs that are busy
         return FailedPrecondition("node " + s.node + " is full");
       }
@@ -245,14 +246,13 @@ class FakeRm : public ResourceManager {
     }
     return true;
   }
-  bool Stopping(const std::string& node) const {
+  int StoppingGpus(const std::string& node) const {
+    int gpus = 0;
     for (const auto& [id, e] : jobs_) {
       if (!e.job.stopping) continue;
-      for (const NodeGpus& s : e.job.placement) {
-        if (s.node == node) return true;
-      }
+      for (const NodeGpus& s : e.job.placement) gpus += s.node == node ? s.gpus : 0;
     }
-    return false;
+    return gpus;
   }
 
   std::map<std::string, Entry> jobs_;
