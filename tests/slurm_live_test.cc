@@ -255,6 +255,28 @@ TEST_F(SlurmLiveTest, RequeueHeldPutsARunningJobBackUnderGantry) {
   WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCancelled; });
 }
 
+// A job submitted with --no-requeue says so, and Slurm refuses to requeue it while it runs: why
+// gantryd never picks such a job as a preemption victim (RmJob::requeueable).
+TEST_F(SlurmLiveTest, ANoRequeueJobSaysSoAndCannotBeRequeued) {
+  auto out =
+      client_->Run({"sbatch", "--parsable", "--no-requeue", "-p", partition_, "-A", "biology",
+                    "--gres=gpu:a100:1", "-o", dir_ + "/jobs/%j.out", "--wrap", "sleep 60"});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const int64_t id = std::stoll(*out);
+  const int64_t other = Submit("biology", "gpu:a100:1", "sleep 60");
+  ASSERT_GT(other, 0);
+  SlurmJob j = WaitJob(id, [](const SlurmJob& x) { return x.held; });
+  EXPECT_FALSE(j.requeue);
+  EXPECT_TRUE(WaitJob(other, [](const SlurmJob& x) { return x.held; }).requeue);
+  ASSERT_TRUE(client_->StartOnNodes(id, {"n3"}).ok());
+  WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kRunning; });
+  EXPECT_EQ(client_->RequeueHeld(id).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_->Job(id)->state, JobState::kRunning);
+  ASSERT_TRUE(client_->Cancel(id).ok());
+  ASSERT_TRUE(client_->Cancel(other).ok());
+  WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCancelled; });
+}
+
 // A preempted job with a grace time gets a signal (Slurm's GraceTime sends SIGTERM; gantryd
 // sends --preempt-signal), saves its work and exits; a batch job that finished that way can still
 // be requeued held, so that Gantry decides again where it goes on.

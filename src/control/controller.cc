@@ -816,6 +816,7 @@ class Controller::Impl {
     std::unordered_set<std::string_view> seen;
     seen.reserve(observed.size());
     for (const RmJob& o : observed) seen.insert(o.request.id);
+    NoteRequeueable(observed);
     std::erase_if(drained_unseen_, [&](const std::string& id) { return seen.count(id) == 0; });
     // Endings first (ended, or gone from the resource manager), so that what they free is free
     // before jobs started behind Gantry's back are adopted.
@@ -860,6 +861,29 @@ class Controller::Impl {
     }
     EndGraceTimes(now);
     return RequeueInterrupted(now, report);
+  }
+
+  // Jobs the resource manager will not requeue are no preemption's victims: the engine's
+  // requests (whose addresses it keeps) follow the latest report. Such jobs are few, so only
+  // they are looked up.
+  void NoteRequeueable(const std::vector<RmJob>& observed) {
+    std::set<std::string> now;
+    for (const RmJob& o : observed) {
+      if (!o.requeueable) now.insert(o.request.id);
+    }
+    const auto mark = [&](const std::string& id, bool preemptible) {
+      auto it = by_id_.find(id);
+      if (it == by_id_.end()) return;
+      JobRequest& q = requests_[static_cast<size_t>(it->second)];
+      if (q.preemptible == preemptible) return;
+      q.preemptible = preemptible;
+      engine_->PreemptibleChanged();
+    };
+    for (const std::string& id : not_requeueable_) {
+      if (now.count(id) == 0) mark(id, true);
+    }
+    for (const std::string& id : now) mark(id, false);
+    not_requeueable_ = std::move(now);
   }
 
   // A job the store has never seen.
@@ -1119,6 +1143,7 @@ class Controller::Impl {
     q.restart_cost = r.restart_cost;
     q.datasets = r.datasets;
     q.checkpoint = r.checkpoint;
+    q.preemptible = not_requeueable_.count(r.id) == 0;
     if (!r.gpu_types.empty()) {
       uint32_t mask = 0;
       for (const std::string& name : r.gpu_types) {
@@ -1185,6 +1210,8 @@ class Controller::Impl {
   // engine until it has let go: then queued again, and the nodes it ran on asked to drain --
   // a drain begun earlier could list the local tier before that last save reached it.
   std::set<std::string> stopping_;
+  // Jobs the resource manager last reported it will not requeue (NoteRequeueable).
+  std::set<std::string> not_requeueable_;
   // Ended jobs the store never saw whose nodes were asked to drain (DrainUnseen), while the
   // resource manager still lists them.
   std::set<std::string> drained_unseen_;

@@ -144,6 +144,8 @@ class FakeRm : public ResourceManager {
     if (e.job.state == ObservedState::kFinished && !requeue_finished_) {
       return FailedPrecondition("job ended");
     }
+    // As Slurm refuses a --no-requeue job ("Requested operation is presently disabled").
+    if (!e.job.requeueable) return FailedPrecondition("job may not be requeued");
     ++requeues_[id];
     if (e.job.state == ObservedState::kRunning && stop_time_ > 0) {
       // As Slurm does: the job is held at once, but its run is stopped (COMPLETING) and keeps
@@ -1314,6 +1316,39 @@ TEST_F(ControllerPreemptionTest, VictimsAreRequeuedBeforeThePreemptorStarts) {
   EXPECT_NE(metrics.PrometheusText().find("gantry_preemptions_total{how=\"now\"} 1"),
             std::string::npos);
   EXPECT_NE(EventLog().find("low preempt by high"), std::string::npos) << EventLog();
+}
+
+// A job the resource manager will not requeue (sbatch --no-requeue) is no victim: the
+// preemptor waits. Once the job may be requeued (scontrol update Requeue=1) it is preempted.
+TEST_F(ControllerPreemptionTest, AJobThatCannotBeRequeuedIsNotPreempted) {
+  UseProfile(0);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  SubmitQos("low", 32, 0, 1000, 0);
+  rm_->jobs_["low"].job.requeueable = false;
+  rm_->Advance(1);
+  ASSERT_TRUE(ctl->Cycle(1, nullptr).ok());
+  rm_->Advance(2);
+  ASSERT_TRUE(ctl->Cycle(2, nullptr).ok());
+  SubmitQos("high", 8, 2, 100, 3);
+  for (Time t = 3; t < 6; ++t) {
+    rm_->Advance(t);
+    CycleReport r;
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok());
+    EXPECT_EQ(r.preempted, 0) << t;
+  }
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->requeues_["low"], 0);
+  EXPECT_EQ(ctl->JobStatusOf("high")->phase, JobStatus::Phase::kPending);
+  EXPECT_EQ(EventLog().find("requeue-refused"), std::string::npos) << EventLog();
+  rm_->jobs_["low"].job.requeueable = true;
+  rm_->Advance(6);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(6, &r).ok());
+  EXPECT_EQ(r.preempted, 1);
+  EXPECT_EQ(rm_->requeues_["low"], 1);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->violations_, 0);
 }
 
 // Slurm holds a requeued job at once but keeps it COMPLETING, on its nodes, until its processes

@@ -49,6 +49,7 @@ Result<RmJob> ToRmJob(const slurm::SlurmJob& job) {
   r.nodes = job.gpus_per_node > 0 ? std::max(job.node_count, 1) : 0;
   if (job.gpus_per_node > 0) r.gpus = r.gpus_per_node * r.nodes;
   r.time_limit = job.time_limit_minutes * 60;
+  o.requeueable = job.requeue;
   // A malformed declaration cannot come from job_submit.lua (it refuses the job): one written
   // by hand is ignored rather than hiding the job from Gantry.
   if (Result<slurm::DataDeclarations> data = slurm::ParseDataDeclarations(job.admin_comment);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -278,7 +279,9 @@ TEST(DataLocalityScore, UniformScoresKeepTheFastPath) {
   }
 }
 
-// Each job runs exactly its limit; returns every start decision as text, in order.
+// Each job runs exactly its limit, and a preempted job is requeued at once (the default profile
+// preempts for fair share); returns every start decision as text, in order, and each
+// preemption as "<victim> preempted@<time> by <job>".
 std::vector<std::string> RunWorkload(const Cluster& c, const Profile& profile,
                                      const std::vector<JobRequest>& jobs,
                                      const DataLocality* locality) {
@@ -289,6 +292,7 @@ std::vector<std::string> RunWorkload(const Cluster& c, const Profile& profile,
   Engine& engine = **e;
   std::multimap<Time, JobIndex> events;  // submits (index >= 0) and ends (~index)
   for (const JobRequest& j : jobs) events.insert({j.submit, j.index});
+  std::map<JobIndex, Time> ends;  // each running job's end; a preempted run's end event is stale
   std::vector<std::string> out;
   std::vector<StartDecision> starts;
   while (!events.empty()) {
@@ -298,18 +302,26 @@ std::vector<std::string> RunWorkload(const Cluster& c, const Profile& profile,
       events.erase(events.begin());
       if (x >= 0) {
         EXPECT_TRUE(engine.Submit(jobs[x], now).ok());
-      } else {
+      } else if (auto it = ends.find(~x); it != ends.end() && it->second == now) {
+        ends.erase(it);
         EXPECT_TRUE(engine.Finish(~x, now).ok());
       }
     }
     starts.clear();
     engine.Schedule(now, &starts);
     for (const StartDecision& d : starts) {
+      for (JobIndex v : d.preempted) {
+        out.push_back(std::to_string(v) + " preempted@" + std::to_string(now) + " by " +
+                      std::to_string(d.job));
+        ends.erase(v);
+        EXPECT_TRUE(engine.Requeue(v, now).ok());
+      }
       std::string s = std::to_string(d.job) + "@" + std::to_string(now) + ":";
       for (const Slot& slot : d.placement) {
         s += " " + std::to_string(slot.node) + "x" + std::to_string(slot.gpus);
       }
       out.push_back(s);
+      ends[d.job] = now + jobs[d.job].time_limit;
       events.insert({now + jobs[d.job].time_limit, ~d.job});
     }
   }
@@ -384,7 +396,12 @@ profiles:
     j.team = static_cast<int>(rng() % 2);
     jobs.push_back(std::move(j));
   }
-  EXPECT_EQ(RunWorkload(c, *gantry, jobs, &m), RunWorkload(c, stripped, jobs, &m));
+  const std::vector<std::string> with_score = RunWorkload(c, *gantry, jobs, &m);
+  EXPECT_EQ(with_score, RunWorkload(c, stripped, jobs, &m));
+  // The workload is contended enough that the default's fair-share preemption takes part.
+  EXPECT_TRUE(std::any_of(with_score.begin(), with_score.end(), [](const std::string& s) {
+    return s.find("preempted") != std::string::npos;
+  }));
 }
 
 // Through the engine: the driver's map reaches the score (EngineOptions::data_locality), and the

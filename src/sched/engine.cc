@@ -657,6 +657,8 @@ class Engine::Impl {
     return Status::Ok();
   }
 
+  void PreemptibleChanged() { dirty_ = true; }
+
   void Schedule(Time now, std::vector<StartDecision>* starts) {
     changes_.clear();
     if (!refreshed_ || now >= next_refresh_) {
@@ -2041,6 +2043,7 @@ Status Engine::Down(NodeIndex node, Time now, std::vector<JobIndex>* interrupted
 Status Engine::Up(NodeIndex node, Time now) { return impl_->Up(node, now); }
 NodeState Engine::node_state(NodeIndex node) const { return impl_->node_state(node); }
 Status Engine::Requeue(JobIndex job, Time now) { return impl_->Requeue(job, now); }
+void Engine::PreemptibleChanged() { impl_->PreemptibleChanged(); }
 Status Engine::Adopt(const JobRequest& job, const Placement& placement, Time start, Time now) {
   return impl_->Adopt(job, placement, start, now);
 }

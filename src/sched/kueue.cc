@@ -112,6 +112,7 @@ class KueueAdmission final : public AdmissionPlugin {
     Time start = 0;
     Time submit = 0;
     bool signalled = false;  // signalled for preemption (GraceTime): ends, is no victim again
+    const JobRequest* job = nullptr;  // the driver's, read in place (preemptible may change)
   };
 
   size_t At(int node, int f) const { return static_cast<size_t>(node) * flavor_masks_.size() + f; }
@@ -418,10 +419,10 @@ std::vector<JobIndex> KueueAdmission::FindVictims(const JobRequest& job, int cq,
   static const std::vector<JobIndex> kNone;
   const std::vector<JobIndex>& preempted_me =
       static_cast<size_t>(job.index) < preempted_by_.size() ? preempted_by_[job.index] : kNone;
-  // Excluded victims: a signalled job, a job that preempted this one, a job preempted enough
-  // already, a job the preemption plugin protects (minimum run time).
+  // Excluded victims: a signalled job, one that cannot be requeued, a job that preempted this
+  // one, a job preempted enough already, a job the preemption plugin protects (minimum run time).
   const auto loops = [&](JobIndex r) {
-    if (runs_[r].signalled) return true;
+    if (runs_[r].signalled || !runs_[r].job->preemptible) return true;
     if (preemption_ != nullptr && !preemption_->MayPreempt(r, job.index, now)) return true;
     if (static_cast<size_t>(r) < preempted_by_.size() &&
         static_cast<int>(preempted_by_[r].size()) >= max_preemptions_) {
@@ -661,7 +662,7 @@ void KueueAdmission::OnJobStarted(const JobRequest& job, const Placement& placem
   last_victims_.clear();
   if (f < 0) return;
   if (static_cast<size_t>(job.index) >= runs_.size()) runs_.resize(job.index + 1);
-  runs_[job.index] = {cq, f, MilliGpus(job), job.qos, now, job.submit};
+  runs_[job.index] = {cq, f, MilliGpus(job), job.qos, now, job.submit, false, &job};
   AddUsage(cq, f, MilliGpus(job));
   running_[cq].push_back(job.index);
 }

@@ -79,6 +79,7 @@ class TrackingPreemption : public PreemptionPlugin {
   bool MayPreempt(JobIndex v, JobIndex preemptor, Time now) const override {
     if (static_cast<size_t>(v) >= runs_.size() || !runs_[v].running) return false;
     const Run& r = runs_[v];
+    if (!r.job->preemptible) return false;
     if (now - r.start < args_.min_run_time) return false;
     if (static_cast<int>(r.preempted_by.size()) >= args_.max_preemptions) return false;
     if (static_cast<size_t>(preemptor) < runs_.size()) {

@@ -8,6 +8,9 @@
 #include <deque>
 #include <map>
 #include <queue>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "gantry/common/rng.h"
 #include "gantry/sched/engine.h"
@@ -175,6 +178,45 @@ TEST(PreemptionTest, MinRunTimeProtectsAYoungJob) {
   // ask admission ahead of time).
   EXPECT_EQ(h.engine().NextWakeup(5000), 6000);
   EXPECT_EQ(h.Schedule(6000), "");
+}
+
+// A job the resource manager cannot requeue (Slurm's --no-requeue: JobRequest::preemptible false)
+// is never a victim, whoever names victims: Kueue's reclaim with or without a preemption plugin,
+// and fair-share preemption. Reclaim and fair share as above, with `fixed` not preemptible.
+std::string WithFixed(const std::string& admission, const std::string& preemption,
+                      const std::set<std::string>& fixed) {
+  const bool kueue = admission == "kueue";
+  Harness h(MakeCluster(8),
+            kueue ? std::vector<Team>{Cq("a", 4, "ab"), Cq("b", 4, "ab")}
+                  : std::vector<Team>{Team{"a", kNoQuota, 1.0}, Team{"b", kNoQuota, 1.0}},
+            MakeProfile(admission, preemption));
+  h.Submit("a1", "a", 4, 0, 0).preemptible = fixed.count("a1") == 0;
+  std::string log = h.Schedule(0);
+  h.Submit("a2", "a", 4, 0, 1000).preemptible = fixed.count("a2") == 0;
+  log += " " + h.Schedule(1000);
+  h.Submit("b1", "b", 4, 0, 3700);
+  log += " " + h.Schedule(3700);
+  return log;
+}
+
+TEST(PreemptionTest, AJobThatCannotBeRequeuedIsNeverAVictim) {
+  // Kueue's own order (no preemption plugin) takes a2, checkpoint-aware a1: each takes the
+  // other when its choice cannot be requeued, and none when neither can.
+  EXPECT_EQ(WithFixed("kueue", "", {"a2"}), "+a1 +a2 a1>b1 +b1");
+  EXPECT_EQ(WithFixed("kueue", "checkpoint-aware", {"a1"}), "+a1 +a2 a2>b1 +b1");
+  EXPECT_EQ(WithFixed("kueue", "", {"a1", "a2"}), "+a1 +a2 ");
+  EXPECT_EQ(WithFixed("kueue", "checkpoint-aware", {"a1", "a2"}), "+a1 +a2 ");
+  const std::string fair = "{plugin: checkpoint-aware, args: {mode: fairshare}}";
+  EXPECT_EQ(WithFixed("quota", fair, {}), "+a1 +a2 a1>b1 +b1");
+  EXPECT_EQ(WithFixed("quota", fair, {"a1"}), "+a1 +a2 a2>b1 +b1");
+  EXPECT_EQ(WithFixed("quota", fair, {"a1", "a2"}), "+a1 +a2 ");
+  // QoS-style priority preemption too.
+  Harness h(MakeCluster(8), {Team{"a", kNoQuota, 1.0}},
+            MakeProfile("quota", "{plugin: checkpoint-aware, args: {mode: priority}}"));
+  h.Submit("lo", "a", 8, 0, 0).preemptible = false;
+  h.Schedule(0);
+  h.Submit("hi", "a", 8, 2, 10);
+  EXPECT_EQ(h.Schedule(10), "");
 }
 
 // Priority preemption on one node of 8, quota admission (no quotas). lo1 (4 GPUs, QoS 0) runs

@@ -56,6 +56,12 @@ int64_t IntOr(const json& j, const char* key, int64_t fallback) {
   return it->get<int64_t>();
 }
 
+bool BoolOr(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_boolean()) return fallback;
+  return it->get<bool>();
+}
+
 std::string StrOr(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return "";
@@ -360,6 +366,7 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(std::string_view text) {
     job.start_time = IntOr(j, "start_time", 0);
     job.end_time = IntOr(j, "end_time", 0);
     job.restart_count = static_cast<int>(IntOr(j, "restart_cnt", 0));
+    job.requeue = BoolOr(j, "requeue", true);
     job.admin_comment = StrOr(j, "admin_comment");
     // Minutes; null when UNLIMITED.
     job.time_limit_minutes = IntOr(j, "time_limit", 0);

@@ -117,7 +117,7 @@ constexpr const char* kSqueue = R"js({
      "node_count": 2, "tres_per_node": "gres:gpu:h100:8",
      "tres_req_str": "cpu=2,mem=2000M,node=2,billing=2,gres/gpu=16", "tres_alloc_str": "",
      "nodes": "", "required_nodes": "", "submit_time": 1796073897, "start_time": 0,
-     "end_time": 0, "restart_cnt": 0,
+     "end_time": 0, "restart_cnt": 0, "requeue": false,
      "admin_comment": "gantry-data dataset=s3://b/imagenet checkpoint=file:///ck/run"},
     {"job_id": 1, "name": "wrap", "user_name": "root", "account": "biology",
      "partition": "gantry", "qos": "normal", "job_state": "RUNNING", "state_reason": "None",
@@ -146,6 +146,8 @@ TEST(SlurmSqueue, MapsHeldRunningAndPendingJobs) {
   EXPECT_EQ(held.gpus, 16);
   EXPECT_TRUE(held.nodes.empty());
   EXPECT_EQ(held.admin_comment, "gantry-data dataset=s3://b/imagenet checkpoint=file:///ck/run");
+  EXPECT_FALSE(held.requeue);       // sbatch --no-requeue
+  EXPECT_TRUE((*jobs)[1].requeue);  // "requeue": true is absent here: Slurm's default
   const SlurmJob& running = (*jobs)[1];
   EXPECT_EQ(running.state, JobState::kRunning);
   EXPECT_FALSE(running.held);

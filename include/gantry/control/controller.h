@@ -70,6 +70,9 @@ struct RmJob {
   // kRunning: its processes are being stopped (Slurm's COMPLETING) -- a run ending, or one
   // Gantry requeued that has not let go of its nodes yet.
   bool stopping = false;
+  // False when the resource manager will not requeue it (Slurm's --no-requeue): no preemption
+  // picks it as a victim (JobRequest::preemptible).
+  bool requeueable = true;
 };
 
 // A node as the resource manager reports it, in the engine's terms.

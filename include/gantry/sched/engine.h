@@ -197,6 +197,10 @@ class Engine {
   // A job ended by Down or by preemption goes back to pending, keeping its submit time (and so
   // its age).
   Status Requeue(JobIndex job, Time now);
+  // The driver changed JobRequest::preemptible of a job it gave the engine (which reads the
+  // driver's request in place): the next Schedule runs a cycle even if nothing else changed,
+  // since a blocked job may now find its victims.
+  void PreemptibleChanged();
 
   // A restarted driver tells the engine that `job` has been running on `placement` since
   // `start`: the engine books it as running (GPUs, team usage, expected end at start + limit)

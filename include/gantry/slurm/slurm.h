@@ -112,6 +112,9 @@ struct SlurmJob {
   int64_t end_time = 0;
   int64_t time_limit_minutes = 0;  // 0: unlimited
   int restart_count = 0;
+  // False for a job that may not be requeued (sbatch --no-requeue, or JobRequeue=0 without
+  // --requeue): `scontrol requeuehold` refuses it ("Requested operation is presently disabled").
+  bool requeue = true;
   // Its AdminComment: Gantry's job_submit.lua writes the job's data declarations there
   // ("gantry-data dataset=URL ... checkpoint=URL"; see ParseDataDeclarations in mapping.h).
   std::string admin_comment;

@@ -52,6 +52,9 @@ struct JobRequest {
   // Where the job's checkpoints live (a root, or ROOT/ckpt/JOB), empty when it declared none:
   // the score also prefers the nodes whose local tier holds its newest checkpoint.
   std::string checkpoint;
+  // False when the job cannot be requeued (Slurm's --no-requeue, or JobRequeue=0): no preemption
+  // ever picks it as a victim, since stopping it would end it rather than put it back in line.
+  bool preemptible = true;
 };
 
 inline constexpr int kMilliPerGpu = 1000;
