@@ -885,6 +885,97 @@ TEST_F(GantrydSlurmTest, ThreeTeamsWithQuotasFiftyFourJobsFairOrderInsideDomains
   EXPECT_GT(pairs, 0) << "no two jobs of one shape were submitted in different seconds";
 }
 
+// gantryd's default profile preempts for fair share. With one share per team (the imported spec
+// gives each team its quota as shares, which makes physics' 16 GPUs its due), physics runs two
+// 8-GPU jobs (all of the H100 nodes), and biology submits one: it would hold 8 per share against
+// physics' 16. The victim must be physics' requeueable job, though the --no-requeue one started
+// later and so is the cheaper victim by checkpoint cost: Slurm would refuse to requeue it, and it
+// runs on.
+TEST_F(GantrydSlurmTest, DefaultProfilePreemptsForFairShareButNeverANoRequeueJob) {
+  SetUpSite();
+  std::string spec = ReadFile(tmp_.sub("site.yaml"));
+  for (const char* team : {"physics", "biology"}) {
+    const std::string from = std::string("{name: \"") + team + "\", quota_gpus: ";
+    const size_t at = spec.find(from);
+    ASSERT_NE(at, std::string::npos) << spec;
+    spec.insert(spec.find('}', at), ", shares: 1");
+  }
+  std::ofstream(tmp_.sub("site.yaml")) << spec;
+  const std::string log = tmp_.sub("gantryd.log");
+  Gantryd gantryd(GantrydArgs(), log);  // the default profile
+  const int port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
+  auto submit = [&](const std::string& account, bool requeue, const std::string& command) {
+    std::vector<std::string> argv = {"sbatch",
+                                     "--parsable",
+                                     "-p",
+                                     partition_,
+                                     "-A",
+                                     account,
+                                     "-N",
+                                     "1",
+                                     "--gres=gpu:h100:8",
+                                     "-t",
+                                     "5",
+                                     "-o",
+                                     dir_ + "/jobs/%j.out",
+                                     "--wrap",
+                                     command};
+    if (!requeue) argv.insert(argv.begin() + 2, "--no-requeue");
+    auto out = client_->Run(argv);
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? std::stoll(*out) : int64_t{-1};
+  };
+  struct CancelAtEnd {
+    slurm::SlurmClient* client;
+    std::vector<int64_t> ids;
+    ~CancelAtEnd() {
+      for (int64_t id : ids) (void)client->Cancel(id);
+    }
+  } cancel{client_.get(), {}};
+  auto running = [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kRunning; };
+  const int64_t requeueable = submit("physics", true, "sleep 300");
+  ASSERT_GT(requeueable, 0);
+  cancel.ids.push_back(requeueable);
+  ASSERT_TRUE(WaitJob(requeueable, running, kPatience).ok()) << ReadFile(log);
+  const int64_t fixed = submit("physics", false, "sleep 300");
+  ASSERT_GT(fixed, 0);
+  cancel.ids.push_back(fixed);
+  ASSERT_TRUE(WaitJob(fixed, running, kPatience).ok()) << ReadFile(log);
+
+  const int64_t fair = submit("biology", true, "hostname; sleep 2");
+  ASSERT_GT(fair, 0);
+  cancel.ids.push_back(fair);
+  Result<slurm::SlurmJob> v = WaitJob(
+      requeueable,
+      [](const slurm::SlurmJob& j) { return j.state == slurm::JobState::kPending && j.held; },
+      kPatience);
+  httplib::Client api("127.0.0.1", port);
+  ASSERT_TRUE(v.ok()) << v.status().ToString() << "\n"
+                      << ApiJob(api, fair).dump() << "\n"
+                      << ReadFile(log);
+  EXPECT_GE(v->restart_count, 1);
+  EXPECT_TRUE(LeavesTheApi(api, fair)) << ReadFile(log);  // it ran, on the victim's node
+  Result<slurm::SlurmJob> f = client_->Job(fixed);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->state, slurm::JobState::kRunning);
+  EXPECT_EQ(f->restart_count, 0);
+
+  gantryd.Kill(SIGTERM);
+  auto store = control::StateStore::Open(tmp_.sub("state.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto events = (*store)->Events(0, 100000);
+  ASSERT_TRUE(events.ok());
+  std::string preempts;
+  for (const control::StoreEvent& e : *events) {
+    if (e.kind == "preempt" || e.kind == "requeue-refused") {
+      preempts += e.job + " " + e.kind + " " + e.detail + "\n";
+    }
+  }
+  EXPECT_EQ(preempts, std::to_string(requeueable) + " preempt by " + std::to_string(fair) + "\n")
+      << ReadFile(log);
+}
+
 // Preemption by QOS with a grace time on the real Slurm (Slurm's own preemption is off; gantryd
 // decides): a running job of QOS normal on both h100 nodes is preempted by a `--qos=high` job
 // under a profile with `mode: qos` and 6 s of grace. The victim gets the signal (its trap
