@@ -30,7 +30,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
   s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) each
           set's shards uploaded to the RGW; gantry streaming them (s3:// URL, W workers) against
           `aws s3 cp --recursive` of the same shards followed by gantry reading the local copy;
-          total time and time to the first batch (goal: streaming no slower than copy-then-read).
+          total time and time to the first batch (goal: streaming no slower than copy-then-read);
+          and gantry streaming with share_fetches=False (each worker fetching every shard it
+          reads from, the loader before the workers shared a private cache), interleaved.
 
 Every timed run checks that it delivered every sample's bytes exactly once (count and total).
 Resume latency at sample 10 million is bench/data_resume.py.
@@ -124,7 +126,7 @@ class Files(torch.utils.data.Dataset):
 
 def payload(kind, batch):
     """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
-    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "tarfile"):
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry_unshared", "tarfile"):
         return batch["jpg"]
     if kind == "imagefolder":
         return batch[0]  # (payloads, labels)
@@ -211,9 +213,11 @@ def as_tensors(sample):
 
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
     w = 0 if kind in ("gantry0", "gantry0b") else args.workers
-    if kind in ("gantry", "gantry0", "gantryb", "gantry0b"):
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry_unshared"):
         batched = kind.endswith("b")
         more = {"batched": True} if batched else {}  # a --base build may predate batched=
+        if kind == "gantry_unshared":  # each worker fetches the remote shards it reads
+            more["share_fetches"] = False
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 transform=as_tensors if tensors else None, **more,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
@@ -446,12 +450,17 @@ def s3_part(ds, args, batch, window, results):
                    check=True)
     copy_dir = os.path.join(args.workdir, "s3-copy")
     stream_t, stream_first, copy_t, copy_first, copy_only = [], [], [], [], []
+    unshared_t = []
+    sides = ["stream", "copy", "unshared"]
     for rep in range(args.repeat):
-        for side in (["stream", "copy"] if rep % 2 == 0 else ["copy", "stream"]):
+        for side in sides[rep % 3:] + sides[:rep % 3]:
             if side == "stream":
                 dt, first = timed_read("gantry", ds, args, batch, window, url=url)
                 stream_t.append(dt)
                 stream_first.append(first)
+            elif side == "unshared":
+                dt, _ = timed_read("gantry_unshared", ds, args, batch, window, url=url)
+                unshared_t.append(dt)
             else:
                 shutil.rmtree(copy_dir, ignore_errors=True)
                 t0 = time.perf_counter()
@@ -466,7 +475,7 @@ def s3_part(ds, args, batch, window, results):
     shutil.rmtree(copy_dir, ignore_errors=True)
     results["s3"][ds.name] = {"stream_s": stream_t, "stream_first_s": stream_first,
                      "copy_then_read_s": copy_t, "copy_then_read_first_s": copy_first,
-                     "copy_s": copy_only}
+                     "copy_s": copy_only, "stream_unshared_s": unshared_t}
     ms, mc = median(stream_t), median(copy_t)
     print(f"\n### from Ceph RGW: {ds.name} set ({ds.count:,} x {ds.size:,} bytes, "
           f"{len(ds.shards)} shards), {args.workers} workers\n")
@@ -474,10 +483,13 @@ def s3_part(ds, args, batch, window, results):
     print("|---|---:|---:|---|")
     print(f"| gantry streaming s3:// | {ms:.2f} | {median(stream_first):.2f} | "
           f"{fmt_runs(stream_t)} |")
+    print(f"| gantry streaming, workers not sharing fetches | {median(unshared_t):.2f} | | "
+          f"{fmt_runs(unshared_t)} |")
     print(f"| aws s3 cp, then gantry local | {mc:.2f} (copy {median(copy_only):.2f}) | "
           f"{median(copy_first):.2f} | {fmt_runs(copy_t)} |")
     print(f"\ncopy-then-read / streaming: total {mc / ms:.2f}x, first batch "
-          f"{median(copy_first) / median(stream_first):.1f}x (goal: total >= 1)")
+          f"{median(copy_first) / median(stream_first):.1f}x (goal: total >= 1); "
+          f"workers sharing fetches against not: {median(unshared_t) / ms:.2f}x")
 
 
 def main():

@@ -25,6 +25,9 @@ and shared by every process on it. stats() reports what the loader did (docs/dat
 import io
 import json
 import os
+import secrets
+import shutil
+import weakref
 
 from gantry import _native
 
@@ -240,6 +243,61 @@ def _parse_bytes(name, value):
     return int(digits) * _UNITS[unit]
 
 
+# DataLoader workers of one dataset share one fetch of each remote shard through a private cache
+# in shared memory (a tmpfs: publishing a shard there is a copy in RAM, not a disk write), named
+# after the process that made it, removed with the dataset, and swept when that process is gone.
+_SHM = "/dev/shm"
+_SHARED_PREFIX = "gantry-workers-"
+_REMOTE = ("s3://", "http://", "https://")
+
+
+def _remove_worker_cache(path, owner):
+    # A forked worker inherits this finalizer; only the process that made the folder removes it.
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _sweep_worker_caches():
+    """Removes the worker caches of this user's processes that ended without removing theirs
+    (killed): each holds shards in RAM until someone does."""
+    try:
+        names = os.listdir(_SHM)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_SHARED_PREFIX):
+            continue
+        pid = name[len(_SHARED_PREFIX):].split("-", 1)[0]
+        path = os.path.join(_SHM, name)
+        try:
+            if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _make_worker_cache(url, fallback_urls):
+    """(folder, budget in bytes) of a new private worker cache, or None when the dataset is local
+    (its shards are mapped, shared already) or there is no writable shared memory."""
+    if not any(str(u).startswith(_REMOTE) for u in [url] + list(fallback_urls)):
+        return None
+    if not os.access(_SHM, os.W_OK):
+        return None
+    _sweep_worker_caches()
+    path = os.path.join(_SHM, f"{_SHARED_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        os.mkdir(path, 0o700)
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    # A quarter of the free shared memory: beyond it the least recently used unpinned shards go,
+    # and a shard that cannot fit is read without the cache (counted as uncached).
+    return path, max(st.f_bavail * st.f_frsize // 4, 1)
+
+
 # The stats() fields DataLoader workers report to the dataset's process through shared memory.
 _SUMMED = ("bytes_cache", "bytes_peer", "bytes_durable", "shards_cache", "shards_peer",
            "shards_durable", "cache_damaged", "source_damaged", "uncached", "evictions",
@@ -283,7 +341,11 @@ class StreamingDataset(_Base):
     "64G" (default: $GANTRY_DATA_CACHE_BYTES; 0 is no limit); shards in a reader's window are
     pinned and the rest evicted least recently used first. fallback_urls: more places holding the
     same shards (a peer's agent, the durable tier), tried in order when a shard is missing or
-    damaged at `url`. read_ahead: most shards fetched ahead of the reader (0: none); the depth
+    damaged at `url`. Without a cache_dir, the DataLoader workers of a remote (s3://, http://)
+    dataset share one fetch of each shard through a private cache in /dev/shm, at most a quarter
+    of its free space, removed with the dataset (share_fetches=False: each worker fetches the
+    shards it reads from, which is every shard of its windows). read_ahead: most shards fetched
+    ahead of the reader (0: none); the depth
     in use follows measured throughput. job: the metrics' job label (default: $GANTRY_JOB_ID,
     else $SLURM_JOB_ID).
 
@@ -309,7 +371,8 @@ class StreamingDataset(_Base):
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
-                 read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False):
+                 read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False,
+                 share_fetches=True):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -342,6 +405,13 @@ class StreamingDataset(_Base):
         self.zero_copy = zero_copy
         self.mmap = bool(mmap)
         self.batched = bool(batched)
+        # (folder, budget) of the private cache the workers share, made here so that every
+        # worker (forked or spawned) gets the same folder; removed when this object goes.
+        self._worker_cache = None
+        if share_fetches and self.cache_dir is None:
+            self._worker_cache = _make_worker_cache(url, self.fallback_urls)
+            if self._worker_cache is not None:
+                weakref.finalize(self, _remove_worker_cache, self._worker_cache[0], os.getpid())
         source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
                                     verify_hashes=verify_hashes)
         self.format = source.format
@@ -384,9 +454,12 @@ class StreamingDataset(_Base):
             workers, worker = info.num_workers, info.id
         else:
             self._yielded_here = 0
+        cache_dir, cache_bytes = self.cache_dir, self.cache_bytes
+        if cache_dir is None and self._worker_cache is not None and workers > 1:
+            cache_dir, cache_bytes = self._worker_cache
         source = _gantry.DataSource(self.url, wds_shard_samples=self._wds_counts(),
-                                    verify_hashes=self.verify_hashes, cache_dir=self.cache_dir,
-                                    cache_bytes=self.cache_bytes,
+                                    verify_hashes=self.verify_hashes, cache_dir=cache_dir,
+                                    cache_bytes=cache_bytes,
                                     fallback_urls=self.fallback_urls, job=self.job,
                                     map_files=self.mmap)
         if list(source.shard_samples) != self.shard_samples:
@@ -452,15 +525,15 @@ class StreamingDataset(_Base):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        shared = state.get("_worker_stats")
-        if shared is not None:
-            # Shared memory travels only into a process being started (a spawned DataLoader
-            # worker); any other pickling (a copy, a checkpoint) leaves it behind.
-            from multiprocessing import context
-            try:
-                context.assert_spawning(shared)
-            except RuntimeError:
-                state["_worker_stats"] = None
+        # Shared memory travels only into a process being started (a spawned DataLoader worker);
+        # any other pickling (a copy, a checkpoint) leaves it behind, and the workers' private
+        # cache with it, whose folder goes with this object.
+        from multiprocessing import context
+        try:
+            context.assert_spawning(self)
+        except RuntimeError:
+            state["_worker_stats"] = None
+            state["_worker_cache"] = None
         return state
 
     def _worker_reporter(self, info):

@@ -36,6 +36,14 @@ def flip_byte(path, at):
         f.write(bytes([b[0] ^ 0x5A]))
 
 
+def read_with_two_workers(ds, context):
+    """The sorted keys of one epoch of `ds` through a DataLoader with 2 workers."""
+    import torch.utils.data
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=list,
+                                         multiprocessing_context=context)
+    return sorted(s["__key__"] for batch in loader for s in batch)
+
+
 def read_in_child(url, cache_dir, job, start, results):
     """A separate process: waits for the start signal, reads the epoch, reports keys and stats."""
     start.wait()
@@ -148,36 +156,103 @@ class SharedCacheTest(TempDirTestCase):
         self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
         self.assertEqual(ds.stats()["source_damaged"], 2)  # once failing, once before the mirror
 
-    def test_peer_then_durable_fallbacks(self):
-        """A damaged shard comes from a peer's gantry-agent; one the peer lacks, from the next
-        source (the durable copy); bytes are counted by where they came from."""
+    def start_agent(self, root):
+        """A gantry-agent serving `root` over HTTP on loopback: (its process, its URL)."""
         agent = os.path.join(os.path.dirname(os.path.dirname(gdata._gantry.__file__)),
                              "apps", "gantry-agent", "gantry-agent")
         if not os.access(agent, os.X_OK):
             self.skipTest(f"{agent} is not built")
+        port_file = self.path("agent-port-" + os.path.basename(root))
+        proc = subprocess.Popen([agent, "--root", root, "--listen", "127.0.0.1:0",
+                                 "--port-file", port_file, "--allow-unauthenticated"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (proc.terminate(), proc.wait(timeout=30)))
+        for _ in range(500):
+            if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+                break
+            time.sleep(0.01)
+        with open(port_file) as f:
+            return proc, f"http://127.0.0.1:{f.read().strip()}"
+
+    def test_workers_share_one_fetch_of_each_remote_shard(self):
+        """Without a cache_dir, the DataLoader workers of a remote dataset fetch each shard once
+        between them, through a private cache in /dev/shm that goes with the dataset; with
+        share_fetches=False each fetches the shards it reads from (all of them here)."""
+        import gc
+        if not os.access(gdata._SHM, os.W_OK):
+            self.skipTest(f"{gdata._SHM} is not writable")
+        _, url = self.start_agent(self.data)
+        for context in ("fork", "spawn"):
+            for share in (True, False):
+                with self.subTest(context=context, share=share):
+                    ds = StreamingDataset(url, job=f"share-{context}-{share}", decode=False,
+                                          batch_size=4, share_fetches=share)
+                    folder = ds._worker_cache[0] if share else None
+                    if share:
+                        self.assertTrue(os.path.isdir(folder))
+                        self.assertTrue(os.path.basename(folder).startswith(
+                            f"gantry-workers-{os.getpid()}-"))
+                    else:
+                        self.assertIsNone(ds._worker_cache)
+                    self.assertEqual(read_with_two_workers(ds, context), self.keys)
+                    s = ds.stats()
+                    # http:// sources count as peers (docs/data.md).
+                    if share:
+                        self.assertEqual(s["shards_peer"], len(self.shards))
+                        self.assertEqual(s["bytes_peer"], self.dataset_bytes)
+                        self.assertGreater(s["bytes_cache"], 0)
+                        # The workers exited; the folder is the dataset's until it goes.
+                        self.assertTrue(os.path.isdir(folder))
+                    else:
+                        self.assertEqual(s["shards_peer"], 2 * len(self.shards))
+                        self.assertEqual(s["bytes_cache"], 0)
+                    del ds
+                    gc.collect()
+                    if share:
+                        self.assertFalse(os.path.exists(folder))
+        # Without workers the process reads alone: no cache is used (nothing to share).
+        ds = StreamingDataset(url, job="share-none", decode=False)
+        self.assertEqual(sorted(x["__key__"] for x in ds), self.keys)
+        self.assertEqual(ds.stats()["bytes_cache"], 0)
+        self.assertEqual(os.listdir(ds._worker_cache[0]), [])
+        # A local dataset is mapped, shared already: no private cache.
+        self.assertIsNone(StreamingDataset(self.data)._worker_cache)
+
+    def test_a_killed_processs_worker_cache_is_swept(self):
+        """A process killed before it removed its workers' cache leaves the folder in /dev/shm
+        (RAM); the next remote dataset removes such folders of this user's ended processes."""
+        if not os.access(gdata._SHM, os.W_OK):
+            self.skipTest(f"{gdata._SHM} is not writable")
+        _, url = self.start_agent(self.data)
+        code = ("import os, sys; sys.path[:0] = sys.argv[2].split(':');"
+                "from gantry.data import StreamingDataset;"
+                "ds = StreamingDataset(sys.argv[1]); print(ds._worker_cache[0], flush=True);"
+                "os.kill(os.getpid(), 9)")
+        import sys
+        r = subprocess.run([sys.executable, "-c", code, url, ":".join(sys.path)],
+                           stdout=subprocess.PIPE, text=True)
+        self.assertEqual(r.returncode, -9)
+        left = r.stdout.strip()
+        self.assertTrue(os.path.isdir(left), left)
+        with open(os.path.join(left, "shard"), "wb") as f:
+            f.write(b"x" * 1000)
+        alive = StreamingDataset(url)  # this process's own folder stays
+        self.assertFalse(os.path.exists(left))
+        self.assertTrue(os.path.isdir(alive._worker_cache[0]))
+
+    def test_peer_then_durable_fallbacks(self):
+        """A damaged shard comes from a peer's gantry-agent; one the peer lacks, from the next
+        source (the durable copy); bytes are counted by where they came from."""
         peer_root, durable = self.path("peer"), self.path("durable")
         shutil.copytree(self.data, durable)
         os.makedirs(peer_root)
         shutil.copy(os.path.join(self.data, "shard.00003.mds"), peer_root)  # the peer has one
         flip_byte(os.path.join(self.data, "shard.00003.mds"), 500)
         flip_byte(os.path.join(self.data, "shard.00006.mds"), 500)
-        port_file = self.path("agent-port")
-        proc = subprocess.Popen([agent, "--root", peer_root, "--listen", "127.0.0.1:0",
-                                 "--port-file", port_file, "--allow-unauthenticated"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(500):
-                if os.path.exists(port_file):
-                    break
-                time.sleep(0.01)
-            with open(port_file) as f:
-                peer = f"http://127.0.0.1:{f.read().strip()}"
-            ds = StreamingDataset(self.data, job="peer", decode=False,
-                                  fallback_urls=[peer, durable])
-            self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        _, peer = self.start_agent(peer_root)
+        ds = StreamingDataset(self.data, job="peer", decode=False,
+                              fallback_urls=[peer, durable], share_fetches=False)
+        self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
         size = lambda f: os.path.getsize(os.path.join(durable, f))
         stats = ds.stats()
         self.assertEqual(stats["source_damaged"], 2)
@@ -187,7 +262,6 @@ class SharedCacheTest(TempDirTestCase):
         self.assertEqual(stats["bytes_durable"], self.dataset_bytes - size("shard.00003.mds"))
 
     def test_stats_gather_dataloader_workers(self):
-        import torch.utils.data
         for context in ("fork", "spawn"):
             with self.subTest(context=context):
                 cache = self.path("cache-" + context)
@@ -195,11 +269,7 @@ class SharedCacheTest(TempDirTestCase):
                                       decode=False, batch_size=4)
                 for epoch in range(2):
                     ds.set_epoch(epoch)
-                    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
-                                                         collate_fn=list,
-                                                         multiprocessing_context=context)
-                    keys = sorted(s["__key__"] for batch in loader for s in batch)
-                    self.assertEqual(keys, self.keys)
+                    self.assertEqual(read_with_two_workers(ds, context), self.keys)
                     s = ds.stats()
                     self.assertEqual(s["samples"], (epoch + 1) * len(self.keys))
                     # Each shard came from the durable tier once on the node, in the first
