@@ -610,7 +610,7 @@ TEST(PreemptionTest, SimulatorWakesUpWhenTheMinimumRunTimePasses) {
 //  - a signalled victim ends by its grace end, and its preemptor starts when the last of its
 //    victims ended.
 TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
-  int64_t preemptions = 0, signals = 0;
+  int64_t preemptions = 0, signals = 0, fair_share_preemptions = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     Rng rng(seed);
     std::vector<Qos> qos;
@@ -637,7 +637,10 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
     ASSERT_TRUE(cluster.ok());
     const Duration grace = std::vector<Duration>{0, 60, 600}[rng.Below(3)];
     const Duration min_run = std::vector<Duration>{0, 300}[rng.Below(2)];
-    const std::string mode = rng.Below(2) ? "qos" : "priority";
+    std::string mode = rng.Below(2) ? "qos" : "priority";
+    // A third of the seeds preempt for fair share instead, as the default profile does (a
+    // separate stream again).
+    if (Rng(seed + 2000).Below(3) == 0) mode = "fairshare";
     const std::string plugin = rng.Below(2) ? "checkpoint-aware" : "kueue-order";
     // The GraceTime a job gets as a victim: its QOS's, else the plugin's.
     const auto grace_of = [&](const Job& j) {
@@ -674,6 +677,7 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
     auto sim = Simulate(*cluster, teams, w, profile, options);
     ASSERT_TRUE(sim.ok()) << "seed " << seed << ": " << sim.status().ToString();
     preemptions += sim->preemptions;
+    if (mode == "fairshare") fair_share_preemptions += sim->preemptions;
     // With GraceTime, a victim's lost work is at most its grace on each of its GPUs.
     for (size_t j = 0; j < w.jobs.size(); ++j) {
       if (grace_of(w.jobs[j]) == 0) continue;  // preempted at once: loses since its checkpoint
@@ -780,6 +784,7 @@ TEST(PreemptionPropertyTest, NoLoopsMinRunTimeAndGraceHold) {
   }
   EXPECT_GT(preemptions, 100);
   EXPECT_GT(signals, 20);
+  EXPECT_GT(fair_share_preemptions, 10);
 }
 
 // The comparison of docs/preemption.md, as a guard: on the Philly sample under Kueue reclaim,
