@@ -249,6 +249,10 @@ def _parse_bytes(name, value):
 _SHM = "/dev/shm"
 _SHARED_PREFIX = "gantry-workers-"
 _REMOTE = ("s3://", "http://", "https://")
+# Below this much free shared memory (a container's default /dev/shm is 64 MiB) a few shards
+# would fill the cache, and a worker waiting on another's fetch lock only to read the shard
+# uncached would fetch later than on its own: no private cache then.
+_WORKER_CACHE_MIN = 1 << 30
 
 
 def _remove_worker_cache(path, owner):
@@ -281,21 +285,27 @@ def _sweep_worker_caches():
 
 def _make_worker_cache(url, fallback_urls):
     """(folder, budget in bytes) of a new private worker cache, or None when the dataset is local
-    (its shards are mapped, shared already) or there is no writable shared memory."""
+    (its shards are mapped, shared already) or too little writable shared memory."""
     if not any(str(u).startswith(_REMOTE) for u in [url] + list(fallback_urls)):
         return None
     if not os.access(_SHM, os.W_OK):
         return None
     _sweep_worker_caches()
-    path = os.path.join(_SHM, f"{_SHARED_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
     try:
-        os.mkdir(path, 0o700)
-        st = os.statvfs(path)
+        st = os.statvfs(_SHM)
     except OSError:
         return None
     # A quarter of the free shared memory: beyond it the least recently used unpinned shards go,
     # and a shard that cannot fit is read without the cache (counted as uncached).
-    return path, max(st.f_bavail * st.f_frsize // 4, 1)
+    budget = st.f_bavail * st.f_frsize // 4
+    if budget < _WORKER_CACHE_MIN:
+        return None
+    path = os.path.join(_SHM, f"{_SHARED_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        os.mkdir(path, 0o700)
+    except OSError:
+        return None
+    return path, budget
 
 
 # The stats() fields DataLoader workers report to the dataset's process through shared memory.

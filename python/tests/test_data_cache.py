@@ -174,13 +174,35 @@ class SharedCacheTest(TempDirTestCase):
         with open(port_file) as f:
             return proc, f"http://127.0.0.1:{f.read().strip()}"
 
+    def skip_without_shared_memory(self):
+        if not os.access(gdata._SHM, os.W_OK):
+            self.skipTest(f"{gdata._SHM} is not writable")
+        st = os.statvfs(gdata._SHM)
+        if st.f_bavail * st.f_frsize // 4 < gdata._WORKER_CACHE_MIN:
+            self.skipTest(f"{gdata._SHM} has too little free space for a workers' cache")
+
+    def test_too_little_shared_memory_means_no_workers_cache(self):
+        """Where a quarter of /dev/shm's free space is under the minimum (a container's 64 MiB),
+        the workers fetch for themselves: no folder is made."""
+        _, url = self.start_agent(self.data)
+        before = set(os.listdir(gdata._SHM)) if os.path.isdir(gdata._SHM) else set()
+        saved = gdata._WORKER_CACHE_MIN
+        gdata._WORKER_CACHE_MIN = 1 << 62
+        try:
+            ds = StreamingDataset(url)
+        finally:
+            gdata._WORKER_CACHE_MIN = saved
+        self.assertIsNone(ds._worker_cache)
+        after = set(os.listdir(gdata._SHM)) if os.path.isdir(gdata._SHM) else set()
+        mine = f"gantry-workers-{os.getpid()}-"  # other processes' come and go meanwhile
+        self.assertEqual([f for f in after - before if f.startswith(mine)], [])
+
     def test_workers_share_one_fetch_of_each_remote_shard(self):
         """Without a cache_dir, the DataLoader workers of a remote dataset fetch each shard once
         between them, through a private cache in /dev/shm that goes with the dataset; with
         share_fetches=False each fetches the shards it reads from (all of them here)."""
         import gc
-        if not os.access(gdata._SHM, os.W_OK):
-            self.skipTest(f"{gdata._SHM} is not writable")
+        self.skip_without_shared_memory()
         _, url = self.start_agent(self.data)
         for context in ("fork", "spawn"):
             for share in (True, False):
@@ -221,8 +243,7 @@ class SharedCacheTest(TempDirTestCase):
     def test_a_killed_processs_worker_cache_is_swept(self):
         """A process killed before it removed its workers' cache leaves the folder in /dev/shm
         (RAM); the next remote dataset removes such folders of this user's ended processes."""
-        if not os.access(gdata._SHM, os.W_OK):
-            self.skipTest(f"{gdata._SHM} is not writable")
+        self.skip_without_shared_memory()
         _, url = self.start_agent(self.data)
         code = ("import os, sys; sys.path[:0] = sys.argv[2].split(':');"
                 "from gantry.data import StreamingDataset;"
