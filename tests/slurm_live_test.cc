@@ -26,6 +26,7 @@
 #include "cli_test_support.h"
 #include "common/test_support.h"
 #include "gantry/cluster/cluster.h"
+#include "gantry/control/slurm_rm.h"
 #include "gantry/slurm/import.h"
 #include "gantry/slurm/mapping.h"
 #include "gantry/slurm/slurm.h"
@@ -270,8 +271,18 @@ TEST_F(SlurmLiveTest, ANoRequeueJobSaysSoAndCannotBeRequeued) {
   EXPECT_TRUE(WaitJob(other, [](const SlurmJob& x) { return x.held; }).requeue);
   ASSERT_TRUE(client_->StartOnNodes(id, {"n3"}).ok());
   WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kRunning; });
-  EXPECT_EQ(client_->RequeueHeld(id).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(client_->Job(id)->state, JobState::kRunning);
+  EXPECT_EQ(client_->RequeueHeld(id).code(), StatusCode::kPermissionDenied);
+  // The driver passes the refusal on and leaves the job alone: not held while it runs, which
+  // would let gantryd book its GPUs as free (the controller withdraws the preemption).
+  control::SlurmRmOptions rm_options;
+  rm_options.slurm.slurm_conf = Env("SLURM_CONF");
+  rm_options.partitions = {partition_};
+  control::SlurmResourceManager rm(rm_options);
+  EXPECT_EQ(rm.Requeue(std::to_string(id)).code(), StatusCode::kPermissionDenied);
+  Result<SlurmJob> after = client_->Job(id);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->state, JobState::kRunning);
+  EXPECT_FALSE(after->held);
   ASSERT_TRUE(client_->Cancel(id).ok());
   ASSERT_TRUE(client_->Cancel(other).ok());
   WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCancelled; });

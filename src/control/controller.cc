@@ -405,6 +405,18 @@ class Controller::Impl {
       const std::string id = it->first;
       const ToRequeue what = it->second;
       Status s = rm_->Requeue(id);
+      if (s.code() == StatusCode::kPermissionDenied) {
+        // It may not be requeued (its flag changed since the observation that made it a
+        // victim): it runs on, booked again at the next observation, and a preemptor of this
+        // cycle waiting for its GPUs does not start (Withdraw). A signalled victim whose
+        // grace time is over runs on too; its preemptor waits until it ends.
+        it = to_requeue_.erase(it);
+        GANTRY_RETURN_IF_ERROR(ForgetSignal(id));
+        if (!what.preemptor.empty()) withdrawn_.insert(what.preemptor);
+        GANTRY_RETURN_IF_ERROR(
+            store_->LogEvent(now, id, "requeue-refused", s.ToString() + "; it runs on"));
+        continue;
+      }
       if (!s.ok() && s.code() != StatusCode::kFailedPrecondition &&
           s.code() != StatusCode::kNotFound) {
         GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "requeue-retry", s.ToString()));
@@ -430,6 +442,30 @@ class Controller::Impl {
       }
       ++report->requeued;
     }
+    return Status::Ok();
+  }
+
+  // Preemptors of this cycle with a victim that could not be requeued: their start is dropped
+  // (its GPUs are still in use) and they are queued again as they were, pending. The victim's
+  // engine run ended with the decision; the next observation books it running again (Apply).
+  Status Withdraw(Time now, std::vector<StartDecision>* starts) {
+    std::vector<StartDecision> kept;
+    kept.reserve(starts->size());
+    for (StartDecision& d : *starts) {
+      const std::string& id = requests_[static_cast<size_t>(d.job)].id;
+      if (withdrawn_.count(id) == 0) {
+        kept.push_back(std::move(d));
+        continue;
+      }
+      GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
+      GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
+      GANTRY_RETURN_IF_ERROR(SubmitNew(r, now));
+      GANTRY_RETURN_IF_ERROR(store_->LogEvent(
+          now, id, "preemption-withdrawn",
+          "a victim may not be requeued and runs on; decided again in a later cycle"));
+    }
+    withdrawn_.clear();
+    *starts = std::move(kept);
     return Status::Ok();
   }
 
@@ -465,6 +501,7 @@ class Controller::Impl {
       if (d.reason != Reason::kPreempting) starts.push_back(std::move(d));
     }
     if (!to_requeue_.empty()) GANTRY_RETURN_IF_ERROR(RequeueInterrupted(now, report));
+    if (!withdrawn_.empty()) GANTRY_RETURN_IF_ERROR(Withdraw(now, &starts));
     std::vector<std::vector<NodeGpus>> placements;
     placements.reserve(starts.size());
     for (const StartDecision& d : starts) placements.push_back(NodeGpusOf(d.placement));
@@ -526,7 +563,7 @@ class Controller::Impl {
             .Increment();
       }
       if (d.reason != Reason::kPreempting) {
-        to_requeue_[id] = {"preempted by " + by, /*running=*/true};
+        to_requeue_[id] = {"preempted by " + by, /*running=*/true, by};
         GANTRY_RETURN_IF_ERROR(store_->LogEvent(now, id, "preempt", "by " + by));
         continue;
       }
@@ -1175,10 +1212,15 @@ class Controller::Impl {
   // `running`: a preemption's victim, which the requeue stops; queued again once it has
   // (stopping_).
   struct ToRequeue {
+    ToRequeue() = default;
+    ToRequeue(std::string w, bool r = false, std::string p = {})
+        : why(std::move(w)), running(r), preemptor(std::move(p)) {}
     std::string why;
     bool running = false;
+    std::string preemptor;  // a victim of this cycle's preemption: who takes its GPUs
   };
   std::map<std::string, ToRequeue> to_requeue_;
+  std::set<std::string> withdrawn_;  // preemptors whose victim's requeue was refused (Withdraw)
   std::map<std::string, RmNode> rm_nodes_;  // the latest report of each node
   int64_t cycles_ = 0;
   MetricsRegistry* metrics_ = nullptr;

@@ -144,8 +144,10 @@ class FakeRm : public ResourceManager {
     if (e.job.state == ObservedState::kFinished && !requeue_finished_) {
       return FailedPrecondition("job ended");
     }
+    // Its flag turned off after the observation that made it a victim.
+    if (disable_requeue_.erase(id) > 0) e.job.requeueable = false;
     // As Slurm refuses a --no-requeue job ("Requested operation is presently disabled").
-    if (!e.job.requeueable) return FailedPrecondition("job may not be requeued");
+    if (!e.job.requeueable) return PermissionDenied("job may not be requeued");
     ++requeues_[id];
     if (e.job.state == ObservedState::kRunning && stop_time_ > 0) {
       // As Slurm does: the job is held at once, but its run is stopped (COMPLETING) and keeps
@@ -262,6 +264,7 @@ class FakeRm : public ResourceManager {
   std::map<std::string, int> capacity_;
   std::map<std::string, int> used_;
   std::set<std::string> refuse_;
+  std::set<std::string> disable_requeue_;  // jobs made not requeueable when asked to requeue
   std::map<std::string, NodeState> node_state_;
   std::map<std::string, int> requeues_;
   bool crash_after_requeue_ = false;
@@ -1349,6 +1352,48 @@ TEST_F(ControllerPreemptionTest, AJobThatCannotBeRequeuedIsNotPreempted) {
   EXPECT_EQ(rm_->requeues_["low"], 1);
   EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kRunning);
   EXPECT_EQ(rm_->violations_, 0);
+}
+
+// A victim whose requeue flag turned off between the observation that made it one and its
+// requeue (scontrol update Requeue=0) is refused by the resource manager and runs on: the
+// preemption is withdrawn -- its preemptor is not released onto GPUs still in use but queued
+// again -- the victim is booked running again, and it is no victim after.
+TEST_F(ControllerPreemptionTest, ARequeueRefusedAfterTheObservationWithdrawsThePreemption) {
+  UseProfile(0);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  SubmitQos("low", 32, 0, 1000, 0);
+  for (Time t : {1, 2}) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
+  }
+  ASSERT_EQ(PhaseOf("low"), JobPhase::kRunning);
+  rm_->disable_requeue_.insert("low");
+  SubmitQos("high", 8, 2, 100, 3);
+  rm_->Advance(3);
+  CycleReport r;
+  ASSERT_TRUE(ctl->Cycle(3, &r).ok()) << EventLog();
+  EXPECT_EQ(r.preempted, 1);  // decided, then refused
+  EXPECT_EQ(r.requeued, 0);
+  EXPECT_EQ(r.started, 0);
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(PhaseOf("low"), JobPhase::kRunning);
+  EXPECT_EQ(PhaseOf("high"), JobPhase::kPending);
+  EXPECT_EQ(store_->Get("low")->requeues, 0);
+  EXPECT_NE(EventLog().find("low requeue-refused"), std::string::npos) << EventLog();
+  EXPECT_NE(EventLog().find("high preemption-withdrawn"), std::string::npos) << EventLog();
+  for (Time t = 4; t < 8; ++t) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok()) << EventLog();
+    EXPECT_EQ(r.preempted, 0) << t;
+    EXPECT_EQ(ctl->JobStatusOf("low")->phase, JobStatus::Phase::kRunning) << t;
+    EXPECT_EQ(ctl->JobStatusOf("high")->phase, JobStatus::Phase::kPending) << t;
+  }
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->violations_, 0);
+  EXPECT_EQ(EventLog().find("adopt-failed"), std::string::npos) << EventLog();
 }
 
 // Slurm holds a requeued job at once but keeps it COMPLETING, on its nodes, until its processes

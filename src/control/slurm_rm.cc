@@ -154,6 +154,8 @@ Status SlurmResourceManager::Requeue(const std::string& id) {
   GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
   Status s = client_.RequeueHeld(job);
   // Refused when it is not running: Slurm requeued it already (pending again), so hold it.
+  // PermissionDenied (the job may not be requeued) passes on: holding it would leave it
+  // running while Gantry books its GPUs as free.
   if (s.code() == StatusCode::kFailedPrecondition) return client_.Hold(job);
   return s;
 }

@@ -240,7 +240,14 @@ Status SlurmClient::Scancel(int64_t id, const std::vector<std::string>& flags) c
 }
 
 Status SlurmClient::RequeueHeld(int64_t id) const {
-  return Run({"scontrol", "requeuehold", std::to_string(id)}).status();
+  Status s = Run({"scontrol", "requeuehold", std::to_string(id)}).status();
+  // ESLURM_DISABLED here means this job may not be requeued (sbatch --no-requeue, or
+  // `scontrol update Requeue=0`): not a state that passes, so a code of its own.
+  if (s.code() == StatusCode::kFailedPrecondition &&
+      s.message().find("Requested operation is presently disabled") != std::string::npos) {
+    return PermissionDenied(s.message());
+  }
+  return s;
 }
 
 Status SlurmClient::DrainNode(const std::string& node, const std::string& reason) const {

@@ -179,6 +179,8 @@ class SlurmClient {
   // script and its steps (scancel --signal --full).
   Status Signal(int64_t id, const std::string& signal) const;
   // Stops a running job and queues it again, held, so that Gantry decides again where it runs.
+  // PermissionDenied when the job may not be requeued (--no-requeue); FailedPrecondition when
+  // it is not running.
   Status RequeueHeld(int64_t id) const;
   // Administrator actions on nodes (tests use them; the engine observes their effects).
   Status DrainNode(const std::string& node, const std::string& reason) const;
