@@ -15,6 +15,10 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             gantryb, gantry0b, gantry0b_touch  the same three with StreamingDataset(batched=True)
                       and DataLoader(batch_size=None): column-wise batches read in one call,
                       and from workers one shared-memory block per batch
+            gantrybp  gantryb's DataLoader drained by gantry.data.prefetch() (a thread that
+                      takes batches out of the workers' pipe while the training step runs)
+            gantry0bp gantry0b with StreamingDataset(prefetch=--prefetch): batches read on a
+                      thread in the training process
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -23,8 +27,10 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
           goals (for the best of gantry and gantryb): gantry/raw >= 0.9, gantry/tarfile and gantry/imagefolder >= 2, gantry/files >= 5.
           --cache cold evicts every file of the data set from the page cache before each timed
           run (posix_fadvise DONTNEED, per file: no global cache drop); warm reads it once before.
-  stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times gantry's
-          median samples/s above (compute stands in as sleep), from the large and the small set:
+  stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
+          loader's own median samples/s above (compute stands in as sleep, which releases the
+          GIL as a CUDA synchronisation does), for gantry, gantryb, gantrybp, gantry0b and
+          gantry0bp, from the large and the small set:
           the share of the loop's time spent waiting for the next batch, after the first shard's
           samples have arrived (goal < 1%).
   s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) each
@@ -67,6 +73,10 @@ import torch
 import torch.utils.data
 
 from gantry.data import StreamingDataset
+try:
+    from gantry.data import prefetch
+except ImportError:  # a --base build from before prefetch
+    prefetch = None
 
 try:
     from torchvision.datasets import ImageFolder
@@ -126,7 +136,8 @@ class Files(torch.utils.data.Dataset):
 
 def payload(kind, batch):
     """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
-    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry_unshared", "tarfile"):
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantrybp", "gantry0bp",
+                "gantry_unshared", "tarfile"):
         return batch["jpg"]
     if kind == "imagefolder":
         return batch[0]  # (payloads, labels)
@@ -212,12 +223,17 @@ def as_tensors(sample):
 
 
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
-    w = 0 if kind in ("gantry0", "gantry0b") else args.workers
-    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry_unshared"):
-        batched = kind.endswith("b")
+    if kind == "gantrybp":  # the batched DataLoader with workers, drained by a thread
+        return prefetch(make_loader("gantryb", ds, url, args, batch, window, tensors),
+                        depth=args.prefetch)
+    w = 0 if kind in ("gantry0", "gantry0b", "gantry0bp") else args.workers
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry0bp", "gantry_unshared"):
+        batched = kind.endswith("b") or kind == "gantry0bp"
         more = {"batched": True} if batched else {}  # a --base build may predate batched=
         if kind == "gantry_unshared":  # each worker fetches the remote shards it reads
             more["share_fetches"] = False
+        if kind == "gantry0bp":  # in process, read ahead on the dataset's prefetch thread
+            more["prefetch"] = args.prefetch
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 transform=as_tensors if tensors else None, **more,
                                 shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
@@ -347,7 +363,8 @@ def local_part(sets, args, results):
     kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
     if args.base:
         kinds[3:3] = ["gantry_base", "gantry0_base"]
-    kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch"]
+    kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch", "gantrybp",
+                  "gantry0bp"]
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
     if ImageFolder is None:
@@ -392,42 +409,41 @@ def local_part(sets, args, results):
     return results
 
 
+# Stall rows: (row suffix, loader kind), each at --stall-load x its own loader's median rate.
+STALL_KINDS = (("", "gantry"), (" (batched)", "gantryb"),
+               (" (batched, prefetch thread)", "gantrybp"), (" (batched, in process)", "gantry0b"),
+               (" (batched, in process, prefetch)", "gantry0bp"))
+
+
 def stall_part(sets, args, results):
     print(f"\n### consumer stall at {args.stall_load} x each loader's median rate\n")
     print("| set | consumer samples/s | loop s after first shard | stalled s | stall share "
           "| first batch s | runs (stall share) |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for ds, batch, window in sets:
-        line = results["local"][ds.name]["median_samples_per_s"]["gantry"]
-        rate = args.stall_load * line
-        runs, base_runs, tensor_runs, batched_runs = [], [], [], []
-        base_line = results["local"][ds.name]["median_samples_per_s"].get("gantry_base")
-        batched_line = results["local"][ds.name]["median_samples_per_s"].get("gantryb")
-        for _ in range(args.repeat):
-            if args.cache == "cold":
-                ds.evict()
-            runs.append(stall_run(ds, args, batch, window, rate))
-            if batched_line:
+        lines = results["local"][ds.name]["median_samples_per_s"]
+        rows = [(ds.name + suffix, kind, False) for suffix, kind in STALL_KINDS if kind in lines]
+        if args.stall_tensors:
+            rows.append((ds.name + " (tensors)", "gantry", True))
+        runs = {name: [] for name, _, _ in rows}
+        base_runs = []
+        base_line = lines.get("gantry_base")
+        for rep in range(args.repeat):
+            for name, kind, tensors in rows[rep % len(rows):] + rows[:rep % len(rows)]:
                 if args.cache == "cold":
                     ds.evict()
-                batched_runs.append(stall_run(ds, args, batch, window,
-                                              args.stall_load * batched_line, kind="gantryb"))
-            if args.stall_tensors:
-                if args.cache == "cold":
-                    ds.evict()
-                tensor_runs.append(stall_run(ds, args, batch, window, rate, tensors=True))
+                runs[name].append(stall_run(ds, args, batch, window,
+                                            args.stall_load * lines[kind], tensors=tensors,
+                                            kind=kind))
             if base_line:
                 if args.cache == "cold":
                     ds.evict()
                 base_runs.append(base_pass("stall", ds, args, batch, window,
                                            rate=args.stall_load * base_line))
-        for name, rs, r in ((ds.name, runs, rate), (ds.name + " (tensors)", tensor_runs, rate),
-                            (ds.name + " (batched)", batched_runs,
-                             args.stall_load * (batched_line or 0)),
-                            (ds.name + " (base)", base_runs,
-                             args.stall_load * (base_line or 0))):
-            if not rs:
-                continue
+        table = [(name, runs[name], args.stall_load * lines[kind]) for name, kind, _ in rows]
+        if base_runs:
+            table.append((ds.name + " (base)", base_runs, args.stall_load * base_line))
+        for name, rs, r in table:
             share = median([x[0] for x in rs])
             mid = sorted(rs, key=lambda x: x[0])[len(rs) // 2]
             results["stall"][name] = {"rate": r, "runs": rs}
@@ -509,6 +525,8 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--prefetch", type=int, default=2,
+                    help="batches the prefetch thread reads ahead (gantrybp, gantry0bp)")
     ap.add_argument("--stall-tensors", action="store_true",
                     help="also a stall row whose workers hand over uint8 tensors (as_tensors)")
     ap.add_argument("--parts", default="local,stall",

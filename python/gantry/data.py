@@ -22,11 +22,15 @@ GANTRY_DATA_CACHE_DIR; its budget cache_bytes or GANTRY_DATA_CACHE_BYTES): fetch
 and shared by every process on it. stats() reports what the loader did (docs/data.md).
 """
 
+import collections
 import io
 import json
 import os
 import secrets
 import shutil
+import sys
+import threading
+import time
 import weakref
 
 from gantry import _native
@@ -45,8 +49,8 @@ DataLossError = _gantry.DataLossError
 NotFoundError = _gantry.NotFoundError
 InvalidArgumentError = _gantry.InvalidArgumentError
 
-__all__ = ["StreamingDataset", "SampleBatch", "decode_field", "DataLossError", "NotFoundError",
-           "InvalidArgumentError"]
+__all__ = ["StreamingDataset", "SampleBatch", "prefetch", "Prefetcher", "decode_field",
+           "DataLossError", "NotFoundError", "InvalidArgumentError"]
 
 _TEXT = {"txt", "text", "transcript"}
 _JSON = {"json", "jsn"}
@@ -208,6 +212,147 @@ class SampleBatch:
 
     def __repr__(self):
         return f"SampleBatch({len(self)} samples, fields {self.fields})"
+
+
+class _Queue:
+    """What a Prefetcher shares with its thread. The thread holds this, not the Prefetcher, so
+    a Prefetcher dropped without close() is collected, and its finalizer stops the thread."""
+
+    def __init__(self, depth):
+        self.depth = depth
+        self.ready = collections.deque()  # chunks (lists of items) made, not yet taken
+        self.cv = threading.Condition()
+        self.finished = False  # the producer has stopped: end, error or close
+        self.error = None
+        self.closed = False
+
+    def put(self, chunk):
+        with self.cv:
+            while len(self.ready) >= self.depth and not self.closed:
+                self.cv.wait()
+            if self.closed:
+                return False
+            self.ready.append(chunk)
+            self.cv.notify_all()
+            return True
+
+    def stop(self):
+        with self.cv:
+            self.closed = True
+            self.ready.clear()
+            self.cv.notify_all()
+
+
+def _produce(queue, it, chunk_size):
+    error = None
+    chunk = []
+    try:
+        for item in it:
+            chunk.append(item)
+            if len(chunk) < chunk_size:
+                continue
+            if not queue.put(chunk):
+                return
+            chunk = []
+        if chunk:
+            queue.put(chunk)
+    except BaseException as e:  # noqa: B036 -- handed to the consumer, whatever it is
+        error = e
+        if chunk:
+            queue.put(chunk)  # the items before the error arrive first
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            try:
+                close()  # a generator is closed on the thread that ran it
+            except Exception as e:  # noqa: BLE001 -- the first error is the one to report
+                error = error or e
+        with queue.cv:
+            queue.error = error
+            queue.finished = True
+            queue.cv.notify_all()
+
+
+class Prefetcher:
+    """An iterator that runs another one on a background thread, up to `depth` items ahead.
+
+        loader = gantry.data.prefetch(torch.utils.data.DataLoader(ds, num_workers=2))
+        for batch in loader: ...      # next() takes a batch that is already here
+
+    Why: a DataLoader moves each batch out of its workers (unpickling it from their pipe)
+    inside the training loop's next(), and a dataset read in process does its reading and
+    decoding there too; either way the loop waits for that work. A training step that
+    releases the GIL (a CUDA synchronisation, an all-reduce, I/O) leaves the CPU to this
+    thread, so the next batches are ready when the step ends. This is what the DataLoader's
+    pin_memory thread does on a GPU machine, without pinning and without needing CUDA.
+
+    Items keep their order, and an exception arrives where its item would have: raised by
+    next() once the items before it are taken. close() (or the end of a `with` block, or
+    dropping the Prefetcher) stops the thread after the item it is reading; a source
+    generator is closed on the thread that ran it. wait_seconds is the time next() waited for
+    an item (the consumer's stall). `chunk` items travel together (fewer lock round trips for
+    small items such as single samples).
+    """
+
+    def __init__(self, source, depth=2, chunk=1):
+        if int(depth) < 1:
+            raise InvalidArgumentError("prefetch depth must be at least 1")
+        if int(chunk) < 1:
+            raise InvalidArgumentError("prefetch chunk must be at least 1")
+        self._queue = _Queue(int(depth))
+        self._current = iter(())
+        self.wait_seconds = 0.0
+        # iter() here, on the caller's thread: a DataLoader starts its workers in it.
+        self._thread = threading.Thread(target=_produce,
+                                        args=(self._queue, iter(source), int(chunk)),
+                                        name="gantry-prefetch", daemon=True)
+        self._thread.start()
+        weakref.finalize(self, self._queue.stop)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        for item in self._current:
+            return item
+        q = self._queue
+        with q.cv:
+            if not q.ready and not q.finished:
+                t = time.perf_counter()
+                while not q.ready and not q.finished:
+                    q.cv.wait()
+                self.wait_seconds += time.perf_counter() - t
+            if q.ready:
+                chunk = q.ready.popleft()
+                q.cv.notify_all()
+            else:
+                error, q.error = q.error, None
+                if error is not None and not q.closed:
+                    raise error
+                raise StopIteration
+        self._current = iter(chunk)
+        return next(self._current)
+
+    def close(self, timeout=None):
+        """Stops the thread and drops what was read ahead; waits up to `timeout` seconds (None:
+        for as long as the item being read takes) for the thread to end."""
+        self._queue.stop()
+        self._current = iter(())
+        # At interpreter exit a daemon thread may be frozen mid-item: never wait for it there.
+        if self._thread is not threading.current_thread() and not sys.is_finalizing():
+            self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def prefetch(iterable, depth=2):
+    """Iterates `iterable` (a DataLoader, a dataset, any iterable) on a background thread,
+    `depth` items ahead: see Prefetcher."""
+    return Prefetcher(iterable, depth)
 
 
 def _env_int(name, default):
@@ -376,13 +521,20 @@ class StreamingDataset(_Base):
     reading them costs Python a few objects per sample instead of a dict and a tuple, and with
     decode=False in DataLoader workers the batch's bytes reach the training process as one
     bytes block. `transform`, if given, then receives and returns a whole batch.
+
+    prefetch=N (read in the training process, num_workers=0): a background thread reads,
+    decodes and transforms up to N batches (N x batch_size samples unbatched) ahead while the
+    training step runs, so a step that releases the GIL finds its next batch ready
+    (stats()["prefetch_wait_seconds"] is what the loop still waited). The order, the
+    state_dict (which counts what the loop took, not what was read ahead) and errors are as
+    without it; DataLoader workers ignore it (wrap the DataLoader in gantry.data.prefetch()).
     """
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
                  read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False,
-                 share_fetches=True):
+                 share_fetches=True, prefetch=0):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -415,6 +567,11 @@ class StreamingDataset(_Base):
         self.zero_copy = zero_copy
         self.mmap = bool(mmap)
         self.batched = bool(batched)
+        if int(prefetch) < 0:
+            raise InvalidArgumentError("prefetch must be at least 0")
+        self.prefetch = int(prefetch)
+        self._prefetch_wait = 0.0  # seconds this process's loop waited on ended prefetches
+        self._ahead = None         # the running iteration's Prefetcher
         # (folder, budget) of the private cache the workers share, made here so that every
         # worker (forked or spawned) gets the same folder; removed when this object goes.
         self._worker_cache = None
@@ -482,8 +639,29 @@ class StreamingDataset(_Base):
             zero_copy=self._zero_copy(info))
         report = self._worker_reporter(info) if info is not None else None
         if self.batched:
-            yield from self._batches(reader, info, report)
-            return
+            items = self._batches(reader, info, report)
+        else:
+            items = self._samples(reader, info, report)
+        ahead = None
+        if info is None and self.prefetch > 0:
+            # Batches (or batch_size samples at a time) read and decoded on a thread while the
+            # training step runs; counted below as the loop takes them, so state_dict() never
+            # counts what was read ahead.
+            items = ahead = self._ahead = Prefetcher(
+                items, depth=self.prefetch, chunk=1 if self.batched else self.batch_size)
+        try:
+            for count, item in items:
+                if info is None:
+                    self._yielded_here += count
+                yield item
+        finally:
+            if ahead is not None:
+                ahead.close()
+                self._prefetch_wait += ahead.wait_seconds
+                if self._ahead is ahead:
+                    self._ahead = None
+
+    def _samples(self, reader, info, report):
         n = 0
         try:
             for position, key, fields in reader:
@@ -492,12 +670,10 @@ class StreamingDataset(_Base):
                     sample[name] = decode_field(name, encoding, data) if self.decode else data
                 if self.transform is not None:
                     sample = self.transform(sample)
-                if info is None:
-                    self._yielded_here += 1
                 n += 1
                 if report is not None and n % _REPORT_EVERY == 0:
                     report()
-                yield sample
+                yield 1, sample
         finally:
             if report is not None:
                 report()
@@ -523,12 +699,10 @@ class StreamingDataset(_Base):
                     batch = SampleBatch(positions, keys, fields, columns)
                 if self.transform is not None:
                     batch = self.transform(batch)
-                if info is None:
-                    self._yielded_here += len(keys)
                 before, n = n, n + len(keys)
                 if report is not None and n // _REPORT_EVERY != before // _REPORT_EVERY:
                     report()
-                yield batch
+                yield len(keys), batch
         finally:
             if report is not None:
                 report()
@@ -544,6 +718,7 @@ class StreamingDataset(_Base):
         except RuntimeError:
             state["_worker_stats"] = None
             state["_worker_cache"] = None
+        state["_ahead"] = None  # a thread of this process
         return state
 
     def _worker_reporter(self, info):
@@ -582,8 +757,14 @@ class StreamingDataset(_Base):
         and at the end of their iteration, through shared memory): stall_seconds and
         active_seconds are then summed over the processes and samples_per_second is the sum of
         each process's rate. Called inside a worker, it returns that worker's own counts.
+
+        prefetch_wait_seconds: with prefetch=N, the time this process's loop waited for the
+        prefetch thread, which is then the consumer's stall (stall_seconds counts the waits of
+        the reader on that thread, hidden from the loop behind what was read ahead).
         """
         s = _gantry.data_stats(self.url, self.job)
+        ahead = self._ahead
+        s["prefetch_wait_seconds"] = self._prefetch_wait + (ahead.wait_seconds if ahead else 0.0)
         shared = self._worker_stats
         in_worker = torch is not None and torch.utils.data.get_worker_info() is not None
         if shared is None or in_worker:

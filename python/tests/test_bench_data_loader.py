@@ -26,11 +26,14 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
         for name, count in (("small", 300), ("large", 12)):
             part = result["local"][name]
             self.assertEqual(part["samples"], count)
-            for kind in ("raw", "gantry", "gantry0", "gantryb", "gantry0b", "tarfile", "files"):
+            for kind in ("raw", "gantry", "gantry0", "gantryb", "gantry0b", "gantrybp",
+                         "gantry0bp", "tarfile", "files"):
                 self.assertEqual(len(part["samples_per_s"][kind]), 1, kind)
                 self.assertGreater(part["samples_per_s"][kind][0], 0, kind)
             self.assertIn(name, result["stall"])
-            self.assertIn(name + " (batched)", result["stall"])
+            for row in ("batched", "batched, prefetch thread", "batched, in process",
+                        "batched, in process, prefetch"):
+                self.assertIn(f"{name} ({row})", result["stall"])
         self.assertTrue(any(l.startswith("| gantry |") for l in lines))
         self.assertEqual(os.listdir(self.tmp), [])  # its temp data is gone
 

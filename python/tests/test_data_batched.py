@@ -39,7 +39,9 @@ def flatten(batches, field):
     return [[plain(v) for v in b[field]] for b in batches]
 
 
-class BatchedTest(TempDirTestCase):
+class WdsTestCase(TempDirTestCase):
+    """A test case over a WebDataset of uneven shards written in its temp directory."""
+
     SIZES = [17, 5, 23, 11, 30, 2, 19]  # 107 samples: no world x batch divides it
 
     def setUp(self):
@@ -51,6 +53,9 @@ class BatchedTest(TempDirTestCase):
         kw.setdefault("window", 20)
         kw.setdefault("decode", False)
         return StreamingDataset(self.path("ds"), **kw)
+
+
+class BatchedTest(WdsTestCase):
 
     def unbatched(self, workers, batch, **kw):
         ds = self.dataset(batch_size=batch, **kw)

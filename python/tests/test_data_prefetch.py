@@ -1,0 +1,222 @@
+"""gantry.data's prefetch thread: StreamingDataset(prefetch=N) and gantry.data.prefetch() give
+exactly the items of the plain iteration, in order, read ahead on a thread; an error arrives
+where its item would have; state_dict counts what the loop took, not what was read ahead; and
+the thread ends when the iteration does, however it ends."""
+
+import gc
+import textwrap
+import threading
+import time
+import unittest
+
+import torch
+import torch.utils.data
+
+from test_data_batched import WdsTestCase
+from util import run_python
+
+from gantry.data import InvalidArgumentError, Prefetcher, SampleBatch, prefetch
+
+WAIT = 30  # seconds a test waits for the thread to do something it must do
+
+
+def prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "gantry-prefetch"]
+
+
+def keys(items):
+    out = []
+    for item in items:
+        out.extend(item["__key__"] if isinstance(item, SampleBatch) else [item["__key__"]])
+    return out
+
+
+class Failing:
+    """A transform that raises at the `at`-th call."""
+
+    def __init__(self, at):
+        self.at = at
+        self.calls = 0
+
+    def __call__(self, item):
+        self.calls += 1
+        if self.calls == self.at:
+            raise ValueError(f"transform failed at call {self.at}")
+        return item
+
+
+class DatasetPrefetchTest(WdsTestCase):
+
+    def test_the_same_items_in_the_same_order(self):
+        for batched in (False, True):
+            for batch in (1, 4, 200):
+                for depth in (1, 2, 8):
+                    want = list(self.dataset(batch_size=batch, batched=batched))
+                    got = list(self.dataset(batch_size=batch, batched=batched, prefetch=depth))
+                    where = (batched, batch, depth)
+                    self.assertEqual(keys(got), keys(want), where)
+                    self.assertEqual(len(keys(got)), sum(self.SIZES), where)
+                    if batched:
+                        self.assertEqual([len(b) for b in got], [len(b) for b in want], where)
+                        self.assertEqual([[bytes(v) for v in b["bin"]] for b in got],
+                                         [[bytes(v) for v in b["bin"]] for b in want], where)
+                    else:
+                        self.assertEqual([bytes(s["bin"]) for s in got],
+                                         [bytes(s["bin"]) for s in want], where)
+        self.assertEqual(prefetch_threads(), [])
+
+    def test_reads_ahead_while_the_loop_holds_its_item(self):
+        depth = 3
+        ds = self.dataset(batch_size=4, batched=True, prefetch=depth)
+        it = iter(ds)
+        next(it)
+        # The loop holds its first batch; the thread fills its queue of `depth` and reads one
+        # more, which waits for room.
+        want = 4 * (1 + depth + 1)
+        t0 = time.monotonic()
+        while ds.stats()["samples"] < want and time.monotonic() - t0 < WAIT:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        self.assertEqual(ds.stats()["samples"], want)  # and no further
+        it.close()
+
+    def test_state_dict_counts_what_the_loop_took_not_what_was_read_ahead(self):
+        for batched in (False, True):
+            full = keys(self.dataset(batch_size=4, batched=batched))
+            ds = self.dataset(batch_size=4, batched=batched, prefetch=4)
+            before = ds.stats()["samples"]
+            it = iter(ds)
+            taken = [next(it) for _ in range(3 if batched else 12)]  # three steps of 4
+            t0 = time.monotonic()
+            while ds.stats()["samples"] - before < 12 + 16 and time.monotonic() - t0 < WAIT:
+                time.sleep(0.01)
+            self.assertGreaterEqual(ds.stats()["samples"] - before, 12 + 16)  # read ahead
+            state = ds.state_dict()
+            it.close()
+            resumed = self.dataset(batch_size=4, batched=batched)
+            resumed.load_state_dict(state)
+            self.assertEqual(keys(taken) + keys(resumed), full, batched)
+
+    def test_an_error_arrives_after_the_items_before_it(self):
+        for batched, at in ((False, 30), (True, 6)):
+            plain = self.dataset(batch_size=4, batched=batched, transform=Failing(at))
+            got_plain = []
+            with self.assertRaisesRegex(ValueError, f"at call {at}"):
+                for item in plain:
+                    got_plain.append(item)
+            ds = self.dataset(batch_size=4, batched=batched, transform=Failing(at), prefetch=3)
+            got = []
+            with self.assertRaisesRegex(ValueError, f"at call {at}"):
+                for item in ds:
+                    got.append(item)
+            self.assertEqual(len(got), at - 1)
+            self.assertEqual(keys(got), keys(got_plain))
+        self.assertEqual(prefetch_threads(), [])
+
+    def test_breaking_out_of_the_loop_ends_the_thread(self):
+        ds = self.dataset(batch_size=2, prefetch=2)
+        for i, _ in enumerate(ds):
+            if i == 3:
+                break
+        gc.collect()
+        for t in prefetch_threads():
+            t.join(WAIT)
+        self.assertEqual(prefetch_threads(), [])
+        # and the dataset reads again from the start
+        self.assertEqual(len(keys(ds)), sum(self.SIZES))
+
+    def test_a_process_exits_with_an_iteration_left_open(self):
+        # The iterator and its thread are alive when the interpreter ends: the exit must not
+        # wait for the (daemon) thread, which may be frozen mid-item.
+        script = textwrap.dedent(f"""
+            import time
+            from gantry.data import StreamingDataset, prefetch
+            ds = StreamingDataset({self.path("ds")!r}, batch_size=2, prefetch=2, decode=False)
+            it = iter(ds)
+            next(it)
+            slow = prefetch((time.sleep(0.05) or i for i in range(10 ** 6)), depth=1)
+            next(slow)
+            print("exiting", flush=True)
+            """)
+        r = run_python(["-c", script], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn("exiting", r.stdout)
+
+    def test_a_negative_prefetch_is_refused(self):
+        with self.assertRaises(InvalidArgumentError):
+            self.dataset(prefetch=-1)
+
+    def test_the_loops_wait_is_in_stats(self):
+        ds = self.dataset(batch_size=4, prefetch=2)
+        self.assertEqual(ds.stats()["prefetch_wait_seconds"], 0.0)
+        list(ds)
+        self.assertGreater(ds.stats()["prefetch_wait_seconds"], 0.0)  # the first batch, at least
+
+    def test_around_a_dataloader_with_workers(self):
+        ds = self.dataset(batch_size=4, batched=True)
+        want = keys(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+        with prefetch(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2),
+                      depth=2) as loader:
+            got = keys(loader)
+        self.assertEqual(got, want)
+        self.assertEqual(len(got), sum(self.SIZES))
+
+
+class PrefetcherTest(unittest.TestCase):
+    def test_reads_ahead_up_to_depth_and_no_further(self):
+        made = []
+        ahead = threading.Event()
+
+        def source():
+            for i in range(100):
+                made.append(i)
+                if len(made) == 4:
+                    ahead.set()
+                yield i
+
+        p = Prefetcher(source(), depth=3)
+        self.assertEqual(next(p), 0)
+        # Without a thread nothing past item 0 would be made until next() asks.
+        self.assertTrue(ahead.wait(WAIT))
+        self.assertEqual(list(p), list(range(1, 100)))
+
+    def test_chunks_keep_the_order(self):
+        for chunk in (1, 3, 7, 200):
+            self.assertEqual(list(Prefetcher(iter(range(50)), depth=2, chunk=chunk)),
+                             list(range(50)), chunk)
+
+    def test_a_dropped_prefetcher_ends_its_thread_and_closes_its_generator(self):
+        closed = threading.Event()
+
+        def source():
+            try:
+                for i in range(10 ** 9):
+                    yield i
+            finally:
+                closed.set()
+
+        p = Prefetcher(source(), depth=2)
+        next(p)
+        del p
+        gc.collect()
+        self.assertTrue(closed.wait(WAIT))
+        for t in prefetch_threads():
+            t.join(WAIT)
+        self.assertEqual(prefetch_threads(), [])
+
+    def test_a_close_while_the_source_is_empty_ends_the_iteration(self):
+        p = Prefetcher(iter(range(5)), depth=1)
+        self.assertEqual(next(p), 0)
+        p.close()
+        with self.assertRaises(StopIteration):
+            next(p)
+
+    def test_bad_arguments(self):
+        with self.assertRaises(InvalidArgumentError):
+            Prefetcher(iter(()), depth=0)
+        with self.assertRaises(InvalidArgumentError):
+            Prefetcher(iter(()), chunk=0)
+
+
+if __name__ == "__main__":
+    unittest.main()
