@@ -111,6 +111,17 @@ int main(int argc, char** argv) {
                  "file:///lustre/ckpt/); others are refused with 403 (a drain skips them). Set "
                  "it on any cluster with more than one user: the agent reads and writes as its "
                  "own user");
+  app.add_option("--drain-every-s", options.drain_every_seconds,
+                 "The agent's own sweep of checkpoint saves left short of their durable root: "
+                 "every this many seconds it drains those older than --drain-min-age-s (gantryd "
+                 "also asks when a job ends); 0: only when asked")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
+  app.add_option("--drain-min-age-s", options.drain_min_age_seconds,
+                 "How old a left save must be for the sweep to finish it (younger ones may "
+                 "still be draining from their own process)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
   app.set_version_flag("--version", "gantry-agent 0.1.0");
   app.footer(
       "Example:\n  GANTRY_AGENT_TOKEN=$(cat /etc/gantry/agent-token) \\\n"

@@ -972,14 +972,28 @@ struct AgentServer::Impl {
   }
   void DrainLoop() EXCLUDES(drain_mu) {
     for (;;) {
+      bool sweep = false;  // the agent's own periodic drain, of old records only
       {
         MutexLock lock(drain_mu);
-        while (!drain_wanted && !drain_stop) drain_cv.Wait(drain_mu);
+        if (options.drain_every_seconds > 0) {
+          const auto due =
+              std::chrono::steady_clock::now() + std::chrono::seconds(options.drain_every_seconds);
+          while (!drain_wanted && !drain_stop) {
+            if (!drain_cv.WaitUntil(drain_mu, due) && std::chrono::steady_clock::now() >= due) {
+              sweep = true;
+              break;
+            }
+          }
+        } else {
+          while (!drain_wanted && !drain_stop) drain_cv.Wait(drain_mu);
+        }
         if (drain_stop) return;
+        sweep = sweep && !drain_wanted;  // a request drains every record anyway
         drain_wanted = false;
         drain.state = "draining";
       }
       ckpt::DrainOptions o;
+      if (sweep) o.min_age_seconds = options.drain_min_age_seconds;
       o.store_options = durable_options;
       // Any process on the node can write a record naming any root: the agent writes only
       // where it may read (stage_allow), as for GET /v1/checkpoint.
@@ -996,6 +1010,13 @@ struct AgentServer::Impl {
         metrics->GetCounter(kDrainLeft, kDrainLeftHelp, {{"why", "failed"}}).Increment(r->failed);
         metrics->GetCounter(kDrainLeft, kDrainLeftHelp, {{"why", "discarded"}})
             .Increment(r->discarded);
+      }
+      if (sweep) {
+        metrics
+            ->GetCounter("gantry_agent_drain_sweeps_total",
+                         "The agent's own periodic drains (of records older than its minimum "
+                         "age), besides those asked for.")
+            .Increment();
       }
       MutexLock lock(drain_mu);
       ++drain.runs;

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <thread>
@@ -60,18 +62,59 @@ class AgentCheckpointTest : public ::testing::Test {
     }
     Start({});
   }
-  void Start(std::vector<std::string> allow) {
+  void Start(std::vector<std::string> allow, const std::function<void(AgentOptions&)>& more = {}) {
     if (agent_) agent_->Stop();
     AgentOptions o;
     o.root = local_;
     o.token = kToken;
     o.stage_allow = std::move(allow);
+    if (more) more(o);
     auto agent = AgentServer::Start(o);
     ASSERT_TRUE(agent.ok()) << agent.status().ToString();
     agent_ = std::move(agent).value();
   }
   void TearDown() override {
     if (agent_) agent_->Stop();
+  }
+
+  // Step 3 is saved by a process whose writes to the root fail: it reaches `local` only and
+  // ends, leaving its drain record on the node.
+  void LeaveASaveShortOfItsRoot() {
+    auto faulty = std::make_shared<FaultyStore>(OpenObjectStore(durable_, {}).value(), FaultPlan{});
+    FaultPlan fail;
+    fail.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
+    fail.rules.back().key_prefix = "chunks/";
+    faulty->SetPlan(fail);
+    ckpt::EngineOptions o;
+    o.durable_url = "file://" + durable_;
+    o.durable_store = faulty;
+    o.local_url = local_;
+    o.job = "train";
+    o.chunk_size = 4096;
+    auto engine = ckpt::CheckpointEngine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<float> data(3000, 7.0f);
+    ckpt::SaveTensor t;
+    t.name = "w";
+    t.global_shape = {3000};
+    t.data = data.data();
+    ckpt::SaveOptions so;
+    so.step = 3;
+    auto handle = (*engine)->Save(std::span<const ckpt::SaveTensor>(&t, 1), so);
+    ASSERT_TRUE(handle.ok());
+    EXPECT_TRUE((*handle)->WaitFor(ckpt::Durability::kLocal).ok());
+    EXPECT_FALSE((*handle)->Wait().ok());
+  }
+
+  // The agent's drain state once it has finished a drain after `runs` of them.
+  DrainStatus DrainAfter(int64_t runs) {
+    for (int i = 0; i < 3000; ++i) {
+      Result<DrainStatus> s = GetDrain(agent_->url(), kToken);
+      if (s.ok() && s->state == "idle" && s->runs > runs) return *s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "no drain finished in 30 s";
+    return {};
   }
 
   TempDir tmp_;
@@ -137,35 +180,10 @@ TEST_F(AgentCheckpointTest, TheTokenAndTheAllowedPrefixesAreRequired) {
   EXPECT_EQ(c->chunks_held, 3u);
 }
 
-// Step 3 is saved by a process whose writes to the root fail: it reaches `local` only and
-// ends. The agent drains it on request, only into a root under its --stage-allow prefixes.
+// The agent drains a save left short of its root on request, only into a root under its
+// --stage-allow prefixes.
 TEST_F(AgentCheckpointTest, ADrainFinishesASaveWhoseProcessEndedBeforeItWasDurable) {
-  {
-    auto faulty = std::make_shared<FaultyStore>(OpenObjectStore(durable_, {}).value(), FaultPlan{});
-    FaultPlan fail;
-    fail.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
-    fail.rules.back().key_prefix = "chunks/";
-    faulty->SetPlan(fail);
-    ckpt::EngineOptions o;
-    o.durable_url = "file://" + durable_;
-    o.durable_store = faulty;
-    o.local_url = local_;
-    o.job = "train";
-    o.chunk_size = 4096;
-    auto engine = ckpt::CheckpointEngine::Open(o);
-    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-    std::vector<float> data(3000, 7.0f);
-    ckpt::SaveTensor t;
-    t.name = "w";
-    t.global_shape = {3000};
-    t.data = data.data();
-    ckpt::SaveOptions so;
-    so.step = 3;
-    auto handle = (*engine)->Save(std::span<const ckpt::SaveTensor>(&t, 1), so);
-    ASSERT_TRUE(handle.ok());
-    EXPECT_TRUE((*handle)->WaitFor(ckpt::Durability::kLocal).ok());
-    EXPECT_FALSE((*handle)->Wait().ok());
-  }
+  LeaveASaveShortOfItsRoot();
   auto root = OpenObjectStore(durable_, {});
   ASSERT_TRUE(root.ok());
   ckpt::CheckpointCatalog catalog(**root);
@@ -174,14 +192,7 @@ TEST_F(AgentCheckpointTest, ADrainFinishesASaveWhoseProcessEndedBeforeItWasDurab
     Result<DrainStatus> asked = RequestDrain(agent_->url(), kToken);
     EXPECT_TRUE(asked.ok()) << asked.status().ToString();
     EXPECT_EQ(asked.ok() ? asked->state : "", "draining");
-    const int64_t runs = asked.ok() ? asked->runs : 0;
-    for (int i = 0; i < 1000; ++i) {
-      Result<DrainStatus> s = GetDrain(agent_->url(), kToken);
-      if (s.ok() && s->state == "idle" && s->runs > runs) return *s;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "the drain did not finish in 10 s";
-    return {};
+    return DrainAfter(asked.ok() ? asked->runs : 0);
   };
   EXPECT_EQ(RequestDrain(agent_->url(), "wrong").status().code(), StatusCode::kPermissionDenied);
 
@@ -204,6 +215,37 @@ TEST_F(AgentCheckpointTest, ADrainFinishesASaveWhoseProcessEndedBeforeItWasDurab
             std::string::npos);
   // Nothing is left: a second drain finds no record.
   EXPECT_EQ(drain().last.records, 0);
+}
+
+// Nobody asks (the job ran and ended while gantryd was away, and Slurm forgot it before
+// gantryd came back): the agent's own sweep leaves the save alone while it is younger than the
+// minimum age -- its process might still be draining it -- and finishes it once it is older.
+TEST_F(AgentCheckpointTest, TheAgentsOwnSweepFinishesAnOldLeftSaveButNotAYoungOne) {
+  LeaveASaveShortOfItsRoot();
+  SimulatedClock clock(std::time(nullptr));  // record ages compare file times with it
+  Start({"file://" + durable_}, [&](AgentOptions& o) {
+    o.drain_every_seconds = 1;
+    o.drain_min_age_seconds = 3600;
+    o.clock = &clock;
+  });
+  auto root = OpenObjectStore(durable_, {});
+  ASSERT_TRUE(root.ok());
+  ckpt::CheckpointCatalog catalog(**root);
+  DrainStatus young = DrainAfter(0);
+  EXPECT_EQ(young.error, "");
+  EXPECT_EQ(young.last.records, 1);
+  EXPECT_EQ(young.last.skipped, 1);
+  EXPECT_EQ(young.last.parts_written, 0);
+  EXPECT_EQ(*catalog.Latest("train"), 2);
+
+  clock.AdvanceMillis(3601 * 1000);
+  DrainStatus old = DrainAfter(young.runs);
+  EXPECT_EQ(old.error, "");
+  EXPECT_EQ(old.last.parts_written, 1);
+  EXPECT_EQ(old.last.committed, std::vector<std::string>{"train@3"});
+  EXPECT_EQ(*catalog.Latest("train"), 3);
+  EXPECT_NE(agent_->metrics().PrometheusText().find("gantry_agent_drain_sweeps_total"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -37,7 +37,11 @@
 //                              record); 202 {"state": "draining", "runs", "error", "last"}
 //                              (a DrainStatus, stage_client.h). One drain at a time; a request
 //                              during one runs another after it. gantryd asks when a job that
-//                              declared a checkpoint ends, on every node it ran on.
+//                              declared a checkpoint ends, on every node it ran on. Without a
+//                              request the agent also sweeps every drain_every_seconds,
+//                              draining records older than drain_min_age_seconds: a save left
+//                              by a job gantryd never saw end (it ran and ended while gantryd
+//                              was away, past the time Slurm still reports it) is finished too.
 //   GET /v1/drain              200 the drain state: "draining" or "idle", drains finished,
 //                              the last one's report
 //   GET /healthz               "ok"
@@ -157,6 +161,13 @@ struct AgentOptions {
   // holder of the agent token -- a job restoring checkpoints from peers has it -- may ask: set
   // this on any cluster with more than one user. Empty: every URL is allowed.
   std::vector<std::string> stage_allow;
+  // The agent's own drain sweep (besides the drains gantryd asks for): every this many seconds
+  // of real time, records older than drain_min_age_seconds (by `clock`) are drained. A save
+  // still being made durable by its live process is younger (or, if older, a drain racing it
+  // copies chunks twice and agrees with it: ckpt/drain.h). 0: drain only when asked.
+  // Defaults: every 10 min, records older than 1 h.
+  int64_t drain_every_seconds = 600;
+  int64_t drain_min_age_seconds = 3600;
 };
 
 class AgentServer {
