@@ -99,29 +99,30 @@ int main(int argc, char** argv) {
                  "Datasets staged at once, on threads apart from the object workers")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  app.add_option("--stage-pin-s", options.stage_pin_seconds,
+  // A duration in seconds, at most 30 days.
+  const auto seconds_option = [&](const std::string& name, int64_t& value,
+                                  const std::string& help) {
+    app.add_option(name, value, help)
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
+  };
+  seconds_option("--stage-pin-s", options.stage_pin_seconds,
                  "The longest a dataset staged for a job stays pinned in the shard cache, from "
                  "the job's latest request (gantryd releases it when the job starts or ends); 0 "
-                 "never pins")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
+                 "never pins");
   app.add_option("--stage-allow", options.stage_allow,
                  "A URL prefix staged datasets, checkpoint locations asked about and the roots "
                  "of checkpoint drains must start with (repeatable; e.g. s3://datasets/, "
                  "file:///lustre/ckpt/); others are refused with 403 (a drain skips them). Set "
                  "it on any cluster with more than one user: the agent reads and writes as its "
                  "own user");
-  app.add_option("--drain-every-s", options.drain_every_seconds,
+  seconds_option("--drain-every-s", options.drain_every_seconds,
                  "The agent's own sweep of checkpoint saves left short of their durable root: "
                  "every this many seconds it drains those older than --drain-min-age-s (gantryd "
-                 "also asks when a job ends); 0: only when asked")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
-  app.add_option("--drain-min-age-s", options.drain_min_age_seconds,
+                 "also asks when a job ends); 0: only when asked");
+  seconds_option("--drain-min-age-s", options.drain_min_age_seconds,
                  "How old a left save must be for the sweep to finish it (younger ones may "
-                 "still be draining from their own process)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400));
+                 "still be draining from their own process)");
   app.set_version_flag("--version", "gantry-agent 0.1.0");
   app.footer(
       "Example:\n  GANTRY_AGENT_TOKEN=$(cat /etc/gantry/agent-token) \\\n"

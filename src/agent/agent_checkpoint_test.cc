@@ -40,12 +40,7 @@ class AgentCheckpointTest : public ::testing::Test {
     url_ = "file://" + durable_ + "/ckpt/train";
     // Steps 1 and 2 of a 12,000-byte tensor in 4 KiB chunks (4096, 4096, 3808): step 2 changes
     // the first chunk only. The local tier is the directory the agent serves, as on a node.
-    ckpt::EngineOptions o;
-    o.durable_url = "file://" + durable_;
-    o.local_url = local_;
-    o.job = "train";
-    o.chunk_size = 4096;
-    auto engine = ckpt::CheckpointEngine::Open(o);
+    auto engine = ckpt::CheckpointEngine::Open(EngineOptions());
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     std::vector<float> data(3000, 0.5f);
     for (int64_t step : {1, 2}) {
@@ -77,6 +72,16 @@ class AgentCheckpointTest : public ::testing::Test {
     if (agent_) agent_->Stop();
   }
 
+  // Job "train" saving to durable_ in 4 KiB chunks through the local tier the agent serves.
+  ckpt::EngineOptions EngineOptions() const {
+    ckpt::EngineOptions o;
+    o.durable_url = "file://" + durable_;
+    o.local_url = local_;
+    o.job = "train";
+    o.chunk_size = 4096;
+    return o;
+  }
+
   // Step 3 is saved by a process whose writes to the root fail: it reaches `local` only and
   // ends, leaving its drain record on the node.
   void LeaveASaveShortOfItsRoot() {
@@ -85,12 +90,8 @@ class AgentCheckpointTest : public ::testing::Test {
     fail.rules.push_back(FaultRule::Chance(FaultOp::kPut, FaultKind::kIoError, 1.0));
     fail.rules.back().key_prefix = "chunks/";
     faulty->SetPlan(fail);
-    ckpt::EngineOptions o;
-    o.durable_url = "file://" + durable_;
+    ckpt::EngineOptions o = EngineOptions();
     o.durable_store = faulty;
-    o.local_url = local_;
-    o.job = "train";
-    o.chunk_size = 4096;
     auto engine = ckpt::CheckpointEngine::Open(o);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     std::vector<float> data(3000, 7.0f);
