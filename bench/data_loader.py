@@ -24,6 +24,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
                       bytes, shuffle=True), W workers
             files     a plain map-style Dataset over the individual files (shuffle=True), W workers
+            tarfile0, imagefolder0, files0  the same three in process (num_workers=0); a
+                      second table compares each baseline in its best configuration with
+                      gantry's best loader whose consumer gets every byte read
           goals (for the best of gantry and gantryb): gantry/raw >= 0.9, gantry/tarfile and gantry/imagefolder >= 2, gantry/files >= 5.
           --cache cold evicts every file of the data set from the page cache before each timed
           run (posix_fadvise DONTNEED, per file: no global cache drop); warm reads it once before.
@@ -136,6 +139,7 @@ class Files(torch.utils.data.Dataset):
 
 def payload(kind, batch):
     """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
+    kind = BASELINE_IN_PROCESS.get(kind, kind)
     if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantrybp", "gantry0bp",
                 "gantry_unshared", "tarfile"):
         return batch["jpg"]
@@ -222,7 +226,19 @@ def as_tensors(sample):
                 for k, v in sample.items()}
 
 
+# The baselines again with num_workers=0: each baseline is also compared in its best
+# configuration on this machine, as gantry is (in process or through workers).
+BASELINE_IN_PROCESS = {"tarfile0": "tarfile", "imagefolder0": "imagefolder", "files0": "files"}
+# Gantry's loaders whose consumer gets every byte read (bytes copied out of the shard, in the
+# worker or by the consumer), as every baseline's does; gantry0, gantry0b and gantry0bp hand
+# out views that the consumer only measures.
+GANTRY_READ = ("gantry", "gantryb", "gantrybp", "gantry0_touch", "gantry0b_touch")
+
+
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
+    if kind in BASELINE_IN_PROCESS:
+        return make_loader(BASELINE_IN_PROCESS[kind], ds, url,
+                           argparse.Namespace(**dict(vars(args), workers=0)), batch, window)
     if kind == "gantrybp":  # the batched DataLoader with workers, drained by a thread
         return prefetch(make_loader("gantryb", ds, url, args, batch, window, tensors),
                         depth=args.prefetch)
@@ -360,7 +376,8 @@ def fmt_runs(xs, digits=2):
 
 
 def local_part(sets, args, results):
-    kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files"]
+    kinds = ["raw", "gantry", "gantry0", "tarfile", "imagefolder", "files", "tarfile0",
+             "imagefolder0", "files0"]
     if args.base:
         kinds[3:3] = ["gantry_base", "gantry0_base"]
     kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch", "gantrybp",
@@ -371,6 +388,7 @@ def local_part(sets, args, results):
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)
         kinds.remove("imagefolder")
+        kinds.remove("imagefolder0")
     for ds, batch, window in sets:
         times = {k: [] for k in kinds}
         firsts = {k: [] for k in kinds}
@@ -406,7 +424,31 @@ def local_part(sets, args, results):
             ratio_b = f"{med['gantryb'] / med[k]:.2f}" if "gantryb" in med else ""
             print(f"| {k} | {med[k]:,.0f} | {med[k] * ds.size / 1e6:,.0f} | {ratio:.2f} | "
                   f"{ratio_b} | {goals.get(k, '')} | {fmt_runs(rates[k], 0)} |")
+        best_table(ds, med, goals, results)
     return results
+
+
+def best_table(ds, med, goals, results):
+    """Each baseline in its best configuration (in process or through workers) against
+    gantry's best loader whose consumer reads every byte (GANTRY_READ)."""
+    mine = [k for k in GANTRY_READ if k in med]
+    if not mine:
+        return
+    g = max(mine, key=lambda k: med[k])
+    print(f"\n{ds.name}, best configuration of each (gantry: the best of "
+          f"{', '.join(mine)}):\n")
+    print("| baseline | its best | samples/s | gantry's best | samples/s | ratio | goal |")
+    print("|---|---|---:|---|---:|---:|---|")
+    best = {}
+    for family in ("raw", "tarfile", "imagefolder", "files"):
+        options = [k for k in (family, family + "0") if k in med]
+        if not options:
+            continue
+        b = max(options, key=lambda k: med[k])
+        best[family] = {"baseline": b, "gantry": g, "ratio": med[g] / med[b]}
+        print(f"| {family} | {b} | {med[b]:,.0f} | {g} | {med[g]:,.0f} | "
+              f"{med[g] / med[b]:.2f} | {goals[family]} |")
+    results["local"][ds.name]["best"] = best
 
 
 # Stall rows: (row suffix, loader kind), each at --stall-load x its own loader's median rate.
@@ -525,7 +567,7 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
-    ap.add_argument("--prefetch", type=int, default=2,
+    ap.add_argument("--prefetch", type=int, default=4,
                     help="batches the prefetch thread reads ahead (gantrybp, gantry0bp)")
     ap.add_argument("--stall-tensors", action="store_true",
                     help="also a stall row whose workers hand over uint8 tensors (as_tensors)")

@@ -294,7 +294,7 @@ class Prefetcher:
     small items such as single samples).
     """
 
-    def __init__(self, source, depth=2, chunk=1):
+    def __init__(self, source, depth=4, chunk=1):
         if int(depth) < 1:
             raise InvalidArgumentError("prefetch depth must be at least 1")
         if int(chunk) < 1:
@@ -349,7 +349,7 @@ class Prefetcher:
         self.close()
 
 
-def prefetch(iterable, depth=2):
+def prefetch(iterable, depth=4):
     """Iterates `iterable` (a DataLoader, a dataset, any iterable) on a background thread,
     `depth` items ahead: see Prefetcher."""
     return Prefetcher(iterable, depth)
