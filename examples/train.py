@@ -12,7 +12,8 @@ The data: without --data, a synthetic regression dataset (an input vector x and 
 packed with `gantry data pack` (WebDataset shards by default, --format mds for MDS) into
 --data-dir (default: a temp folder). It is a function of --seed only, so every run packs the same
 bytes. gantry.data.StreamingDataset reads it in its seeded global order through a DataLoader with
---workers worker processes.
+--workers worker processes, whose batches a thread takes out of the workers' pipe --prefetch
+batches ahead while the step runs (gantry.data.prefetch; 0: the loop does it itself).
 
 Every --every steps the run saves {model, optimizer, loader state, step, RNG state}
 asynchronously (training continues while it is written). The loader state is a few numbers
@@ -43,7 +44,7 @@ import torch
 import torch.utils.data
 
 import gantry.checkpoint as ckpt
-from gantry.data import StreamingDataset
+from gantry.data import StreamingDataset, prefetch
 
 IN, HIDDEN, OUT = 32, 64, 8
 
@@ -131,6 +132,8 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    p.add_argument("--prefetch", type=int, default=4,
+                   help="batches a thread takes from the DataLoader ahead of the step; 0: none")
     p.add_argument("--window", type=int, default=200, help="shuffle window, samples")
     p.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     p.add_argument("--out", required=True, help="torch.save file of the final parameters")
@@ -194,7 +197,7 @@ def main():
     for epoch in range(ds.epoch, args.epochs):
         ds.set_epoch(epoch)  # keeps a loaded mid-epoch position when it is this epoch
         taken = 0            # samples this epoch's iterator has handed to the loop
-        for batch in loader:
+        for batch in prefetch(loader, args.prefetch) if args.prefetch else loader:
             step += 1
             taken += len(batch["__key__"])
             x, y = batch["x.npy"], batch["y.npy"]
