@@ -407,12 +407,13 @@ class Controller::Impl {
       Status s = rm_->Requeue(id);
       if (s.code() == StatusCode::kPermissionDenied) {
         // It may not be requeued (its flag changed since the observation that made it a
-        // victim): it runs on, booked again at the next observation, and a preemptor of this
-        // cycle waiting for its GPUs does not start (Withdraw). A signalled victim whose
-        // grace time is over runs on too; its preemptor waits until it ends.
+        // victim): it runs on, and its preemptor -- of this cycle, or waiting since it was
+        // signalled -- is withdrawn (Withdraw).
         it = to_requeue_.erase(it);
+        std::string by = what.preemptor;
+        if (auto sg = signalled_.find(id); by.empty() && sg != signalled_.end()) by = sg->second.by;
         GANTRY_RETURN_IF_ERROR(ForgetSignal(id));
-        if (!what.preemptor.empty()) withdrawn_.insert(what.preemptor);
+        if (!by.empty()) withdrawn_.insert(by);
         GANTRY_RETURN_IF_ERROR(
             store_->LogEvent(now, id, "requeue-refused", s.ToString() + "; it runs on"));
         continue;
@@ -445,27 +446,28 @@ class Controller::Impl {
     return Status::Ok();
   }
 
-  // Preemptors of this cycle with a victim that could not be requeued: their start is dropped
-  // (its GPUs are still in use) and they are queued again as they were, pending. The victim's
-  // engine run ended with the decision; the next observation books it running again (Apply).
+  // Preemptors with a victim that could not be requeued: a start of this cycle is dropped (its
+  // GPUs are still in use), and one waiting for signalled victims (a grace time) waits no
+  // more; either is queued again as it was, pending, and decided afresh. The victim's engine
+  // run ended with an immediate decision; the next observation books it running again
+  // (Apply). A signalled victim stays running in the engine, never a victim again.
   Status Withdraw(Time now, std::vector<StartDecision>* starts) {
-    std::vector<StartDecision> kept;
-    kept.reserve(starts->size());
-    for (StartDecision& d : *starts) {
-      const std::string& id = requests_[static_cast<size_t>(d.job)].id;
-      if (withdrawn_.count(id) == 0) {
-        kept.push_back(std::move(d));
-        continue;
-      }
+    if (starts != nullptr) {
+      std::erase_if(*starts, [&](const StartDecision& d) {
+        return withdrawn_.count(requests_[static_cast<size_t>(d.job)].id) > 0;
+      });
+    }
+    for (const std::string& id : withdrawn_) {
+      if (by_id_.count(id) == 0) continue;  // ended meanwhile
       GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
       GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
+      if (r.phase == JobPhase::kDone) continue;
       GANTRY_RETURN_IF_ERROR(SubmitNew(r, now));
       GANTRY_RETURN_IF_ERROR(store_->LogEvent(
           now, id, "preemption-withdrawn",
           "a victim may not be requeued and runs on; decided again in a later cycle"));
     }
     withdrawn_.clear();
-    *starts = std::move(kept);
     return Status::Ok();
   }
 
@@ -474,6 +476,9 @@ class Controller::Impl {
   Status CycleInner(Time now, CycleReport* report) {
     *report = CycleReport();
     GANTRY_RETURN_IF_ERROR(store_->Batch([&] { return Observe(now, report); }));
+    // A signalled victim refused at the end of its grace time (Observe): its preemptor stops
+    // waiting before the engine schedules.
+    if (!withdrawn_.empty()) GANTRY_RETURN_IF_ERROR(Withdraw(now, nullptr));
 
     // What the nodes hold, as the stager last heard: the data-locality score's view.
     if (stager_ != nullptr) {

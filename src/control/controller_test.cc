@@ -1479,6 +1479,38 @@ TEST_F(ControllerPreemptionTest, WithAGraceTimeTheVictimIsSignalledThenRequeued)
       << EventLog();
 }
 
+// A signalled victim whose requeue flag turned off during its grace time is refused at the
+// end of it and runs on: its preemptor stops waiting for it (queued again, decided afresh)
+// rather than waiting, its GPUs booked, until the victim ends on its own.
+TEST_F(ControllerPreemptionTest, AGraceVictimRefusedAtTheEndOfItsGraceStopsItsPreemptorWaiting) {
+  UseProfile(30);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  CycleReport r = LowRunsThenHighArrives(*ctl);
+  ASSERT_EQ(r.preempted, 1);
+  ASSERT_EQ(ctl->JobStatusOf("high")->reason, Reason::kPreempting);
+  rm_->disable_requeue_.insert("low");
+  rm_->Advance(33);  // grace over (signalled at 3, 30 s)
+  ASSERT_TRUE(ctl->Cycle(33, &r).ok()) << EventLog();
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->requeues_["low"], 0);
+  EXPECT_NE(EventLog().find("low requeue-refused"), std::string::npos) << EventLog();
+  EXPECT_NE(EventLog().find("high preemption-withdrawn"), std::string::npos) << EventLog();
+  for (Time t = 34; t < 40; ++t) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok()) << EventLog();
+    EXPECT_EQ(r.preempted, 0) << t;
+    EXPECT_EQ(ctl->JobStatusOf("low")->phase, JobStatus::Phase::kRunning) << t;
+    Result<JobStatus> high = ctl->JobStatusOf("high");
+    ASSERT_TRUE(high.ok());
+    EXPECT_EQ(high->phase, JobStatus::Phase::kPending) << t;
+    EXPECT_NE(high->reason, Reason::kPreempting) << t;  // waits for nothing that will not end
+  }
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(rm_->signals_.size(), 1u);  // signalled once, never again
+  EXPECT_EQ(rm_->violations_, 0);
+}
+
 // A victim that saves its checkpoint and exits within its grace time is requeued to go on, not
 // finished; one its user cancels stays cancelled.
 TEST_F(ControllerPreemptionTest, AVictimThatExitsEarlyIsRequeuedACancelledOneIsNot) {
