@@ -283,8 +283,24 @@ TEST_F(SlurmLiveTest, ANoRequeueJobSaysSoAndCannotBeRequeued) {
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(after->state, JobState::kRunning);
   EXPECT_FALSE(after->held);
+  // Released onto n3 while `id` runs there, it waits for the node -- refused a requeue too,
+  // but not running: the driver holds it, which is all a requeue would have done.
+  out = client_->Run({"sbatch", "--parsable", "--no-requeue", "-p", partition_, "-A", "biology",
+                      "--gres=gpu:a100:4", "-o", dir_ + "/jobs/%j.out", "--wrap", "sleep 60"});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const int64_t waiting = std::stoll(*out);
+  WaitJob(waiting, [](const SlurmJob& x) { return x.held; });
+  ASSERT_TRUE(client_->StartOnNodes(waiting, {"n3"}).ok());
+  WaitJob(waiting, [](const SlurmJob& x) { return !x.held; });
+  EXPECT_EQ(client_->RequeueHeld(waiting).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(rm.Requeue(std::to_string(waiting)).ok());
+  after = client_->Job(waiting);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->state, JobState::kPending);
+  EXPECT_TRUE(after->held);
   ASSERT_TRUE(client_->Cancel(id).ok());
   ASSERT_TRUE(client_->Cancel(other).ok());
+  ASSERT_TRUE(client_->Cancel(waiting).ok());
   WaitJob(id, [](const SlurmJob& x) { return x.state == JobState::kCancelled; });
 }
 

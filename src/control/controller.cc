@@ -459,9 +459,19 @@ class Controller::Impl {
     }
     for (const std::string& id : withdrawn_) {
       if (by_id_.count(id) == 0) continue;  // ended meanwhile
-      GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
       GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
-      if (r.phase == JobPhase::kDone) continue;
+      if (r.phase == JobPhase::kDone || r.phase == JobPhase::kRunning) continue;
+      if (r.phase == JobPhase::kStarting) {
+        // Released in an earlier cycle (the victim's requeue first failed for a while, then was
+        // refused): it waits in the resource manager for GPUs the victim keeps. Held again,
+        // then queued as it was (RequeueInterrupted) -- never decided twice.
+        to_requeue_[id] = {"a victim may not be requeued and runs on"};
+        GANTRY_RETURN_IF_ERROR(store_->LogEvent(
+            now, id, "preemption-withdrawn",
+            "a victim may not be requeued and runs on; held again and decided afresh"));
+        continue;
+      }
+      GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
       GANTRY_RETURN_IF_ERROR(SubmitNew(r, now));
       GANTRY_RETURN_IF_ERROR(store_->LogEvent(
           now, id, "preemption-withdrawn",

@@ -144,6 +144,10 @@ class FakeRm : public ResourceManager {
     if (e.job.state == ObservedState::kFinished && !requeue_finished_) {
       return FailedPrecondition("job ended");
     }
+    // Slurm timed out; gantryd asked, so the GPUs are no double booking (Start) until then.
+    if (unavailable_requeue_.count(id) > 0 && unavailable_requeue_[id]-- > 0) {
+      return Unavailable("slurmctld did not answer");
+    }
     // Its flag turned off after the observation that made it a victim.
     if (disable_requeue_.erase(id) > 0) e.job.requeueable = false;
     // As Slurm refuses a --no-requeue job ("Requested operation is presently disabled").
@@ -219,7 +223,8 @@ class FakeRm : public ResourceManager {
         return FailedPrecondition("node " + s.node + " is not up");
       }
       // GPUs a run being stopped still holds are free to the engine (it lets go of them soon).
-      if (used_[s.node] - StoppingGpus(s.node) + s.gpus > capacity_[s.node]) {
+      if (used_[s.node] - StoppingGpus(s.node) - AskedToStopGpus(s.node) + s.gpus >
+          capacity_[s.node]) {
         ++violations_;  // the engine booked GPUs that are busy
         return FailedPrecondition("node " + s.node + " is full");
       }
@@ -250,6 +255,15 @@ class FakeRm : public ResourceManager {
     }
     return true;
   }
+  // GPUs of running jobs gantryd asked to requeue, in vain so far.
+  int AskedToStopGpus(const std::string& node) const {
+    int gpus = 0;
+    for (const auto& [id, e] : jobs_) {
+      if (e.job.state != ObservedState::kRunning || unavailable_requeue_.count(id) == 0) continue;
+      for (const NodeGpus& s : e.job.placement) gpus += s.node == node ? s.gpus : 0;
+    }
+    return gpus;
+  }
   int StoppingGpus(const std::string& node) const {
     int gpus = 0;
     for (const auto& [id, e] : jobs_) {
@@ -265,6 +279,7 @@ class FakeRm : public ResourceManager {
   std::map<std::string, int> used_;
   std::set<std::string> refuse_;
   std::set<std::string> disable_requeue_;  // jobs made not requeueable when asked to requeue
+  std::map<std::string, int> unavailable_requeue_;  // requeues of a job that fail this often
   std::map<std::string, NodeState> node_state_;
   std::map<std::string, int> requeues_;
   bool crash_after_requeue_ = false;
@@ -1362,17 +1377,8 @@ TEST_F(ControllerPreemptionTest, ARequeueRefusedAfterTheObservationWithdrawsTheP
   UseProfile(0);
   auto ctl = Open(0);
   ASSERT_NE(ctl, nullptr);
-  SubmitQos("low", 32, 0, 1000, 0);
-  for (Time t : {1, 2}) {
-    rm_->Advance(t);
-    ASSERT_TRUE(ctl->Cycle(t, nullptr).ok());
-  }
-  ASSERT_EQ(PhaseOf("low"), JobPhase::kRunning);
-  rm_->disable_requeue_.insert("low");
-  SubmitQos("high", 8, 2, 100, 3);
-  rm_->Advance(3);
-  CycleReport r;
-  ASSERT_TRUE(ctl->Cycle(3, &r).ok()) << EventLog();
+  rm_->disable_requeue_.insert("low");  // at its requeue
+  CycleReport r = LowRunsThenHighArrives(*ctl);
   EXPECT_EQ(r.preempted, 1);  // decided, then refused
   EXPECT_EQ(r.requeued, 0);
   EXPECT_EQ(r.started, 0);
@@ -1393,6 +1399,42 @@ TEST_F(ControllerPreemptionTest, ARequeueRefusedAfterTheObservationWithdrawsTheP
   EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
   EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld);
   EXPECT_EQ(rm_->violations_, 0);
+  EXPECT_EQ(EventLog().find("adopt-failed"), std::string::npos) << EventLog();
+}
+
+// The victim's requeue first fails for a while (slurmctld did not answer) -- its preemptor is
+// released meanwhile, onto GPUs the victim still holds, and waits for them in the resource
+// manager -- and is then refused. The preemptor is held again and decided afresh: never started
+// twice, never booked where the victim runs on.
+TEST_F(ControllerPreemptionTest, APreemptorReleasedBeforeItsVictimsRequeueIsRefusedIsHeldAgain) {
+  UseProfile(0);
+  auto ctl = Open(0);
+  ASSERT_NE(ctl, nullptr);
+  rm_->unavailable_requeue_["low"] = 1;  // its first requeue, at 3
+  rm_->disable_requeue_.insert("low");   // its second
+  CycleReport r = LowRunsThenHighArrives(*ctl);
+  EXPECT_EQ(r.preempted, 1);
+  EXPECT_EQ(r.started, 1);  // released; it waits for low's GPUs
+  ASSERT_EQ(rm_->jobs_["high"].job.state, ObservedState::kReleased);
+  EXPECT_EQ(PhaseOf("high"), JobPhase::kStarting);
+  EXPECT_NE(EventLog().find("low requeue-retry"), std::string::npos) << EventLog();
+  for (Time t = 4; t < 9; ++t) {
+    rm_->Advance(t);
+    ASSERT_TRUE(ctl->Cycle(t, &r).ok()) << EventLog();
+    EXPECT_EQ(rm_->violations_, 0) << t << "\n" << EventLog();
+    EXPECT_EQ(r.preempted, 0) << t;
+    EXPECT_EQ(r.started, 0) << t;
+    EXPECT_NE(rm_->jobs_["high"].job.state, ObservedState::kRunning) << t;
+  }
+  EXPECT_EQ(rm_->jobs_["low"].job.state, ObservedState::kRunning);
+  EXPECT_EQ(rm_->jobs_["high"].job.state, ObservedState::kHeld);
+  EXPECT_EQ(PhaseOf("low"), JobPhase::kRunning);
+  EXPECT_EQ(PhaseOf("high"), JobPhase::kPending);
+  EXPECT_EQ(ctl->JobStatusOf("low")->phase, JobStatus::Phase::kRunning);
+  EXPECT_EQ(ctl->JobStatusOf("high")->phase, JobStatus::Phase::kPending);
+  EXPECT_EQ(rm_->jobs_["high"].starts, 0);
+  EXPECT_NE(EventLog().find("low requeue-refused"), std::string::npos) << EventLog();
+  EXPECT_NE(EventLog().find("high preemption-withdrawn"), std::string::npos) << EventLog();
   EXPECT_EQ(EventLog().find("adopt-failed"), std::string::npos) << EventLog();
 }
 

@@ -154,9 +154,14 @@ Status SlurmResourceManager::Requeue(const std::string& id) {
   GANTRY_ASSIGN_OR_RETURN(int64_t job, SlurmJobId(id));
   Status s = client_.RequeueHeld(job);
   // Refused when it is not running: Slurm requeued it already (pending again), so hold it.
-  // PermissionDenied (the job may not be requeued) passes on: holding it would leave it
-  // running while Gantry books its GPUs as free.
   if (s.code() == StatusCode::kFailedPrecondition) return client_.Hold(job);
+  // A job that may not be requeued is refused so even while pending (released, waiting for
+  // its nodes): holding it then is the same thing. A running one passes the refusal on --
+  // holding it would leave it running while Gantry books its GPUs as free.
+  if (s.code() == StatusCode::kPermissionDenied) {
+    Result<slurm::SlurmJob> now = client_.Job(job);
+    if (now.ok() && now->state == slurm::JobState::kPending) return client_.Hold(job);
+  }
   return s;
 }
 
