@@ -471,6 +471,37 @@ def _shared_slots():
         return None
 
 
+def _shared_order():
+    """Shared memory for the order a worker's next iteration reads in: (epoch, start, seed,
+    shuffle, window), written by the dataset's process. A persistent DataLoader worker
+    (persistent_workers=True) keeps its copy of the dataset from the first epoch, so set_epoch()
+    and load_state_dict() in the training process reach it only through here. None where shared
+    memory is unavailable (the worker's copy then decides)."""
+    try:
+        import multiprocessing
+        return multiprocessing.RawArray("q", 5)
+    except Exception:  # noqa: BLE001 -- no /dev/shm
+        return None
+
+
+class _OrderParameter:
+    """A StreamingDataset attribute that decides the order (seed, shuffle, window): published
+    for persistent workers whenever it is set (see _shared_order)."""
+
+    def __init__(self, convert):
+        self.convert = convert
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj, value):
+        setattr(obj, self.slot, self.convert(value))
+        obj._publish_order()
+
+
 def _rank_and_world():
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -529,6 +560,10 @@ class StreamingDataset(_Base):
     state_dict (which counts what the loop took, not what was read ahead) and errors are as
     without it; DataLoader workers ignore it (wrap the DataLoader in gantry.data.prefetch()).
     """
+
+    seed = _OrderParameter(int)
+    shuffle = _OrderParameter(bool)
+    window = _OrderParameter(int)
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
@@ -590,6 +625,20 @@ class StreamingDataset(_Base):
         self._yielded_here = None  # samples __iter__ gave out in this process (no workers)
         self._worker_stats = _shared_slots()
         self._worker_base = None   # in a worker: (pid, its slot's values, its counters) at start
+        self._order = _shared_order()
+        self._publish_order()
+
+    def _publish_order(self):
+        order = getattr(self, "_order", None)  # None while __init__ has not made it
+        if order is not None:
+            order[:] = [self._epoch, self._start, self._seed, int(self._shuffle), self._window]
+
+    def _follow_order(self):
+        """In a worker: the order the training process last set (see _shared_order)."""
+        if self._order is not None:
+            epoch, start, seed, shuffle, window = self._order[:]
+            self._epoch, self._start, self._seed = epoch, start, seed
+            self._shuffle, self._window = bool(shuffle), window
 
     @property
     def epoch(self):
@@ -600,6 +649,7 @@ class StreamingDataset(_Base):
         if int(epoch) != self._epoch:
             self._epoch = int(epoch)
             self._start = 0
+            self._publish_order()
         self._yielded_here = None
 
     def samples_this_rank(self):
@@ -619,6 +669,7 @@ class StreamingDataset(_Base):
         info = torch.utils.data.get_worker_info() if torch is not None else None
         if info is not None:
             workers, worker = info.num_workers, info.id
+            self._follow_order()
         else:
             self._yielded_here = 0
         cache_dir, cache_bytes = self.cache_dir, self.cache_bytes
@@ -718,6 +769,7 @@ class StreamingDataset(_Base):
         except RuntimeError:
             state["_worker_stats"] = None
             state["_worker_cache"] = None
+            state["_order"] = None
         state["_ahead"] = None  # a thread of this process
         return state
 
@@ -836,3 +888,4 @@ class StreamingDataset(_Base):
         self._epoch = int(state["epoch"])
         self._start = consumed
         self._yielded_here = None
+        self._publish_order()
