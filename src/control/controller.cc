@@ -464,8 +464,9 @@ class Controller::Impl {
       if (r.phase == JobPhase::kStarting) {
         // Released in an earlier cycle (the victim's requeue first failed for a while, then was
         // refused): it waits in the resource manager for GPUs the victim keeps. Held again,
-        // then queued as it was (RequeueInterrupted) -- never decided twice.
-        to_requeue_[id] = {"a victim may not be requeued and runs on"};
+        // then queued as it was once the resource manager reports it held -- never decided
+        // twice, even had it started on GPUs the victim left free (RequeueInterrupted).
+        to_requeue_[id] = {"a victim may not be requeued and runs on", /*running=*/true};
         GANTRY_RETURN_IF_ERROR(store_->LogEvent(
             now, id, "preemption-withdrawn",
             "a victim may not be requeued and runs on; held again and decided afresh"));
