@@ -33,7 +33,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
           loader's own median samples/s above (compute stands in as sleep, which releases the
           GIL as a CUDA synchronisation does), for gantry, gantryb, gantrybp, gantry0b and
-          gantry0bp, from the large and the small set:
+          gantry0bp, from the large and the small set, each set's shards read --stall-repeat
+          (10) times over as one epoch (hard links: one epoch of the small set alone lasts half
+          a second, where 1% would be less than one scheduling hiccup of a shared machine):
           the share of the loop's time spent waiting for the next batch, after the first shard's
           samples have arrived (goal < 1%).
   s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) each
@@ -60,6 +62,7 @@ Output: a Markdown table per part, then one JSON object with every run (last lin
 """
 
 import argparse
+import copy as copy_module
 import glob
 import json
 import os
@@ -172,9 +175,29 @@ class DataSet:
         assert len(self.files) == count
         self.shard_bytes = sum(os.path.getsize(p) for p in self.shards)
         self.synced = False
+        self.repeat = 1
 
     def all_paths(self):
         return self.shards + self.files
+
+    def repeated(self, times):
+        """The same shards `times` over as one dataset (hard links, no more bytes on disk or in
+        the page cache), with no individual files: a longer epoch of the same samples."""
+        copy = copy_module.copy(self)
+        copy.name = self.name
+        copy.shards_dir = self.shards_dir + f"-x{times}"
+        os.makedirs(copy.shards_dir, exist_ok=True)
+        copy.shards = []
+        for i in range(len(self.shards) * times):
+            path = os.path.join(copy.shards_dir, f"shard-{i:06d}.tar")
+            if not os.path.exists(path):
+                os.link(self.shards[i % len(self.shards)], path)
+            copy.shards.append(path)
+        copy.files = []
+        copy.count = self.count * times
+        copy.repeat = self.repeat * times
+        copy.shard_bytes = self.shard_bytes * times
+        return copy
 
     def evict(self):
         # Dirty pages are not dropped: the files are synced once after writing (an fsync per
@@ -235,6 +258,14 @@ BASELINE_IN_PROCESS = {"tarfile0": "tarfile", "imagefolder0": "imagefolder", "fi
 GANTRY_READ = ("gantry", "gantryb", "gantrybp", "gantry0_touch", "gantry0b_touch")
 
 
+def shard_samples(ds):
+    """Samples per shard of `ds`: every shard full but its last, repeated for a repeated set."""
+    one = [ds.per_shard] * (ds.count // ds.per_shard // ds.repeat)
+    if (ds.count // ds.repeat) % ds.per_shard:
+        one.append((ds.count // ds.repeat) % ds.per_shard)
+    return one * ds.repeat
+
+
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
     if kind in BASELINE_IN_PROCESS:
         return make_loader(BASELINE_IN_PROCESS[kind], ds, url,
@@ -252,8 +283,7 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
             more["prefetch"] = args.prefetch
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 transform=as_tensors if tensors else None, **more,
-                                shard_samples=[ds.per_shard] * (ds.count // ds.per_shard)
-                                + ([ds.count % ds.per_shard] if ds.count % ds.per_shard else []))
+                                shard_samples=shard_samples(ds))
         if batched:
             return torch.utils.data.DataLoader(data, batch_size=None, num_workers=w)
         return torch.utils.data.DataLoader(data, batch_size=batch, num_workers=w,
@@ -310,7 +340,9 @@ def base_pass(kind, ds, args, batch, window, url=None, rate=None):
     here."""
     spec = {"kind": kind, "shards_dir": ds.shards_dir, "shards": ds.shards, "count": ds.count,
             "size": ds.size, "per_shard": ds.per_shard, "shard_bytes": ds.shard_bytes,
-            "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate}
+            "repeat": ds.repeat,
+            "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate,
+            "prefetch": args.prefetch}
     env = dict(os.environ, PYTHONPATH=args.base)
     r = subprocess.run([sys.executable, __file__, "--one-pass", json.dumps(spec)], env=env,
                        capture_output=True, text=True, check=True)
@@ -322,9 +354,9 @@ def one_pass(spec_json):
     """The child side of base_pass: prints the pass's result as JSON."""
     spec = json.loads(spec_json)
     ds = argparse.Namespace(**{k: spec[k] for k in ("shards_dir", "shards", "count", "size",
-                                                     "per_shard", "shard_bytes")})
+                                                     "per_shard", "shard_bytes", "repeat")})
     ds.name = "base"
-    args = argparse.Namespace(workers=spec["workers"])
+    args = argparse.Namespace(workers=spec["workers"], prefetch=spec["prefetch"])
     torch.set_num_threads(1)
     if spec["kind"] == "stall":
         out = stall_run(ds, args, spec["batch"], spec["window"], spec["rate"])
@@ -458,12 +490,15 @@ STALL_KINDS = (("", "gantry"), (" (batched)", "gantryb"),
 
 
 def stall_part(sets, args, results):
-    print(f"\n### consumer stall at {args.stall_load} x each loader's median rate\n")
+    print(f"\n### consumer stall at {args.stall_load} x each loader's median rate, each set's "
+          f"shards {args.stall_repeat} times over as one epoch\n")
     print("| set | consumer samples/s | loop s after first shard | stalled s | stall share "
           "| first batch s | runs (stall share) |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    for ds, batch, window in sets:
-        lines = results["local"][ds.name]["median_samples_per_s"]
+    results["stall_repeat"] = args.stall_repeat
+    for one, batch, window in sets:
+        lines = results["local"][one.name]["median_samples_per_s"]
+        ds = one.repeated(args.stall_repeat) if args.stall_repeat > 1 else one
         rows = [(ds.name + suffix, kind, False) for suffix, kind in STALL_KINDS if kind in lines]
         if args.stall_tensors:
             rows.append((ds.name + " (tensors)", "gantry", True))
@@ -567,6 +602,10 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--stall-repeat", type=int, default=10,
+                    help="the stall runs read each set's shards this many times over, as one "
+                         "epoch (hard links): long enough that 1%% of the loop is more than a "
+                         "scheduling hiccup")
     ap.add_argument("--prefetch", type=int, default=4,
                     help="batches the prefetch thread reads ahead (gantrybp, gantry0bp)")
     ap.add_argument("--stall-tensors", action="store_true",
@@ -591,6 +630,7 @@ def main():
         args.small_count, args.small_per_shard = 300, 100
         args.large_count, args.large_size, args.large_per_shard = 12, 64 << 10, 4
         args.repeat = 1
+        args.stall_repeat = min(args.stall_repeat, 2)
     if not os.access(args.gantry, os.X_OK):
         raise SystemExit(f"{args.gantry}: not an executable gantry CLI (--gantry)")
     torch.set_num_threads(1)
