@@ -37,7 +37,10 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
           (10) times over as one epoch (hard links: one epoch of the small set alone lasts half
           a second, where 1% would be less than one scheduling hiccup of a shared machine):
           the share of the loop's time spent waiting for the next batch, after the first shard's
-          samples have arrived (goal < 1%).
+          samples have arrived (goal < 1%). The loop's rate is --stall-load times a full-speed
+          pass of the same loader over the same data just before each run (--stall-rate
+          paired; this machine's rate drifts by more than 10% between runs) or times its median
+          of the local part (--stall-rate median).
   s3      (--parts s3, needs the GANTRY_S3_* variables of `source "$(scripts/rgw start)"`) each
           set's shards uploaded to the RGW; gantry streaming them (s3:// URL, W workers) against
           `aws s3 cp --recursive` of the same shards followed by gantry reading the local copy;
@@ -503,21 +506,32 @@ def stall_part(sets, args, results):
         if args.stall_tensors:
             rows.append((ds.name + " (tensors)", "gantry", True))
         runs = {name: [] for name, _, _ in rows}
+        paired = {name: [] for name, _, _ in rows}
         base_runs = []
         base_line = lines.get("gantry_base")
         for rep in range(args.repeat):
             for name, kind, tensors in rows[rep % len(rows):] + rows[:rep % len(rows)]:
                 if args.cache == "cold":
                     ds.evict()
-                runs[name].append(stall_run(ds, args, batch, window,
-                                            args.stall_load * lines[kind], tensors=tensors,
-                                            kind=kind))
+                rate = lines[kind]
+                if args.stall_rate == "paired":
+                    # This machine's rate drifts by more than 10% between runs: the loop's
+                    # target is set by a full-speed pass over the same set just before it.
+                    dt, _ = timed_read(kind, ds, args, batch, window)
+                    rate = ds.count / dt
+                    paired[name].append(rate)
+                    if args.cache == "cold":
+                        ds.evict()
+                runs[name].append(stall_run(ds, args, batch, window, args.stall_load * rate,
+                                            tensors=tensors, kind=kind))
             if base_line:
                 if args.cache == "cold":
                     ds.evict()
                 base_runs.append(base_pass("stall", ds, args, batch, window,
                                            rate=args.stall_load * base_line))
-        table = [(name, runs[name], args.stall_load * lines[kind]) for name, kind, _ in rows]
+        table = [(name, runs[name], args.stall_load * (median(paired[name]) if paired[name]
+                                                        else lines[kind]))
+                 for name, kind, _ in rows]
         if base_runs:
             table.append((ds.name + " (base)", base_runs, args.stall_load * base_line))
         for name, rs, r in table:
@@ -602,6 +616,10 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--stall-rate", choices=("paired", "median"), default="paired",
+                    help="the loop's rate: --stall-load times a full-speed pass of the same "
+                         "loader over the same set just before each run (paired), or times the "
+                         "loader's median of the local part")
     ap.add_argument("--stall-repeat", type=int, default=10,
                     help="the stall runs read each set's shards this many times over, as one "
                          "epoch (hard links): long enough that 1%% of the loop is more than a "
