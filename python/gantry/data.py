@@ -479,9 +479,21 @@ def _shared_order():
     memory is unavailable (the worker's copy then decides)."""
     try:
         import multiprocessing
-        return multiprocessing.RawArray("q", 5)
+        return multiprocessing.RawArray("Q", 5)  # every field a uint64 (_uint64)
     except Exception:  # noqa: BLE001 -- no /dev/shm
         return None
+
+
+def _uint64(name):
+    """A converter to int that refuses what the order cannot take (its fields are uint64): a
+    clear error here, not a TypeError from the reader later, nor a value wrapped on its way to
+    the workers."""
+    def convert(value):
+        v = int(value)
+        if not 0 <= v < 1 << 64:
+            raise InvalidArgumentError(f"{name} {v} is not in [0, 2**64)")
+        return v
+    return convert
 
 
 class _OrderParameter:
@@ -561,9 +573,9 @@ class StreamingDataset(_Base):
     without it; DataLoader workers ignore it (wrap the DataLoader in gantry.data.prefetch()).
     """
 
-    seed = _OrderParameter(int)
+    seed = _OrderParameter(_uint64("seed"))
     shuffle = _OrderParameter(bool)
-    window = _OrderParameter(int)
+    window = _OrderParameter(_uint64("window"))
 
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
@@ -620,7 +632,7 @@ class StreamingDataset(_Base):
         # Known from here on, so workers (and restarts) never count WebDataset shards again.
         self.shard_samples = list(source.shard_samples)
         self.num_samples = sum(self.shard_samples)
-        self._epoch = int(epoch)
+        self._epoch = _uint64("epoch")(epoch)
         self._start = 0          # the global position this epoch's iteration starts at
         self._yielded_here = None  # samples __iter__ gave out in this process (no workers)
         self._worker_stats = _shared_slots()
@@ -647,7 +659,7 @@ class StreamingDataset(_Base):
     def set_epoch(self, epoch):
         """Starts epoch `epoch` from its beginning (unless it is the epoch a loaded state is in)."""
         if int(epoch) != self._epoch:
-            self._epoch = int(epoch)
+            self._epoch = _uint64("epoch")(epoch)
             self._start = 0
             self._publish_order()
         self._yielded_here = None
@@ -882,10 +894,10 @@ class StreamingDataset(_Base):
         consumed = int(state["consumed"])
         if not 0 <= consumed <= self.num_samples:
             raise InvalidArgumentError(f"consumed {consumed} is not in [0, {self.num_samples}]")
-        self.seed = int(state["seed"])
-        self.shuffle = bool(state["shuffle"])
-        self.window = int(state["window"])
-        self._epoch = int(state["epoch"])
-        self._start = consumed
+        # Every field checked before any is taken: a bad state changes nothing.
+        epoch = _uint64("epoch")(state["epoch"])
+        seed, window = _uint64("seed")(state["seed"]), _uint64("window")(state["window"])
+        self._epoch, self._start = epoch, consumed
+        self.seed, self.shuffle, self.window = seed, bool(state["shuffle"]), window
         self._yielded_here = None
         self._publish_order()

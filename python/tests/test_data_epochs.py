@@ -66,6 +66,28 @@ class PersistentWorkersTest(WdsTestCase):
         self.assertEqual(got, self.fresh(0, seed=9))
         self.assertNotEqual(got, first)
 
+    def test_a_seed_beyond_int64_reaches_the_workers_intact(self):
+        big = (1 << 63) + 5  # a uint64 seed, as random.getrandbits(64) gives
+        ds = self.dataset(batch_size=4, batched=True, seed=big)
+        loader = self.loader(ds, persistent=True)
+        self.assertEqual(keys(loader), self.fresh(0, seed=big))
+        ds.set_epoch(1)
+        self.assertEqual(keys(loader), self.fresh(1, seed=big))
+
+    def test_what_the_order_cannot_take_is_refused_at_once(self):
+        from gantry.data import InvalidArgumentError
+        for kw in ({"seed": -1}, {"seed": 1 << 64}, {"window": -1}, {"epoch": -2}):
+            with self.assertRaises(InvalidArgumentError, msg=kw):
+                self.dataset(**kw)
+        ds = self.dataset(batch_size=4)
+        with self.assertRaises(InvalidArgumentError):
+            ds.set_epoch(-1)
+        state = ds.state_dict(num_samples=8)
+        with self.assertRaises(InvalidArgumentError):
+            ds.load_state_dict(dict(state, seed=3, epoch=-1))
+        self.assertEqual(ds.seed, 5)  # a bad state changes nothing
+        self.assertEqual(ds.state_dict(num_samples=8), state)
+
 
 if __name__ == "__main__":
     unittest.main()
