@@ -616,6 +616,9 @@ def main():
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
     ap.add_argument("--stall-load", type=float, default=0.9)
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval(S) for the whole run, every loader alike "
+                         "(Python's default is 0.005 s)")
     ap.add_argument("--stall-rate", choices=("paired", "median"), default="paired",
                     help="the loop's rate: --stall-load times a full-speed pass of the same "
                          "loader over the same set just before each run (paired), or times the "
@@ -652,6 +655,8 @@ def main():
     if not os.access(args.gantry, os.X_OK):
         raise SystemExit(f"{args.gantry}: not an executable gantry CLI (--gantry)")
     torch.set_num_threads(1)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
 
     with tempfile.TemporaryDirectory(prefix="gantry-loader-bench-", dir=args.dir) as tmp:
         args.workdir = tmp
