@@ -324,11 +324,7 @@ class Prefetcher:
                 self.wait_seconds += time.perf_counter() - t
             if q.ready:
                 chunk = q.ready.popleft()
-                # The producer is woken only once half the queue is taken: waking it on every
-                # take (a futex wake, and a thread that then contends for this lock and the GIL)
-                # cost the loop ~13 us per item on a 2-CPU VM; in bursts it is paid per half.
-                if len(q.ready) <= q.depth // 2:
-                    q.cv.notify_all()
+                q.cv.notify_all()
             else:
                 error, q.error = q.error, None
                 if error is not None and not q.closed:
