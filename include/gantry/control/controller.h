@@ -99,7 +99,8 @@ class ResourceManager {
   // Stops the job if it runs and makes it held again (a job the resource manager already put
   // back in its queue is just held), so that the engine decides afresh where it runs.
   // FailedPrecondition or NotFound when the job has ended; PermissionDenied when the job may
-  // not be requeued (Slurm: --no-requeue) and runs on untouched; other codes are transient.
+  // not be requeued (Slurm: --no-requeue) and runs on untouched (one that may not be requeued
+  // but is not running yet is just held); other codes are transient.
   virtual Status Requeue(const std::string& id) = 0;
   // Cancels the job. Called from the API's threads: must be safe to call concurrently with
   // the loop's calls. NotFound or FailedPrecondition when the job has ended.
