@@ -460,7 +460,7 @@ class Controller::Impl {
     for (const std::string& id : withdrawn_) {
       if (by_id_.count(id) == 0) continue;  // ended meanwhile
       GANTRY_ASSIGN_OR_RETURN(JobRecord r, store_->Get(id));
-      if (r.phase == JobPhase::kDone || r.phase == JobPhase::kRunning) continue;
+      if (r.phase == JobPhase::kRunning) continue;
       if (r.phase == JobPhase::kStarting) {
         // Released in an earlier cycle (the victim's requeue first failed for a while, then was
         // refused): it waits in the resource manager for GPUs the victim keeps. Held again,
@@ -473,6 +473,7 @@ class Controller::Impl {
         continue;
       }
       GANTRY_RETURN_IF_ERROR(EndInEngine(id, now));
+      if (r.phase == JobPhase::kDone) continue;
       GANTRY_RETURN_IF_ERROR(SubmitNew(r, now));
       GANTRY_RETURN_IF_ERROR(store_->LogEvent(
           now, id, "preemption-withdrawn",
