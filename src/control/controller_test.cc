@@ -145,8 +145,9 @@ class FakeRm : public ResourceManager {
       return FailedPrecondition("job ended");
     }
     // Slurm timed out; gantryd asked, so the GPUs are no double booking (Start) until then.
-    if (unavailable_requeue_.count(id) > 0 && unavailable_requeue_[id]-- > 0) {
-      return Unavailable("slurmctld did not answer");
+    if (auto u = unavailable_requeue_.find(id); u != unavailable_requeue_.end()) {
+      if (u->second-- > 0) return Unavailable("slurmctld did not answer");
+      unavailable_requeue_.erase(u);  // answered: its GPUs are no longer asked for
     }
     // Its flag turned off after the observation that made it a victim.
     if (disable_requeue_.erase(id) > 0) e.job.requeueable = false;
