@@ -15,6 +15,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             gantryb, gantry0b, gantry0b_touch  the same three with StreamingDataset(batched=True)
                       and DataLoader(batch_size=None): column-wise batches read in one call,
                       and from workers one shared-memory block per batch
+            gantry0b_copy  gantry0b with zero_copy=False: each sample's bytes copied out of the
+                      shard into a bytes object by the reader (in C++), as the files and
+                      tarfile baselines hand their consumer bytes
             gantrybp  gantryb's DataLoader drained by gantry.data.prefetch() (a thread that
                       takes batches out of the workers' pipe while the training step runs)
             gantry0bp gantry0b with StreamingDataset(prefetch=--prefetch): batches read on a
@@ -147,7 +150,7 @@ def payload(kind, batch):
     """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
     kind = BASELINE_IN_PROCESS.get(kind, kind)
     if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantrybp", "gantry0bp",
-                "gantry_unshared", "tarfile"):
+                "gantry0b_copy", "gantry_unshared", "tarfile"):
         return batch["jpg"]
     if kind == "imagefolder":
         return batch[0]  # (payloads, labels)
@@ -258,7 +261,8 @@ BASELINE_IN_PROCESS = {"tarfile0": "tarfile", "imagefolder0": "imagefolder", "fi
 # Gantry's loaders whose consumer gets every byte read (bytes copied out of the shard, in the
 # worker or by the consumer), as every baseline's does; gantry0, gantry0b and gantry0bp hand
 # out views that the consumer only measures.
-GANTRY_READ = ("gantry", "gantryb", "gantrybp", "gantry0_touch", "gantry0b_touch")
+GANTRY_READ = ("gantry", "gantryb", "gantrybp", "gantry0_touch", "gantry0b_touch",
+               "gantry0b_copy")
 
 
 def shard_samples(ds):
@@ -276,10 +280,13 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
     if kind == "gantrybp":  # the batched DataLoader with workers, drained by a thread
         return prefetch(make_loader("gantryb", ds, url, args, batch, window, tensors),
                         depth=args.prefetch)
-    w = 0 if kind in ("gantry0", "gantry0b", "gantry0bp") else args.workers
-    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry0bp", "gantry_unshared"):
-        batched = kind.endswith("b") or kind == "gantry0bp"
+    w = 0 if kind in ("gantry0", "gantry0b", "gantry0bp", "gantry0b_copy") else args.workers
+    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry0bp", "gantry0b_copy",
+                "gantry_unshared"):
+        batched = kind.endswith("b") or kind in ("gantry0bp", "gantry0b_copy")
         more = {"batched": True} if batched else {}  # a --base build may predate batched=
+        if kind == "gantry0b_copy":  # bytes copied out of the shard by the reader
+            more["zero_copy"] = False
         if kind == "gantry_unshared":  # each worker fetches the remote shards it reads
             more["share_fetches"] = False
         if kind == "gantry0bp":  # in process, read ahead on the dataset's prefetch thread
@@ -415,8 +422,8 @@ def local_part(sets, args, results):
              "imagefolder0", "files0"]
     if args.base:
         kinds[3:3] = ["gantry_base", "gantry0_base"]
-    kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch", "gantrybp",
-                  "gantry0bp"]
+    kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch", "gantry0b_copy",
+                  "gantrybp", "gantry0bp"]
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
     if ImageFolder is None:

@@ -27,14 +27,15 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
             part = result["local"][name]
             self.assertEqual(part["samples"], count)
             for kind in ("raw", "gantry", "gantry0", "gantryb", "gantry0b", "gantrybp",
-                         "gantry0bp", "tarfile", "files", "tarfile0", "files0"):
+                         "gantry0bp", "gantry0b_copy", "tarfile", "files", "tarfile0", "files0"):
                 self.assertEqual(len(part["samples_per_s"][kind]), 1, kind)
                 self.assertGreater(part["samples_per_s"][kind][0], 0, kind)
             self.assertEqual(set(part["best"]), {"raw", "tarfile", "imagefolder", "files"})
             for family, best in part["best"].items():
                 self.assertIn(best["baseline"], (family, family + "0"))
                 self.assertIn(best["gantry"], ("gantry", "gantryb", "gantrybp",
-                                               "gantry0_touch", "gantry0b_touch"))
+                                               "gantry0_touch", "gantry0b_touch",
+                                               "gantry0b_copy"))
             self.assertIn(name, result["stall"])
             for row in ("batched", "batched, prefetch thread", "batched, in process",
                         "batched, in process, prefetch"):

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -99,6 +101,88 @@ TEST(ShardBytes, MapsAFileReadOnlyAndUnmapsWhenLastHolderGoes) {
   EXPECT_EQ((*empty)->size(), 0u);
   EXPECT_FALSE(ShardBytes::FromString("x")->mapped());
   EXPECT_FALSE(ShardBytes::FromString("x")->damaged());
+}
+
+// Mappings of `path` in this process, per the kernel.
+int MappingsOf(const std::string& path) {
+  std::ifstream f("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    if (line.size() >= path.size() &&
+        line.compare(line.size() - path.size(), path.size(), path) == 0) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// Mappings are given back to a thread that unmaps them (shard_bytes.cc, Unmapper). A DataLoader
+// forks its workers at any moment, also while that thread is unmapping: the child must be able
+// to give back what it inherited, without a thread of its own yet, with its count of live
+// mappings true to the kernel's, and without hanging.
+TEST(ShardBytes, AForkWhileMappingsAreGivenBackLeavesTheChildsCountTrue) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support starting threads after a multi-threaded fork";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "ThreadSanitizer does not support starting threads after a multi-threaded fork";
+#endif
+#endif
+  TempDir tmp;
+  const std::string path = tmp.path() + "/shard";
+  WriteFile(path, Pattern(1 << 20));
+  const uint64_t base = ShardBytes::LiveMappings();
+  constexpr int kMappings = 400;
+  std::vector<std::shared_ptr<ShardBytes>> held(kMappings);
+  for (auto& h : held) {
+    auto b = ShardBytes::MapFile(path, {});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    h = std::move(*b);
+  }
+  ASSERT_EQ(MappingsOf(path), kMappings);
+  // The giver gives back kBatch mappings, then the test forks at once, while the thread is
+  // still unmapping them; the giver waits for the fork before the next batch.
+  constexpr int kBatch = 10;
+  std::atomic<int> given{0};
+  std::atomic<int> forked{0};
+  std::thread giver([&] {
+    for (int i = 0; i < kMappings; ++i) {
+      held[i].reset();
+      if ((i + 1) % kBatch == 0) {
+        given.store(i + 1, std::memory_order_release);
+        while (forked.load(std::memory_order_acquire) < (i + 1) / kBatch) std::this_thread::yield();
+      }
+    }
+  });
+  for (int f = 1; f <= kMappings / kBatch; ++f) {
+    while (given.load(std::memory_order_acquire) < f * kBatch) std::this_thread::yield();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);  // a hang ends the child, and the test fails
+      for (int i = f * kBatch; i < kMappings; ++i) held[i].reset();
+      const uint64_t live = ShardBytes::LiveMappings() - base;
+      const int mapped = MappingsOf(path);
+      if (live != 0) _exit(std::min<int>(100, 1 + static_cast<int>(live)));
+      _exit(mapped == 0 ? 0 : 101);  // counted none, but the kernel has some
+    }
+    forked.store(f, std::memory_order_release);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+      ADD_FAILURE() << "fork or wait: " << strerror(errno);
+      forked.store(kMappings, std::memory_order_release);  // let the giver finish
+      break;
+    }
+    if (!WIFEXITED(status)) {
+      ADD_FAILURE() << "child " << f << " ended by signal " << WTERMSIG(status);
+    } else {
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "child " << f << ": exit 1 + the mappings it counted "
+                                        << "still live, or 101: none but the kernel had some";
+    }
+  }
+  giver.join();
+  EXPECT_EQ(ShardBytes::LiveMappings(), base);
+  EXPECT_EQ(MappingsOf(path), 0);
 }
 
 TEST(ShardBytes, FileCutShortUnderTheMappingReadsZerosAndIsDamagedNotACrash) {

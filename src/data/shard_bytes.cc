@@ -11,8 +11,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace gantry::data {
@@ -77,6 +80,8 @@ void OnSigbus(int sig, siginfo_t* info, void* ctx) {
   }
 }
 
+void RegisterForkHandlers();
+
 // Ours on top: installed on the first mapping, and again whenever someone replaced it since
 // (their handler becomes the one ours chains to). Requires g_mu.
 void EnsureHandler() {
@@ -88,7 +93,7 @@ void EnsureHandler() {
     initialised = true;
     // A DataLoader forks its workers while the read-ahead's threads may be mapping: the child
     // must not inherit g_mu locked by a thread that does not exist there.
-    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); });
+    RegisterForkHandlers();
     const long page = sysconf(_SC_PAGESIZE);
     if (page > 0) g_page = static_cast<uintptr_t>(page);
     for (int i = kGuardSlots - 1; i >= 0; --i) g_free.push_back(i);
@@ -101,6 +106,164 @@ void EnsureHandler() {
   ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
   sigemptyset(&ours.sa_mask);
   sigaction(SIGBUS, &ours, nullptr);
+}
+
+// Gives a mapping back: out of the guard first (its range may be mapped again by another thread
+// the moment it is unmapped), unmapped, then its slot freed.
+void Unmap(void* addr, uint64_t len, int slot) {
+  GuardSlot& g = g_slots[slot];
+  g.begin.store(0, std::memory_order_release);
+  g.end.store(0, std::memory_order_release);
+  munmap(addr, len);
+  g_live.fetch_sub(1);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_free.push_back(slot);
+}
+
+// Unmapping a populated 16 MiB shard costs 100-200 us (its page tables torn down, and every
+// other CPU running the process interrupted to flush its TLB). The last holder of a shard's
+// bytes is usually the training loop dropping a batch, so that cost landed on the loop: ~9 us
+// per 1 MiB sample, an eighth of the time the loop spends copying it (docs/performance.md, "The
+// mapping's end off the loop"). One process-wide thread does it instead. It is stopped before
+// every fork(2), so a DataLoader forks its workers from a process no busier than before, and
+// started again on demand, in the parent and in each child.
+class Unmapper {
+ public:
+  static Unmapper& Get() {
+    static Unmapper* const first = new Unmapper();  // never destroyed: the process may end
+    return instance_ != nullptr ? *instance_ : *(instance_ = first);  // with its thread running
+  }
+
+  // Queues the mapping; unmaps it on the caller's thread when the queue is long already (the
+  // thread cannot keep up: address space stays bounded, at the loop's expense) or no thread
+  // can be started.
+  void Give(void* addr, uint64_t len, int slot) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.size() < kMaxQueued && Started()) {
+      queue_.push_back({addr, len, slot});
+      lock.unlock();
+      work_.notify_one();
+      return;
+    }
+    UnmapHere(lock, {addr, len, slot});
+  }
+
+  // Waits until every mapping given so far is unmapped (LiveMappings counts exactly).
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!queue_.empty()) {  // the thread may be slow to wake: help it
+      const Pending p = queue_.front();
+      queue_.pop_front();
+      UnmapHere(lock, p);
+    }
+    idle_.wait(lock, [this] { return busy_ == 0; });
+  }
+
+  // fork(2): the thread is stopped and joined, and nothing is half-unmapped, so every queued
+  // mapping exists in the child exactly as in the parent; mu_ is held across the fork.
+  void BeforeFork() {
+    fork_mu_.lock();  // one fork at a time joins the thread
+    std::unique_lock<std::mutex> lock(mu_);
+    if (started_) {
+      stop_ = true;
+      lock.unlock();
+      work_.notify_all();
+      thread_.join();
+      lock.lock();
+      stop_ = false;
+      started_ = false;
+    }
+    idle_.wait(lock, [this] { return busy_ == 0; });  // unmaps on callers' threads
+    lock.release();
+  }
+  void AfterForkInParent() {
+    if (!queue_.empty()) (void)Started();  // given back while the thread was stopping
+    mu_.unlock();
+    fork_mu_.unlock();
+  }
+  // A condition variable that a thread which does not exist in the child was waiting on must not
+  // be used again: the child gets a fresh Unmapper holding what was queued, and the old one is
+  // left as it is.
+  void AfterForkInChild() {
+    Unmapper* fresh = new Unmapper();
+    fresh->queue_ = std::move(queue_);
+    instance_ = fresh;
+  }
+
+ private:
+  struct Pending {
+    void* addr;
+    uint64_t len;
+    int slot;
+  };
+  static constexpr size_t kMaxQueued = 64;
+
+  // Requires mu_.
+  bool Started() {
+    if (!started_) {
+      try {
+        thread_ = std::thread([this] { Run(); });
+        started_ = true;
+      } catch (const std::system_error&) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Requires mu_ (held by `lock`); releases it while unmapping.
+  void UnmapHere(std::unique_lock<std::mutex>& lock, const Pending& p) {
+    ++busy_;
+    lock.unlock();
+    Unmap(p.addr, p.len, p.slot);
+    lock.lock();
+    if (--busy_ == 0) idle_.notify_all();
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;  // what is queued stays queued for the next thread
+      const Pending p = queue_.front();
+      queue_.pop_front();
+      UnmapHere(lock, p);
+    }
+  }
+
+  std::mutex fork_mu_;
+  std::mutex mu_;
+  std::condition_variable work_;
+  std::condition_variable idle_;
+  std::deque<Pending> queue_;
+  int busy_ = 0;  // mappings being unmapped right now, by the thread or a caller
+  bool started_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // joinable while started_
+  static Unmapper* instance_;
+};
+Unmapper* Unmapper::instance_ = nullptr;
+
+// One set of fork handlers for the file, in the order that cannot deadlock: the unmapper waits
+// for its thread to finish (which may take g_mu to free a slot) before g_mu is taken.
+void RegisterForkHandlers() {
+  static const bool once = [] {
+    pthread_atfork(
+        [] {
+          Unmapper::Get().BeforeFork();
+          g_mu.lock();
+        },
+        [] {
+          g_mu.unlock();
+          Unmapper::Get().AfterForkInParent();
+        },
+        [] {
+          g_mu.unlock();
+          Unmapper::Get().AfterForkInChild();
+        });
+    return true;
+  }();
+  (void)once;
 }
 
 }  // namespace
@@ -171,14 +334,7 @@ Result<std::shared_ptr<ShardBytes>> ShardBytes::MapFile(const std::string& path,
 }
 
 ShardBytes::~ShardBytes() {
-  if (guard_ < 0) return;
-  GuardSlot& g = g_slots[guard_];
-  g.begin.store(0, std::memory_order_release);
-  g.end.store(0, std::memory_order_release);
-  munmap(map_, map_len_);
-  g_live.fetch_sub(1);
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_free.push_back(guard_);
+  if (guard_ >= 0) Unmapper::Get().Give(map_, map_len_, guard_);
 }
 
 bool ShardBytes::damaged() const {
@@ -196,7 +352,10 @@ void ShardBytes::EnsureGuard() {
   EnsureHandler();
 }
 
-uint64_t ShardBytes::LiveMappings() { return g_live.load(); }
+uint64_t ShardBytes::LiveMappings() {
+  Unmapper::Get().Drain();
+  return g_live.load();
+}
 uint64_t ShardBytes::DamagedMappings() { return g_damaged.load(); }
 
 }  // namespace gantry::data
