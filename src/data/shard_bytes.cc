@@ -34,8 +34,10 @@ std::atomic<uint64_t> g_live{0};
 std::atomic<uint64_t> g_damaged{0};
 uintptr_t g_page = 4096;
 
-std::mutex g_mu;              // slot allocation and (re)installing the handler
-std::vector<int> g_free;      // free slots (under g_mu)
+std::mutex g_mu;  // slot allocation and (re)installing the handler
+// Free slots (under g_mu). Never destroyed: the unmapping thread may still give slots back
+// while the process runs its exit handlers.
+std::vector<int>& g_free = *new std::vector<int>();
 struct sigaction g_previous;  // the SIGBUS action ours chains to
 std::atomic<bool> g_chained{false};
 
