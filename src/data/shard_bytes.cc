@@ -131,9 +131,12 @@ void Unmap(void* addr, uint64_t len, int slot) {
 // started again on demand, in the parent and in each child.
 class Unmapper {
  public:
+  // Never destroyed: the process may end with its thread running. Replaced in a forked child
+  // (single-threaded then).
   static Unmapper& Get() {
-    static Unmapper* const first = new Unmapper();  // never destroyed: the process may end
-    return instance_ != nullptr ? *instance_ : *(instance_ = first);  // with its thread running
+    static Unmapper* const first = instance_ = new Unmapper();  // once, thread-safe
+    (void)first;
+    return *instance_;
   }
 
   // Queues the mapping; unmaps it on the caller's thread when the queue is long already (the
