@@ -34,7 +34,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
                       gantry's best loader whose consumer gets every byte read
           goals (for the best of gantry and gantryb): gantry/raw >= 0.9, gantry/tarfile and gantry/imagefolder >= 2, gantry/files >= 5.
           --cache cold evicts every file of the data set from the page cache before each timed
-          run (posix_fadvise DONTNEED, per file: no global cache drop); warm reads it once before.
+          run (posix_fadvise DONTNEED, per file: no global cache drop), and reads each set once
+          per pass (the repeats are hard links: only their first read would be cold); warm reads
+          it once before.
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
           loader's own median samples/s above (compute stands in as sleep, which releases the
           GIL as a CUDA synchronisation does), for gantry, gantryb, gantrybp, gantry0b and
@@ -684,6 +686,12 @@ def main():
         args.repeat = 1
         args.stall_repeat = min(args.stall_repeat, 2)
         args.local_repeat_small = args.local_repeat_large = 1
+    if args.cache == "cold" and max(args.local_repeat_small, args.local_repeat_large,
+                                    args.stall_repeat) > 1:
+        # The repeats are hard links to the same files: only the first would be read cold.
+        print("--cache cold: each set is read once per pass (--local-repeat-small, "
+              "--local-repeat-large and --stall-repeat 1)", file=sys.stderr)
+        args.local_repeat_small = args.local_repeat_large = args.stall_repeat = 1
     if not os.access(args.gantry, os.X_OK):
         raise SystemExit(f"{args.gantry}: not an executable gantry CLI (--gantry)")
     torch.set_num_threads(1)
