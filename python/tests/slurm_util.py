@@ -45,6 +45,21 @@ def job_state(job):
     return (out[0], out[1] if len(out) > 1 else "") if out else ("", "")
 
 
+# Job states sacct shows while slurmdbd has not yet recorded the job's end.
+_UNFINISHED = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING")
+
+
+def final_sacct(job, fields="State", seconds=60):
+    """sacct's line for `job` (its last run, -X: the allocation only) once it records an end.
+    slurmctld sends a job's end to slurmdbd after the job has left squeue, so a sacct asked at
+    once can still say RUNNING on a loaded machine."""
+    def ended():
+        out = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, f"--format={fields}"])
+        last = out.strip().splitlines()[-1:] if out.strip() else []
+        return out if last and last[0].split("|")[0].split()[0] not in _UNFINISHED else None
+    return eventually(f"sacct records the end of job {job}", ended, seconds)
+
+
 class SlurmTestCase(TempDirTestCase):
     """A test that spawns daemons: each is stopped with SIGTERM at the end."""
 

@@ -20,8 +20,8 @@ import unittest
 import urllib.error
 import urllib.request
 
-from slurm_util import (BUILD_DIR, PARTITION, PATIENCE, SlurmTestCase, eventually, job_state,
-                        run, slurm_env)
+from slurm_util import (BUILD_DIR, PARTITION, PATIENCE, SlurmTestCase, eventually, final_sacct,
+                        job_state, run, slurm_env)
 from util import SOURCE_DIR, child_env
 
 READER = os.path.join(SOURCE_DIR, "examples", "read_dataset.py")
@@ -157,7 +157,7 @@ class SlurmStagingTest(SlurmTestCase):
         self.assertEqual(stats["bytes_durable"], 0, stats)
         self.assertEqual(stats["bytes_peer"], 0, stats)
         self.assertGreater(stats["bytes_cache"], 0, stats)
-        sacct = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "--format=State"])
+        sacct = final_sacct(job)
         self.assertIn("COMPLETED", sacct)
 
     def start_checkpoint_site(self, gantryd=True):

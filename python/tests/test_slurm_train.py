@@ -17,7 +17,8 @@ import unittest
 
 import torch
 
-from slurm_util import PARTITION, PATIENCE, SlurmTestCase, eventually, job_state, run, slurm_env
+from slurm_util import (PARTITION, PATIENCE, SlurmTestCase, eventually, final_sacct, job_state,
+                        run, slurm_env)
 from util import SOURCE_DIR, child_env
 
 TRAIN = os.path.join(SOURCE_DIR, "examples", "train.py")
@@ -95,7 +96,7 @@ class SlurmTrainTest(SlurmTestCase):
         finally:
             run(["scancel", job], check=False)
         text = read_out()
-        sacct = run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "--format=State,NodeList"])
+        sacct = final_sacct(job, "State,NodeList")
         self.assertIn("COMPLETED", sacct, text[-3000:] + "\n" + sacct)
         ran_on = re.findall(r"^node (\S+)$", text, re.M)
         self.assertEqual(len(ran_on), 2, text[-3000:])
