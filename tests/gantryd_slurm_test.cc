@@ -246,8 +246,34 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
     team_of[id] = phys ? "physics" : "biology";
   }
 
-  // The API while the jobs run: each team sees only its own.
+  // Killed mid-run -- as soon as some jobs were started and others still wait (physics asks
+  // for far more than its 16-GPU quota) -- and restarted on the same state: it picks up where
+  // it was. The poll starts right after the submissions: on a loaded machine, anything done
+  // first can outlast the queue.
+  int pending = 0, started = 0;
+  httplib::Client before("127.0.0.1", port);
+  for (int i = 0; i < 600 && (started == 0 || pending == 0); ++i) {
+    auto r = before.Get("/v1/jobs", {{"Authorization", "Bearer op-token"}});
+    ASSERT_TRUE(r && r->status == 200) << ReadFile(log);
+    pending = started = 0;
+    const nlohmann::json body = nlohmann::json::parse(r->body);
+    for (const auto& j : body.at("jobs")) {
+      if (team_of.count(std::stoll(j.at("id").get<std::string>())) == 0) continue;
+      (j.at("phase") == "pending" ? pending : started)++;
+    }
+    if (started == static_cast<int>(team_of.size())) break;
+    if (started == 0 || pending == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(started, 0) << ReadFile(log);
+  ASSERT_GT(pending, 0) << "everything started before the kill: it would test nothing";
+  gantryd->Kill(SIGKILL);
+  std::remove(tmp_.sub("port").c_str());
+  gantryd = std::make_unique<Gantryd>(GantrydArgs(), log);
+  port = WaitPort();
+  ASSERT_GT(port, 0) << ReadFile(log);
   httplib::Client api("127.0.0.1", port);
+
+  // The restarted gantryd's API: each team sees only its own jobs.
   const std::map<std::string, std::string> teams = {{"phys-token", "physics"},
                                                     {"bio-token", "biology"}};
   EXPECT_TRUE(Eventually([&] {
@@ -296,25 +322,6 @@ TEST_F(GantrydSlurmTest, RunsEveryJobOnceWhereItDecidedAcrossAKillNine) {
   auto health = api.Get("/v1/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(nlohmann::json::parse(health->body).at("status"), "ok");
-
-  // Killed mid-run -- once some jobs were started and others still wait (physics asks for far
-  // more than its 16-GPU quota) -- and restarted on the same state: it picks up where it was.
-  int pending = 0, started = 0;
-  for (int i = 0; i < 600 && started == 0; ++i) {
-    auto r = api.Get("/v1/jobs", {{"Authorization", "Bearer op-token"}});
-    ASSERT_TRUE(r && r->status == 200) << ReadFile(log);
-    pending = started = 0;
-    const nlohmann::json body = nlohmann::json::parse(r->body);
-    for (const auto& j : body.at("jobs")) (j.at("phase") == "pending" ? pending : started)++;
-    if (started == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_GT(started, 0) << ReadFile(log);
-  ASSERT_GT(pending, 0) << "everything started before the kill: it would test nothing";
-  gantryd->Kill(SIGKILL);
-  std::remove(tmp_.sub("port").c_str());
-  gantryd = std::make_unique<Gantryd>(GantrydArgs(), log);
-  port = WaitPort();
-  ASSERT_GT(port, 0) << ReadFile(log);
 
   // Everything ends (Slurm forgets finished jobs only after MinJobAge).
   std::set<int64_t> left;
