@@ -49,6 +49,22 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// Flags that cannot time a cycle are usage errors (exit 2), caught before anything is opened:
+// a NaN or infinite wait would otherwise reach sigtimedwait as garbage.
+TEST(GantrydFlags, AnIntervalOrCycleOffsetThatIsNotAFiniteNumberIsAUsageError) {
+  const std::string err = ::testing::TempDir() + "gantryd-flags.err";
+  for (const std::string flags :
+       {"--interval nan", "--interval inf", "--interval 0", "--cycle-offset nan",
+        "--cycle-offset inf", "--cycle-offset -inf"}) {
+    cli_test::CliRun r =
+        RunShell(std::string(GANTRYD_BIN) +
+                     " --cluster /nonexistent.yaml --state /nonexistent/s.db " + flags,
+                 err, 10);
+    EXPECT_EQ(r.code, 2) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find(flags.substr(0, flags.find(' '))), std::string::npos) << r.err;
+  }
+}
+
 // A gantryd process, its stdout and stderr appended to `log`.
 class Gantryd {
  public:

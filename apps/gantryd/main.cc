@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -26,6 +26,7 @@
 #include "gantry/common/metrics.h"
 #include "gantry/control/api.h"
 #include "gantry/control/controller.h"
+#include "gantry/control/cycle_clock.h"
 #include "gantry/control/failopen.h"
 #include "gantry/control/slurm_rm.h"
 #include "gantry/control/stager.h"
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   std::string slurm_conf, slurm_bin, listen = "127.0.0.1:8642", port_file, tokens_file,
                                      operator_token_file;
   double interval = 1.0;
+  double cycle_offset = 0.25;
   int64_t cycles = 0;
   std::string heartbeat_file;
   int64_t fail_open_after = 0;
@@ -93,6 +95,12 @@ int main(int argc, char** argv) {
                  "The operator's token (sees every job)");
   app.add_flag("--metrics-need-token", metrics_need_token, "Require a token for /metrics");
   app.add_option("--interval", interval, "Seconds between cycles")->capture_default_str();
+  app.add_option("--cycle-offset", cycle_offset,
+                 "Cycles after the first begin this many seconds into each --interval of the "
+                 "wall clock (e.g. 12:00:07.25 with the defaults), so that Slurm's whole-second "
+                 "stamps and gantryd's decisions line up the same way in every run; a cycle "
+                 "that runs past the next start skips it")
+      ->capture_default_str();
   app.add_option("--cycles", cycles, "Stop after this many cycles (0: run until a signal)");
   app.add_option("--heartbeat", heartbeat_file,
                  "Write a heartbeat here after every cycle (job_submit.lua's "
@@ -127,7 +135,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
-  if (interval <= 0) return Usage("--interval must be positive");
+  if (!(interval > 0) || !std::isfinite(interval)) return Usage("--interval must be positive");
+  if (!std::isfinite(cycle_offset)) return Usage("--cycle-offset must be a number of seconds");
   if (partitions.empty()) partitions = {"gantry"};
   if (fail_open_after < 0) return Usage("--fail-open-after must be 0 or more");
   if (data_wait < 0) return Usage("--data-wait must be 0 or more");
@@ -247,10 +256,8 @@ int main(int argc, char** argv) {
             << profile->name << ", API on " << api_options.host << ":" << (*api)->port()
             << ", state " << state_path << std::endl;
 
-  const auto period = std::chrono::duration<double>(interval);
   int exit_code = 0;
   for (int64_t n = 0; cycles == 0 || n < cycles; ++n) {
-    const auto started = std::chrono::steady_clock::now();
     gantry::control::CycleReport r;
     const time_t cycle_time = time(nullptr);
     gantry::Status s = ctl->Cycle(cycle_time, &r);
@@ -273,10 +280,11 @@ int main(int argc, char** argv) {
                 << r.node_changes << " node changes" << std::endl;
     }
     if (cycles != 0 && n + 1 >= cycles) break;
-    // In seconds: the difference's own type would count nanoseconds.
-    const std::chrono::duration<double> left =
-        period - (std::chrono::steady_clock::now() - started);
-    const double wait = std::max(left.count(), 0.0);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const double wait = gantry::control::SecondsToNextCycle(
+        static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9, interval,
+        cycle_offset);
     struct timespec ts;
     ts.tv_sec = static_cast<time_t>(wait);
     ts.tv_nsec = static_cast<long>((wait - static_cast<double>(ts.tv_sec)) * 1e9);
