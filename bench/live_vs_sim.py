@@ -25,8 +25,15 @@ records: its state database holds each job's decision instant and the instant it
 end, so sacct's Start minus the one is the launch latency and the other minus sacct's End the
 end latency, per job; /metrics' gantry_cycle_seconds says how long its cycles took (on a loaded
 machine longer than --interval). The measured model simulates those: the mean period between
-cycles and the median latencies, in whole seconds. (--overheads: the older model, N s added to
-every run and every simulated wait; with a 1 s cycle and E = 0 it is the same as L = N.)
+cycles, the median launch latency of the jobs decided on arrival as L, and the median launch
+plus end latency less L as E, in whole seconds (the medians of L and E alone are simulated too,
+as measured_model_medians). (--overheads: the older model, N s added to every run and every
+simulated wait; with a 1 s cycle and E = 0 it is the same as L = N.)
+
+gantryd begins its cycles at a fixed phase of the second (--cycle-offset, 0.25 s), and the jobs
+are submitted at the start of whole seconds (--unaligned: at the workload's fractional offsets,
+as before 2026-12-03), so a second's events and the cycle stamped with it line up alike in
+every run.
 
 The floor any simulator can reach is how far two live runs of one workload differ:
 --compare-live DIR DIR compares two kept runs of the same seed job by job (in submission order).
@@ -88,13 +95,20 @@ def workload(n, gap, seed):
     return jobs
 
 
-def submit_all(jobs):
+def submit_all(jobs, aligned):
     """Submits each job at its offset (late if sbatch is slow: Slurm's Submit time is what both
-    sides use); their Slurm ids."""
+    sides use); their Slurm ids. `aligned`: offsets are rounded to whole seconds and each job is
+    submitted at the start of its wall-clock second, before gantryd's cycle of that second
+    (--cycle-offset, 0.25 s in): so the cycle stamped with a job's Submit second is the one
+    that first sees it, in every run, as the whole-second simulator assumes."""
     ids = []
     t0 = time.monotonic()
+    wall0 = float(int(time.time()) + 1)
     for offset, team, gres, nodes, sleep_s, limit in jobs:
-        delay = t0 + offset - time.monotonic()
+        if aligned:
+            delay = wall0 + round(offset) - time.time()
+        else:
+            delay = t0 + offset - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         out = run(["sbatch", "--parsable", "-p", PARTITION, "-A", team, "-N", str(nodes),
@@ -115,7 +129,10 @@ def active(ids):
 
 
 def export_sacct(ids):
-    """sacct's records of the jobs once every one has ended (accounting lags the end a little)."""
+    """sacct's records of the jobs once every one has ended (accounting lags the end a little).
+    A job requeued after it started (preempted for fair share) has one record per run, and
+    Slurm stamps its last with the requeue instant as Submit: the export gives each job its
+    first submission, as the workload submitted it, so the simulator queues it from then."""
     text = ""
 
     def complete():
@@ -126,7 +143,27 @@ def export_sacct(ids):
         return len(rows) == len(ids) and all(r["End"] not in ("", "Unknown") for r in rows)
 
     wait_until("sacct records of every job", complete, 120, poll=1.0)
-    return text
+    return first_submissions(text, run(["sacct", "--parsable2", "--noheader", "-D", "-X", "-j",
+                                        ",".join(ids), "--format", "JobID,Submit"]))
+
+
+def first_submissions(text, runs):
+    """`text` (an export) with each job's Submit replaced by the earliest of its runs in `runs`
+    (`sacct -D` lines JOBID|SUBMIT)."""
+    first = {}
+    for line in runs.splitlines():
+        job, _, submit = line.partition("|")
+        if submit and (job not in first or submit < first[job]):
+            first[job] = submit
+    lines = text.splitlines()
+    header = lines[0].split("|")
+    c_id, c_submit = header.index("JobID"), header.index("Submit")
+    out = [lines[0]]
+    for line in lines[1:]:
+        f = line.split("|")
+        f[c_submit] = min(f[c_submit], first.get(f[c_id], f[c_submit]))
+        out.append("|".join(f))
+    return "\n".join(out) + "\n"
 
 
 def with_overhead(sacct_text, seconds):
@@ -171,22 +208,31 @@ def gantryd_records(work):
         db.close()
 
 
-def measured_rhythm(work, sacct_text):
+def measured_rhythm(work, sacct_text, interval=1.0):
     """What gantryd's rhythm was in the live run: per job, sacct's Start minus the decision
-    instant (the launch latency) and gantryd's seen end minus sacct's End (how late the end
-    reached it); the cycles' mean wall time and the mean period between cycle starts."""
+    instant (the launch latency), gantryd's seen end minus sacct's End (how late the end
+    reached it), and their sum (what each link of a chain of jobs costs: an end seen, then a
+    start); the launch latency of the jobs decided in the first cycle after their submission
+    (on arrival: their nodes were idle, as opposed to freed in the same cycle by a job whose
+    end Slurm was still cleaning up); the cycles' mean wall time and the mean period between
+    cycle starts."""
     parse = datetime.datetime.fromisoformat
     recs = gantryd_records(work)
-    latency, end_lag = [], []
+    latency, end_lag, chain, arrival = [], [], [], []
     for r in csv.DictReader(sacct_text.splitlines(), delimiter="|"):
         rec = recs.get(r["JobID"])
         if rec is None or rec[0] < 0:
             continue
-        latency.append(parse(r["Start"]).timestamp() - rec[0])
+        lat = parse(r["Start"]).timestamp() - rec[0]
+        latency.append(lat)
+        if rec[0] - parse(r["Submit"]).timestamp() <= interval:
+            arrival.append(lat)
         if rec[2] >= 0:
             end_lag.append(rec[2] - parse(r["End"]).timestamp())
+            chain.append(lat + end_lag[-1])
     out = {}
-    for name, v in (("launch_latency_s", latency), ("end_seen_after_s", end_lag)):
+    for name, v in (("launch_latency_s", latency), ("end_seen_after_s", end_lag),
+                    ("launch_on_arrival_s", arrival), ("launch_plus_end_s", chain)):
         out[name] = ({"jobs": len(v), "mean": sum(v) / len(v), "p10": percentile(v, 10),
                       "p50": percentile(v, 50), "p90": percentile(v, 90), "max": max(v)}
                      if v else None)
@@ -257,7 +303,8 @@ def simulate_and_compare(gantry, args, work, sacct_text):
     each of --latencies), and with each of --overheads."""
     live = live_waits(sacct_text)
     result = {"seed": args.seed, "gap_s": args.gap, "profile": args.profile,
-              "interval_s": args.interval, "measured": measured_rhythm(work, sacct_text),
+              "interval_s": args.interval,
+              "measured": measured_rhythm(work, sacct_text, args.interval),
               "models": {}}
     # (name, trace text, extra gantry sim flags, seconds added to each simulated wait)
     models = [("event-driven", sacct_text, [], 0)]
@@ -267,12 +314,21 @@ def simulate_and_compare(gantry, args, work, sacct_text):
     measured = result["measured"]
     if measured.get("launch_latency_s") and measured.get("end_seen_after_s"):
         # The live run's own: the mean period between its cycles (a loaded gantryd's cycle
-        # takes longer than --interval), the median latencies, in whole seconds.
-        m = (max(1, round(measured.get("cycle_period_mean_s") or args.interval)),
-             max(0, round(measured["launch_latency_s"]["p50"])),
-             max(0, round(measured["end_seen_after_s"]["p50"])))
-        rhythms.append(m)
+        # takes longer than --interval), and in whole seconds the median launch latency of
+        # the jobs started on arrival, the rest of the median launch-plus-end as the end
+        # latency. (The median of each alone misleads when a run splits into jobs that start
+        # at once and end late in their second and jobs that start a second after the nodes
+        # freed for them and end early in theirs: both add one second per link of a chain.)
+        period = max(1, round(measured.get("cycle_period_mean_s") or args.interval))
+        lat = measured["launch_on_arrival_s"] or measured["launch_latency_s"]
+        lat = max(0, round(lat["p50"]))
+        end = max(0, round(measured["launch_plus_end_s"]["p50"]) - lat)
+        m = (period, lat, end)
+        medians = (period, max(0, round(measured["launch_latency_s"]["p50"])),
+                   max(0, round(measured["end_seen_after_s"]["p50"])))
+        rhythms += [m, medians]
         result["measured_model"] = "cycle_{}s_launch_{}s_end_{}s".format(*m)
+        result["measured_model_medians"] = "cycle_{}s_launch_{}s_end_{}s".format(*medians)
     for c, lat, end in dict.fromkeys(rhythms):
         models.append((f"cycle_{c}s_launch_{lat}s_end_{end}s", sacct_text,
                        ["--cycle", f"{c}s", "--launch-latency", f"{lat}s",
@@ -287,9 +343,12 @@ def simulate_and_compare(gantry, args, work, sacct_text):
         # The live run itself is the `as-recorded` replay of the export: the report
         # (sim_out/report.html) shows it beside the simulated profile, and the summary's
         # replay_error measures the same differences (without an overhead's shift).
+        # The jobs are `sleep`s: a preempted one starts over at once, with no checkpoint to
+        # resume from and none to load (the simulator's default model is hourly checkpoints
+        # and a 5-minute restart, which ran every preempted sleep into its time limit).
         run([gantry, "sim", "--cluster", os.path.join(work, "site.yaml"), "--trace", trace,
              "--format", "sacct", "--profile", f"as-recorded,{args.profile}",
-             "--out", sim_out, "--json"] + flags)
+             "--out", sim_out, "--json", "--checkpoint-model", "none"] + flags)
         sim = sim_waits(os.path.join(sim_out, args.profile, "jobs.csv"))
         # Under the overhead model a job that did not queue at all waits `shift` live.
         model = compare(live, {i: w + shift if w is not None else None for i, w in sim.items()},
@@ -323,7 +382,8 @@ def save_run_info(work, args, gantryd_seconds):
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
     info = {"seed": args.seed, "jobs": args.jobs, "gap_s": args.gap, "interval_s": args.interval,
             "profile": args.profile, "gantryd_seconds": gantryd_seconds,
-            "load_average": os.getloadavg()}
+            "load_average": os.getloadavg(), "aligned_submissions": not args.unaligned,
+            "cycle_offset_s": args.cycle_offset}
     for line in metrics.decode().splitlines():
         if line.startswith("gantry_cycle_seconds_count"):
             info["cycles"] = int(float(line.split()[-1]))
@@ -346,12 +406,13 @@ def live_run(gantry, gantryd, args):
         gantryd_proc = start_gantryd(
             gantryd, spec, os.path.join(work, "state.db"), os.path.join(work, "port"),
             os.path.join(work, "gantryd.log"),
-            ["--profile", args.profile, "--interval", str(args.interval)])
+            ["--profile", args.profile, "--interval", str(args.interval)] +
+            ([] if args.cycle_offset is None else ["--cycle-offset", str(args.cycle_offset)]))
         gantryd_started = time.monotonic()
         jobs = workload(args.jobs, args.gap, args.seed)
         say(f"submitting {len(jobs)} jobs over ~{jobs[-1][0]:.0f} s")
         t = time.monotonic()
-        ids = submit_all(jobs)
+        ids = submit_all(jobs, not args.unaligned)
         say(f"submitted in {time.monotonic() - t:.0f} s; waiting for them to end")
         wait_until("every job ended", lambda: not active(ids), 1800, poll=1.0)
         say(f"all ended {time.monotonic() - t:.0f} s after the first submission")
@@ -378,6 +439,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="seed of the workload")
     ap.add_argument("--profile", default="gantry", help="profile of gantryd and the simulator")
     ap.add_argument("--interval", type=float, default=1.0, help="gantryd's --interval")
+    ap.add_argument("--cycle-offset", type=float, default=None,
+                    help="gantryd's --cycle-offset (default: gantryd's own, 0.25 s)")
+    ap.add_argument("--unaligned", action="store_true",
+                    help="submit at the workload's fractional offsets, at any phase of the "
+                         "second (as before 2026-12-03), not at the start of whole seconds")
     ap.add_argument("--latencies", default="0,1,2",
                     help="comma-separated launch latencies (whole s) simulated with gantryd's "
                          "cycle (--interval), one simulation each")
@@ -462,7 +528,9 @@ def main():
           " | ".join(f"{m['waits_kendall_tau']:.3f}" for m in models) + " |")
     ms = result["measured"]
     for key, label in (("launch_latency_s", "sacct Start - gantryd's decision"),
-                       ("end_seen_after_s", "gantryd saw the end after sacct's End")):
+                       ("launch_on_arrival_s", "the same, jobs decided on arrival"),
+                       ("end_seen_after_s", "gantryd saw the end after sacct's End"),
+                       ("launch_plus_end_s", "launch plus end latency")):
         if ms.get(key):
             v = ms[key]
             print(f"measured: {label}: mean {v['mean']:.2f} s, p10 {v['p10']:.0f}, p50 "
