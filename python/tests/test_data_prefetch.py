@@ -211,6 +211,26 @@ class PrefetcherTest(unittest.TestCase):
         with self.assertRaises(StopIteration):
             next(p)
 
+    def test_a_close_from_another_thread_ends_a_next_waiting_for_an_item(self):
+        release = threading.Event()
+
+        def source():
+            yield 0
+            release.wait(WAIT)  # the thread is stuck making the next item
+            yield 1
+
+        p = Prefetcher(source(), depth=2)
+        self.assertEqual(next(p), 0)
+        got = []
+        loop = threading.Thread(target=lambda: got.append(list(p)))
+        loop.start()
+        p.close(timeout=0)  # before or after the loop's next() began to wait: it ends either way
+        loop.join(WAIT / 2)
+        alive = loop.is_alive()
+        release.set()
+        self.assertFalse(alive, "next() kept waiting for an item after close()")
+        self.assertEqual(got, [[]])
+
     def test_bad_arguments(self):
         with self.assertRaises(InvalidArgumentError):
             Prefetcher(iter(()), depth=0)
