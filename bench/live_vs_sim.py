@@ -213,9 +213,9 @@ def measured_rhythm(work, sacct_text, interval=1.0):
     instant (the launch latency), gantryd's seen end minus sacct's End (how late the end
     reached it), and their sum (what each link of a chain of jobs costs: an end seen, then a
     start); the launch latency of the jobs decided in the first cycle after their submission
-    (on arrival: their nodes were idle, as opposed to freed in the same cycle by a job whose
-    end Slurm was still cleaning up); the cycles' mean wall time and the mean period between
-    cycle starts."""
+    (on arrival: onto idle nodes, not nodes freed for them in the same cycle, after which Slurm
+    was seen to start them a second later); the cycles' mean wall time and the mean period
+    between cycle starts."""
     parse = datetime.datetime.fromisoformat
     recs = gantryd_records(work)
     latency, end_lag, chain, arrival = [], [], [], []

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   std::string slurm_conf, slurm_bin, listen = "127.0.0.1:8642", port_file, tokens_file,
                                      operator_token_file;
   double interval = 1.0;
-  double cycle_offset = 0.25;
+  double cycle_offset = gantry::control::kDefaultCycleOffsetSeconds;
   int64_t cycles = 0;
   std::string heartbeat_file;
   int64_t fail_open_after = 0;

@@ -223,8 +223,8 @@ class _Queue:
     token before it adds a chunk and the loop gives one back as it takes a chunk, so at most
     `depth` chunks wait, as before; but a get() or put() is one C call that blocks without
     the GIL, where a Condition's wait and notify are several Python-level lock operations, each
-    a GIL hand-over with the thread. Measured (bench/prefetch_handover.py): 6.5-6.7 us per
-    next() against 11.1-11.6 with a busy producer. A close() from another thread also wakes a
+    a GIL hand-over with the thread. Measured (bench/prefetch_handover.py): 6.5-7.8 us per
+    next() against 9.1-11.1 with a busy producer. A close() from another thread also wakes a
     next() that waits for an item at once, where the Condition left it waiting for the thread's
     item in progress."""
 

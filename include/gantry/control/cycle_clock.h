@@ -12,6 +12,11 @@
 
 namespace gantry::control {
 
+// gantryd's --cycle-offset unless told otherwise: a quarter into the second leaves room before
+// the cycle for the second's submissions and after it for its releases to start in that
+// second (measured in docs/performance.md).
+inline constexpr double kDefaultCycleOffsetSeconds = 0.25;
+
 // Seconds from wall-clock instant `now` (seconds since the epoch, fractional) to the next
 // instant t >= now with t mod interval == offset mod interval. interval > 0.
 double SecondsToNextCycle(double now, double interval, double offset);
