@@ -28,6 +28,8 @@ const std::vector<uint64_t>& Sizes() {
 
 // Shards of the right sizes whose samples are empty: what the iterator does, without I/O.
 class SyntheticSource final : public ShardSource {
+ public:
+  // Public: BM_IteratorNextManyShards's source holds these too.
   class Shard final : public LoadedShard {
    public:
     explicit Shard(uint64_t n) : n_(n) {}
@@ -42,7 +44,6 @@ class SyntheticSource final : public ShardSource {
     uint64_t n_;
   };
 
- public:
   DatasetFormat format() const override { return DatasetFormat::kMds; }
   const std::vector<uint64_t>& shard_samples() const override { return Sizes(); }
   std::string ShardName(uint32_t shard) const override { return std::to_string(shard); }
@@ -86,6 +87,38 @@ void BM_ResumeIteratorFirstSample(benchmark::State& bench) {
   }
 }
 BENCHMARK(BM_ResumeIteratorFirstSample)->Arg(0)->Arg(10'000'000)->Unit(benchmark::kMicrosecond);
+
+// Per-sample cost of SampleIterator::Next through one shuffled epoch of 160,000 empty samples
+// in shards of range(0) samples, the window covering them all, so every shard is held at once
+// (10,000 of them at 16 per shard). The ratio of the 16-per-shard rate to the 2,000-per-shard
+// one is what holding many shards costs per sample: it was 17x in bench/data_loader.py's
+// reader when Next walked every held shard per sample (docs/performance.md).
+void BM_IteratorNextManyShards(benchmark::State& bench) {
+  class Uniform final : public ShardSource {
+   public:
+    explicit Uniform(uint64_t per) : sizes_(160'000 / per, per) {}
+    DatasetFormat format() const override { return DatasetFormat::kMds; }
+    const std::vector<uint64_t>& shard_samples() const override { return sizes_; }
+    std::string ShardName(uint32_t shard) const override { return std::to_string(shard); }
+    Result<std::shared_ptr<const LoadedShard>> Read(uint32_t shard) override {
+      return std::shared_ptr<const LoadedShard>(
+          std::make_shared<SyntheticSource::Shard>(sizes_[shard]));
+    }
+
+   private:
+    std::vector<uint64_t> sizes_;
+  };
+  Uniform source(static_cast<uint64_t>(bench.range(0)));
+  auto order = EpochOrder::Create(source.shard_samples(), {.seed = 3, .window = 160'000}, 0);
+  Sample sample;
+  uint64_t samples = 0;
+  for (auto _ : bench) {
+    auto it = SampleIterator::Create(source, *order, {}, 0, {0, 0});
+    while (*it->Next(sample)) ++samples;
+  }
+  bench.SetItemsProcessed(static_cast<int64_t>(samples));
+}
+BENCHMARK(BM_IteratorNextManyShards)->Arg(16)->Arg(2000)->Unit(benchmark::kMillisecond);
 
 void BM_OrderAt(benchmark::State& bench) {
   auto order = EpochOrder::Create(Sizes(), {.seed = 3}, 1);

@@ -195,10 +195,11 @@ class SampleIterator {
   size_t max_held_ = 0;
   std::unique_ptr<EpochOrder> order_heap_;  // the read-ahead's view of the order
   std::unique_ptr<ReadAhead> ahead_;
-  uint64_t last_window_ = UINT64_MAX;  // the window the read-ahead was last told about
-  int64_t last_next_ns_ = 0;           // when Next last returned (0: not yet), for active time
-  int64_t last_shard_ns_ = 0;          // when the consumer last reached a new shard
-  double stall_since_shard_ = 0;       // stall seconds since then
+  uint64_t last_window_ = UINT64_MAX;    // the window the read-ahead was last told about
+  uint64_t pruned_window_ = UINT64_MAX;  // the window held_ was last pruned for
+  int64_t last_next_ns_ = 0;             // when Next last returned (0: not yet), for active time
+  int64_t last_shard_ns_ = 0;            // when the consumer last reached a new shard
+  double stall_since_shard_ = 0;         // stall seconds since then
 };
 
 }  // namespace gantry::data
