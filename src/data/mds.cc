@@ -249,6 +249,16 @@ Result<MdsShard> MdsShard::Parse(std::shared_ptr<const ShardBytes> bytes, const 
 
 uint32_t MdsShard::Offset(uint32_t i) const { return LoadU32(raw_->data() + 4 + 4 * uint64_t{i}); }
 
+void MdsShard::Prefetch(uint32_t i, int step) const {
+  if (i >= num_samples_) return;
+  if (step == 0) {
+    __builtin_prefetch(raw_->data() + 4 + 4 * uint64_t{i});
+  } else if (step == 1) {
+    // The offsets were checked when the shard was decoded: inside its bytes.
+    __builtin_prefetch(raw_->data() + Offset(i));
+  }
+}
+
 Result<std::vector<std::string_view>> MdsShard::Sample(uint32_t i) const {
   if (i >= num_samples_) {
     return OutOfRange(where_ + ": sample " + std::to_string(i) + " of " +
@@ -258,23 +268,26 @@ Result<std::vector<std::string_view>> MdsShard::Sample(uint32_t i) const {
   const std::string_view s = raw_->view().substr(begin, end - begin);
   uint64_t variable = 0;
   for (const auto& z : sizes_) variable += z ? 0 : 1;
-  const std::string at =
-      where_ + ": offset " + std::to_string(begin) + ": sample " + std::to_string(i);
-  if (s.size() < 4 * variable) return InvalidArgument(at + ": too short for its column sizes");
+  // Made only for an error: formatting it for every sample was a string built and freed per
+  // sample read.
+  const auto at = [&] {
+    return where_ + ": offset " + std::to_string(begin) + ": sample " + std::to_string(i);
+  };
+  if (s.size() < 4 * variable) return InvalidArgument(at() + ": too short for its column sizes");
   std::vector<std::string_view> out;
   out.reserve(sizes_.size());
   uint64_t pos = 4 * variable, v = 0;
   for (const auto& z : sizes_) {
     const uint64_t len = z ? *z : LoadU32(s.data() + 4 * v++);
     if (len > s.size() - pos) {
-      return InvalidArgument(at + ": column sizes add up to more than the sample's " +
+      return InvalidArgument(at() + ": column sizes add up to more than the sample's " +
                              std::to_string(s.size()) + " bytes");
     }
     out.push_back(s.substr(pos, len));
     pos += len;
   }
   if (pos != s.size()) {
-    return InvalidArgument(at + ": column sizes add up to " + std::to_string(pos) +
+    return InvalidArgument(at() + ": column sizes add up to " + std::to_string(pos) +
                            " bytes, the sample has " + std::to_string(s.size()));
   }
   return out;

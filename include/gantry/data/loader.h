@@ -29,6 +29,7 @@
 // movable value for one thread. Samples hold their shard's bytes (and its cache pin) alive.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -64,6 +65,11 @@ class LoadedShard {
   // The bytes every field's bytes point into (a mapped file, or memory), kept alive by this.
   // Default: empty bytes (a shard whose fields point elsewhere; never damaged).
   virtual const std::shared_ptr<const ShardBytes>& bytes() const;
+  // Hints that sample i is read soon, in steps a sample apart (0, 1, 2: each reads what the
+  // step before asked for): a shuffled read lands on a different shard at every sample, so
+  // every level of a sample's record was a cache miss the reader waited for. No-op by default;
+  // reads nothing that Get(i) would not read.
+  virtual void Prefetch(uint64_t /*i*/, int /*step*/) const {}
   // What keeps the node-local cache's copy of this shard from eviction while this shard lives;
   // null when the shard was not cached. Held alone (the shard and its bytes dropped) it keeps
   // the copy pinned for as long as the holder wants: staging for a waiting job (stage.h).
@@ -185,6 +191,11 @@ class SampleIterator {
   Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
   // Non-empty shards overlapping the window that starts at shard-order position `window_start`.
   uint32_t ShardsInWindow(uint64_t window_start) const;
+  // The sample at positions_[k], computed once for the few k around next_ (Next asks for
+  // next_ .. next_ + 2 for its prefetch hints, and serves them later).
+  SampleRef RefAt(uint64_t k);
+  // The held shard, or nullptr.
+  const LoadedShard* HeldShard(uint32_t shard) const;
 
   ShardSource* source_;
   EpochOrder order_;
@@ -197,9 +208,16 @@ class SampleIterator {
   std::unique_ptr<ReadAhead> ahead_;
   uint64_t last_window_ = UINT64_MAX;    // the window the read-ahead was last told about
   uint64_t pruned_window_ = UINT64_MAX;  // the window held_ was last pruned for
-  int64_t last_next_ns_ = 0;             // when Next last returned (0: not yet), for active time
-  int64_t last_shard_ns_ = 0;            // when the consumer last reached a new shard
-  double stall_since_shard_ = 0;         // stall seconds since then
+  static constexpr size_t kRefRing = 4;  // > the prefetch's 3 steps ahead
+  std::array<SampleRef, kRefRing> ref_ring_{};
+  std::array<uint64_t, kRefRing> ref_ring_at_ = [] {
+    std::array<uint64_t, kRefRing> a;
+    a.fill(UINT64_MAX);
+    return a;
+  }();
+  int64_t last_next_ns_ = 0;      // when Next last returned (0: not yet), for active time
+  int64_t last_shard_ns_ = 0;     // when the consumer last reached a new shard
+  double stall_since_shard_ = 0;  // stall seconds since then
 };
 
 }  // namespace gantry::data

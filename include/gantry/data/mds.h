@@ -88,6 +88,9 @@ class MdsShard {
   // Sample i: each column's stored bytes, in column order (views into this shard, valid while
   // it lives). OutOfRange past the end; InvalidArgument if the sample's sizes do not add up.
   Result<std::vector<std::string_view>> Sample(uint32_t i) const;
+  // A hint that sample i is read soon (LoadedShard::Prefetch): step 0 asks for its offset,
+  // step 1 (a sample later) for its first bytes. Nothing past the end.
+  void Prefetch(uint32_t i, int step) const;
   // Checks every sample's layout (what verify does), so later Sample calls cannot fail.
   Status CheckAllSamples() const;
 
