@@ -5,16 +5,16 @@ one block, as StreamingDataset(batched=True) packs them for a DataLoader worker)
 4 KiB samples packed as WebDataset shards and as MDS shards, the window over every shard.
 
 Each timed run is a fresh child process that imports one build's _gantry (so the two builds
-never share a process, a page table or a heap), reads the epoch once untimed (checking that every sample's payload arrived whole), then
-reports the
-best of --passes timed passes; the builds alternate run by run (A B B A A B ...). Medians of
---repeat runs per build and format, and their ratio.
+never share a process, a page table or a heap), reads the epoch once untimed (checking that
+every sample's payload arrived whole), then reports the best of --passes timed passes; the
+builds alternate run by run (A B B A A B ...). Medians of --repeat runs per build and format,
+and their ratio.
 
   bench/reader_ab.py --gantry build/default/apps/gantry/gantry \\
       --a BASE/build/default/python --b build/default/python [--repeat 6]
 
 --a and --b are folders holding a _gantry module (a default-preset build's python/ folder).
-Used for docs/performance.md, "2026-12-04: ... prefetch hints".
+Used for docs/performance.md, "2026-12-04, later: prefetch hints for the next samples' records".
 """
 
 import argparse

@@ -759,9 +759,9 @@ Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOr
 
 SampleRef SampleIterator::RefAt(uint64_t k) {
   const size_t slot = k % kRefRing;
-  if (ref_ring_at_[slot] != k) {
+  if (ref_ring_at_[slot] != k + 1) {
     ref_ring_[slot] = order_.At(positions_[k]);
-    ref_ring_at_[slot] = k;
+    ref_ring_at_[slot] = k + 1;
   }
   return ref_ring_[slot];
 }
@@ -872,7 +872,7 @@ Result<bool> SampleIterator::Next(Sample& out) {
   ++next_;
   // Hints for the samples after this one (LoadedShard::Prefetch): the record of the third
   // ahead, the fields of the second, the first bytes of the next. Shuffled, each sample is in
-  // another shard and each of those reads was a cache miss: 1.2x the samples/s for 4 KiB
+  // another shard and each of those reads was a cache miss: 1.13-1.20x the samples/s for 4 KiB
   // samples in both formats (bench/reader_ab.py, docs/performance.md).
   for (int step = 0; step < 3; ++step) {
     const uint64_t k = next_ + 2 - step;

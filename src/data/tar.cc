@@ -195,14 +195,6 @@ Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const st
     if (next > archive.size()) {
       return DataLoss(at.str() + ": archive is cut short inside the padding of member data");
     }
-    // The next header is a page or more away, out of the hardware prefetcher's reach, and its
-    // first read was most of this loop's time: asked for now, it arrives while this member is
-    // recorded.
-    if (next + kTarBlock <= archive.size()) {
-      for (uint64_t line = 0; line < kTarBlock; line += 64) {
-        __builtin_prefetch(archive.data() + next + line);
-      }
-    }
     switch (type) {
       case 'x': {
         GANTRY_ASSIGN_OR_RETURN(pax, ParsePax(data, at.str()));

@@ -210,11 +210,7 @@ class SampleIterator {
   uint64_t pruned_window_ = UINT64_MAX;  // the window held_ was last pruned for
   static constexpr size_t kRefRing = 4;  // > the prefetch's 3 steps ahead
   std::array<SampleRef, kRefRing> ref_ring_{};
-  std::array<uint64_t, kRefRing> ref_ring_at_ = [] {
-    std::array<uint64_t, kRefRing> a;
-    a.fill(UINT64_MAX);
-    return a;
-  }();
+  std::array<uint64_t, kRefRing> ref_ring_at_{};  // k + 1 of the ref in each slot; 0: none
   int64_t last_next_ns_ = 0;      // when Next last returned (0: not yet), for active time
   int64_t last_shard_ns_ = 0;     // when the consumer last reached a new shard
   double stall_since_shard_ = 0;  // stall seconds since then
