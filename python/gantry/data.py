@@ -22,6 +22,7 @@ GANTRY_DATA_CACHE_DIR; its budget cache_bytes or GANTRY_DATA_CACHE_BYTES): fetch
 and shared by every process on it. stats() reports what the loader did (docs/data.md).
 """
 
+import fcntl
 import io
 import json
 import os
@@ -49,8 +50,8 @@ DataLossError = _gantry.DataLossError
 NotFoundError = _gantry.NotFoundError
 InvalidArgumentError = _gantry.InvalidArgumentError
 
-__all__ = ["StreamingDataset", "SampleBatch", "prefetch", "Prefetcher", "decode_field",
-           "DataLossError", "NotFoundError", "InvalidArgumentError"]
+__all__ = ["StreamingDataset", "SampleBatch", "prefetch", "Prefetcher", "widen_worker_pipe",
+           "decode_field", "DataLossError", "NotFoundError", "InvalidArgumentError"]
 
 _TEXT = {"txt", "text", "transcript"}
 _JSON = {"json", "jsn"}
@@ -128,6 +129,7 @@ class SampleBatch:
         len(batch)         # samples in it; batch.positions: their global positions
         batch.fields       # the field names, in first-seen order; batch.encoding(name)
         for sample in batch.samples(): ...   # one dict per sample, as decode gives them
+        batch.block, batch.spans("jpg")      # packed: every value in one buffer, and where
 
     Undecoded values are read-only memoryviews (bytes(view) copies one). Read in a DataLoader
     worker, the batch's bytes travel to the training process as one bytes block, pickled
@@ -164,6 +166,24 @@ class SampleBatch:
     @property
     def fields(self):
         return [name for name, _ in self._fields]
+
+    @property
+    def block(self):
+        """A packed batch's one buffer holding every value (bytes), else None."""
+        return self._data
+
+    def spans(self, name):
+        """A packed batch's (begin, end) offsets of field `name` in `block`, one pair per
+        sample (begin -1 where the sample lacks the field), as a memoryview of int64 of shape
+        (len(batch), 2); None for a batch that is not packed."""
+        if self._data is None:
+            return None
+        for c, (field, _) in enumerate(self._fields):
+            if field == name:
+                n = len(self._keys)
+                whole = memoryview(self._spans).cast("B")
+                return whole[16 * c * n:16 * (c + 1) * n].cast("q", (n, 2))
+        raise KeyError(name)
 
     def keys(self):
         return ["__key__"] + self.fields
@@ -220,13 +240,21 @@ class _Queue:
 
     Two C-level queues rather than a deque under a Condition: `ready` holds the chunks made and
     not yet taken, `slots` one token per chunk the thread may still add. The thread takes a
-    token before it adds a chunk and the loop gives one back as it takes a chunk, so at most
+    token before it adds a chunk and the loop gives them back as it takes chunks, so at most
     `depth` chunks wait, as before; but a get() or put() is one C call that blocks without
     the GIL, where a Condition's wait and notify are several Python-level lock operations, each
     a GIL hand-over with the thread. Measured (bench/prefetch_handover.py): 6.5-7.8 us per
     next() against 9.1-11.1 with a busy producer. A close() from another thread also wakes a
     next() that waits for an item at once, where the Condition left it waiting for the thread's
-    item in progress."""
+    item in progress.
+
+    The loop gives the tokens back `give_back` at a time (depth // 4, at least 1; never a
+    deadlock: the thread can be out of tokens only while depth - give_back + 1 chunks wait for
+    the loop). A token put while the thread waits for room wakes it, and on a machine whose
+    cores are busy (DataLoader workers) that wake cost the loop's next() 10-15 us, measured in the stall loop of bench/data_loader.py (median next() 19 us at depth
+    16 with a token per chunk, 6 us with one put per four). So at most `depth` chunks wait, and
+    at least depth - give_back + 1 once the thread has caught up; below depth 8 that is exactly
+    `depth`, as before."""
 
     END = object()  # the thread's last put: its end, error or close
 
@@ -235,6 +263,7 @@ class _Queue:
         self.slots = queue_module.SimpleQueue()
         for _ in range(depth):
             self.slots.put(None)
+        self.give_back = max(1, depth // 4)
         self.error = None
         self.closed = False
 
@@ -287,6 +316,35 @@ def _produce(queue, it, chunk_size):
         queue.finish(error)
 
 
+WORKER_PIPE_BYTES = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
+
+
+def widen_worker_pipe(iterator, nbytes=WORKER_PIPE_BYTES):
+    """Makes the pipe a DataLoader's workers send their batches through hold `nbytes` (1 MiB)
+    instead of Linux's 64 KiB; `iterator` is iter(loader) of a DataLoader with workers.
+    Returns the pipe's size after, or None where there is no such pipe (no workers, another
+    iterable) or it cannot grow (a per-user pipe memory limit): the loader then works as
+    before. prefetch() does this itself.
+
+    Why: a batch larger than the pipe crosses it in pieces, each a wake-up of the blocked
+    worker and of the reading thread and a round trip of Python's GIL on the reading side
+    (five reads for a batch of 64 samples of 4 KiB). With room for whole batches a worker
+    writes one without waiting and the training process reads it in one go: measured on a
+    2-CPU VM, 2 workers, 64 x 4 KiB batches, 1.5-1.6x the samples/s (docs/performance.md,
+    "the workers' pipe"). It reaches into the DataLoader's iterator (its result queue, a
+    private attribute of torch.utils.data), so it is a no-op wherever that is not there.
+    """
+    reader = getattr(getattr(iterator, "_worker_result_queue", None), "_reader", None)
+    if reader is None:
+        return None
+    try:
+        fd = reader.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, int(nbytes))
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 class Prefetcher:
     """An iterator that runs another one on a background thread, up to `depth` items ahead.
 
@@ -300,12 +358,19 @@ class Prefetcher:
     thread, so the next batches are ready when the step ends. This is what the DataLoader's
     pin_memory thread does on a GPU machine, without pinning and without needing CUDA.
 
+    Around a DataLoader with workers it also widens the pipe the workers' batches come through
+    (widen_worker_pipe).
+
     Items keep their order, and an exception arrives where its item would have: raised by
     next() once the items before it are taken. close() (or the end of a `with` block, or
     dropping the Prefetcher) stops the thread after the item it is reading; a source
     generator is closed on the thread that ran it. wait_seconds is the time next() waited for
     an item (the consumer's stall). `chunk` items travel together (fewer lock round trips for
     small items such as single samples).
+
+    `depth` is counted in items, so what it covers is depth x the loop's step: for steps of a
+    millisecond or less (small samples, small batches) take 16 or more, where the default 4
+    covers under 3 ms of a busy machine's hiccups (docs/data.md, "A prefetch thread").
     """
 
     def __init__(self, source, depth=4, chunk=1):
@@ -315,10 +380,12 @@ class Prefetcher:
             raise InvalidArgumentError("prefetch chunk must be at least 1")
         self._queue = _Queue(int(depth))
         self._current = iter(())
+        self._owed = 0  # slots taken and not yet given back (_Queue.give_back)
         self.wait_seconds = 0.0
         # iter() here, on the caller's thread: a DataLoader starts its workers in it.
-        self._thread = threading.Thread(target=_produce,
-                                        args=(self._queue, iter(source), int(chunk)),
+        it = iter(source)
+        widen_worker_pipe(it)
+        self._thread = threading.Thread(target=_produce, args=(self._queue, it, int(chunk)),
                                         name="gantry-prefetch", daemon=True)
         self._thread.start()
         weakref.finalize(self, self._queue.stop)
@@ -344,9 +411,16 @@ class Prefetcher:
             if error is not None and not q.closed:
                 raise error
             raise StopIteration
-        q.slots.put(None)
+        self._owed += 1
+        if self._owed >= q.give_back:
+            self._give_back()
         self._current = iter(chunk)
         return next(self._current)
+
+    def _give_back(self):
+        for _ in range(self._owed):
+            self._queue.slots.put(None)
+        self._owed = 0
 
     def close(self, timeout=None):
         """Stops the thread and drops what was read ahead; waits up to `timeout` seconds (None:
@@ -578,7 +652,11 @@ class StreamingDataset(_Base):
     batches are exactly the DataLoader's batches of the unbatched dataset, in the same order;
     reading them costs Python a few objects per sample instead of a dict and a tuple, and with
     decode=False in DataLoader workers the batch's bytes reach the training process as one
-    bytes block. `transform`, if given, then receives and returns a whole batch.
+    bytes block. `transform`, if given, then receives and returns a whole batch. packed=True
+    (batched, decode=False) makes every batch such a block, in process too: one copy of each
+    sample into one buffer (SampleBatch.block, SampleBatch.spans), ready for
+    torch.frombuffer and one host-to-device copy; packed=False never packs; None (the
+    default) packs only in DataLoader workers.
 
     prefetch=N (read in the training process, num_workers=0): a background thread reads,
     decodes and transforms up to N batches (N x batch_size samples unbatched) ahead while the
@@ -596,7 +674,7 @@ class StreamingDataset(_Base):
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
                  read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False,
-                 share_fetches=True, prefetch=0):
+                 share_fetches=True, prefetch=0, packed=None):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -629,6 +707,10 @@ class StreamingDataset(_Base):
         self.zero_copy = zero_copy
         self.mmap = bool(mmap)
         self.batched = bool(batched)
+        self.packed = None if packed is None else bool(packed)
+        if self.packed and (not self.batched or decode):
+            raise InvalidArgumentError("packed=True needs batched=True and decode=False: a "
+                                       "packed batch holds its samples' undecoded bytes")
         if int(prefetch) < 0:
             raise InvalidArgumentError("prefetch must be at least 0")
         self.prefetch = int(prefetch)
@@ -757,8 +839,9 @@ class StreamingDataset(_Base):
                 report()
 
     def _batches(self, reader, info, report):
-        # Packed into one bytes block only where the batch crosses processes and is bytes.
-        packed = info is not None and not self.decode and self.zero_copy is None
+        packed = self.packed
+        if packed is None:  # by default only where the batch crosses processes and is bytes
+            packed = info is not None and not self.decode and self.zero_copy is None
         n = 0
         try:
             while True:

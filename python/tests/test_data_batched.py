@@ -21,7 +21,7 @@ from test_data import write_wds
 from test_data_zero_copy import expected, write_bins
 
 from gantry import _native
-from gantry.data import NotFoundError, SampleBatch, StreamingDataset
+from gantry.data import InvalidArgumentError, NotFoundError, SampleBatch, StreamingDataset
 
 _gantry = _native.load()
 
@@ -126,6 +126,41 @@ class BatchedTest(WdsTestCase):
         self.assertTrue(view.readonly)
         self.assertEqual(bytes(view), expected(0, 64))
         self.assertEqual(batches[2].positions, [6, 7])
+
+    def test_packed_batches_in_process_hold_every_value_in_one_block(self):
+        want = self.batched(0, 4)
+        for workers in (0, 2):
+            got = self.batched(workers, 4, packed=True)
+            self.assertEqual([b["__key__"] for b in got], [b["__key__"] for b in want], workers)
+            for g, w in zip(got, want):
+                self.assertIsInstance(g.block, bytes)
+                for field in ("bin", "txt"):
+                    spans = g.spans(field)
+                    self.assertEqual(spans.shape, (len(g), 2))
+                    values = [None if begin < 0 else g.block[begin:end]
+                              for begin, end in spans.tolist()]
+                    self.assertEqual(values, [plain(v) for v in w[field]], (workers, field))
+                    self.assertEqual([plain(v) for v in g[field]], values)
+                with self.assertRaises(KeyError):
+                    g.spans("jpg")
+            self.assertEqual(sum(len(b.block) for b in got),
+                             sum(sum(len(v) for v in b[f] if v is not None)
+                                 for b in want for f in b.fields))
+
+    def test_packed_false_and_the_default_in_process_are_not_packed(self):
+        for kw in ({}, {"packed": False}):
+            b = next(iter(self.dataset(batch_size=4, batched=True, **kw)))
+            self.assertIsNone(b.block, kw)
+            self.assertIsNone(b.spans("bin"), kw)
+        b = next(iter(torch.utils.data.DataLoader(self.dataset(batch_size=4, batched=True,
+                                                               packed=False),
+                                                  batch_size=None, num_workers=1)))
+        self.assertIsNone(b.block)  # in a worker too: columns of bytes, pickled one by one
+
+    def test_packed_needs_undecoded_batches(self):
+        for kw in ({"batched": True, "decode": True}, {"batched": False}):
+            with self.assertRaises(InvalidArgumentError):
+                self.dataset(batch_size=4, packed=True, **kw)
 
     def test_a_field_some_samples_lack_is_none_there(self):
         import io

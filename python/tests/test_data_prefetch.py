@@ -1,9 +1,12 @@
 """gantry.data's prefetch thread: StreamingDataset(prefetch=N) and gantry.data.prefetch() give
 exactly the items of the plain iteration, in order, read ahead on a thread; an error arrives
 where its item would have; state_dict counts what the loop took, not what was read ahead; and
-the thread ends when the iteration does, however it ends."""
+the thread ends when the iteration does, however it ends; around a DataLoader with workers, the
+workers' pipe is widened."""
 
+import fcntl
 import gc
+import os
 import textwrap
 import threading
 import time
@@ -15,7 +18,8 @@ import torch.utils.data
 from test_data_batched import WdsTestCase
 from util import run_python
 
-from gantry.data import InvalidArgumentError, Prefetcher, SampleBatch, prefetch
+from gantry.data import (WORKER_PIPE_BYTES, InvalidArgumentError, Prefetcher, SampleBatch,
+                         prefetch, widen_worker_pipe)
 
 WAIT = 30  # seconds a test waits for the thread to do something it must do
 
@@ -162,6 +166,37 @@ class DatasetPrefetchTest(WdsTestCase):
         self.assertEqual(len(got), sum(self.SIZES))
 
 
+    def test_the_workers_pipe_is_widened(self):
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            if int(f.read()) < WORKER_PIPE_BYTES and os.geteuid() != 0:
+                self.skipTest("this machine's pipe-max-size is below 1 MiB")
+
+        class Keep:  # hands prefetch() the DataLoader's iterator and keeps it for the test
+            def __init__(self, loader):
+                self.loader = loader
+
+            def __iter__(self):
+                self.it = iter(self.loader)
+                return self.it
+
+        def size(it):
+            return fcntl.fcntl(it._worker_result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+
+        ds = self.dataset(batch_size=4, batched=True)
+        plain = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1))
+        self.assertLess(size(plain), WORKER_PIPE_BYTES)  # what the DataLoader makes
+        self.assertEqual(widen_worker_pipe(plain), WORKER_PIPE_BYTES)
+        self.assertEqual(size(plain), WORKER_PIPE_BYTES)
+        del plain
+        keep = Keep(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+        with prefetch(keep, depth=2) as loader:
+            self.assertEqual(size(keep.it), WORKER_PIPE_BYTES)
+            self.assertEqual(len(keys(loader)), sum(self.SIZES))
+        # Nothing to widen: no workers, or not a DataLoader at all.
+        self.assertIsNone(widen_worker_pipe(iter(torch.utils.data.DataLoader(ds, batch_size=None))))
+        self.assertIsNone(widen_worker_pipe(iter(range(3))))
+
+
 class PrefetcherTest(unittest.TestCase):
     def test_reads_ahead_up_to_depth_and_no_further(self):
         made = []
@@ -179,6 +214,37 @@ class PrefetcherTest(unittest.TestCase):
         # Without a thread nothing past item 0 would be made until next() asks.
         self.assertTrue(ahead.wait(WAIT))
         self.assertEqual(list(p), list(range(1, 100)))
+
+    def test_tokens_come_back_in_groups_and_read_ahead_stays_within_its_bounds(self):
+        # depth 12: the loop gives room back 3 chunks at a time, so between 10 and 12 wait
+        # (and the thread holds one more, made, waiting for room).
+        depth, group = 12, 3
+        made = []
+
+        def source():
+            for i in range(1000):
+                made.append(i)
+                yield i
+
+        def settled():
+            t0 = time.monotonic()
+            seen = -1
+            while len(made) != seen and time.monotonic() - t0 < WAIT:
+                seen = len(made)
+                time.sleep(0.1)
+            return len(made)
+
+        p = Prefetcher(source(), depth=depth)
+        self.assertEqual(settled(), depth + 1)
+        taken = 0
+        for step in range(1, 2 * group + 2):
+            self.assertEqual(next(p), taken)
+            taken += 1
+            given_back = taken - taken % group
+            # What the thread made: what it may queue, plus the one waiting for room.
+            self.assertEqual(settled(), given_back + depth + 1, step)
+            self.assertGreaterEqual(len(made) - 1 - taken, depth - group + 1)
+        self.assertEqual(list(p), list(range(taken, 1000)))
 
     def test_chunks_keep_the_order(self):
         for chunk in (1, 3, 7, 200):
