@@ -20,10 +20,16 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             gantry0b_copy  gantry0b with zero_copy=False: each sample's bytes copied out of the
                       shard into a bytes object by the reader (in C++), as the files and
                       tarfile baselines hand their consumer bytes
+            gantry0b_packed  gantry0b with packed=True: every batch's bytes copied by the
+                      reader into one bytes block (SampleBatch.block, spans per sample), what a
+                      loop hands torch.frombuffer and one host-to-device copy
             gantrybp  gantryb's DataLoader drained by gantry.data.prefetch() (a thread that
                       takes batches out of the workers' pipe while the training step runs)
             gantry0bp gantry0b with StreamingDataset(prefetch=--prefetch): batches read on a
                       thread in the training process
+            gantryb_wide, files_wide  gantryb and files with the workers' pipe widened to 1 MiB
+                      (gantry.data.widen_worker_pipe, which prefetch() does for gantrybp): the
+                      widening alone, on gantry's loader and on a baseline (--kinds only)
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -39,7 +45,8 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
           it once before.
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
           loader's own median samples/s above (compute stands in as sleep, which releases the
-          GIL as a CUDA synchronisation does), for gantry, gantryb, gantrybp, gantry0b and
+          GIL as a CUDA synchronisation does; each sleep shortened by the average oversleep so
+          far, so that the loop keeps its rate: the table shows the rate it achieved), for gantry, gantryb, gantrybp, gantry0b and
           gantry0bp, from the large and the small set, each set's shards read --stall-repeat
           (10) times over as one epoch (hard links: one epoch of the small set alone lasts half
           a second, where 1% would be less than one scheduling hiccup of a shared machine):
@@ -93,6 +100,10 @@ try:
     from gantry.data import prefetch
 except ImportError:  # a --base build from before prefetch
     prefetch = None
+try:
+    from gantry.data import widen_worker_pipe
+except ImportError:  # a --base build from before it
+    widen_worker_pipe = None
 
 try:
     from torchvision.datasets import ImageFolder
@@ -153,6 +164,7 @@ class Files(torch.utils.data.Dataset):
 def payload(kind, batch):
     """The list of sample payloads (bytes) of one collated batch of loader `kind`."""
     kind = BASELINE_IN_PROCESS.get(kind, kind)
+    kind = kind[:-len("_wide")] if kind.endswith("_wide") else kind
     if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantrybp", "gantry0bp",
                 "gantry0b_copy", "gantry_unshared", "tarfile"):
         return batch["jpg"]
@@ -278,7 +290,7 @@ BASELINE_IN_PROCESS = {"tarfile0": "tarfile", "imagefolder0": "imagefolder", "fi
 # worker or by the consumer), as every baseline's does; gantry0, gantry0b and gantry0bp hand
 # out views that the consumer only measures.
 GANTRY_READ = ("gantry", "gantryb", "gantrybp", "gantry0_touch", "gantry0b_touch",
-               "gantry0b_copy")
+               "gantry0b_copy", "gantry0b_packed", "gantryb_wide")
 
 
 def shard_samples(ds):
@@ -289,20 +301,37 @@ def shard_samples(ds):
     return one * ds.repeat
 
 
+class Widened:
+    """A DataLoader whose iterator gets its workers' pipe widened (widen_worker_pipe)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        it = iter(self.loader)
+        if widen_worker_pipe(it) is None:
+            raise SystemExit("the workers' pipe could not be widened")
+        return it
+
+
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
+    if kind.endswith("_wide"):
+        return Widened(make_loader(kind[:-len("_wide")], ds, url, args, batch, window, tensors))
     if kind in BASELINE_IN_PROCESS:
         return make_loader(BASELINE_IN_PROCESS[kind], ds, url,
                            argparse.Namespace(**dict(vars(args), workers=0)), batch, window)
     if kind == "gantrybp":  # the batched DataLoader with workers, drained by a thread
         return prefetch(make_loader("gantryb", ds, url, args, batch, window, tensors),
                         depth=args.prefetch)
-    w = 0 if kind in ("gantry0", "gantry0b", "gantry0bp", "gantry0b_copy") else args.workers
-    if kind in ("gantry", "gantry0", "gantryb", "gantry0b", "gantry0bp", "gantry0b_copy",
-                "gantry_unshared"):
-        batched = kind.endswith("b") or kind in ("gantry0bp", "gantry0b_copy")
+    in_process = ("gantry0", "gantry0b", "gantry0bp", "gantry0b_copy", "gantry0b_packed")
+    w = 0 if kind in in_process else args.workers
+    if kind in in_process + ("gantry", "gantryb", "gantry_unshared"):
+        batched = kind.endswith("b") or kind in ("gantry0bp", "gantry0b_copy", "gantry0b_packed")
         more = {"batched": True} if batched else {}  # a --base build may predate batched=
         if kind == "gantry0b_copy":  # bytes copied out of the shard by the reader
             more["zero_copy"] = False
+        if kind == "gantry0b_packed":  # one block per batch, copied by the reader
+            more["packed"] = True
         if kind == "gantry_unshared":  # each worker fetches the remote shards it reads
             more["share_fetches"] = False
         if kind == "gantry0bp":  # in process, read ahead on the dataset's prefetch thread
@@ -347,6 +376,10 @@ def timed_read(kind, ds, args, batch, window, url=None):
     for b in loader:
         if first is None:
             first = time.perf_counter() - t0
+        if kind == "gantry0b_packed":  # the consumer gets the block: every byte, one object
+            samples += len(b)
+            nbytes += len(b.block)
+            continue
         p = payload(kind, b)
         samples += len(p)
         nbytes += sum(len(x) for x in p)
@@ -391,18 +424,49 @@ def one_pass(spec_json):
     print(json.dumps(list(out)))
 
 
+class TrainingStep:
+    """A training step of `seconds`, on average exactly, that leaves the GIL to other threads
+    (as a CUDA synchronisation does): a sleep, shortened by what sleeps have overslept so far.
+    A plain time.sleep(step) wakes 100-120 us late on this VM (timer slack and the vCPU's wake),
+    which for the small set's 0.64 ms step ran the loop at 0.76 instead of the asked 0.9 of
+    the loader's rate (measured 2026-12-04); the loop's achieved rate is reported beside its
+    target."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.late = 0.0  # moving average of the oversleep
+        _timer_slack(1)
+
+    def __call__(self):
+        t = time.perf_counter()
+        time.sleep(max(0.0, self.seconds - self.late))
+        overslept = time.perf_counter() - t - max(0.0, self.seconds - self.late)
+        self.late += (overslept - self.late) / 16
+
+
+def _timer_slack(ns):
+    """Linux's per-thread timer slack (PR_SET_TIMERSLACK), default 50 us: a sleep may end that
+    much late so that the kernel can batch wake-ups."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(29, ctypes.c_ulong(ns), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def stall_run(ds, args, batch, window, rate, tensors=False, kind="gantry"):
-    """A loop consuming `batch`-sample steps at `rate` samples/s (compute = sleep) from loader
-    `kind` (gantry or gantryb). Returns (stall share after the first shard, stalled s, loop s,
-    first-batch s)."""
+    """A loop consuming `batch`-sample steps at `rate` samples/s (compute = TrainingStep) from
+    loader `kind`. Returns (stall share after the first shard, stalled s, loop s, first-batch
+    s, the loop's achieved samples/s after the first shard)."""
     loader = make_loader(kind, ds, ds.shards_dir, args, batch, window, tensors=tensors)
-    step_s = batch / rate
+    step = TrainingStep(batch / rate)
     t0 = time.perf_counter()
     it = iter(loader)
     consumed = 0
     waited = 0.0
     first = None
     start = None  # when accounting starts: once one shard's samples have arrived
+    at_start = 0
     while True:
         t = time.perf_counter()
         try:
@@ -416,13 +480,14 @@ def stall_run(ds, args, batch, window, rate, tensors=False, kind="gantry"):
             waited += now - t
         consumed += len(b["__key__"])
         if start is None and consumed >= ds.per_shard:
-            start = now
-        time.sleep(step_s)  # the training step
+            start, at_start = now, consumed
+        step()
     end = time.perf_counter()
     if consumed != ds.count:
         raise SystemExit(f"stall run consumed {consumed} of {ds.count}")
     loop = end - start if start is not None else 0.0
-    return (waited / loop if loop else 0.0), waited, loop, first
+    return ((waited / loop if loop else 0.0), waited, loop, first,
+            (consumed - at_start) / loop if loop else 0.0)
 
 
 def median(xs):
@@ -439,9 +504,10 @@ def local_part(sets, args, results):
     if args.base:
         kinds[3:3] = ["gantry_base", "gantry0_base"]
     kinds[3:3] = ["gantry0_touch", "gantryb", "gantry0b", "gantry0b_touch", "gantry0b_copy",
-                  "gantrybp", "gantry0bp"]
+                  "gantry0b_packed", "gantrybp", "gantry0bp"]
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
+        kinds += [k for k in args.kinds.split(",") if k.endswith("_wide") and k not in kinds]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)
@@ -504,7 +570,7 @@ def best_table(ds, med, goals, results):
     print("|---|---|---:|---|---:|---:|---|")
     best = {}
     for family in ("raw", "tarfile", "imagefolder", "files"):
-        options = [k for k in (family, family + "0") if k in med]
+        options = [k for k in (family, family + "0", family + "_wide") if k in med]
         if not options:
             continue
         b = max(options, key=lambda k: med[k])
@@ -523,9 +589,9 @@ STALL_KINDS = (("", "gantry"), (" (batched)", "gantryb"),
 def stall_part(sets, args, results):
     print(f"\n### consumer stall at {args.stall_load} x each loader's median rate, each set's "
           f"shards {args.stall_repeat} times over as one epoch\n")
-    print("| set | consumer samples/s | loop s after first shard | stalled s | stall share "
-          "| first batch s | runs (stall share) |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| set | loop's target samples/s | achieved | loop s after first shard | stalled s "
+          "| stall share | first batch s | runs (stall share) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     results["stall_repeat"] = args.stall_repeat
     for one, batch, window in sets:
         lines = results["local"][one.name]["median_samples_per_s"]
@@ -566,8 +632,8 @@ def stall_part(sets, args, results):
             share = median([x[0] for x in rs])
             mid = sorted(rs, key=lambda x: x[0])[len(rs) // 2]
             results["stall"][name] = {"rate": r, "runs": rs}
-            print(f"| {name} | {r:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} | {100 * share:.2f}% | "
-                  f"{mid[3]:.3f} | {fmt_runs([100 * x[0] for x in rs])} % |")
+            print(f"| {name} | {r:,.0f} | {mid[4]:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} "
+                  f"| {100 * share:.2f}% | {mid[3]:.3f} | {fmt_runs([100 * x[0] for x in rs])} % |")
     return results
 
 

@@ -27,7 +27,8 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
             part = result["local"][name]
             self.assertEqual(part["samples"], count)
             for kind in ("raw", "gantry", "gantry0", "gantryb", "gantry0b", "gantrybp",
-                         "gantry0bp", "gantry0b_copy", "tarfile", "files", "tarfile0", "files0"):
+                         "gantry0bp", "gantry0b_copy", "gantry0b_packed", "tarfile", "files",
+                         "tarfile0", "files0"):
                 self.assertEqual(len(part["samples_per_s"][kind]), 1, kind)
                 self.assertGreater(part["samples_per_s"][kind][0], 0, kind)
             self.assertEqual(set(part["best"]), {"raw", "tarfile", "imagefolder", "files"})
@@ -35,13 +36,27 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
                 self.assertIn(best["baseline"], (family, family + "0"))
                 self.assertIn(best["gantry"], ("gantry", "gantryb", "gantrybp",
                                                "gantry0_touch", "gantry0b_touch",
-                                               "gantry0b_copy"))
+                                               "gantry0b_copy", "gantry0b_packed"))
             self.assertIn(name, result["stall"])
             for row in ("batched", "batched, prefetch thread", "batched, in process",
                         "batched, in process, prefetch"):
                 self.assertIn(f"{name} ({row})", result["stall"])
+                for run in result["stall"][f"{name} ({row})"]["runs"]:
+                    self.assertGreater(run[4], 0)  # the rate the loop achieved
         self.assertTrue(any(l.startswith("| gantry |") for l in lines))
         self.assertEqual(os.listdir(self.tmp), [])  # its temp data is gone
+
+    def test_the_widened_pipe_rows(self):
+        r = run_python([BENCH, "--quick", "--gantry", CLI, "--dir", self.tmp, "--parts", "local",
+                        "--kinds", "gantryb,gantryb_wide,files,files_wide"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        result = json.loads(r.stdout.splitlines()[-1])
+        for name in ("small", "large"):
+            rates = result["local"][name]["samples_per_s"]
+            for kind in ("gantryb", "gantryb_wide", "files", "files_wide"):
+                self.assertGreater(rates[kind][0], 0, kind)
+            self.assertIn(result["local"][name]["best"]["files"]["baseline"],
+                          ("files", "files_wide"))
 
 
 if __name__ == "__main__":
