@@ -5,7 +5,10 @@ and times each next(), against a producer that is idle (items made at once) or l
 0.2 ms of Python per item, as unpickling a batch is). No item is ever waited for
 (wait_seconds, printed, stays ~0): the time is the hand-over itself.
 
-  PYTHONPATH=python:build/default/python /usr/bin/python3 bench/prefetch_handover.py [ITEMS]
+  PYTHONPATH=python:build/default/python /usr/bin/python3 bench/prefetch_handover.py [ITEMS [DEPTH]]
+
+DEPTH (default 4) is the Prefetcher's; from depth 8 the loop gives room back in groups of
+depth // 4 (gantry.data._Queue), so compare versions at depth 16 to see that.
 
 Run it with the PYTHONPATH of another checkout's python/ to compare two versions
 (docs/performance.md, "the Prefetcher's hand-over on C-level queues")."""
@@ -32,8 +35,9 @@ def source(n, live):
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
+    depth = int(sys.argv[2]) if len(sys.argv) > 2 else 4
     for live in (False, True):
-        p = Prefetcher(source(n, live), depth=4)
+        p = Prefetcher(source(n, live), depth=depth)
         time.sleep(0.05)
         total = 0.0
         for _ in range(n):
@@ -41,7 +45,8 @@ def main():
             t = time.perf_counter()
             next(p)
             total += time.perf_counter() - t
-        print(f"{'live' if live else 'idle'} producer: {total / n * 1e6:.1f} us per next() "
+        print(f"{'live' if live else 'idle'} producer, depth {depth}: "
+              f"{total / n * 1e6:.1f} us per next() "
               f"(waited {p.wait_seconds:.3f} s of it)")
 
 
