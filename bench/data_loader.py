@@ -46,10 +46,11 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
           loader's own median samples/s above (compute stands in as sleep, which releases the
           GIL as a CUDA synchronisation does; each sleep shortened by the average oversleep so
-          far, so that the loop keeps its rate: the table shows the rate it achieved), for gantry, gantryb, gantrybp, gantry0b and
-          gantry0bp, from the large and the small set, each set's shards read --stall-repeat
-          (10) times over as one epoch (hard links: one epoch of the small set alone lasts half
-          a second, where 1% would be less than one scheduling hiccup of a shared machine):
+          far, so that the loop keeps its rate: the table shows the rate it achieved), for
+          gantry, gantryb, gantrybp, gantry0b and gantry0bp, from the large and the small set,
+          each set's shards read --stall-repeat (10) times over as one epoch (hard links: one
+          epoch of the small set alone lasts half a second, where 1% would be less than one
+          scheduling hiccup of a shared machine):
           the share of the loop's time spent waiting for the next batch, after the first shard's
           samples have arrived (goal < 1%). The loop's rate is --stall-load times a full-speed
           pass of the same loader over the same data just before each run (--stall-rate

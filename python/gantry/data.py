@@ -251,10 +251,11 @@ class _Queue:
     The loop gives the tokens back `give_back` at a time (depth // 4, at least 1; never a
     deadlock: the thread can be out of tokens only while depth - give_back + 1 chunks wait for
     the loop). A token put while the thread waits for room wakes it, and on a machine whose
-    cores are busy (DataLoader workers) that wake cost the loop's next() 10-15 us, measured in the stall loop of bench/data_loader.py (median next() 19 us at depth
-    16 with a token per chunk, 6 us with one put per four). So at most `depth` chunks wait, and
-    at least depth - give_back + 1 once the thread has caught up; below depth 8 that is exactly
-    `depth`, as before."""
+    cores are busy (DataLoader workers) that wake cost the loop's next() 10-15 us: in a probe
+    of bench/data_loader.py's stall loop, median next() 17-19 us at depth 16 with a token per
+    chunk, 6-7 us with one put per four (docs/performance.md). So at most `depth` chunks wait,
+    and at least depth - give_back + 1 once the thread has caught up; below depth 8 that is
+    exactly `depth`, as before."""
 
     END = object()  # the thread's last put: its end, error or close
 
