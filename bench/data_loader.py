@@ -46,7 +46,8 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
           loader's own median samples/s above (compute stands in as sleep, which releases the
           GIL as a CUDA synchronisation does; each sleep shortened by the average oversleep so
-          far, so that the loop keeps its rate: the table shows the rate it achieved), for
+          far, so that the loop keeps its rate: the table shows the rate it achieved, and how
+          late the sleeps ended, against the same sleep in an idle process), for
           gantry, gantryb, gantrybp, gantry0b and gantry0bp, from the large and the small set,
           each set's shards read --stall-repeat (10) times over as one epoch (hard links: one
           epoch of the small set alone lasts half a second, where 1% would be less than one
@@ -436,6 +437,8 @@ class TrainingStep:
     def __init__(self, seconds):
         self.seconds = seconds
         self.late = 0.0  # moving average of the oversleep
+        self.late_total = 0.0
+        self.steps = 0
         _timer_slack(1)
 
     def __call__(self):
@@ -443,6 +446,15 @@ class TrainingStep:
         time.sleep(max(0.0, self.seconds - self.late))
         overslept = time.perf_counter() - t - max(0.0, self.seconds - self.late)
         self.late += (overslept - self.late) / 16
+        self.late_total += overslept
+        self.steps += 1
+
+    def mean_late(self):
+        """Seconds each sleep ended late on average: the timer and the vCPU's wake-up, and,
+        under load, the wait for a CPU and for the GIL after the step. The loop keeps its rate
+        by sleeping that much less, so a real step of this length would lose it: reported
+        beside the stall, not in it."""
+        return self.late_total / self.steps if self.steps else 0.0
 
 
 def _timer_slack(ns):
@@ -455,10 +467,18 @@ def _timer_slack(ns):
         pass
 
 
+def idle_late(steps=2000, seconds=0.0004):
+    """The mean late wake of TrainingStep's sleep with nothing else running in this process."""
+    step = TrainingStep(seconds)
+    for _ in range(steps):
+        step()
+    return step.mean_late()
+
+
 def stall_run(ds, args, batch, window, rate, tensors=False, kind="gantry"):
     """A loop consuming `batch`-sample steps at `rate` samples/s (compute = TrainingStep) from
     loader `kind`. Returns (stall share after the first shard, stalled s, loop s, first-batch
-    s, the loop's achieved samples/s after the first shard)."""
+    s, the loop's achieved samples/s after the first shard, the steps' mean late wake in s)."""
     loader = make_loader(kind, ds, ds.shards_dir, args, batch, window, tensors=tensors)
     step = TrainingStep(batch / rate)
     t0 = time.perf_counter()
@@ -488,7 +508,7 @@ def stall_run(ds, args, batch, window, rate, tensors=False, kind="gantry"):
         raise SystemExit(f"stall run consumed {consumed} of {ds.count}")
     loop = end - start if start is not None else 0.0
     return ((waited / loop if loop else 0.0), waited, loop, first,
-            (consumed - at_start) / loop if loop else 0.0)
+            (consumed - at_start) / loop if loop else 0.0, step.mean_late())
 
 
 def median(xs):
@@ -590,9 +610,12 @@ STALL_KINDS = (("", "gantry"), (" (batched)", "gantryb"),
 def stall_part(sets, args, results):
     print(f"\n### consumer stall at {args.stall_load} x each loader's median rate, each set's "
           f"shards {args.stall_repeat} times over as one epoch\n")
+    results["stall_idle_late_s"] = idle = idle_late()
+    print(f"(late wake: how late each step's sleep ended, on average; the same sleep in an idle "
+          f"process: {1e6 * idle:.0f} us)\n")
     print("| set | loop's target samples/s | achieved | loop s after first shard | stalled s "
-          "| stall share | first batch s | runs (stall share) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+          "| stall share | late wake per step, us | first batch s | runs (stall share) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     results["stall_repeat"] = args.stall_repeat
     for one, batch, window in sets:
         lines = results["local"][one.name]["median_samples_per_s"]
@@ -634,7 +657,8 @@ def stall_part(sets, args, results):
             mid = sorted(rs, key=lambda x: x[0])[len(rs) // 2]
             results["stall"][name] = {"rate": r, "runs": rs}
             print(f"| {name} | {r:,.0f} | {mid[4]:,.0f} | {mid[2]:.2f} | {mid[1]:.3f} "
-                  f"| {100 * share:.2f}% | {mid[3]:.3f} | {fmt_runs([100 * x[0] for x in rs])} % |")
+                  f"| {100 * share:.2f}% | {1e6 * mid[5]:.0f} | {mid[3]:.3f} "
+                  f"| {fmt_runs([100 * x[0] for x in rs])} % |")
     return results
 
 

@@ -43,6 +43,8 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
                 self.assertIn(f"{name} ({row})", result["stall"])
                 for run in result["stall"][f"{name} ({row})"]["runs"]:
                     self.assertGreater(run[4], 0)  # the rate the loop achieved
+                    self.assertGreaterEqual(run[5], 0)  # its steps' mean late wake
+        self.assertGreaterEqual(result["stall_idle_late_s"], 0)
         self.assertTrue(any(l.startswith("| gantry |") for l in lines))
         self.assertEqual(os.listdir(self.tmp), [])  # its temp data is gone
 
