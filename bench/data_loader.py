@@ -442,9 +442,10 @@ class TrainingStep:
         _timer_slack(1)
 
     def __call__(self):
+        asked = max(0.0, self.seconds - self.late)
         t = time.perf_counter()
-        time.sleep(max(0.0, self.seconds - self.late))
-        overslept = time.perf_counter() - t - max(0.0, self.seconds - self.late)
+        time.sleep(asked)
+        overslept = time.perf_counter() - t - asked
         self.late += (overslept - self.late) / 16
         self.late_total += overslept
         self.steps += 1

@@ -226,23 +226,24 @@ class PrefetcherTest(unittest.TestCase):
                 made.append(i)
                 yield i
 
-        def settled():
+        def settled(want):
+            # Waits for the thread to make `want` items (a slow machine may take a while),
+            # then a little longer, so that one made too many shows too.
             t0 = time.monotonic()
-            seen = -1
-            while len(made) != seen and time.monotonic() - t0 < WAIT:
-                seen = len(made)
-                time.sleep(0.1)
+            while len(made) < want and time.monotonic() - t0 < WAIT:
+                time.sleep(0.01)
+            time.sleep(0.1)
             return len(made)
 
         p = Prefetcher(source(), depth=depth)
-        self.assertEqual(settled(), depth + 1)
+        self.assertEqual(settled(depth + 1), depth + 1)
         taken = 0
         for step in range(1, 2 * group + 2):
             self.assertEqual(next(p), taken)
             taken += 1
             given_back = taken - taken % group
             # What the thread made: what it may queue, plus the one waiting for room.
-            self.assertEqual(settled(), given_back + depth + 1, step)
+            self.assertEqual(settled(given_back + depth + 1), given_back + depth + 1, step)
             self.assertGreaterEqual(len(made) - 1 - taken, depth - group + 1)
         self.assertEqual(list(p), list(range(taken, 1000)))
 
