@@ -20,6 +20,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -62,6 +63,34 @@ TEST(GantrydFlags, AnIntervalOrCycleOffsetThatIsNotAFiniteNumberIsAUsageError) {
                  err, 10);
     EXPECT_EQ(r.code, 2) << flags << ": " << r.err;
     EXPECT_NE(r.err.find(flags.substr(0, flags.find(' '))), std::string::npos) << r.err;
+  }
+}
+
+// The heartbeat and the port file are written beside and renamed into place: named as the state
+// database (directly, through a link, or as its -wal), they would replace it. Refused as usage
+// errors before anything is opened, and the database is left as it was.
+TEST(GantrydFlags, AHeartbeatOrPortFileThatIsTheStateDatabaseIsAUsageError) {
+  test_support::TempDir tmp("gantryd-flags");
+  const std::string state = tmp.sub("state.db");
+  {
+    std::ofstream f(state);
+    f << "the database";
+  }
+  std::filesystem::create_directory_symlink(tmp.path(), tmp.sub("link"));
+  for (const std::string& flags :
+       {"--heartbeat " + state, "--heartbeat " + tmp.sub("link/state.db"),
+        "--heartbeat " + tmp.sub("link/state.db-wal"),
+        "--heartbeat " +
+            tmp.sub("../" + std::filesystem::path(tmp.path()).filename().string() + "/state.db"),
+        "--port-file " + state, "--heartbeat " + state + " --check"}) {
+    cli_test::CliRun r =
+        RunShell(std::string(GANTRYD_BIN) + " --cluster " +
+                     Quote(std::string(GANTRY_SOURCE_DIR) + "/data/clusters/tiny.yaml") +
+                     " --state " + Quote(state) + " " + flags,
+                 tmp.sub("err"), 10);
+    EXPECT_EQ(r.code, 2) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find("is the state database's own file"), std::string::npos) << r.err;
+    EXPECT_EQ(ReadFile(state), "the database") << flags;
   }
 }
 

@@ -16,7 +16,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "gantry/cluster/cluster.h"
 #include "gantry/common/daemon.h"
 #include "gantry/common/metrics.h"
+#include "gantry/common/paths.h"
 #include "gantry/control/api.h"
 #include "gantry/control/controller.h"
 #include "gantry/control/cycle_clock.h"
@@ -32,6 +35,7 @@
 #include "gantry/control/stager.h"
 #include "gantry/control/state_store.h"
 #include "gantry/sched/profile.h"
+#include "gantry/slurm/slurm.h"
 #include "gantry/storage/object_store.h"
 
 namespace {
@@ -52,6 +56,77 @@ std::string Now() {
   gmtime_r(&t, &tm);
   strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+// What --check looked at, to print.
+struct CheckedConfig {
+  std::string cluster_spec;
+  const gantry::Cluster& cluster;
+  std::string profile;
+  std::string state;
+  std::string heartbeat;
+  int64_t fail_open_after;
+  std::string listen;
+  const std::map<std::string, std::string>& team_tokens;  // token -> team
+  std::vector<std::string> secret_files;                  // empty entries: not given
+  std::vector<std::string> partitions;
+  gantry::slurm::SlurmOptions slurm;
+  std::string staging;
+};
+
+// --check: what the flags already proved (they parsed, the spec and profile loaded, the
+// tokens read), then the paths gantryd writes and Slurm's commands. Warnings do not fail it.
+int CheckOnly(const CheckedConfig& c) {
+  int status = 0;
+  auto fail = [&status](int code, const std::string& what) {
+    std::cerr << "gantryd --check: " << what << "\n";
+    if (status == 0) status = code;
+  };
+  if (gantry::Status s = gantry::CheckWritablePath(c.state); !s.ok()) {
+    fail(kExitCannotOpen, "--state: " + s.message());
+  }
+  if (!c.heartbeat.empty()) {
+    if (gantry::Status s = gantry::CheckWritablePath(c.heartbeat); !s.ok()) {
+      fail(kExitCannotOpen, "--heartbeat: " + s.message());
+    }
+  }
+  if (gantry::Status s = gantry::slurm::SlurmClient(c.slurm).CheckCommands(); !s.ok()) {
+    fail(kExitUsage, s.message());
+  }
+  for (const std::string& f : c.secret_files) {
+    if (f.empty()) continue;
+    if (gantry::Status s = gantry::CheckSecretFileMode(f); !s.ok()) {
+      std::cerr << "gantryd --check: warning: " << s.message() << "\n";
+    }
+  }
+  std::set<std::string> teams;
+  for (const gantry::Team& t : c.cluster.teams()) teams.insert(t.name);
+  for (const auto& [token, team] : c.team_tokens) {
+    // A team the spec lacks has no jobs here: its token would see an empty queue forever.
+    if (!teams.contains(team)) {
+      std::cerr << "gantryd --check: warning: a token of team '" << team
+                << "', which the cluster spec does not name\n";
+    }
+  }
+  std::string partitions;
+  for (const std::string& p : c.partitions) partitions += (partitions.empty() ? "" : " ") + p;
+  std::cout << "cluster     " << c.cluster_spec << ": " << c.cluster.nodes().size() << " nodes, "
+            << c.cluster.total_gpus() << " GPUs, " << c.cluster.teams().size() << " teams\n"
+            << "profile     " << c.profile << "\n"
+            << "state       " << c.state << "\n"
+            << "partitions  " << partitions << "\n"
+            << "api         " << c.listen << ", " << c.team_tokens.size()
+            << " team tokens, operator "
+            << (c.secret_files[1].empty() ? "token none" : "token from " + c.secret_files[1])
+            << "\n"
+            << "fail-open   "
+            << (c.heartbeat.empty() ? "off (no --heartbeat)"
+                                    : "heartbeat " + c.heartbeat + ", after " +
+                                          std::to_string(c.fail_open_after) + " s")
+            << "\n"
+            << "staging     " << c.staging << "\n"
+            << (status == 0 ? "ok" : "NOT ok") << std::endl;
+  return status;
 }
 
 }  // namespace
@@ -77,6 +152,7 @@ int main(int argc, char** argv) {
   std::string agent_template, agent_token_file;
   int64_t data_wait = 600;
   std::string preempt_signal = "TERM";
+  bool check = false;
   app.add_option("--cluster", cluster_spec,
                  "Cluster spec (YAML; `gantry cluster import --from-slurm` writes one)")
       ->required();
@@ -127,9 +203,18 @@ int main(int argc, char** argv) {
                  "grace_time; Slurm's GraceTime sends TERM); it is requeued when the grace time "
                  "is over or when it exits")
       ->capture_default_str();
+  app.add_flag("--check", check,
+               "Check the configuration and exit, as a service manager does before each start "
+               "(deploy/systemd/gantryd.service): the flags, the cluster spec, the profile, the "
+               "token files (and that only their owner may read them), that the state "
+               "database and the heartbeat can be written where they are named, and that "
+               "Slurm's commands are there. Opens nothing for writing and asks slurmctld "
+               "nothing; prints what it found");
   app.footer(
-      "Exit status: 0 after SIGINT/SIGTERM or --cycles, 2 usage error, 3 the state database or "
-      "the cluster cannot be opened, 4 the API address cannot be bound.");
+      "Exit status: 0 after SIGINT/SIGTERM or --cycles (--check: all is well), 2 usage error "
+      "or a configuration --check refuses, 3 the state database or the cluster cannot be "
+      "opened (--check: the state or heartbeat cannot be written there), 4 the API address "
+      "cannot be bound.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -151,6 +236,16 @@ int main(int argc, char** argv) {
   }
   gantry::Result<std::string> agent_token = gantry::AgentTokenFrom(agent_token_file);
   if (!agent_token.ok()) return Usage("--agent-token-file: " + agent_token.status().message());
+  // The heartbeat and the port file are replaced by renaming a new file onto them: named as the
+  // state database or one of SQLite's companions of it, they would replace the database.
+  for (const std::string* file : {&heartbeat_file, &port_file}) {
+    for (const char* companion : {"", "-wal", "-shm", "-journal"}) {
+      if (!file->empty() && gantry::LocalPathWithin(*file, state_path + companion)) {
+        return Usage(std::string(file == &port_file ? "--port-file " : "--heartbeat ") + *file +
+                     " is the state database's own file " + state_path + companion);
+      }
+    }
+  }
   if (fail_open_after > 0 && heartbeat_file.empty()) {
     return Usage("--fail-open-after needs --heartbeat (where job_submit.lua reads it)");
   }
@@ -190,6 +285,25 @@ int main(int argc, char** argv) {
   }
   gantry::Result<gantry::Profile> profile = gantry::FindProfile(profile_name, extra);
   if (!profile.ok()) return Usage("--profile: " + profile.status().message());
+
+  if (check) {
+    return CheckOnly(
+        {.cluster_spec = cluster_spec,
+         .cluster = *cluster,
+         .profile = profile->name,
+         .state = state_path,
+         .heartbeat = heartbeat_file,
+         .fail_open_after = fail_open_after,
+         .listen = listen,
+         .team_tokens = api_options.team_tokens,
+         .secret_files = {tokens_file, operator_token_file, agent_token_file},
+         .partitions = partitions,
+         .slurm = {slurm_conf, slurm_bin},
+         .staging = staging ? std::to_string(agents_by_node->size()) + " agents named" +
+                                  (agent_template.empty() ? std::string()
+                                                          : ", the rest at " + agent_template)
+                            : "off (no --agent, no --agent-url-template)"});
+  }
 
   // The stop signals go to the main loop alone, through sigtimedwait, which is also its sleep.
   sigset_t stop_signals;

@@ -1,12 +1,15 @@
 #include "gantry/common/daemon.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <string>
 
 namespace gantry {
 
@@ -61,6 +64,42 @@ Result<std::string> ReadSecretFile(const std::string& path) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   if (text.empty()) return InvalidArgument(path + " is empty");
   return text;
+}
+
+Status CheckSecretFileMode(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return StatusFromErrno(errno, "cannot look at " + path);
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return FailedPrecondition(path + " may be read by its group or others (mode " + mode +
+                              "): chmod 600 it, owned by the service's user");
+  }
+  return Status::Ok();
+}
+
+Status CheckWritablePath(const std::string& path) {
+  if (path.empty()) return InvalidArgument("an empty path");
+  const size_t slash = path.rfind('/');
+  const std::string folder =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  struct stat st;
+  if (::stat(folder.c_str(), &st) != 0) {
+    return StatusFromErrno(errno, "folder " + folder + " of " + path);
+  }
+  if (!S_ISDIR(st.st_mode)) return FailedPrecondition(folder + " (of " + path + ") is no folder");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    return StatusFromErrno(errno, "cannot create files in " + folder + " (for " + path + ")");
+  }
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();  // created on first use
+    return StatusFromErrno(errno, "cannot look at " + path);
+  }
+  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " exists and is no regular file");
+  if (::access(path.c_str(), R_OK | W_OK) != 0) {
+    return StatusFromErrno(errno, "cannot read and write " + path);
+  }
+  return Status::Ok();
 }
 
 }  // namespace gantry

@@ -1,6 +1,7 @@
 #include "gantry/report/chart_library.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,16 @@ namespace gantry {
 std::string ChartLibraryDir() {
   const char* env = std::getenv("GANTRY_WEB_DIR");
   if (env != nullptr && env[0] != '\0') return env;
+  // PREFIX/bin/EXE -> PREFIX/share/gantry/web, when the first file of the library is there.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path installed =
+        exe.parent_path().parent_path() / kInstalledChartLibrary;
+    if (std::filesystem::is_regular_file(installed / "vega/build/vega.min.js", ec)) {
+      return installed.string();
+    }
+  }
   return GANTRY_WEB_DIR;
 }
 

@@ -3,11 +3,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -129,6 +131,26 @@ std::string Join(const std::vector<std::string>& v, const char* sep) {
 
 SlurmClient::SlurmClient(SlurmOptions options) : options_(std::move(options)) {
   if (options_.bin_dir.empty()) options_.bin_dir = "/usr/bin";
+}
+
+Status SlurmClient::CheckCommands() const {
+  for (const char* name : {"sinfo", "squeue", "scontrol", "scancel"}) {
+    const std::string path = options_.bin_dir + "/" + name;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return StatusFromErrno(errno, "Slurm's " + std::string(name) + " (" + path + ")");
+    }
+    if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+      return PermissionDenied("Slurm's " + std::string(name) + " (" + path +
+                              ") is not an executable file");
+    }
+  }
+  const char* env = std::getenv("SLURM_CONF");
+  const std::string conf = !options_.slurm_conf.empty() ? options_.slurm_conf : env ? env : "";
+  if (!conf.empty() && ::access(conf.c_str(), R_OK) != 0) {
+    return StatusFromErrno(errno, "slurm.conf " + conf);
+  }
+  return Status::Ok();
 }
 
 namespace {

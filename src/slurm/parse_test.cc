@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -213,6 +214,31 @@ TEST(SlurmClientRun, MissingCommandIsNotFoundAndHangIsDeadlineExceeded) {
   auto with_conf = conf.Run({"sh", "-c", "echo \"$SLURM_CONF\""});
   ASSERT_TRUE(with_conf.ok());
   EXPECT_EQ(*with_conf, "/x/slurm.conf\n");
+}
+
+// What `gantryd --check` asks of Slurm's side before a start: the commands it runs are there
+// and executable, and the slurm.conf it names can be read; slurmctld is not asked.
+TEST(SlurmClientCheckCommands, NamesTheFirstCommandOrConfigThatIsNotThere) {
+  test_support::TempDir bin("gantry-slurm-bin");
+  for (const char* name : {"sinfo", "squeue", "scontrol", "scancel"}) {
+    std::ofstream(bin.sub(name)) << "#!/bin/sh\nexit 1\n";  // never run: a check runs nothing
+    ASSERT_EQ(::chmod(bin.sub(name).c_str(), 0755), 0);
+  }
+  std::ofstream(bin.sub("slurm.conf")) << "ClusterName=x\n";
+  EXPECT_TRUE(SlurmClient(Opts("", bin.path())).CheckCommands().ok());
+  EXPECT_TRUE(SlurmClient(Opts(bin.sub("slurm.conf"), bin.path())).CheckCommands().ok());
+
+  const Status conf = SlurmClient(Opts(bin.sub("none.conf"), bin.path())).CheckCommands();
+  EXPECT_EQ(conf.code(), StatusCode::kNotFound) << conf.ToString();
+  EXPECT_NE(conf.message().find(bin.sub("none.conf")), std::string::npos) << conf.message();
+  ASSERT_EQ(::chmod(bin.sub("scontrol").c_str(), 0644), 0);  // no execute bit, even for root
+  const Status plain = SlurmClient(Opts("", bin.path())).CheckCommands();
+  EXPECT_EQ(plain.code(), StatusCode::kPermissionDenied) << plain.ToString();
+  EXPECT_NE(plain.message().find(bin.sub("scontrol")), std::string::npos) << plain.message();
+  std::filesystem::remove(bin.sub("squeue"));
+  const Status gone = SlurmClient(Opts("", bin.path())).CheckCommands();
+  EXPECT_EQ(gone.code(), StatusCode::kNotFound) << gone.ToString();
+  EXPECT_NE(gone.message().find("squeue"), std::string::npos) << gone.message();
 }
 
 // Regression: scancel exits 0 without a word when Slurm refuses, so Cancel of an unknown or

@@ -17,9 +17,14 @@ struct ChartLibraryFile {
   std::string content;
 };
 
-// The node_modules directory: $GANTRY_WEB_DIR when set and not empty, else the build's default
-// (the source tree's web/node_modules).
+// The node_modules directory: $GANTRY_WEB_DIR when set and not empty; else, for an installed
+// binary (`cmake --install`), PREFIX/share/gantry/web beside the running executable's
+// PREFIX/bin when it holds the library; else the build's default (the source tree's
+// web/node_modules), so a binary run from its build tree reads what scripts/setup installed.
 std::string ChartLibraryDir();
+
+// Where `cmake --install` puts the chart library, below the install prefix.
+inline constexpr char kInstalledChartLibrary[] = "share/gantry/web";
 
 // Reads Vega, Vega-Lite and Vega-Embed from `dir`, in the order a page must load them.
 // FailedPrecondition naming the missing file and how to install it when one is missing or empty.

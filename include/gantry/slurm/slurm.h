@@ -195,6 +195,12 @@ class SlurmClient {
   // The QOS slurmdbd knows (sacctmgr; needs slurmdbd).
   Result<std::vector<SlurmQos>> QosList() const;
 
+  // OK when the commands a controller runs (sinfo, squeue, scontrol, scancel) are executable
+  // files in bin_dir and slurm_conf, when set (here or in SLURM_CONF), can be read. Asks
+  // slurmctld nothing, so a check before a start passes while slurmctld is still coming up.
+  // NotFound or PermissionDenied naming the first that is not.
+  Status CheckCommands() const;
+
   // Runs one of the Slurm commands (argv[0] a name in bin_dir) and returns its stdout, mapping
   // failures to the codes above. Public for tests and tools that need a command not wrapped here.
   Result<std::string> Run(std::vector<std::string> argv) const;
