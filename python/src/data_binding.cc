@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -136,13 +137,11 @@ class PyReader {
     if (batch_.size() < n) batch_.resize(n);
     Status failed = [&] {
       py::gil_scoped_release release;  // may fetch shards
-      while (pending_ < n) {
-        Result<bool> more = it_.Next(batch_[pending_]);
-        if (!more.ok()) return more.status();
-        if (!*more) break;
-        ++pending_;
-      }
-      return Status::Ok();
+      uint64_t read = 0;
+      Status s =
+          it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_), &read);
+      pending_ += read;
+      return s;
     }();
     if (!failed.ok()) ckpt::ThrowStatus(failed);
     const uint64_t count = pending_;

@@ -818,7 +818,36 @@ Result<std::shared_ptr<const LoadedShard>> SampleIterator::Obtain(uint32_t shard
 }
 
 Result<bool> SampleIterator::Next(Sample& out) {
+  uint64_t read = 0;
+  GANTRY_RETURN_IF_ERROR(NextBatch(std::span<Sample>(&out, 1), &read));
+  return read == 1;
+}
+
+Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read) {
   if (last_next_ns_ == 0) last_next_ns_ = NowNs();
+  uint64_t n = 0;
+  Status status = Status::Ok();
+  while (n < out.size()) {
+    Result<bool> more = NextSample(out[n]);
+    if (!more.ok()) {
+      status = more.status();
+      break;
+    }
+    if (!*more) break;
+    ++n;
+  }
+  *read = n;
+  if (n > 0) {
+    const int64_t now = NowNs();
+    if (LoaderMetrics* m = source_->metrics()) {
+      m->AddSamples(n, static_cast<double>(now - last_next_ns_) / 1e9);
+    }
+    last_next_ns_ = now;
+  }
+  return status;
+}
+
+Result<bool> SampleIterator::NextSample(Sample& out) {
   if (next_ >= positions_.size()) {
     held_.clear();
     ahead_.reset();  // nothing more to read: stop its threads
@@ -880,11 +909,6 @@ Result<bool> SampleIterator::Next(Sample& out) {
     const SampleRef r = RefAt(k);
     if (const LoadedShard* shard = HeldShard(r.shard)) shard->Prefetch(r.index, step);
   }
-  const int64_t now = NowNs();
-  if (LoaderMetrics* m = source_->metrics()) {
-    m->AddSamples(1, static_cast<double>(now - last_next_ns_) / 1e9);
-  }
-  last_next_ns_ = now;
   return true;
 }
 

@@ -242,6 +242,44 @@ TEST_P(LoaderTest, ResumeFetchesNothingBeforeItsWindow) {
   }
 }
 
+// NextBatch gives what as many Nexts would, in the same order, short only at the end, and the
+// loader's metrics count every sample although they are updated once per batch.
+TEST_P(LoaderTest, NextBatchGivesWhatNextGivesAndCountsEverySample) {
+  auto source = Open();
+  auto order = EpochOrder::Create(source->shard_samples(), {.seed = 3, .window = 25}, 1);
+  ASSERT_TRUE(order.ok());
+  const uint64_t before = source->metrics()->Snapshot().samples;
+  std::vector<std::string> one_by_one;
+  {
+    auto it = SampleIterator::Create(*source, *order, {2, 1, 0, 0, 3}, 0);
+    ASSERT_TRUE(it.ok());
+    Sample s;
+    for (auto more = it->Next(s); more.ok() && *more; more = it->Next(s)) {
+      one_by_one.push_back(s.key);
+    }
+  }
+  ASSERT_FALSE(one_by_one.empty());
+  EXPECT_EQ(source->metrics()->Snapshot().samples, before + one_by_one.size());
+  for (const size_t batch : {1, 7, 1000}) {
+    auto it = SampleIterator::Create(*source, *order, {2, 1, 0, 0, 3}, 0);
+    ASSERT_TRUE(it.ok());
+    std::vector<Sample> out(batch);
+    std::vector<std::string> got;
+    const uint64_t at = source->metrics()->Snapshot().samples;
+    while (true) {
+      uint64_t read = 0;
+      ASSERT_TRUE(it->NextBatch(out, &read).ok());
+      for (uint64_t i = 0; i < read; ++i) got.push_back(out[i].key);
+      if (read < batch) {
+        EXPECT_EQ(it->remaining(), 0u);
+        break;
+      }
+    }
+    EXPECT_EQ(got, one_by_one) << batch;
+    EXPECT_EQ(source->metrics()->Snapshot().samples, at + one_by_one.size()) << batch;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, LoaderTest,
                          testing::Values(DatasetFormat::kMds, DatasetFormat::kWebDataset),
                          [](const auto& info) {
@@ -273,27 +311,57 @@ TEST(Loader, WebDatasetShardThatChangedIsDataLoss) {
             StatusCode::kInvalidArgument);
 }
 
+// An unshuffled WebDataset read whose shard `missing` is gone from its store until Restore().
+struct MissingShard {
+  explicit MissingShard(size_t missing)
+      : name(Uniq("wds")),
+        source(Open(name)),
+        order(
+            std::move(EpochOrder::Create(source->shard_samples(), {.shuffle = false}, 0)).value()),
+        store(OpenMemoryStore(name)) {
+    victim = source->ShardName(static_cast<uint32_t>(missing));
+    saved = std::move(store->Get(victim)).value();
+    EXPECT_TRUE(store->Delete(victim).ok());
+  }
+  void Restore() { ASSERT_TRUE(store->Put(victim, saved).ok()); }
+  static std::unique_ptr<ShardSource> Open(const std::string& name) {
+    DatasetLocation d = MakeWds(name, std::make_shared<std::map<std::string, int>>());
+    return std::move(OpenShardSource(std::move(d), {})).value();
+  }
+  std::string name, victim, saved;
+  std::unique_ptr<ShardSource> source;
+  EpochOrder order;
+  std::unique_ptr<ObjectStore> store;
+};
+
 TEST(Loader, MissingShardIsNotFoundAndNextCanRetry) {
-  auto reads = std::make_shared<std::map<std::string, int>>();
-  const std::string name = Uniq("wds");
-  DatasetLocation d = MakeWds(name, reads);
-  const std::string victim = d.wds_shards[0];
-  auto source = OpenShardSource(std::move(d), {});
-  ASSERT_TRUE(source.ok());
-  auto order = EpochOrder::Create((*source)->shard_samples(), {.shuffle = false}, 0);
-  auto it = SampleIterator::Create(**source, *order, {}, 0);
+  MissingShard m(0);
+  auto it = SampleIterator::Create(*m.source, m.order, {}, 0);
   ASSERT_TRUE(it.ok());
-  auto store = OpenMemoryStore(name);
-  auto saved = store->Get(victim);
-  ASSERT_TRUE(saved.ok());
-  ASSERT_TRUE(store->Delete(victim).ok());
   Sample s;
   auto more = it->Next(s);
   EXPECT_EQ(more.status().code(), StatusCode::kNotFound);
-  ASSERT_TRUE(store->Put(victim, *saved).ok());
+  m.Restore();
   more = it->Next(s);
   ASSERT_TRUE(more.ok() && *more);
   EXPECT_EQ(s.key, KeyOf(0, 0));  // nothing was skipped
+}
+
+// A batch that reaches a missing shard keeps the samples before it; the next call goes on from
+// the missing shard's first sample once it is back.
+TEST(Loader, NextBatchKeepsTheSamplesBeforeAMissingShard) {
+  MissingShard m(1);
+  auto it = SampleIterator::Create(*m.source, m.order, {}, 0);
+  ASSERT_TRUE(it.ok());
+  std::vector<Sample> out(100);
+  uint64_t read = 0;
+  EXPECT_EQ(it->NextBatch(out, &read).code(), StatusCode::kNotFound);
+  ASSERT_EQ(read, kSizes[0]);  // shard 0 whole, then shard 1 is missing
+  EXPECT_EQ(out[kSizes[0] - 1].key, KeyOf(0, kSizes[0] - 1));
+  m.Restore();
+  ASSERT_TRUE(it->NextBatch(out, &read).ok());
+  EXPECT_EQ(read, 100u);
+  EXPECT_EQ(out[0].key, KeyOf(1, 0));  // nothing was skipped
 }
 
 // A Sample keeps its shard alive, names and encodings included, after the iterator and the

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -174,6 +175,12 @@ class SampleIterator {
   // reader's share. An error (a missing or damaged shard) leaves the iterator where it was, so
   // Next may be called again (the shard is fetched again).
   Result<bool> Next(Sample& out);
+  // Up to out.size() samples, as that many calls of Next would give them, into out[0, *read);
+  // fewer only at the end of this reader's share. The loader's metrics count them once for the
+  // whole call rather than per sample (a clock read and three counter updates per sample were
+  // 4-5% of reading 4 KiB samples in process). An error leaves the *read samples before it in
+  // out, and the iterator where Next would have left it.
+  Status NextBatch(std::span<Sample> out, uint64_t* read);
 
   // Stops the read-ahead and waits for its fetches in flight (what the destructor does); Next
   // then fetches each shard when it needs it.
@@ -187,6 +194,8 @@ class SampleIterator {
  private:
   class ReadAhead;
   SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions);
+  // Next without the metrics' sample count.
+  Result<bool> NextSample(Sample& out);
   // The shard, from the read-ahead or fetched here; counts the consumer's stall.
   Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
   // Non-empty shards overlapping the window that starts at shard-order position `window_start`.
