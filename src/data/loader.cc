@@ -601,8 +601,9 @@ class SampleIterator::ReadAhead {
       for (int scanned = 0;
            scanned < 4096 && cursor_ < positions_.size() && plan_.size() + entries_.size() < depth_;
            ++scanned) {
+        if (SkipPlannedRegion()) continue;
         const uint32_t shard = order_.At(positions_[cursor_++]).shard;
-        if (planned_.insert(shard).second) {
+        if (MarkPlanned(shard)) {
           plan_.push_back(shard);
           planned = true;
         }
@@ -618,7 +619,10 @@ class SampleIterator::ReadAhead {
   std::optional<Result<std::shared_ptr<const LoadedShard>>> Take(uint32_t shard) {
     std::unique_lock<std::mutex> lock(mu_);
     // Not planned yet: the caller fetches it, and the planner must not fetch it again.
-    if (planned_.insert(shard).second) return std::nullopt;
+    if (MarkPlanned(shard)) {
+      ++misses_;
+      return std::nullopt;
+    }
     while (true) {
       auto it = entries_.find(shard);
       if (it != entries_.end() && it->second.done) {
@@ -639,6 +643,12 @@ class SampleIterator::ReadAhead {
       }
       cv_.wait(lock);
     }
+  }
+
+  // Shards the consumer needed before the planner had planned them.
+  uint64_t misses() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return misses_;
   }
 
   // A shuffled window's positions reach all of its shards within its first few samples, so at
@@ -677,6 +687,63 @@ class SampleIterator::ReadAhead {
     bool done = false;
     Result<std::shared_ptr<const LoadedShard>> result = Status::Ok();
   };
+
+  // Adds `shard` to the planned ones; false when it was already. Keeps the count of the
+  // region's shards that are planned.
+  bool MarkPlanned(uint32_t shard) {
+    if (!planned_.insert(shard).second) return false;
+    const size_t k = order_.RankOfShard(shard);
+    if (k >= region_lo_ && k < region_hi_) ++region_planned_;
+    return true;
+  }
+
+  // The planner computed the sample of every position only to learn its shard: as many order
+  // lookups as the consumer's own, on the consumer's thread. A region (the shuffle window of
+  // the position at the cursor, or its shard when unshuffled) is read only from the shards
+  // that overlap it in shard order, so once all of those are planned the rest of the region
+  // can plan nothing: the cursor jumps to the first of this slot's positions past it. Exact:
+  // the same shards are planned in the same order. True when it moved the cursor.
+  bool SkipPlannedRegion() {
+    const uint64_t p = positions_[cursor_];
+    if (p < region_begin_ || p >= region_end_) EnterRegion(p);
+    if (region_planned_ < region_shards_) return false;
+    // The first position index at or after the cursor whose position is past the region (the
+    // slot's positions increase with the index).
+    uint64_t lo = cursor_, hi = positions_.size();
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (positions_[mid] < region_end_) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    cursor_ = lo;
+    return true;
+  }
+
+  // The region of global position p, and how many of its (non-empty) shards are planned.
+  void EnterRegion(uint64_t p) {
+    if (order_.window() > 1) {
+      region_begin_ = order_.WindowStart(p);
+      region_end_ = std::min(region_begin_ + order_.window(), order_.size());
+    } else {
+      const size_t k = order_.RankOfShard(order_.At(p).shard);
+      region_begin_ = order_.ShardBegin(k);
+      region_end_ = order_.ShardEnd(k);
+    }
+    const size_t lo = order_.FirstShardEndingAfter(region_begin_);
+    region_lo_ = lo;
+    region_shards_ = 0;
+    region_planned_ = 0;
+    size_t k = lo;
+    for (; k < order_.num_shards() && order_.ShardBegin(k) < region_end_; ++k) {
+      if (order_.ShardEnd(k) == order_.ShardBegin(k)) continue;  // empty: no position reads it
+      ++region_shards_;
+      if (planned_.contains(order_.ShardAt(k))) ++region_planned_;
+    }
+    region_hi_ = k;
+  }
 
   void Resize() {
     if (fetch_s_ < 0 || consume_s_ < 0) return;
@@ -720,9 +787,15 @@ class SampleIterator::ReadAhead {
   std::deque<uint32_t> plan_;                    // planned, not started
   std::unordered_map<uint32_t, Entry> entries_;  // started, not yet taken
   std::unordered_set<uint32_t> planned_;         // every shard ever planned this epoch
+  // SkipPlannedRegion's region: global positions [begin, end), its shards' ranks in shard
+  // order [lo, hi) (empty ones included), and how many of its non-empty shards are planned.
+  uint64_t region_begin_ = 0, region_end_ = 0;
+  size_t region_lo_ = 0, region_hi_ = 0;
+  uint64_t region_shards_ = 0, region_planned_ = 0;
   uint32_t depth_;
   uint32_t window_floor_ = 0;  // SetWindowShards
   uint32_t urgent_ = UINT32_MAX;
+  uint64_t misses_ = 0;
   double fetch_s_ = -1;  // moving averages; -1: not measured yet
   double consume_s_ = -1;
   bool stop_ = false;
@@ -735,7 +808,14 @@ SampleIterator::SampleIterator(SampleIterator&&) noexcept = default;
 SampleIterator& SampleIterator::operator=(SampleIterator&&) noexcept = default;
 SampleIterator::~SampleIterator() = default;
 
-void SampleIterator::StopReadAhead() { ahead_.reset(); }
+void SampleIterator::StopReadAhead() {
+  if (ahead_ != nullptr) read_ahead_misses_ += ahead_->misses();
+  ahead_.reset();
+}
+
+uint64_t SampleIterator::read_ahead_misses() const {
+  return read_ahead_misses_ + (ahead_ != nullptr ? ahead_->misses() : 0);
+}
 
 Result<SampleIterator> SampleIterator::Create(ShardSource& source, const EpochOrder& order,
                                               const Slot& slot, uint64_t start,
@@ -774,15 +854,7 @@ const LoadedShard* SampleIterator::HeldShard(uint32_t shard) const {
 uint32_t SampleIterator::ShardsInWindow(uint64_t window_start) const {
   // Shards lie contiguously in shard order: the first that ends past the window's start, then
   // every one that begins before its end (counted up to a bound: the depth is capped anyway).
-  size_t lo = 0, hi = order_.num_shards();
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (order_.ShardEnd(mid) <= window_start) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
+  const size_t lo = order_.FirstShardEndingAfter(window_start);
   uint32_t n = 0;
   for (size_t k = lo;
        k < order_.num_shards() && n < 1024 && order_.ShardBegin(k) < window_start + order_.window();
@@ -850,7 +922,7 @@ Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read) {
 Result<bool> SampleIterator::NextSample(Sample& out) {
   if (next_ >= positions_.size()) {
     held_.clear();
-    ahead_.reset();  // nothing more to read: stop its threads
+    StopReadAhead();  // nothing more to read: stop its threads
     return false;
   }
   const uint64_t p = positions_[next_];

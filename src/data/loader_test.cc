@@ -280,6 +280,39 @@ TEST_P(LoaderTest, NextBatchGivesWhatNextGivesAndCountsEverySample) {
   }
 }
 
+// The read-ahead's planner skips the rest of a window (or, unshuffled, of a shard) once every
+// shard it overlaps is planned. Whatever it skips, each shard is still planned before the
+// consumer needs it: with room for a window's shards, the consumer never fetches one itself.
+TEST_P(LoaderTest, ReadAheadPlansEveryShardBeforeTheConsumerNeedsIt) {
+  auto source = Open();
+  for (const OrderOptions options :
+       {OrderOptions{.seed = 5, .shuffle = false}, OrderOptions{.seed = 5, .window = 7},
+        OrderOptions{.seed = 6, .window = 40}, OrderOptions{.seed = 7, .window = 1000}}) {
+    auto order = EpochOrder::Create(source->shard_samples(), options, 1);
+    ASSERT_TRUE(order.ok());
+    for (const Slot slot : {Slot{1, 0, 0, 0, 1}, Slot{3, 1, 0, 0, 4}, Slot{2, 0, 2, 1, 3}}) {
+      SCOPED_TRACE(testing::Message()
+                   << "window " << order->window() << ", world " << slot.world << " rank "
+                   << slot.rank << ", worker " << slot.worker << " of " << slot.workers);
+      auto positions = SlotPositions::Create(slot, 0, order->size());
+      ASSERT_TRUE(positions.ok());
+      std::vector<std::string> want;
+      for (uint64_t j = 0; j < positions->size(); ++j) {
+        want.push_back(KeyAt(order->At((*positions)[j])));
+      }
+      auto it = SampleIterator::Create(*source, *order, slot, 0, {.max_shards = 16});
+      ASSERT_TRUE(it.ok());
+      std::vector<std::string> got;
+      Sample s;
+      for (auto more = it->Next(s); more.ok() && *more; more = it->Next(s)) {
+        got.push_back(s.key);
+      }
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(it->read_ahead_misses(), 0u);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, LoaderTest,
                          testing::Values(DatasetFormat::kMds, DatasetFormat::kWebDataset),
                          [](const auto& info) {

@@ -190,6 +190,8 @@ class SampleIterator {
   uint64_t shards_read() const { return shards_read_; }  // fetches, over the iterator's life
   size_t shards_held() const { return held_.size(); }
   size_t max_shards_held() const { return max_held_; }
+  // Shards this iterator fetched itself because its read-ahead had not planned them yet.
+  uint64_t read_ahead_misses() const;
 
  private:
   class ReadAhead;
@@ -220,6 +222,7 @@ class SampleIterator {
   static constexpr size_t kRefRing = 4;  // > the prefetch's 3 steps ahead
   std::array<SampleRef, kRefRing> ref_ring_{};
   std::array<uint64_t, kRefRing> ref_ring_at_{};  // k + 1 of the ref in each slot; 0: none
+  uint64_t read_ahead_misses_ = 0;                // of read-aheads stopped before
   int64_t last_next_ns_ = 0;      // when Next last returned (0: not yet), for active time
   int64_t last_shard_ns_ = 0;     // when the consumer last reached a new shard
   double stall_since_shard_ = 0;  // stall seconds since then

@@ -25,6 +25,7 @@
 // Values are immutable after Create and safe to share between threads.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -97,6 +98,13 @@ class EpochOrder {
   uint64_t ShardEnd(size_t k) const { return prefix_[k + 1]; }
   // Where dataset shard s lies in this epoch's shard order.
   size_t RankOfShard(uint32_t shard) const { return rank_of_[shard]; }
+  // The first rank k whose shard ends past shard-order position q (num_shards() when none):
+  // shards lie contiguously in shard order, so those overlapping [q, r) are k and the ones
+  // after it that begin before r. O(log shards).
+  size_t FirstShardEndingAfter(uint64_t q) const {
+    return static_cast<size_t>(std::upper_bound(prefix_.begin() + 1, prefix_.end(), q) -
+                               (prefix_.begin() + 1));
+  }
   // The first shard-order position of the window holding global position p: the reader of p
   // needs no shard that ends at or before it.
   uint64_t WindowStart(uint64_t p) const { return p - p % window_; }
