@@ -92,6 +92,14 @@ TEST(GantrydFlags, AHeartbeatOrPortFileThatIsTheStateDatabaseIsAUsageError) {
     EXPECT_NE(r.err.find("is the state database's own file"), std::string::npos) << r.err;
     EXPECT_EQ(ReadFile(state), "the database") << flags;
   }
+  cli_test::CliRun r =
+      RunShell(std::string(GANTRYD_BIN) + " --cluster " +
+                   Quote(std::string(GANTRY_SOURCE_DIR) + "/data/clusters/tiny.yaml") +
+                   " --state " + Quote(state) + " --heartbeat " + Quote(tmp.sub("beat")) +
+                   " --port-file " + Quote(tmp.sub("link/beat")),
+               tmp.sub("err"), 10);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("name the same file"), std::string::npos) << r.err;
 }
 
 // A gantryd process, its stdout and stderr appended to `log`.

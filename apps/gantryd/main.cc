@@ -246,6 +246,11 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // One file for both would leave job_submit.lua a port number where it reads a heartbeat.
+  if (!heartbeat_file.empty() && !port_file.empty() &&
+      gantry::LocalPathWithin(heartbeat_file, port_file)) {
+    return Usage("--heartbeat and --port-file name the same file " + heartbeat_file);
+  }
   if (fail_open_after > 0 && heartbeat_file.empty()) {
     return Usage("--fail-open-after needs --heartbeat (where job_submit.lua reads it)");
   }
