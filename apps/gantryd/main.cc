@@ -18,7 +18,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,6 +67,7 @@ struct CheckedConfig {
   int64_t fail_open_after;
   std::string listen;
   const std::map<std::string, std::string>& team_tokens;  // token -> team
+  std::string operator_token_file;                        // empty: none
   std::vector<std::string> secret_files;                  // empty entries: not given
   std::vector<std::string> partitions;
   gantry::slurm::SlurmOptions slurm;
@@ -99,14 +99,10 @@ int CheckOnly(const CheckedConfig& c) {
       std::cerr << "gantryd --check: warning: " << s.message() << "\n";
     }
   }
-  std::set<std::string> teams;
-  for (const gantry::Team& t : c.cluster.teams()) teams.insert(t.name);
-  for (const auto& [token, team] : c.team_tokens) {
-    // A team the spec lacks has no jobs here: its token would see an empty queue forever.
-    if (!teams.contains(team)) {
-      std::cerr << "gantryd --check: warning: a token of team '" << team
-                << "', which the cluster spec does not name\n";
-    }
+  for (const std::string& team :
+       gantry::control::TokenTeamsNotInCluster(c.team_tokens, c.cluster)) {
+    std::cerr << "gantryd --check: warning: a token of team '" << team
+              << "', which the cluster spec does not name\n";
   }
   std::string partitions;
   for (const std::string& p : c.partitions) partitions += (partitions.empty() ? "" : " ") + p;
@@ -117,7 +113,8 @@ int CheckOnly(const CheckedConfig& c) {
             << "partitions  " << partitions << "\n"
             << "api         " << c.listen << ", " << c.team_tokens.size()
             << " team tokens, operator "
-            << (c.secret_files[1].empty() ? "token none" : "token from " + c.secret_files[1])
+            << (c.operator_token_file.empty() ? "token none"
+                                              : "token from " + c.operator_token_file)
             << "\n"
             << "fail-open   "
             << (c.heartbeat.empty() ? "off (no --heartbeat)"
@@ -236,14 +233,11 @@ int main(int argc, char** argv) {
   }
   gantry::Result<std::string> agent_token = gantry::AgentTokenFrom(agent_token_file);
   if (!agent_token.ok()) return Usage("--agent-token-file: " + agent_token.status().message());
-  // The heartbeat and the port file are replaced by renaming a new file onto them: named as the
-  // state database or one of SQLite's companions of it, they would replace the database.
-  for (const std::string* file : {&heartbeat_file, &port_file}) {
-    for (const char* companion : {"", "-wal", "-shm", "-journal"}) {
-      if (!file->empty() && gantry::LocalPathWithin(*file, state_path + companion)) {
-        return Usage(std::string(file == &port_file ? "--port-file " : "--heartbeat ") + *file +
-                     " is the state database's own file " + state_path + companion);
-      }
+  // Both are written by renaming a new file onto them.
+  for (const auto& [flag, file] :
+       {std::pair{"--heartbeat", &heartbeat_file}, std::pair{"--port-file", &port_file}}) {
+    if (gantry::Status s = gantry::control::CheckNotStateFile(state_path, *file, flag); !s.ok()) {
+      return Usage(s.message());
     }
   }
   // One file for both would leave job_submit.lua a port number where it reads a heartbeat.
@@ -301,6 +295,7 @@ int main(int argc, char** argv) {
          .fail_open_after = fail_open_after,
          .listen = listen,
          .team_tokens = api_options.team_tokens,
+         .operator_token_file = operator_token_file,
          .secret_files = {tokens_file, operator_token_file, agent_token_file},
          .partitions = partitions,
          .slurm = {slurm_conf, slurm_bin},

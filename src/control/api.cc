@@ -135,6 +135,16 @@ std::string JobViewJson(const JobView& job) { return JobJson(job).dump(); }
 std::string NodeViewJson(const NodeView& node) { return NodeJson(node).dump(); }
 std::string TeamViewJson(const TeamView& team) { return TeamJson(team).dump(); }
 
+std::vector<std::string> TokenTeamsNotInCluster(
+    const std::map<std::string, std::string>& team_tokens, const Cluster& cluster) {
+  std::set<std::string> named, unknown;
+  for (const Team& t : cluster.teams()) named.insert(t.name);
+  for (const auto& [token, team] : team_tokens) {
+    if (!named.contains(team)) unknown.insert(team);
+  }
+  return std::vector<std::string>(unknown.begin(), unknown.end());
+}
+
 Result<std::map<std::string, std::string>> ParseTeamTokens(const std::string& text,
                                                            const std::string& source) {
   std::map<std::string, std::string> out;

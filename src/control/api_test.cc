@@ -352,6 +352,16 @@ TEST(TeamTokens, ParsesLinesAndRefusesNonsense) {
   EXPECT_TRUE(ParseTeamTokens("", "f")->empty());
 }
 
+TEST(TeamTokens, TeamsTheClusterDoesNotNameAreListedOnce) {
+  Result<Cluster> cluster =
+      LoadCluster(std::string(GANTRY_SOURCE_DIR) + "/data/clusters/tiny.yaml");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();  // teams a and b
+  EXPECT_TRUE(TokenTeamsNotInCluster({{"t1", "a"}, {"t2", "b"}}, *cluster).empty());
+  EXPECT_EQ(TokenTeamsNotInCluster({{"t1", "a"}, {"t2", "zeta"}, {"t3", "nobody"}, {"t4", "zeta"}},
+                                   *cluster),
+            (std::vector<std::string>{"nobody", "zeta"}));
+}
+
 TEST_F(ApiTest, ASilentClientDoesNotBlockOthers) {
   // Clients that connect and send nothing hold a worker each until the read timeout; with
   // more of them than workers, others are still answered once those time out, and the server

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "gantry/common/paths.h"
+
 namespace gantry::control {
 
 namespace {
@@ -237,6 +239,17 @@ Result<JobRecord> RowToJob(const Stmt& s) {
 }
 
 }  // namespace
+
+Status CheckNotStateFile(const std::string& state_path, const std::string& other,
+                         const std::string& what) {
+  for (const char* companion : {"", "-wal", "-shm", "-journal"}) {
+    if (!other.empty() && LocalPathWithin(other, state_path + companion)) {
+      return InvalidArgument(what + " " + other + " is the state database's own file " +
+                             state_path + companion);
+    }
+  }
+  return Status::Ok();
+}
 
 const char* JobPhaseName(JobPhase p) {
   switch (p) {

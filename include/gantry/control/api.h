@@ -77,6 +77,11 @@ class ApiServer {
 Result<std::map<std::string, std::string>> ParseTeamTokens(const std::string& text,
                                                            const std::string& source);
 
+// The teams of `team_tokens` (token -> team) that `cluster` does not name, sorted: their
+// tokens would see an empty queue forever, as no job of theirs reaches the engine.
+std::vector<std::string> TokenTeamsNotInCluster(
+    const std::map<std::string, std::string>& team_tokens, const Cluster& cluster);
+
 // The JSON of one job as the API shows it (also what `gantry queue --json` will print).
 std::string JobViewJson(const JobView& job);
 // The JSON of one node (/v1/nodes, `gantry nodes --json`) and one team (/v1/usage, `gantry

@@ -104,6 +104,13 @@ struct StoreEvent {
   std::string detail;
 };
 
+// InvalidArgument naming `what` when `other` (links and ".." resolved) is one of the files
+// SQLite keeps for the state database at `state_path`: the database, or its -wal, -shm or
+// -journal. A daemon that writes another file there by renaming a new one onto it (a
+// heartbeat, a port file) would replace the database.
+Status CheckNotStateFile(const std::string& state_path, const std::string& other,
+                         const std::string& what);
+
 class StateStore {
  public:
   // Opens or creates the database at `path` (its directory must exist). FailedPrecondition when
