@@ -2,7 +2,8 @@
 """The reader alone, two builds against each other: samples/s of one shuffled epoch read in
 process through _gantry.DataReader.next_batch (batches of 64, every sample's bytes copied into
 one block, as StreamingDataset(batched=True) packs them for a DataLoader worker), for the same
-4 KiB samples packed as WebDataset shards and as MDS shards, the window over every shard.
+4 KiB samples packed as WebDataset shards and as MDS shards, the shuffle window over every
+shard unless --window says otherwise.
 
 Each timed run is a fresh child process that imports one build's _gantry (so the two builds
 never share a process, a page table or a heap), reads the epoch once untimed (checking that
@@ -11,10 +12,12 @@ builds alternate run by run (A B B A A B ...). Medians of --repeat runs per buil
 and their ratio.
 
   bench/reader_ab.py --gantry build/default/apps/gantry/gantry \\
-      --a BASE/build/default/python --b build/default/python [--repeat 6]
+      --a BASE/build/default/python --b build/default/python [--repeat 6] [--window 8000]
 
 --a and --b are folders holding a _gantry module (a default-preset build's python/ folder).
-Used for docs/performance.md, "2026-12-04, later: prefetch hints for the next samples' records".
+Used for docs/performance.md, "2026-12-04, later: prefetch hints for the next samples' records"
+and "2026-12-04, 15:33: the read-ahead's planner, and metrics once per batch" (--window 8000,
+the shuffle window of bench/data_loader.py's small set).
 """
 
 import argparse
@@ -33,9 +36,9 @@ import _gantry
 def epoch(check):
     source = _gantry.DataSource(spec["url"], map_files=True)
     n = sum(source.shard_samples)
-    reader = _gantry.DataReader(source, seed=1, shuffle=True, window=1 << 40, epoch=0, world=1,
-                                rank=0, workers=0, worker=0, batch=64, start=0, read_ahead=4,
-                                zero_copy=False)
+    reader = _gantry.DataReader(source, seed=1, shuffle=True, window=spec["window"], epoch=0,
+                                world=1, rank=0, workers=0, worker=0, batch=64, start=0,
+                                read_ahead=4, zero_copy=False)
     got = payload = 0
     t = time.perf_counter()
     try:
@@ -85,6 +88,8 @@ def main():
     ap.add_argument("--size", type=int, default=4096, help="bytes per sample")
     ap.add_argument("--repeat", type=int, default=6, help="runs per build and format")
     ap.add_argument("--passes", type=int, default=3, help="timed passes per run (best kept)")
+    ap.add_argument("--window", type=int, default=1 << 40,
+                    help="shuffle window in samples (default: over every shard)")
     ap.add_argument("--dir", default=None, help="where to write the data (default: temp)")
     args = ap.parse_args()
     for m in (args.a, args.b):
@@ -98,7 +103,7 @@ def main():
             for rep in range(args.repeat):
                 for which in ("ab" if rep % 2 == 0 else "ba"):
                     spec = {"module": os.path.abspath(getattr(args, which)), "url": url,
-                            "size": args.size, "passes": args.passes}
+                            "size": args.size, "passes": args.passes, "window": args.window}
                     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)],
                                          check=True, capture_output=True, text=True).stdout
                     runs[which].append(float(out.split()[-1]))
