@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The reader alone, two builds against each other: samples/s of one shuffled epoch read in
-process through _gantry.DataReader.next_batch (batches of 64, every sample's bytes copied into
-one block, as StreamingDataset(batched=True) packs them for a DataLoader worker), for the same
-4 KiB samples packed as WebDataset shards and as MDS shards, the shuffle window over every
-shard unless --window says otherwise.
+process through _gantry.DataReader.next_batch (batches of --batch, 64, every sample's bytes
+copied into one block, as StreamingDataset(batched=True) packs them for a DataLoader worker),
+for the same samples (--count of --size bytes, 4 KiB) packed as WebDataset shards (--per-shard
+samples each) and as MDS shards (--mds-shard-size), the shuffle window over every shard unless
+--window says otherwise.
 
 Each timed run is a fresh child process that imports one build's _gantry (so the two builds
 never share a process, a page table or a heap), reads the epoch once untimed (checking that
@@ -17,7 +18,9 @@ and their ratio.
 --a and --b are folders holding a _gantry module (a default-preset build's python/ folder).
 Used for docs/performance.md, "2026-12-04, later: prefetch hints for the next samples' records"
 and "2026-12-04, 15:33: the read-ahead's planner, and metrics once per batch" (--window 8000,
-the shuffle window of bench/data_loader.py's small set).
+the shuffle window of bench/data_loader.py's small set), and "2026-12-04, evening: packed
+blocks of large samples copied on two threads" (also the large set's shape: --count 2000
+--size 1048576 --per-shard 16 --mds-shard-size 17M --batch 4 --window 64).
 """
 
 import argparse
@@ -36,14 +39,15 @@ import _gantry
 def epoch(check):
     source = _gantry.DataSource(spec["url"], map_files=True)
     n = sum(source.shard_samples)
+    batch = spec["batch"]
     reader = _gantry.DataReader(source, seed=1, shuffle=True, window=spec["window"], epoch=0,
-                                world=1, rank=0, workers=0, worker=0, batch=64, start=0,
+                                world=1, rank=0, workers=0, worker=0, batch=batch, start=0,
                                 read_ahead=4, zero_copy=False)
     got = payload = 0
     t = time.perf_counter()
     try:
         while True:
-            _, keys, fields, (block, spans) = reader.next_batch(64, True)
+            _, keys, fields, (block, spans) = reader.next_batch(batch, True)
             got += len(keys)
             if check:  # the untimed pass: every sample's payload arrived whole
                 m, sp = len(keys), memoryview(spans).cast("q")
@@ -63,7 +67,7 @@ print(max(epoch(False) for _ in range(spec["passes"])))
 """
 
 
-def make_data(root, gantry, count, size):
+def make_data(root, gantry, count, size, per_shard, mds_shard):
     files = os.path.join(root, "files")
     os.makedirs(files)
     block = os.urandom(size + 4096)
@@ -71,7 +75,8 @@ def make_data(root, gantry, count, size):
         with open(os.path.join(files, f"s{i:07d}.bin"), "wb") as f:
             f.write(block[i % 4096:i % 4096 + size])
     urls = {}
-    for fmt, extra in (("wds", ["--samples-per-shard", "2000"]), ("mds", ["--shard-size", "9M"])):
+    for fmt, extra in (("wds", ["--samples-per-shard", str(per_shard)]),
+                       ("mds", ["--shard-size", mds_shard])):
         out = os.path.join(root, fmt)
         subprocess.run([gantry, "data", "pack", files, out, "--format", fmt] + extra,
                        check=True, stdout=subprocess.DEVNULL)
@@ -86,6 +91,10 @@ def main():
     ap.add_argument("--b", required=True, help="folder with the build measured against it")
     ap.add_argument("--count", type=int, default=160000, help="samples")
     ap.add_argument("--size", type=int, default=4096, help="bytes per sample")
+    ap.add_argument("--batch", type=int, default=64, help="samples per next_batch")
+    ap.add_argument("--per-shard", type=int, default=2000,
+                    help="samples per WebDataset shard")
+    ap.add_argument("--mds-shard-size", default="9M", help="MDS shards' size limit")
     ap.add_argument("--repeat", type=int, default=6, help="runs per build and format")
     ap.add_argument("--passes", type=int, default=3, help="timed passes per run (best kept)")
     ap.add_argument("--window", type=int, default=1 << 40,
@@ -96,14 +105,16 @@ def main():
         if not any(n.startswith("_gantry") for n in os.listdir(m)):
             ap.error(f"{m} holds no _gantry module")
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
-        urls = make_data(root, args.gantry, args.count, args.size)
+        urls = make_data(root, args.gantry, args.count, args.size, args.per_shard,
+                         args.mds_shard_size)
         results = {}
         for fmt, url in urls.items():
             runs = {"a": [], "b": []}
             for rep in range(args.repeat):
                 for which in ("ab" if rep % 2 == 0 else "ba"):
                     spec = {"module": os.path.abspath(getattr(args, which)), "url": url,
-                            "size": args.size, "passes": args.passes, "window": args.window}
+                            "size": args.size, "passes": args.passes, "window": args.window,
+                            "batch": args.batch}
                     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)],
                                          check=True, capture_output=True, text=True).stdout
                     runs[which].append(float(out.split()[-1]))

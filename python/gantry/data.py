@@ -657,7 +657,11 @@ class StreamingDataset(_Base):
     (batched, decode=False) makes every batch such a block, in process too: one copy of each
     sample into one buffer (SampleBatch.block, SampleBatch.spans), ready for
     torch.frombuffer and one host-to-device copy; packed=False never packs; None (the
-    default) packs only in DataLoader workers.
+    default) packs only in DataLoader workers. copy_threads: threads besides the reader's own
+    that share a packed block's copy once each would copy at least 1 MiB (a batch of large
+    samples: one core's copy does not use the machine's memory bandwidth); None (the default)
+    is one in the training process where it may run on two or more cores, and none in a
+    DataLoader worker, where the workers are the parallelism already; 0 turns it off.
 
     prefetch=N (read in the training process, num_workers=0): a background thread reads,
     decodes and transforms up to N batches (N x batch_size samples unbatched) ahead while the
@@ -675,7 +679,7 @@ class StreamingDataset(_Base):
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
                  read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False,
-                 share_fetches=True, prefetch=0, packed=None):
+                 share_fetches=True, prefetch=0, packed=None, copy_threads=None):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -712,6 +716,10 @@ class StreamingDataset(_Base):
         if self.packed and (not self.batched or decode):
             raise InvalidArgumentError("packed=True needs batched=True and decode=False: a "
                                        "packed batch holds its samples' undecoded bytes")
+        if copy_threads is not None and not 0 <= int(copy_threads) <= _gantry.MAX_COPY_THREADS:
+            raise InvalidArgumentError(f"copy_threads must be in [0, {_gantry.MAX_COPY_THREADS}] "
+                                       "(None: the default)")
+        self.copy_threads = None if copy_threads is None else int(copy_threads)
         if int(prefetch) < 0:
             raise InvalidArgumentError("prefetch must be at least 0")
         self.prefetch = int(prefetch)
@@ -797,7 +805,7 @@ class StreamingDataset(_Base):
             source, seed=self.seed, shuffle=self.shuffle, window=self.window, epoch=self._epoch,
             world=self.world_size, rank=self.rank, workers=workers, worker=worker,
             batch=self.batch_size, start=self._start, read_ahead=self.read_ahead,
-            zero_copy=self._zero_copy(info))
+            zero_copy=self._zero_copy(info), copy_threads=self._copy_threads(info))
         report = self._worker_reporter(info) if info is not None else None
         if self.batched:
             items = self._batches(reader, info, report)
@@ -957,6 +965,14 @@ class StreamingDataset(_Base):
         if self.zero_copy is None:
             return info is None
         return bool(self.zero_copy)
+
+    def _copy_threads(self, info):
+        """Helper threads of a packed block's copy: as copy_threads says, by default one in the
+        training process (-1: the reader starts it where two or more cores are usable) and none
+        in a DataLoader worker."""
+        if self.copy_threads is not None:
+            return self.copy_threads
+        return -1 if info is None else 0
 
     def _wds_counts(self):
         return self.shard_samples if self.format == "webdataset" else None

@@ -3,12 +3,15 @@ batches of the unbatched dataset (ranks, workers, batch sizes, decoding, resume)
 workers hand a batch's bytes over as one block, and a failed read inside a batch loses no
 sample."""
 
+import io
 import json
 import os
 import pickle
+import random
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import unittest
 
@@ -251,31 +254,87 @@ class NextBatchTest(TempDirTestCase):
         with self.assertRaises(ValueError):
             reader.next_batch(0)
 
-    def test_a_shard_cut_short_under_a_packed_batch_is_data_loss_not_zeros(self):
-        # In a child process, as test_data_zero_copy's cut-short test: the copy into the block
-        # is what touches the bytes past the cut.
-        write_bins(self.path("ds"), 2, 6, 20000)
+    def cut_short_under_a_packed_batch(self, size, cut, copy_threads):
+        """Shard 0 of 2 shards of 6 samples of `size` bytes, cut to `cut` bytes after its first
+        sample was read: what the next packed batch of 4 gives, read in a child process (the
+        copy into the block is what touches the bytes past the cut)."""
+        write_bins(self.path("ds"), 2, 6, size)
         script = textwrap.dedent("""
             import os, sys
             from gantry import _native
             g = _native.load()
-            folder = sys.argv[1]
+            folder, cut, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
             source = g.DataSource(folder)
-            reader = g.DataReader(source, shuffle=False, read_ahead=0)
+            reader = g.DataReader(source, shuffle=False, read_ahead=0, copy_threads=threads)
             reader.next_batch(1, True)  # maps shard 0
-            os.truncate(os.path.join(folder, "shard-000000.tar"), 25000)
+            os.truncate(os.path.join(folder, "shard-000000.tar"), cut)
             try:
                 _, keys, _, (block, _) = reader.next_batch(4, True)
-                print("delivered", keys, set(block[-20000:]))
+                print("delivered", keys, set(block[-1000:]))
             except g.DataLossError as e:
                 print("DataLossError:", e)
         """)
-        r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script, self.path("ds")],
+        r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script, self.path("ds"),
+                            str(cut), str(copy_threads)],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("DataLossError:", r.stdout)
-        self.assertIn("shard-000000.tar", r.stdout)
-        self.assertIn("cut short", r.stdout)
+        return r.stdout
+
+    def test_a_shard_cut_short_under_a_packed_batch_is_data_loss_not_zeros(self):
+        out = self.cut_short_under_a_packed_batch(20000, 25000, 0)
+        self.assertIn("DataLossError:", out)
+        self.assertIn("shard-000000.tar", out)
+        self.assertIn("cut short", out)
+
+    def test_a_large_block_copied_by_several_threads_holds_every_byte_in_place(self):
+        # Batches of 2-5 MiB: each thread's share is over 1 MiB, so the copy is split, and a
+        # share ends inside a sample. Random bytes, so a piece copied to the wrong offset shows.
+        rng = random.Random(7)
+        sizes = [1536 << 10, 700 << 10, 2100 << 10, 1 << 20, 3, 1900 << 10]
+        payloads = [rng.randbytes(n) for n in sizes]
+        os.makedirs(self.path("big"))
+        for s in range(2):
+            with tarfile.open(self.path("big", f"shard-{s:06d}.tar"), "w") as tar:
+                for i in range(3):
+                    n = 3 * s + i
+                    members = [("bin", payloads[n])] + ([("txt", b"t%d" % n)] if n % 2 else [])
+                    for ext, payload in members:
+                        info = tarfile.TarInfo(f"k{n}.{ext}")
+                        info.size = len(payload)
+                        tar.addfile(info, io.BytesIO(payload))
+        source = _gantry.DataSource(self.path("big"))
+        got = {}
+        for threads in (0, 1, 3):
+            reader = _gantry.DataReader(source, shuffle=False, copy_threads=threads)
+            got[threads] = [reader.next_batch(3, True) for _ in range(2)]
+        for batch in got[0]:
+            positions, _, fields, (block, spans) = batch
+            spans = list(memoryview(spans).cast("q"))
+            self.assertEqual([f[0] for f in fields], ["bin", "txt"])
+            for i, n in enumerate(positions):
+                self.assertEqual(block[spans[2 * i]:spans[2 * i + 1]], payloads[n])
+                t = 2 * (len(positions) + i)
+                self.assertEqual(block[spans[t]:spans[t + 1]] if spans[t] >= 0 else None,
+                                 b"t%d" % n if n % 2 else None)
+        self.assertEqual(got[1], got[0])
+        self.assertEqual(got[3], got[0])
+        batches = list(StreamingDataset(self.path("big"), decode=False, batched=True,
+                                        packed=True, batch_size=3, shuffle=False,
+                                        copy_threads=2))
+        self.assertEqual([b.block for b in batches], [g[3][0] for g in got[0]])
+        for bad in (-1, _gantry.MAX_COPY_THREADS + 1):
+            with self.assertRaises(InvalidArgumentError):
+                StreamingDataset(self.path("big"), copy_threads=bad)
+        with self.assertRaises(ValueError):
+            _gantry.DataReader(source, copy_threads=_gantry.MAX_COPY_THREADS + 1)
+
+    def test_a_shard_cut_short_under_a_copy_split_between_threads_is_data_loss(self):
+        # Samples 1-4 of shard 0, 1 MiB each, make a 4 MiB block copied in two shares: the
+        # caller's is samples 1 and 2, the helper's 3 and 4. The cut is at the first page
+        # boundary inside sample 3, so only the helper's copy takes the SIGBUS.
+        out = self.cut_short_under_a_packed_batch(1 << 20, 769 * 4096, 1)
+        self.assertIn("DataLossError:", out)
+        self.assertIn("shard-000000.tar", out)
 
     def test_a_huge_batch_takes_what_is_left_without_allocating_for_it(self):
         write_bins(self.path("bins"), 2, 3, 5)

@@ -1,0 +1,97 @@
+#include "gantry/common/parallel_copy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gantry {
+namespace {
+
+// Pieces of random sizes (some empty) from a random source into a destination with a gap
+// after each piece; returns the destination as it must be after the copy.
+struct Job {
+  std::string from;
+  std::string to;
+  std::string want;
+  std::vector<CopyPiece> pieces;
+};
+
+Job MakeJob(uint32_t seed, int count, size_t max_piece) {
+  std::mt19937_64 rng(seed);
+  Job j;
+  std::vector<std::pair<size_t, size_t>> at;  // (source offset, size)
+  size_t from_size = 0, to_size = 0;
+  for (int i = 0; i < count; ++i) {
+    const size_t size = (i % 5 == 3) ? 0 : rng() % (max_piece + 1);
+    at.emplace_back(from_size, size);
+    from_size += size + rng() % 7;
+  }
+  j.from.resize(from_size);
+  for (char& c : j.from) c = static_cast<char>(rng());
+  std::vector<size_t> to_at;
+  for (const auto& [offset, size] : at) {
+    to_at.push_back(to_size);
+    to_size += size + 3;  // the gap must stay untouched
+  }
+  j.to.assign(to_size, '\x5a');
+  j.want = j.to;
+  for (size_t i = 0; i < at.size(); ++i) {
+    j.want.replace(to_at[i], at[i].second, j.from, at[i].first, at[i].second);
+    j.pieces.push_back({j.to.data() + to_at[i], j.from.data() + at[i].first, at[i].second});
+  }
+  return j;
+}
+
+TEST(ParallelCopy, CopiesEveryPieceExactlyWithAnyNumberOfHelpers) {
+  for (int helpers : {0, 1, 3}) {
+    for (size_t min_share : {size_t{1}, size_t{64}, size_t{4096}, size_t{1} << 30}) {
+      for (uint32_t seed = 1; seed <= 5; ++seed) {
+        Job j = MakeJob(seed, 1 + static_cast<int>(seed) * 7, 20000);
+        ParallelCopy copy(helpers);
+        copy.Run(j.pieces, min_share);
+        ASSERT_EQ(j.to, j.want) << "helpers " << helpers << " min_share " << min_share << " seed "
+                                << seed;
+      }
+    }
+  }
+}
+
+TEST(ParallelCopy, SplitsOnePieceLargerThanEveryShare) {
+  // One large sample, the shape of a batch of one: its bytes are split, not given to one thread.
+  Job j = MakeJob(9, 1, 0);
+  j.from.assign(3 << 20, '\0');
+  for (size_t i = 0; i < j.from.size(); ++i) j.from[i] = static_cast<char>(i * 131 + 7);
+  j.to.assign(j.from.size(), '\0');
+  j.pieces = {{j.to.data(), j.from.data(), j.from.size()}};
+  ParallelCopy copy(3);
+  copy.Run(j.pieces, 1 << 18);
+  EXPECT_EQ(j.to, j.from);
+}
+
+TEST(ParallelCopy, NothingToCopyAndRepeatedJobs) {
+  ParallelCopy copy(2);
+  copy.Run({}, 1);
+  std::vector<CopyPiece> empty = {{nullptr, nullptr, 0}, {nullptr, nullptr, 0}};
+  copy.Run(empty, 1);
+  for (uint32_t seed = 1; seed <= 50; ++seed) {  // the helpers are reused job after job
+    Job j = MakeJob(seed, 40, 3000);
+    copy.Run(j.pieces, 256);
+    ASSERT_EQ(j.to, j.want) << seed;
+  }
+}
+
+TEST(ParallelCopy, NegativeHelpersMeansNone) {
+  ParallelCopy copy(-3);
+  EXPECT_EQ(copy.helpers(), 0);
+  Job j = MakeJob(4, 20, 1000);
+  copy.Run(j.pieces, 1);
+  EXPECT_EQ(j.to, j.want);
+  EXPECT_GE(ParallelCopy::DefaultHelpers(), 0);
+  EXPECT_LE(ParallelCopy::DefaultHelpers(), 1);
+}
+
+}  // namespace
+}  // namespace gantry
