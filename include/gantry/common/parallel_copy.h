@@ -2,7 +2,7 @@
 // the calling thread and a few helper threads, pieces cut where a share ends.
 //
 // One core's memcpy does not saturate a machine's memory bandwidth: on the 2-vCPU VM of
-// docs/performance.md one thread copies 9-10 GB/s, two 17-19 GB/s. A data loader that packs a
+// docs/performance.md one thread copies 9-11 GB/s, two 16-19 GB/s. A data loader that packs a
 // batch of large samples into one block spends most of its time in that copy, so splitting it
 // is worth a helper's wake-up (tens of microseconds on a busy machine) once a share is large;
 // below `min_share` bytes per thread the caller copies alone.
