@@ -138,16 +138,21 @@ class PyReader {
     // Never more slots than samples are left: a huge n (batch_size=10**9) must not allocate.
     n = std::min<uint64_t>(n, pending_ + it_.remaining());
     if (batch_.size() < n) batch_.resize(n);
-    Status failed = [&] {
-      py::gil_scoped_release release;  // may fetch shards
-      uint64_t read = 0;
-      Status s =
-          it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_), &read);
-      pending_ += read;
-      return s;
-    }();
-    if (!failed.ok()) ckpt::ThrowStatus(failed);
-    const uint64_t count = pending_;
+    if (pending_ < n) {
+      Status failed = [&] {
+        py::gil_scoped_release release;  // may fetch shards
+        uint64_t read = 0;
+        Status s =
+            it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_), &read);
+        pending_ += read;
+        return s;
+      }();
+      if (!failed.ok()) ckpt::ThrowStatus(failed);
+    }
+    // A call for fewer samples than a failed call left pending takes the first of them; the
+    // rest wait for the next call, in order.
+    const uint64_t count = std::min(pending_, n);
+    const uint64_t left = pending_ - count;
     pending_ = 0;
     if (count == 0) throw py::stop_iteration();
     data::ShardBytes::EnsureGuard();
@@ -240,7 +245,7 @@ class PyReader {
       for (uint64_t i = 0; i < count; ++i) {
         if (batch_[i].shard->bytes()->damaged()) {
           const std::string name = source_->ShardName(batch_[i].ref.shard);
-          for (uint64_t k = 0; k < count; ++k) batch_[k].shard.reset();
+          Release(count, left);
           ckpt::ThrowStatus(DataLoss("shard '" + name +
                                      "': its file was cut short while mapped, under this batch"));
         }
@@ -248,8 +253,7 @@ class PyReader {
       columns = py::make_tuple(block, py::bytes(reinterpret_cast<const char*>(spans.data()),
                                                 spans.size() * sizeof(int64_t)));
     }
-    // The samples keep their shards alive only until the next batch reuses their slots.
-    for (uint64_t i = 0; i < count; ++i) batch_[i].shard.reset();
+    Release(count, left);
     return py::make_tuple(positions, keys, fields, columns);
   }
 
@@ -260,6 +264,14 @@ class PyReader {
         sample.key.data(), static_cast<Py_ssize_t>(sample.key.size()), "surrogateescape");
     if (key == nullptr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(key);
+  }
+
+  // The first `count` samples of batch_ are out: they keep their shards alive only until the
+  // next batch reuses their slots. The `left` after them move to the front, pending.
+  void Release(uint64_t count, uint64_t left) {
+    for (uint64_t i = 0; i < count; ++i) batch_[i].shard.reset();
+    for (uint64_t i = 0; i < left; ++i) batch_[i] = std::move(batch_[count + i]);
+    pending_ = left;
   }
 
   // A field of `sample` as Python sees it: with zero_copy a slice of its shard's memoryview

@@ -243,6 +243,24 @@ class NextBatchTest(TempDirTestCase):
         with self.assertRaises(StopIteration):
             reader.next_batch(6)
 
+    def test_a_smaller_batch_after_a_failed_one_takes_the_samples_it_left(self):
+        # The failed call left 4 samples pending; a retry asking for 2 crashed the process
+        # (it read into a negative count of slots) before the fix.
+        write_bins(self.path("bins"), 3, 4, 16)
+        source = _gantry.DataSource(self.path("bins"), wds_shard_samples=[4, 4, 4])
+        reader = _gantry.DataReader(source, shuffle=False, read_ahead=0, zero_copy=False)
+        shutil.move(self.path("bins", "shard-000001.tar"), self.path("away.tar"))
+        with self.assertRaises(NotFoundError):
+            reader.next_batch(6)  # samples 0-3 read, then shard 1 is missing
+        self.assertEqual(reader.next_batch(2)[0], [0, 1])  # no shard needed: no error
+        positions, keys, _, (block, _) = reader.next_batch(1, True)
+        self.assertEqual((positions, keys, block), ([2], ["k2"], expected(2, 16)))
+        with self.assertRaises(NotFoundError):
+            reader.next_batch(3)  # sample 3, then shard 1 again
+        shutil.move(self.path("away.tar"), self.path("bins", "shard-000001.tar"))
+        self.assertEqual(reader.next_batch(3)[0], [3, 4, 5])
+        self.assertEqual(reader.next_batch(100)[0], list(range(6, 12)))
+
     def test_packed_columns_are_spans_of_one_block(self):
         write_bins(self.path("bins"), 1, 3, 5)
         source = _gantry.DataSource(self.path("bins"))
