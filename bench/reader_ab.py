@@ -10,7 +10,9 @@ Each timed run is a fresh child process that imports one build's _gantry (so the
 never share a process, a page table or a heap), reads the epoch once untimed (checking that
 every sample's payload arrived whole), then reports the best of --passes timed passes; the
 builds alternate run by run (A B B A A B ...). Medians of --repeat runs per build and format,
-and their ratio.
+and their ratio; beside them the CPU time of the whole process (the reader's thread and its
+read-ahead's) per sample over the best pass, from the reader's creation to its end (the
+dataset's opening excluded): what a change off the reader's own thread saves.
 
   bench/reader_ab.py --gantry build/default/apps/gantry/gantry \\
       --a BASE/build/default/python --b build/default/python [--repeat 6] [--window 8000]
@@ -32,7 +34,7 @@ import sys
 import tempfile
 
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 spec = json.loads(sys.argv[1])
 sys.path.insert(0, spec["module"])
 import _gantry
@@ -40,6 +42,7 @@ def epoch(check):
     source = _gantry.DataSource(spec["url"], map_files=True)
     n = sum(source.shard_samples)
     batch = spec["batch"]
+    cpu = os.times()
     reader = _gantry.DataReader(source, seed=1, shuffle=True, window=spec["window"], epoch=0,
                                 world=1, rank=0, workers=0, worker=0, batch=batch, start=0,
                                 read_ahead=4, zero_copy=False)
@@ -58,12 +61,15 @@ def epoch(check):
     except StopIteration:
         pass
     dt = time.perf_counter() - t
+    del reader  # its read-ahead's threads joined: their CPU time is counted
+    end = os.times()
+    cpu = end.user + end.system - cpu.user - cpu.system
     if got != n or (check and payload != n * spec["size"]):
         raise SystemExit(f"read {got} samples, {payload} payload bytes; want {n}, "
                          f"{n * spec['size']}")
-    return n / dt
+    return n / dt, cpu / n * 1e6
 epoch(True)
-print(max(epoch(False) for _ in range(spec["passes"])))
+print(*max(epoch(False) for _ in range(spec["passes"])))
 """
 
 
@@ -110,6 +116,7 @@ def main():
         results = {}
         for fmt, url in urls.items():
             runs = {"a": [], "b": []}
+            cpu = {"a": [], "b": []}
             for rep in range(args.repeat):
                 for which in ("ab" if rep % 2 == 0 else "ba"):
                     spec = {"module": os.path.abspath(getattr(args, which)), "url": url,
@@ -117,12 +124,17 @@ def main():
                             "batch": args.batch}
                     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)],
                                          check=True, capture_output=True, text=True).stdout
-                    runs[which].append(float(out.split()[-1]))
+                    rate, us = out.split()[-2:]
+                    runs[which].append(float(rate))
+                    cpu[which].append(float(us))
             a, b = statistics.median(runs["a"]), statistics.median(runs["b"])
-            results[fmt] = {"a": runs["a"], "b": runs["b"], "ratio": b / a}
+            ca, cb = statistics.median(cpu["a"]), statistics.median(cpu["b"])
+            results[fmt] = {"a": runs["a"], "b": runs["b"], "ratio": b / a,
+                            "cpu_us_per_sample_a": cpu["a"], "cpu_us_per_sample_b": cpu["b"]}
             print(f"{fmt}: a {a:,.0f} samples/s, b {b:,.0f}, b / a {b / a:.2f}  "
                   f"(a: {', '.join(f'{x:,.0f}' for x in runs['a'])}; "
-                  f"b: {', '.join(f'{x:,.0f}' for x in runs['b'])})", flush=True)
+                  f"b: {', '.join(f'{x:,.0f}' for x in runs['b'])}); CPU per sample, all "
+                  f"threads: a {ca:.3f} us, b {cb:.3f} us, b / a {cb / ca:.2f}", flush=True)
         print(json.dumps(results))
 
 
