@@ -3,14 +3,19 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
-#include <future>
-#include <vector>
+#include <memory>
 
 #include "gantry/common/thread_pool.h"
 
 namespace gantry {
 namespace {
+
+// The job's bytes are taken in units of this size, by whichever thread is free: a helper that
+// is late to wake (a busy or oversubscribed machine) leaves its share to the caller instead of
+// making it wait, and the caller waits at most for the units helpers are copying.
+constexpr size_t kUnit = size_t{256} << 10;
 
 // Copies the bytes [begin, end) of the pieces laid end to end.
 void CopyRange(std::span<const CopyPiece> pieces, size_t begin, size_t end) {
@@ -23,6 +28,22 @@ void CopyRange(std::span<const CopyPiece> pieces, size_t begin, size_t end) {
     if (at >= end) return;
   }
 }
+
+struct Job {
+  std::span<const CopyPiece> pieces;
+  size_t total = 0;
+  size_t units = 0;
+  std::atomic<size_t> next{0};  // the next unit to take
+  std::atomic<size_t> done{0};  // units copied
+
+  // Takes and copies units until none is left.
+  void Work() {
+    for (size_t u = next.fetch_add(1); u < units; u = next.fetch_add(1)) {
+      CopyRange(pieces, u * kUnit, std::min(total, (u + 1) * kUnit));
+      if (done.fetch_add(1) + 1 == units) done.notify_one();
+    }
+  }
+};
 
 }  // namespace
 
@@ -43,19 +64,16 @@ void ParallelCopy::Run(std::span<const CopyPiece> pieces, size_t min_share) cons
     }
     return;
   }
-  // Shares end on 64-byte boundaries of the concatenation, so two threads never write one
-  // cache line (where pieces are laid out contiguously, as a packed block's are).
-  auto bound = [&](size_t k) {
-    return k == shares ? total : std::min(total, (total * k / shares + 63) / 64 * 64);
-  };
-  std::vector<std::future<void>> running;
-  running.reserve(shares - 1);
-  for (size_t k = 1; k < shares; ++k) {
-    running.push_back(
-        pool_->Submit([pieces, b = bound(k), e = bound(k + 1)] { CopyRange(pieces, b, e); }));
-  }
-  CopyRange(pieces, 0, bound(1));
-  for (std::future<void>& f : running) f.get();
+  // Shared with the helpers, which may start after the caller has taken every unit: they then
+  // find none left and touch nothing else (the pieces may be gone by then).
+  auto job = std::make_shared<Job>();
+  job->pieces = pieces;
+  job->total = total;
+  job->units = (total + kUnit - 1) / kUnit;
+  for (size_t k = 1; k < shares; ++k) pool_->Submit([job] { job->Work(); });
+  job->Work();
+  // Every unit is taken; wait for those a helper is still copying.
+  for (size_t d = job->done.load(); d < job->units; d = job->done.load()) job->done.wait(d);
 }
 
 int ParallelCopy::DefaultHelpers() {

@@ -1,5 +1,6 @@
-// ParallelCopy: many (to, from, size) pieces copied as one job, its bytes split evenly between
-// the calling thread and a few helper threads, pieces cut where a share ends.
+// ParallelCopy: many (to, from, size) pieces copied as one job by the calling thread and a few
+// helper threads, its bytes taken in 256 KiB units by whichever thread is free (pieces cut
+// where a unit ends), so a helper that wakes late costs the caller nothing but its help.
 //
 // One core's memcpy does not saturate a machine's memory bandwidth: on the 2-vCPU VM of
 // docs/performance.md one thread copies 9-11 GB/s, two 16-19 GB/s. A data loader that packs a
@@ -37,8 +38,9 @@ class ParallelCopy {
 
   int helpers() const { return helpers_; }
 
-  // Copies every piece; uses min(helpers, total / min_share - 1) helpers. Pieces must not
-  // overlap one another's destinations.
+  // Copies every piece; asks min(helpers, total / min_share - 1) helpers, and returns when
+  // every byte is copied (a helper may still be waking then, with nothing left to do). Pieces
+  // must not overlap one another's destinations.
   void Run(std::span<const CopyPiece> pieces, size_t min_share) const;
 
   // Threads a loader's copy is worth splitting over here: one helper where the process may run
