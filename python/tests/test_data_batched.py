@@ -225,13 +225,19 @@ class BatchedTest(WdsTestCase):
 
 
 class NextBatchTest(TempDirTestCase):
-    def test_a_shard_missing_mid_batch_loses_no_sample(self):
+    def failed_mid_batch(self):
+        """A reader of 3 shards of 4 samples whose next_batch(6) failed after samples 0-3, at
+        shard 1, which is missing (in away.tar) until the test puts it back."""
         write_bins(self.path("bins"), 3, 4, 16)
         source = _gantry.DataSource(self.path("bins"), wds_shard_samples=[4, 4, 4])
         reader = _gantry.DataReader(source, shuffle=False, read_ahead=0, zero_copy=False)
         shutil.move(self.path("bins", "shard-000001.tar"), self.path("away.tar"))
         with self.assertRaises(NotFoundError):
             reader.next_batch(6)  # samples 0-3 read, then shard 1 is missing
+        return reader
+
+    def test_a_shard_missing_mid_batch_loses_no_sample(self):
+        reader = self.failed_mid_batch()
         shutil.move(self.path("away.tar"), self.path("bins", "shard-000001.tar"))
         positions, keys, fields, columns = reader.next_batch(6)
         self.assertEqual(positions, [0, 1, 2, 3, 4, 5])
@@ -246,12 +252,7 @@ class NextBatchTest(TempDirTestCase):
     def test_a_smaller_batch_after_a_failed_one_takes_the_samples_it_left(self):
         # The failed call left 4 samples pending; a retry asking for 2 crashed the process
         # (it read into a negative count of slots) before the fix.
-        write_bins(self.path("bins"), 3, 4, 16)
-        source = _gantry.DataSource(self.path("bins"), wds_shard_samples=[4, 4, 4])
-        reader = _gantry.DataReader(source, shuffle=False, read_ahead=0, zero_copy=False)
-        shutil.move(self.path("bins", "shard-000001.tar"), self.path("away.tar"))
-        with self.assertRaises(NotFoundError):
-            reader.next_batch(6)  # samples 0-3 read, then shard 1 is missing
+        reader = self.failed_mid_batch()
         self.assertEqual(reader.next_batch(2)[0], [0, 1])  # no shard needed: no error
         positions, keys, _, (block, _) = reader.next_batch(1, True)
         self.assertEqual((positions, keys, block), ([2], ["k2"], expected(2, 16)))
