@@ -1,9 +1,10 @@
 # gantry_module(NAME DEPS ...): builds src/NAME/*.cc (minus tests, benchmarks, fuzzers) into the
 # library gantry_NAME, and src/NAME/*_test.cc into the test binary gantry_NAME_test.
 
-# Modules that run thread pools and servers: their tests carry the ctest label `threaded`, which
+# Modules that run thread pools and servers (common: the pool itself, the parallel copy and the
+# metrics registry): their tests carry the ctest label `threaded`, which
 # the `tsan` preset (ThreadSanitizer) runs.
-set(GANTRY_THREADED_MODULES storage cache ckpt agent data control)
+set(GANTRY_THREADED_MODULES common storage cache ckpt agent data control)
 
 function(gantry_module name)
   cmake_parse_arguments(M "" "" "DEPS" ${ARGN})
