@@ -49,6 +49,7 @@ except ImportError:  # usable without torch, as a plain iterable
 DataLossError = _gantry.DataLossError
 NotFoundError = _gantry.NotFoundError
 InvalidArgumentError = _gantry.InvalidArgumentError
+EngineError = _gantry.EngineError
 
 __all__ = ["StreamingDataset", "SampleBatch", "prefetch", "Prefetcher", "widen_worker_pipe",
            "decode_field", "DataLossError", "NotFoundError", "InvalidArgumentError"]
@@ -375,6 +376,7 @@ class Prefetcher:
     """
 
     def __init__(self, source, depth=4, chunk=1):
+        _after_fork_register()
         if int(depth) < 1:
             raise InvalidArgumentError("prefetch depth must be at least 1")
         if int(chunk) < 1:
@@ -390,6 +392,7 @@ class Prefetcher:
                                         name="gantry-prefetch", daemon=True)
         self._thread.start()
         weakref.finalize(self, self._queue.stop)
+        _live_prefetchers.add(self)
 
     def __iter__(self):
         return self
@@ -437,6 +440,37 @@ class Prefetcher:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _ForkedAway:
+    """What a Prefetcher made before a fork iterates in the child: its thread was not forked
+    with it, so its queue would never fill and next() would wait forever; it raises instead."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise EngineError("this prefetch() was started before the process forked; its thread "
+                          "exists only in the parent: iterate a new one in this process")
+
+
+_live_prefetchers = weakref.WeakSet()
+_fork_hook = []
+
+
+def _after_fork_register():
+    """Once per process: in a forked child, every Prefetcher made before the fork raises
+    instead of waiting for a thread the child does not have (the check costs next() nothing)."""
+    if _fork_hook:
+        return
+    _fork_hook.append(True)
+
+    def forked():
+        for p in list(_live_prefetchers):
+            p._current = _ForkedAway()
+        _live_prefetchers.clear()
+
+    os.register_at_fork(after_in_child=forked)
 
 
 def prefetch(iterable, depth=4):

@@ -16,7 +16,10 @@
 // every view of a shard slices one ShardBuffer that holds the shard (its mapping and cache pin)
 // alive for as long as any view of it exists, so views outlive the reader and the source
 // safely. Without it, each field's bytes are copied into a Python bytes object.
-// Objects are for one thread; a DataLoader worker opens its own (they are not picklable).
+// Objects are for one thread; a DataLoader worker opens its own (they are not picklable). A
+// reader refuses a second thread's call while one is in progress, and any call in a child forked
+// after it was made (its read-ahead and copy threads exist only in the parent): EngineError.
+#include <pthread.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -82,12 +85,26 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
   return PySource{std::shared_ptr<ShardSource>(Unwrap(std::move(opened))), url};
 }
 
+// Forks of this process so far, as this process sees it: a child's count is its parent's plus
+// one. Cheaper than getpid() (a system call) on every batch.
+uint64_t g_forks = 0;
+
+uint64_t ForksSoFar() {
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { ++g_forks; });
+    return true;
+  }();
+  (void)registered;
+  return g_forks;
+}
+
 class PyReader {
  public:
   PyReader(const PySource& source, const OrderOptions& options, uint64_t epoch,
            const data::Slot& slot, uint64_t start, uint32_t read_ahead, bool zero_copy,
            int copy_threads)
-      : zero_copy_(zero_copy),
+      : made_after_fork_(ForksSoFar()),
+        zero_copy_(zero_copy),
         copy_threads_(copy_threads < 0 ? ParallelCopy::DefaultHelpers() : copy_threads),
         source_(source.source),
         order_(Unwrap(EpochOrder::Create(source_->shard_samples(), options, epoch))),
@@ -103,9 +120,12 @@ class PyReader {
 
   uint64_t remaining() const { return it_.remaining(); }
   uint64_t shards_read() const { return it_.shards_read(); }
+  // False in a child forked after the reader was made.
+  bool made_here() const { return made_after_fork_ == ForksSoFar(); }
 
   // (position, key, [(name, encoding, bytes)]); StopIteration at the end.
   py::tuple Next() {
+    const Call call(*this);
     Result<bool> more = [&] {
       py::gil_scoped_release release;  // may fetch a shard
       return it_.Next(sample_);
@@ -134,6 +154,7 @@ class PyReader {
   // StopIteration when nothing is left; an error (a damaged shard) keeps the samples already
   // read for the next call, so no sample is skipped.
   py::tuple NextBatch(uint64_t n, bool packed) {
+    const Call call(*this);
     if (n == 0) throw py::value_error("a batch needs at least one sample");
     // Never more slots than samples are left: a huge n (batch_size=10**9) must not allocate.
     n = std::min<uint64_t>(n, pending_ + it_.remaining());
@@ -258,6 +279,34 @@ class PyReader {
   }
 
  private:
+  // A call that reads, from entry to return. The reader's buffers and iterator are one thread's,
+  // and each call releases the GIL while it reads, so a second thread could enter meanwhile: it
+  // is refused rather than left to corrupt them. So is a call in a forked child, which would
+  // wait forever for read-ahead threads that were not forked with it. busy_ is read and set
+  // with the GIL held, which orders it between threads.
+  class Call {
+   public:
+    explicit Call(PyReader& r) : r_(r) {
+      if (!r.made_here()) {
+        ckpt::ThrowStatus(FailedPrecondition(
+            "this DataReader was made before the process forked; its read-ahead threads exist "
+            "only in the parent: make a new reader in this process"));
+      }
+      if (r.busy_) {
+        ckpt::ThrowStatus(FailedPrecondition(
+            "this DataReader is reading on another thread: a reader is for one thread at a "
+            "time (make one per thread)"));
+      }
+      r.busy_ = true;
+    }
+    ~Call() { r_.busy_ = false; }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    PyReader& r_;
+  };
+
   // Keys may not be UTF-8 (tar member names are bytes): decoded with surrogateescape.
   static py::object Key(const data::Sample& sample) {
     PyObject* key = PyUnicode_DecodeUTF8(
@@ -296,6 +345,8 @@ class PyReader {
   // least this much (docs/performance.md: below it a helper's wake-up costs more than it saves).
   static constexpr size_t kMinCopyShare = size_t{1} << 20;
 
+  const uint64_t made_after_fork_;  // ForksSoFar() when made
+  bool busy_ = false;               // a Call is in progress
   const bool zero_copy_;
   const int copy_threads_;              // helpers of a packed block's copy
   std::unique_ptr<ParallelCopy> copy_;  // started at the first block large enough
@@ -309,6 +360,17 @@ class PyReader {
   std::shared_ptr<const data::LoadedShard> view_shard_;  // the shard view_ is of
   py::object view_;
 };
+
+// DataReader's deleter: a reader made before a fork is not destroyed in the child, as its
+// destructor would join read-ahead and copy threads that exist only in the parent (and could
+// take locks one of them held at the fork). In the child it is memory the child's copy of the
+// parent left behind: leaked.
+struct DeleteUnlessForked {
+  void operator()(PyReader* reader) const {
+    if (reader->made_here()) delete reader;
+  }
+};
+using ReaderHolder = std::unique_ptr<PyReader, DeleteUnlessForked>;
 
 }  // namespace
 
@@ -345,8 +407,8 @@ void DefineDataModule(py::module_& m) {
         return s.source->ShardName(i);
       });
 
-  py::class_<PyReader>(m, "DataReader",
-                       "One reader's samples of one epoch, in the global order (docs/data.md)")
+  py::class_<PyReader, ReaderHolder>(
+      m, "DataReader", "One reader's samples of one epoch, in the global order (docs/data.md)")
       .def(py::init([](const PySource& source, uint64_t seed, bool shuffle, uint64_t window,
                        uint64_t epoch, uint32_t world, uint32_t rank, uint32_t workers,
                        uint32_t worker, uint64_t batch, uint64_t start, uint32_t read_ahead,
@@ -354,9 +416,9 @@ void DefineDataModule(py::module_& m) {
              if (copy_threads > kMaxCopyThreads) {
                throw py::value_error("copy_threads: at most " + std::to_string(kMaxCopyThreads));
              }
-             return std::make_unique<PyReader>(source, OrderOptions{seed, shuffle, window}, epoch,
-                                               data::Slot{world, rank, workers, worker, batch},
-                                               start, read_ahead, zero_copy, copy_threads);
+             return ReaderHolder(new PyReader(source, OrderOptions{seed, shuffle, window}, epoch,
+                                              data::Slot{world, rank, workers, worker, batch},
+                                              start, read_ahead, zero_copy, copy_threads));
            }),
            py::arg("source"), py::kw_only(), py::arg("seed") = 0, py::arg("shuffle") = true,
            py::arg("window") = uint64_t{1} << 18, py::arg("epoch") = 0, py::arg("world") = 1,

@@ -13,12 +13,13 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 import unittest
 
 import torch
 import torch.utils.data
 
-from util import TempDirTestCase
+from util import SOURCE_DIR, HeldRequests, TempDirTestCase, in_forked_child
 
 from test_data import write_wds
 from test_data_zero_copy import expected, write_bins
@@ -354,6 +355,61 @@ class NextBatchTest(TempDirTestCase):
         out = self.cut_short_under_a_packed_batch(1 << 20, 769 * 4096, 1)
         self.assertIn("DataLossError:", out)
         self.assertIn("shard-000000.tar", out)
+
+    def test_a_second_thread_is_refused_while_one_reads(self):
+        # Thread A's next_batch(200) waits inside the reader for shard 1 of an MDS dataset
+        # served over http://, held by a proxy; a call from this thread meanwhile would have
+        # read into the same buffers (before the guard it waited at the proxy too, and the
+        # timer's release made the assertion fail).
+        data = self.path("mds")
+        shutil.copytree(os.path.join(SOURCE_DIR, "testdata", "datasets", "mds", "hashed"), data)
+        agent_port = int(self.start_agent(data)[1].rsplit(":", 1)[1])
+        proxy = HeldRequests(agent_port, b"shard.00001.mds")
+        self.addCleanup(proxy.close)
+        safety = threading.Timer(20, proxy.release)  # a broken guard fails, not hangs
+        safety.start()
+        self.addCleanup(safety.cancel)
+        source = _gantry.DataSource(proxy.url)
+        self.assertEqual(source.shard_samples[:2], [168, 154])
+        reader = _gantry.DataReader(source, shuffle=False, read_ahead=0)
+        got = []
+        a = threading.Thread(target=lambda: got.append(reader.next_batch(200)[0]))
+        a.start()
+        self.assertTrue(proxy.entered.wait(20))
+        for call in (lambda: reader.next_batch(1), lambda: reader.next_batch(1, True),
+                     lambda: next(reader)):
+            with self.assertRaises(_gantry.EngineError) as caught:
+                call()
+            self.assertIn("another thread", str(caught.exception))
+        self.assertFalse(proxy.released.is_set())
+        proxy.release()
+        a.join(20)
+        self.assertEqual(got, [list(range(200))])
+        # Once A's call is over, any thread may call again: nothing was skipped meanwhile.
+        self.assertEqual(reader.next_batch(10**6)[0], list(range(200, 1500)))
+
+    def test_a_reader_made_before_a_fork_refuses_the_child_and_is_not_destroyed_there(self):
+        # Its read-ahead threads are running when the process forks; in the child they do not
+        # exist. Before the guard the child read on (a sample of a shard already held) or waited
+        # forever, and dropping the reader joined threads that were not there.
+        write_bins(self.path("bins"), 3, 4, 16)
+        source = _gantry.DataSource(self.path("bins"), wds_shard_samples=[4, 4, 4])
+        held = [_gantry.DataReader(source, shuffle=False, read_ahead=2)]  # the one reference
+        self.assertEqual(held[0].next_batch(2)[0], [0, 1])
+
+        def child():
+            try:
+                held[0].next_batch(2)
+                return 1  # read on
+            except _gantry.EngineError as e:
+                if "forked" not in str(e):
+                    return 2
+            held.clear()  # the child's last reference: dropping it must not wait for threads
+            return 0
+
+        self.assertEqual(in_forked_child(child), 0)  # None: the child hung or crashed
+        # The parent's reader is untouched by the child.
+        self.assertEqual(held[0].next_batch(100)[0], list(range(2, 12)))
 
     def test_a_huge_batch_takes_what_is_left_without_allocating_for_it(self):
         write_bins(self.path("bins"), 2, 3, 5)

@@ -6,7 +6,6 @@ import multiprocessing
 import os
 import shutil
 import subprocess
-import time
 import unittest
 
 from util import SOURCE_DIR, TempDirTestCase
@@ -155,24 +154,6 @@ class SharedCacheTest(TempDirTestCase):
                               decode=False, fallback_urls=[mirror])
         self.assertEqual(sorted(s["__key__"] for s in ds), self.keys)
         self.assertEqual(ds.stats()["source_damaged"], 2)  # once failing, once before the mirror
-
-    def start_agent(self, root):
-        """A gantry-agent serving `root` over HTTP on loopback: (its process, its URL)."""
-        agent = os.path.join(os.path.dirname(os.path.dirname(gdata._gantry.__file__)),
-                             "apps", "gantry-agent", "gantry-agent")
-        if not os.access(agent, os.X_OK):
-            self.skipTest(f"{agent} is not built")
-        port_file = self.path("agent-port-" + os.path.basename(root))
-        proc = subprocess.Popen([agent, "--root", root, "--listen", "127.0.0.1:0",
-                                 "--port-file", port_file, "--allow-unauthenticated"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: (proc.terminate(), proc.wait(timeout=30)))
-        for _ in range(500):
-            if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
-                break
-            time.sleep(0.01)
-        with open(port_file) as f:
-            return proc, f"http://127.0.0.1:{f.read().strip()}"
 
     def skip_without_shared_memory(self):
         if not os.access(gdata._SHM, os.W_OK):

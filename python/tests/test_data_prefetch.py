@@ -16,10 +16,10 @@ import torch
 import torch.utils.data
 
 from test_data_batched import WdsTestCase
-from util import run_python
+from util import in_forked_child, run_python
 
-from gantry.data import (WORKER_PIPE_BYTES, InvalidArgumentError, Prefetcher, SampleBatch,
-                         prefetch, widen_worker_pipe)
+from gantry.data import (WORKER_PIPE_BYTES, EngineError, InvalidArgumentError, Prefetcher,
+                         SampleBatch, prefetch, widen_worker_pipe)
 
 WAIT = 30  # seconds a test waits for the thread to do something it must do
 
@@ -297,6 +297,39 @@ class PrefetcherTest(unittest.TestCase):
         release.set()
         self.assertFalse(alive, "next() kept waiting for an item after close()")
         self.assertEqual(got, [[]])
+
+    def test_a_prefetcher_made_before_a_fork_raises_in_the_child(self):
+        # Its thread is not in the child: next() there waited forever for the queue to fill
+        # (an empty queue) or handed out items the parent hands out too (a full one).
+        release = threading.Event()
+
+        def stuck():
+            yield 0
+            release.wait(WAIT)
+            yield 1
+
+        empty = Prefetcher(stuck(), depth=2)
+        full = Prefetcher(iter(range(100)), depth=4)
+        self.assertEqual((next(empty), next(full)), (0, 0))
+        while full._queue.ready.qsize() < 2:  # items waiting in its queue at the fork
+            time.sleep(0.001)
+
+        def child():
+            for p in (empty, full):
+                try:
+                    next(p)
+                    return 1
+                except EngineError as e:
+                    if "forked" not in str(e):
+                        return 2
+            return 0
+
+        try:
+            self.assertEqual(in_forked_child(child), 0)  # None: the child hung
+        finally:
+            release.set()
+        self.assertEqual(list(empty), [1])  # the parent's iterations go on
+        self.assertEqual(list(full), list(range(1, 100)))
 
     def test_bad_arguments(self):
         with self.assertRaises(InvalidArgumentError):

@@ -17,7 +17,7 @@ import torch.utils.data
 from util import TempDirTestCase
 
 from gantry import _native
-from gantry.data import DataLossError, StreamingDataset
+from gantry.data import StreamingDataset
 
 _gantry = _native.load()
 
