@@ -52,7 +52,7 @@ InvalidArgumentError = _gantry.InvalidArgumentError
 EngineError = _gantry.EngineError
 
 __all__ = ["StreamingDataset", "SampleBatch", "prefetch", "Prefetcher", "widen_worker_pipe",
-           "decode_field", "DataLossError", "NotFoundError", "InvalidArgumentError"]
+           "decode_field", "DataLossError", "NotFoundError", "InvalidArgumentError", "EngineError"]
 
 _TEXT = {"txt", "text", "transcript"}
 _JSON = {"json", "jsn"}
@@ -376,7 +376,6 @@ class Prefetcher:
     """
 
     def __init__(self, source, depth=4, chunk=1):
-        _after_fork_register()
         if int(depth) < 1:
             raise InvalidArgumentError("prefetch depth must be at least 1")
         if int(chunk) < 1:
@@ -455,22 +454,17 @@ class _ForkedAway:
 
 
 _live_prefetchers = weakref.WeakSet()
-_fork_hook = []
 
 
-def _after_fork_register():
-    """Once per process: in a forked child, every Prefetcher made before the fork raises
-    instead of waiting for a thread the child does not have (the check costs next() nothing)."""
-    if _fork_hook:
-        return
-    _fork_hook.append(True)
+def _forget_prefetchers_after_fork():
+    """In a forked child, every Prefetcher made before the fork raises instead of waiting for a
+    thread the child does not have (the check costs next() nothing)."""
+    for p in list(_live_prefetchers):
+        p._current = _ForkedAway()
+    _live_prefetchers.clear()
 
-    def forked():
-        for p in list(_live_prefetchers):
-            p._current = _ForkedAway()
-        _live_prefetchers.clear()
 
-    os.register_at_fork(after_in_child=forked)
+os.register_at_fork(after_in_child=_forget_prefetchers_after_fork)
 
 
 def prefetch(iterable, depth=4):

@@ -109,12 +109,14 @@ def in_forked_child(fn, timeout=30):
     """Runs fn() in a child made by os.fork() (this process's threads are not in it) and
     returns what it returned, an int from 0 to 255, as the child's exit code; None where the
     child ran past `timeout` seconds (it is killed) or died of a signal. An exception in fn is
-    printed and returns 255."""
+    printed and returns 255, as does a result that is not an int from 0 to 255: the child
+    never leaves this function (it would run the parent's tests on)."""
     pid = os.fork()
     if pid == 0:
         code = 255
         try:
-            code = fn()
+            result = int(fn())
+            code = result if 0 <= result <= 255 else 255
         except BaseException:  # noqa: B036 -- reported by the exit code, whatever it was
             import traceback
             traceback.print_exc()
