@@ -52,7 +52,8 @@ InvalidArgumentError = _gantry.InvalidArgumentError
 EngineError = _gantry.EngineError
 
 __all__ = ["StreamingDataset", "SampleBatch", "prefetch", "Prefetcher", "widen_worker_pipe",
-           "decode_field", "DataLossError", "NotFoundError", "InvalidArgumentError", "EngineError"]
+           "decode_field", "metrics_text", "serve_metrics", "DataLossError", "NotFoundError",
+           "InvalidArgumentError", "EngineError"]
 
 _TEXT = {"txt", "text", "transcript"}
 _JSON = {"json", "jsn"}
@@ -571,10 +572,12 @@ def _make_worker_cache(url, fallback_urls):
     return path, budget
 
 
-# The stats() fields DataLoader workers report to the dataset's process through shared memory.
+# The stats() fields DataLoader workers report to the dataset's process through shared memory;
+# after them in each worker's slot, the stall histogram's buckets (_gantry.stall_bounds and +Inf).
 _SUMMED = ("bytes_cache", "bytes_peer", "bytes_durable", "shards_cache", "shards_peer",
            "shards_durable", "cache_damaged", "source_damaged", "uncached", "evictions",
            "samples", "stall_seconds", "active_seconds")
+_SLOT = len(_SUMMED) + len(_gantry.stall_bounds) + 1  # values per worker
 _WORKER_SLOTS = 256  # DataLoader workers whose stats a rank's stats() gathers
 _REPORT_EVERY = 64   # samples between a worker's reports
 
@@ -584,9 +587,96 @@ def _shared_slots():
     spawned ones), or None where shared memory is unavailable."""
     try:
         import multiprocessing
-        return multiprocessing.RawArray("d", _WORKER_SLOTS * len(_SUMMED))
+        return multiprocessing.RawArray("d", _WORKER_SLOTS * _SLOT)
     except Exception:  # noqa: BLE001 -- no /dev/shm: stats() then counts this process only
         return None
+
+
+def _slot_values(stats):
+    """A data_stats() dict as a worker's slot holds it."""
+    return [float(stats[f]) for f in _SUMMED] + [float(b) for b in stats["stall_buckets"]]
+
+
+def _workers_sums(shared):
+    """The workers' slots added up, and the sum of each worker's samples per active second."""
+    sums = [0.0] * _SLOT
+    rate = 0.0
+    values = list(shared)
+    samples, active = _SUMMED.index("samples"), _SUMMED.index("active_seconds")
+    for w in range(_WORKER_SLOTS):
+        slot = values[w * _SLOT:(w + 1) * _SLOT]
+        if not any(slot):
+            continue
+        for i, v in enumerate(slot):
+            sums[i] += v
+        if slot[active] > 0:
+            rate += slot[samples] / slot[active]
+    return sums, rate
+
+
+# Datasets whose DataLoader workers report into shared memory, for metrics_text(); their counts
+# folded into this process's registry so far (per dataset: a list the finaliser shares).
+_reporting = weakref.WeakSet()
+_fold_lock = threading.Lock()
+
+
+def _fold(shared, folded, url, job, pid):
+    """Adds what the workers counted since the last fold to the registry's process="workers"
+    series (a counter's series only grows, so each fold adds the difference). Only in the
+    process that made the dataset (pid): a forked child's registry is not the one scraped."""
+    if os.getpid() != pid:
+        return
+    with _fold_lock:
+        sums, rate = _workers_sums(shared)
+        if sums == folded:
+            return
+        added = {f: sums[i] - folded[i] for i, f in enumerate(_SUMMED)}
+        added["stall_buckets"] = [sums[i] - folded[i] for i in range(len(_SUMMED), _SLOT)]
+        _gantry.fold_worker_stats(url, job, added, rate)
+        folded[:] = sums
+
+
+def _in_worker():
+    return torch is not None and torch.utils.data.get_worker_info() is not None
+
+
+def metrics_text():
+    """This process's metrics registry in the Prometheus text format (version 0.0.4): the
+    gantry_data_* series of every dataset read here, and the counts of DataLoader workers
+    (separate processes) folded in as series of their own, labelled process="workers", so a
+    family summed over its series counts every sample once. Serve it from the training process
+    (serve_metrics does) for Prometheus to scrape."""
+    if not _in_worker():
+        for ds in list(_reporting):
+            ds._fold_workers()
+    return _gantry.metrics_text()
+
+
+def serve_metrics(port=0, host="127.0.0.1"):
+    """Serves metrics_text() at http://host:port/metrics on a daemon thread; returns the server
+    (its server_address holds the port chosen for port=0; shutdown() stops it). Bound to the
+    loopback interface unless host says otherwise."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- the http.server interface
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.send_error(404, "only /metrics is served here")
+                return
+            body = metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # a scrape every few seconds is not news
+            pass
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="gantry-metrics", daemon=True).start()
+    return server
 
 
 def _shared_order():
@@ -771,6 +861,13 @@ class StreamingDataset(_Base):
         self._yielded_here = None  # samples __iter__ gave out in this process (no workers)
         self._worker_stats = _shared_slots()
         self._worker_base = None   # in a worker: (pid, its slot's values, its counters) at start
+        self._folded = [0.0] * _SLOT  # the workers' counts metrics_text() has folded in
+        self._made_in = os.getpid()
+        if self._worker_stats is not None:
+            _reporting.add(self)
+            # What the workers counted after the last metrics_text() still reaches the registry.
+            weakref.finalize(self, _fold, self._worker_stats, self._folded, self.url, self.job,
+                             os.getpid())
         self._order = _shared_order()
         self._publish_order()
 
@@ -926,21 +1023,22 @@ class StreamingDataset(_Base):
         shared = self._worker_stats
         if shared is None or info.id >= _WORKER_SLOTS:
             return None
-        k = len(_SUMMED)
-        at = info.id * k
+        at = info.id * _SLOT
         if self._worker_base is None or self._worker_base[0] != os.getpid():
             # First iteration in this process: continue the slot (an earlier epoch's worker wrote
             # it) and count from here (a forked worker inherits its parent's counters).
             start = _gantry.data_stats(self.url, self.job)
-            self._worker_base = (os.getpid(), [shared[at + i] for i in range(k)],
-                                 [float(start[f]) for f in _SUMMED])
+            self._worker_base = (os.getpid(), shared[at:at + _SLOT], _slot_values(start))
         _, slot, own = self._worker_base
 
         def report():
-            now = _gantry.data_stats(self.url, self.job)
-            for i, f in enumerate(_SUMMED):
-                shared[at + i] = slot[i] + float(now[f]) - own[i]
+            now = _slot_values(_gantry.data_stats(self.url, self.job))
+            shared[at:at + _SLOT] = [slot[i] + now[i] - own[i] for i in range(_SLOT)]
         return report
+
+    def _fold_workers(self):
+        if self._worker_stats is not None:
+            _fold(self._worker_stats, self._folded, self.url, self.job, self._made_in)
 
     def stats(self):
         """What the loader did for this dataset and job in this process, a dict.
@@ -962,23 +1060,16 @@ class StreamingDataset(_Base):
         the reader on that thread, hidden from the loop behind what was read ahead).
         """
         s = _gantry.data_stats(self.url, self.job)
+        del s["stall_buckets"]  # the histogram is the registry's (metrics_text)
         ahead = self._ahead
         s["prefetch_wait_seconds"] = self._prefetch_wait + (ahead.wait_seconds if ahead else 0.0)
         shared = self._worker_stats
-        in_worker = torch is not None and torch.utils.data.get_worker_info() is not None
-        if shared is None or in_worker:
+        if shared is None or _in_worker():
             return s
-        k = len(_SUMMED)
-        values = list(shared)
-        for w in range(_WORKER_SLOTS):
-            slot = values[w * k:(w + 1) * k]
-            if not any(slot):
-                continue
-            for i, f in enumerate(_SUMMED):
-                s[f] += slot[i] if isinstance(s[f], float) else int(slot[i])
-            active = slot[_SUMMED.index("active_seconds")]
-            if active > 0:
-                s["samples_per_second"] += slot[_SUMMED.index("samples")] / active
+        sums, rate = _workers_sums(shared)
+        for i, f in enumerate(_SUMMED):
+            s[f] += sums[i] if isinstance(s[f], float) else int(round(sums[i]))
+        s["samples_per_second"] += rate
         read = s["bytes_cache"] + s["bytes_peer"] + s["bytes_durable"]
         s["cache_hit_ratio"] = s["bytes_cache"] / read if read else 0.0
         return s

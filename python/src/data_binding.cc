@@ -454,10 +454,46 @@ void DefineDataModule(py::module_& m) {
         d["active_seconds"] = s.active_seconds;
         d["samples_per_second"] = s.samples_per_second;
         d["read_ahead_depth"] = s.read_ahead_depth;
+        d["stall_buckets"] = s.stall_buckets;
         return d;
       },
       py::arg("url"), py::arg("job") = py::none(),
       "The loader's metrics for (dataset URL, job) in this process (docs/data.md)");
+  m.def(
+      "fold_worker_stats",
+      [](const std::string& url, std::optional<std::string> job, const py::dict& added,
+         double samples_per_second) {
+        const auto count = [&](const char* name) {
+          const double v = added[name].cast<double>();
+          return v > 0 ? static_cast<uint64_t>(v + 0.5) : uint64_t{0};  // sums of doubles
+        };
+        data::DataStats a;
+        a.bytes_cache = count("bytes_cache");
+        a.bytes_peer = count("bytes_peer");
+        a.bytes_durable = count("bytes_durable");
+        a.shards_cache = count("shards_cache");
+        a.shards_peer = count("shards_peer");
+        a.shards_durable = count("shards_durable");
+        a.cache_damaged = count("cache_damaged");
+        a.source_damaged = count("source_damaged");
+        a.uncached = count("uncached");
+        a.evictions = count("evictions");
+        a.samples = count("samples");
+        a.stall_seconds = std::max(0.0, added["stall_seconds"].cast<double>());
+        a.active_seconds = std::max(0.0, added["active_seconds"].cast<double>());
+        for (const py::handle b : added["stall_buckets"].cast<py::list>()) {
+          const double v = b.cast<double>();
+          a.stall_buckets.push_back(v > 0 ? static_cast<uint64_t>(v + 0.5) : 0);
+        }
+        Status folded = data::LoaderMetrics::For(MetricsRegistry::Default(), url,
+                                                 job ? *job : data::DefaultJobId(), "workers")
+                            ->Fold(a, samples_per_second);
+        if (!folded.ok()) ckpt::ThrowStatus(folded);
+      },
+      py::arg("url"), py::arg("job"), py::arg("added"), py::arg("samples_per_second"),
+      "Adds DataLoader workers' counts gathered since the last call to this process's "
+      "registry, as the series labelled process=\"workers\" (docs/data.md, Metrics)");
+  m.attr("stall_bounds") = data::LoaderMetrics::StallBounds();
   m.def(
       "metrics_text", [] { return MetricsRegistry::Default().PrometheusText(); },
       "This process's metrics registry in the Prometheus text format");

@@ -1,6 +1,7 @@
 """gantry.data.StreamingDataset with a node-local shard cache: one cached copy shared by separate
 processes, a cache smaller than the dataset, a damaged cached shard fetched again, a damaged or
-missing source shard failing loudly by name (or served from a fallback source), and stats()."""
+missing source shard failing loudly by name (or served from a fallback source), stats(), and
+the DataLoader workers' counts in the training process's Prometheus registry."""
 
 import multiprocessing
 import os
@@ -285,6 +286,75 @@ class SharedCacheTest(TempDirTestCase):
                     s["bytes_cache"] / (s["bytes_cache"] + s["bytes_durable"]))
                 copy = __import__("copy").deepcopy(ds)  # no workers being started: no sharing
                 self.assertIsNone(copy._worker_stats)
+
+    def test_workers_counts_reach_the_prometheus_registry(self):
+        def value(text, family, labels):
+            prefix = f"{family}{{{labels}}} "
+            lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+            return float(lines[0][len(prefix):]) if lines else None
+
+        for context in ("fork", "spawn"):
+            with self.subTest(context=context):
+                job = "scraped-" + context
+                ds = StreamingDataset(self.data, cache_dir=self.path("cache-" + context), job=job,
+                                      decode=False, batch_size=4)
+                own = f'dataset="{self.data}",job="{job}"'
+                workers = own + ',process="workers"'
+                for epoch in range(2):
+                    ds.set_epoch(epoch)
+                    self.assertEqual(read_with_two_workers(ds, context), self.keys)
+                    text = gdata.metrics_text()
+                    self.assertEqual(text, gdata.metrics_text())  # folding twice adds nothing
+                    s = ds.stats()
+                    self.assertEqual(value(text, "gantry_data_samples_total", workers),
+                                     (epoch + 1) * len(self.keys))
+                    # The training process read nothing itself: its own series, if any, are 0.
+                    self.assertIn(value(text, "gantry_data_samples_total", own), (None, 0))
+                    self.assertEqual(
+                        value(text, "gantry_data_bytes_total", workers + ',source="durable"'),
+                        self.dataset_bytes)
+                    self.assertEqual(
+                        value(text, "gantry_data_bytes_total", workers + ',source="cache"'),
+                        s["bytes_cache"])
+                    self.assertAlmostEqual(
+                        value(text, "gantry_data_stall_seconds_sum", workers), s["stall_seconds"])
+                    self.assertAlmostEqual(
+                        value(text, "gantry_data_samples_per_second", workers),
+                        s["samples_per_second"])
+                    waits = value(text, "gantry_data_stall_seconds_count", workers)
+                    self.assertGreater(waits, 0)  # each worker waited for its first shard
+                    self.assertEqual(
+                        value(text, "gantry_data_stall_seconds_bucket", workers + ',le="+Inf"'),
+                        waits)
+
+                # Read again without asking for the text, then drop the dataset: what its
+                # workers counted since the last fold still reaches the registry.
+                ds.set_epoch(2)
+                self.assertEqual(read_with_two_workers(ds, context), self.keys)
+                del ds
+                __import__("gc").collect()
+                self.assertEqual(value(gdata.metrics_text(), "gantry_data_samples_total", workers),
+                                 3 * len(self.keys))
+
+    def test_serve_metrics_serves_the_text_at_slash_metrics(self):
+        import urllib.error
+        import urllib.request
+        ds = StreamingDataset(self.data, job="served", decode=False)
+        self.assertEqual(sum(1 for _ in ds), len(self.keys))
+        server = gdata.serve_metrics()
+        try:
+            base = f"http://127.0.0.1:{server.server_address[1]}"
+            with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+                self.assertTrue(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+                body = r.read().decode()
+            self.assertIn(f'gantry_data_samples_total{{dataset="{self.data}",job="served"}} '
+                          f'{len(self.keys)}\n', body)
+            with self.assertRaises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(base + "/other", timeout=30)
+            self.assertEqual(caught.exception.code, 404)
+        finally:
+            server.shutdown()
+            server.server_close()
 
     def test_missing_shard_is_not_found_naming_it(self):
         ds = StreamingDataset(self.data, decode=False, shuffle=False, job="missing")

@@ -127,6 +127,17 @@ void Histogram::Observe(double v) {
   AtomicAdd(sum_, v);
 }
 
+void Histogram::Merge(std::span<const uint64_t> counts, double sum) {
+  if (counts.size() != bounds_.size() + 1) Die("histogram merge: wrong number of buckets");
+  uint64_t n = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    counts_[i].fetch_add(counts[i], std::memory_order_relaxed);
+    n += counts[i];
+  }
+  count_.fetch_add(n, std::memory_order_relaxed);
+  AtomicAdd(sum_, sum);
+}
+
 std::vector<double> Histogram::LatencyBuckets() {
   return {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
           2.5e-2, 5e-2,   0.1,  0.25, 0.5,    1.0,  2.5,  5.0,    10.0};

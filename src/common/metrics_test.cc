@@ -76,6 +76,27 @@ TEST(Metrics, HistogramBucketsAreCumulativeAndBoundsInclusive) {
             "lat_seconds_count{op=\"get\"} 4\n");
 }
 
+TEST(Metrics, MergedHistogramEqualsOneThatObservedEverything) {
+  MetricsRegistry here, there, all;
+  const std::vector<double> bounds = {0.1, 1.0};
+  Histogram& a = here.GetHistogram("h_seconds", "H.", {}, bounds);
+  Histogram& b = there.GetHistogram("h_seconds", "H.", {}, bounds);
+  Histogram& both = all.GetHistogram("h_seconds", "H.", {}, bounds);
+  for (double v : {0.0625, 2.0}) {  // sums exact in binary, in any order
+    a.Observe(v);
+    both.Observe(v);
+  }
+  for (double v : {0.09375, 0.5, 0.5, 8.0}) {
+    b.Observe(v);
+    both.Observe(v);
+  }
+  std::vector<uint64_t> counts;
+  for (size_t i = 0; i <= bounds.size(); ++i) counts.push_back(b.bucket_count(i));
+  a.Merge(counts, b.sum());
+  EXPECT_EQ(here.PrometheusText(), all.PrometheusText());
+  EXPECT_EQ(a.count(), 6u);
+}
+
 TEST(Metrics, ConcurrentUpdatesAreNotLost) {
   MetricsRegistry m;
   std::vector<std::thread> threads;
@@ -102,12 +123,14 @@ TEST(Metrics, LatencyBucketsStrictlyIncrease) {
   for (size_t i = 1; i < b.size(); ++i) EXPECT_LT(b[i - 1], b[i]);
 }
 
-TEST(MetricsDeathTest, TypeClashAndBadNamesAbort) {
+TEST(MetricsDeathTest, TypeClashBadNamesAndAMisshapedMergeAbort) {
   MetricsRegistry m;
   m.GetCounter("dup", "D.");
   EXPECT_DEATH(m.GetGauge("dup", "D."), "two types");
   EXPECT_DEATH(m.GetCounter("bad-name", "B."), "bad metric name");
   EXPECT_DEATH(m.GetCounter("ok", "O.", {{"le", "1"}}), "bad label name");
+  Histogram& h = m.GetHistogram("h", "H.", {}, {1.0});
+  EXPECT_DEATH(h.Merge(std::vector<uint64_t>{1, 2, 3}, 1.0), "wrong number of buckets");
 }
 
 }  // namespace

@@ -675,5 +675,69 @@ TEST(LoaderCache, MetricsOfASmallRun) {
   EXPECT_NE(text.find("gantry_data_stall_seconds_count{" + labels + "}"), std::string::npos);
 }
 
+// DataLoader workers' counts, folded into the training process's registry, are series of their
+// own: the process's own stay as they were, and each family sums to both.
+TEST(LoaderCache, FoldedWorkerCountsAreSeriesOfTheirOwn) {
+  MetricsRegistry registry;
+  const std::string url = "file:///data/train";
+  auto own = LoaderMetrics::For(registry, url, "j");
+  own->AddFetch(FetchSource::kCache, 100);
+  own->AddSamples(10, 2.0);
+  own->AddStall(0.003);
+  auto workers = LoaderMetrics::For(registry, url, "j", "workers");
+  ASSERT_NE(own, workers);
+  DataStats added;
+  added.bytes_durable = 300;
+  added.shards_durable = 3;
+  added.source_damaged = 1;
+  added.samples = 30;
+  added.active_seconds = 4.0;
+  added.stall_seconds = 0.75;
+  added.stall_buckets.assign(LoaderMetrics::StallBounds().size() + 1, 0);
+  added.stall_buckets[0] = 2;      // two short waits
+  added.stall_buckets.back() = 1;  // and one past the last bound
+  EXPECT_TRUE(workers->Fold(added, 15.0).ok());
+  DataStats half = added;
+  half.samples = 6;
+  half.stall_seconds = 0;
+  half.stall_buckets.assign(added.stall_buckets.size(), 0);
+  half.bytes_durable = half.shards_durable = half.source_damaged = 0;
+  half.active_seconds = 1.0;
+  EXPECT_TRUE(workers->Fold(half, 12.0).ok());
+  DataStats misshapen = added;
+  misshapen.stall_buckets.pop_back();
+  EXPECT_EQ(workers->Fold(misshapen, 1.0).code(), StatusCode::kInvalidArgument);
+
+  const DataStats w = workers->Snapshot();
+  EXPECT_EQ(w.bytes_durable, 300u);
+  EXPECT_EQ(w.shards_durable, 3u);
+  EXPECT_EQ(w.source_damaged, 1u);
+  EXPECT_EQ(w.samples, 36u);
+  EXPECT_DOUBLE_EQ(w.active_seconds, 5.0);
+  EXPECT_DOUBLE_EQ(w.stall_seconds, 0.75);
+  EXPECT_EQ(w.stall_buckets, added.stall_buckets);  // half added no waits
+  EXPECT_EQ(w.hit_ratio, 0.0);
+  const DataStats o = own->Snapshot();
+  EXPECT_EQ(o.samples, 10u);
+  EXPECT_EQ(o.bytes_cache, 100u);
+  EXPECT_EQ(o.bytes_durable, 0u);
+  EXPECT_DOUBLE_EQ(o.stall_seconds, 0.003);
+
+  const std::string text = registry.PrometheusText();
+  const std::string labels = "dataset=\"" + url + "\",job=\"j\"";
+  for (const std::string& want : {
+           "gantry_data_samples_total{" + labels + "} 10\n",
+           "gantry_data_samples_total{" + labels + ",process=\"workers\"} 36\n",
+           "gantry_data_bytes_total{" + labels + ",process=\"workers\",source=\"durable\"} 300\n",
+           "gantry_data_samples_per_second{" + labels + ",process=\"workers\"} 12\n",
+           "gantry_data_stall_seconds_count{" + labels + ",process=\"workers\"} 3\n",
+           "gantry_data_stall_seconds_bucket{" + labels + ",process=\"workers\",le=\"1e-05\"} 2\n",
+           "gantry_data_stall_seconds_bucket{" + labels + ",process=\"workers\",le=\"10\"} 2\n",
+           "gantry_data_stall_seconds_bucket{" + labels + ",process=\"workers\",le=\"+Inf\"} 3\n",
+       }) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace gantry::data

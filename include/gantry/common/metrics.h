@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,6 +61,10 @@ class Histogram {
   // `bounds` must be strictly increasing; the +Inf bucket is implicit.
   explicit Histogram(std::vector<double> bounds);
   void Observe(double v);
+  // Adds observations made elsewhere (another process's histogram with the same bounds): counts
+  // are non-cumulative, one per bucket (bounds().size() + 1 of them, the last +Inf); a wrong
+  // number of them is a programming error and aborts.
+  void Merge(std::span<const uint64_t> counts, double sum);
 
   const std::vector<double>& bounds() const { return bounds_; }
   // Non-cumulative count of bucket i (i == bounds().size() is the +Inf bucket).

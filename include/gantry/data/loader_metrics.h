@@ -10,6 +10,11 @@
 // wall time from an iterator's first Next to its latest, so samples/s is the rate samples
 // reached the consumer.
 //
+// A DataLoader worker is another process with its own registry. Its counts reach the training
+// process's registry through Fold, as a second set of series labelled process="workers" (For's
+// `process`): the training process's own series count only what it read itself, so summing a
+// family over its series counts every sample once.
+//
 //   auto m = LoaderMetrics::For(MetricsRegistry::Default(), "s3://bkt/train", DefaultJobId());
 //   DataStats s = m->Snapshot();
 //
@@ -19,8 +24,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gantry/common/metrics.h"
+#include "gantry/common/status.h"
 
 namespace gantry::data {
 
@@ -43,16 +50,25 @@ struct DataStats {
   double hit_ratio = 0;           // bytes_cache / all bytes read; 0 before any read
   double samples_per_second = 0;  // samples / active_seconds; 0 before any
   uint64_t read_ahead_depth = 0;  // the latest read-ahead depth (shards)
+  // The stall histogram's counts, non-cumulative, one per LoaderMetrics::StallBounds() and a
+  // last one for longer waits.
+  std::vector<uint64_t> stall_buckets;
 };
 
 class LoaderMetrics {
  public:
-  // The instance for (registry, dataset, job): shared while anyone holds it. Its counts live in
-  // the registry's series, so a later instance for the same labels continues them. The registry
-  // must outlive every instance.
+  // The instance for (registry, dataset, job, process): shared while anyone holds it. Its
+  // counts live in the registry's series, so a later instance for the same labels continues
+  // them. The registry must outlive every instance. `process`, when not empty, is one more
+  // label: "workers" for the counts Fold brings in from DataLoader workers.
   static std::shared_ptr<LoaderMetrics> For(MetricsRegistry& registry, const std::string& dataset,
-                                            const std::string& job);
-  LoaderMetrics(MetricsRegistry& registry, const std::string& dataset, const std::string& job);
+                                            const std::string& job,
+                                            const std::string& process = "");
+  LoaderMetrics(MetricsRegistry& registry, const std::string& dataset, const std::string& job,
+                const std::string& process = "");
+
+  // The stall histogram's bucket bounds (seconds).
+  static std::vector<double> StallBounds();
 
   void AddFetch(FetchSource source, uint64_t bytes);
   void AddCacheDamaged() { cache_damaged_.Increment(); }
@@ -63,9 +79,21 @@ class LoaderMetrics {
   void AddSamples(uint64_t n, double active_seconds);
   void SetReadAheadDepth(uint64_t depth) { depth_.Set(static_cast<double>(depth)); }
 
+  // Adds counts gathered in other processes since the last Fold: every counter and the stall
+  // histogram (stall_buckets, with stall_seconds as its sum) by `added`'s values, active
+  // seconds by its active_seconds. `samples_per_second` replaces the rate: the workers read side
+  // by side, so theirs is the sum of each one's rate, not samples over summed active time. The
+  // hit ratio follows the bytes. InvalidArgument when stall_buckets does not match StallBounds
+  // (nothing is added then).
+  Status Fold(const DataStats& added, double samples_per_second);
+
   DataStats Snapshot() const;
 
  private:
+  struct SeriesLabels;
+  LoaderMetrics(MetricsRegistry& registry, const SeriesLabels& labels);
+  void UpdateHitRatio();
+
   Counter& bytes_cache_;
   Counter& bytes_peer_;
   Counter& bytes_durable_;

@@ -1,0 +1,143 @@
+// Gathering shuffled 4 KiB samples out of mapped shards, what the reader's thread does for a
+// packed batch, against the plain sequential read() of the same files that bench/data_loader.py
+// calls "raw". Three ways, over 128 MiB of files in the page cache (8 files of 16 MiB, written
+// once to a temporary folder), shuffled within windows of 32 MiB as bench/data_loader.py's small
+// set is (8,000 samples of 4 KiB):
+//
+//   BM_ReadSequential       read() of each file, 4 MiB at a time into one buffer ("raw")
+//   BM_GatherFreshMappings  every iteration maps the files as the loader does (ShardBytes::MapFile,
+//                           MAP_POPULATE), copies every 4 KiB piece in a shuffled order into a
+//                           256 KiB block (64 at a time) and drops the mappings: each page is
+//                           touched for the first time since it was mapped, as in an epoch
+//   BM_GatherTouchedMappings the same copies from mappings made and touched once, before timing
+//
+// items_per_second counts 4 KiB pieces. The gap between the two gathers is the cost of a page's
+// first touch after mapping, which MAP_POPULATE does not remove on every machine
+// (docs/performance.md, "the first touch of a mapped page").
+//
+//   build/default/bench/gantry_benchmarks --benchmark_filter='BM_ReadSequential|BM_Gather'
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gantry/data/shard_bytes.h"
+
+namespace gantry::data {
+namespace {
+
+constexpr size_t kFiles = 8;
+constexpr size_t kFileBytes = size_t{16} << 20;
+constexpr size_t kPiece = 4096;
+constexpr size_t kBatch = 64;
+constexpr size_t kWindow = 8192;  // pieces: 32 MiB
+
+// The files, written once per process, and removed at exit.
+struct Files {
+  std::string dir;
+  std::vector<std::string> paths;
+  // (file, offset) of every piece, shuffled within each window with a fixed seed.
+  std::vector<std::pair<uint32_t, uint64_t>> order;
+
+  Files() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/gantry-gather-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) std::abort();
+    dir = pattern;
+    std::vector<char> bytes(kFileBytes);
+    std::mt19937_64 rng(7);
+    for (auto& b : bytes) b = static_cast<char>(rng());
+    for (size_t f = 0; f < kFiles; ++f) {
+      paths.push_back(dir + "/shard." + std::to_string(f));
+      const int fd = open(paths.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
+        std::abort();
+      }
+      close(fd);
+      for (uint64_t o = 0; o < kFileBytes; o += kPiece) order.emplace_back(f, o);
+    }
+    for (size_t w = 0; w < order.size(); w += kWindow) {
+      std::shuffle(order.begin() + w, order.begin() + std::min(order.size(), w + kWindow), rng);
+    }
+  }
+  ~Files() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+};
+
+const Files& TheFiles() {
+  static const Files files;
+  return files;
+}
+
+std::vector<std::shared_ptr<ShardBytes>> MapAll(const Files& files) {
+  std::vector<std::shared_ptr<ShardBytes>> maps;
+  for (const std::string& p : files.paths) {
+    auto m = ShardBytes::MapFile(p, MapOptions{});
+    if (!m.ok()) std::abort();
+    maps.push_back(std::move(*m));
+  }
+  return maps;
+}
+
+void Gather(const Files& files, const std::vector<std::shared_ptr<ShardBytes>>& maps,
+            std::vector<char>& block) {
+  for (size_t i = 0; i < files.order.size(); i += kBatch) {
+    const size_t n = std::min(kBatch, files.order.size() - i);
+    for (size_t j = 0; j < n; ++j) {
+      const auto& [f, offset] = files.order[i + j];
+      std::memcpy(block.data() + j * kPiece, maps[f]->data() + offset, kPiece);
+    }
+    benchmark::DoNotOptimize(block.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_ReadSequential(benchmark::State& state) {
+  const Files& files = TheFiles();
+  std::vector<char> buf(size_t{4} << 20);
+  for (auto _ : state) {
+    for (const std::string& p : files.paths) {
+      const int fd = open(p.c_str(), O_RDONLY);
+      while (read(fd, buf.data(), buf.size()) > 0) benchmark::DoNotOptimize(buf.data());
+      close(fd);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
+}
+BENCHMARK(BM_ReadSequential)->Unit(benchmark::kMillisecond);
+
+void BM_GatherFreshMappings(benchmark::State& state) {
+  const Files& files = TheFiles();
+  std::vector<char> block(kBatch * kPiece);
+  for (auto _ : state) {
+    const auto maps = MapAll(files);
+    Gather(files, maps, block);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
+}
+BENCHMARK(BM_GatherFreshMappings)->Unit(benchmark::kMillisecond);
+
+void BM_GatherTouchedMappings(benchmark::State& state) {
+  const Files& files = TheFiles();
+  std::vector<char> block(kBatch * kPiece);
+  const auto maps = MapAll(files);
+  Gather(files, maps, block);  // every page touched once
+  for (auto _ : state) Gather(files, maps, block);
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
+}
+BENCHMARK(BM_GatherTouchedMappings)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace gantry::data
