@@ -30,6 +30,11 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             gantryb_wide, files_wide  gantryb and files with the workers' pipe widened to 1 MiB
                       (gantry.data.widen_worker_pipe, which prefetch() does for gantrybp): the
                       widening alone, on gantry's loader and on a baseline (--kinds only)
+            KIND_read, KIND_map  any gantry kind with StreamingDataset(mmap=False): local shards
+                      read into memory reused from shards dropped before, or mmap=True: mapped
+                      (--kinds only; e.g. gantry0b_packed_read, gantrybp_map). Without either,
+                      the default (mmap=None): mapped where the first touch of a mapped page is
+                      cheap, read where it is not
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -42,7 +47,10 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
           --cache cold evicts every file of the data set from the page cache before each timed
           run (posix_fadvise DONTNEED, per file: no global cache drop), and reads each set once
           per pass (the repeats are hard links: only their first read would be cold); warm reads
-          it once before.
+          it once before; reread evicts it and then reads it once before (warm, with the page
+          cache's pages as the kernel's read-ahead makes them for a dataset read from disk, not
+          as writing the files left them: larger ones, which mapped reading touches faster on
+          some VMs, docs/performance.md "the first touch of a mapped page").
   stall   a training loop taking batches at a fixed rate of --stall-load (0.9) times each
           loader's own median samples/s above (compute stands in as sleep, which releases the
           GIL as a CUDA synchronisation does; each sleep shortened by the average oversleep so
@@ -292,7 +300,8 @@ BASELINE_IN_PROCESS = {"tarfile0": "tarfile", "imagefolder0": "imagefolder", "fi
 # worker or by the consumer), as every baseline's does; gantry0, gantry0b and gantry0bp hand
 # out views that the consumer only measures.
 GANTRY_READ = ("gantry", "gantryb", "gantrybp", "gantry0_touch", "gantry0b_touch",
-               "gantry0b_copy", "gantry0b_packed", "gantryb_wide")
+               "gantry0b_copy", "gantry0b_packed", "gantryb_wide", "gantry0b_packed_read",
+               "gantrybp_read", "gantry0b_packed_map", "gantrybp_map")
 
 
 def shard_samples(ds):
@@ -317,6 +326,11 @@ class Widened:
 
 
 def make_loader(kind, ds, url, args, batch, window, tensors=False):
+    for suffix, mmap in (("_read", False), ("_map", True)):
+        if kind.endswith(suffix):
+            return make_loader(kind[:-len(suffix)], ds, url,
+                               argparse.Namespace(**dict(vars(args), mmap=mmap)), batch, window,
+                               tensors)
     if kind.endswith("_wide"):
         return Widened(make_loader(kind[:-len("_wide")], ds, url, args, batch, window, tensors))
     if kind in BASELINE_IN_PROCESS:
@@ -338,6 +352,8 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
             more["share_fetches"] = False
         if kind == "gantry0bp":  # in process, read ahead on the dataset's prefetch thread
             more["prefetch"] = args.prefetch
+        if getattr(args, "mmap", None) is not None:  # a KIND_read or KIND_map
+            more["mmap"] = args.mmap
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 transform=as_tensors if tensors else None, **more,
                                 shard_samples=shard_samples(ds))
@@ -373,6 +389,8 @@ def timed_read(kind, ds, args, batch, window, url=None):
         kind = kind[:-len("_touch")]
         buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
+    for suffix in ("_read", "_map"):  # the same batches
+        kind = kind[:-len(suffix)] if kind.endswith(suffix) else kind
     first = None
     samples = nbytes = 0
     for b in loader:
@@ -529,7 +547,8 @@ def local_part(sets, args, results):
                   "gantry0b_packed", "gantrybp", "gantry0bp"]
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
-        kinds += [k for k in args.kinds.split(",") if k.endswith("_wide") and k not in kinds]
+        kinds += [k for k in args.kinds.split(",")
+                  if k.endswith(("_wide", "_read", "_map")) and k not in kinds]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)
@@ -542,7 +561,9 @@ def local_part(sets, args, results):
         ds = one.repeated(n, files=True) if n > 1 else one
         times = {k: [] for k in kinds}
         firsts = {k: [] for k in kinds}
-        if args.cache == "warm":
+        if args.cache in ("warm", "reread"):
+            if args.cache == "reread":
+                one.evict()
             one.warm()  # the repeated paths are hard links to the same inodes
         for rep in range(args.repeat):
             order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
@@ -724,7 +745,10 @@ def main():
     ap.add_argument("--gantry", default="build/release/apps/gantry/gantry", help="the gantry CLI")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers, every loader")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cache", choices=("warm", "cold"), default="warm")
+    ap.add_argument("--cache", choices=("warm", "cold", "reread"), default="warm",
+                    help="warm: the page cache as writing the files left it; reread: evicted, "
+                         "then read back once (the pages the kernel's read-ahead makes, as for a "
+                         "dataset read from disk); cold: evicted before each timed run")
     ap.add_argument("--small-count", type=int, default=40000)
     ap.add_argument("--small-size", type=int, default=4096)
     ap.add_argument("--small-per-shard", type=int, default=2000)

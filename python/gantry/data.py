@@ -757,7 +757,9 @@ class StreamingDataset(_Base):
 
     Local shards (a file:// or plain path dataset, and the node-local cache) are mapped, not
     read (mmap=False reads them): nothing is copied, and every worker and process on the node
-    shares the page cache. With decode=False a field is a read-only memoryview of its shard's
+    shares the page cache. By default (mmap=None) a file:// dataset's shards are read instead,
+    into memory reused from shard to shard, where the first touch of a mapped page is slow
+    (a shadow-paged VM: measured once per process, docs/data.md "Mapped shards"). With decode=False a field is a read-only memoryview of its shard's
     bytes, valid for as long as it is referenced (it keeps the mapping alive, even after the
     dataset and its iterator are gone); bytes(view) copies it. In a DataLoader worker fields
     are bytes instead, as the DataLoader pickles samples (zero_copy=True forces memoryviews,
@@ -796,7 +798,7 @@ class StreamingDataset(_Base):
     def __init__(self, url, *, batch_size=1, shuffle=True, seed=0, window=1 << 18, epoch=0,
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
-                 read_ahead=4, job=None, zero_copy=None, mmap=True, batched=False,
+                 read_ahead=4, job=None, zero_copy=None, mmap=None, batched=False,
                  share_fetches=True, prefetch=0, packed=None, copy_threads=None):
         super().__init__()
         if batch_size < 1:
@@ -828,7 +830,7 @@ class StreamingDataset(_Base):
         self.read_ahead = int(read_ahead)
         self.job = job
         self.zero_copy = zero_copy
-        self.mmap = bool(mmap)
+        self.mmap = None if mmap is None else bool(mmap)
         self.batched = bool(batched)
         self.packed = None if packed is None else bool(packed)
         if self.packed and (not self.batched or decode):

@@ -3,7 +3,7 @@
 //
 //   source = _gantry.DataSource("s3://bkt/train", wds_shard_samples=None, verify_hashes=False,
 //                               cache_dir=None, cache_bytes=0, fallback_urls=None, job=None,
-//                               map_files=True)
+//                               map_files=None)
 //   reader = _gantry.DataReader(source, seed=0, shuffle=True, window=262144, epoch=0,
 //                               world=1, rank=0, workers=0, worker=0, batch=1, start=0,
 //                               read_ahead=4, zero_copy=False, copy_threads=-1)
@@ -68,7 +68,7 @@ struct PySource {
 PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>> wds_samples,
                     bool verify_hashes, std::optional<std::string> cache_dir, uint64_t cache_bytes,
                     std::optional<std::vector<std::string>> fallback_urls,
-                    std::optional<std::string> job, bool map_files) {
+                    std::optional<std::string> job, std::optional<bool> map_files) {
   Result<std::unique_ptr<ShardSource>> opened = [&]() -> Result<std::unique_ptr<ShardSource>> {
     py::gil_scoped_release release;
     GANTRY_ASSIGN_OR_RETURN(data::DatasetLocation d, data::LocateDataset(url, {}));
@@ -396,7 +396,7 @@ void DefineDataModule(py::module_& m) {
       .def(py::init(&OpenSource), py::arg("url"), py::arg("wds_shard_samples") = py::none(),
            py::arg("verify_hashes") = false, py::arg("cache_dir") = py::none(),
            py::arg("cache_bytes") = 0, py::arg("fallback_urls") = py::none(),
-           py::arg("job") = py::none(), py::arg("map_files") = true)
+           py::arg("job") = py::none(), py::arg("map_files") = py::none())
       .def_readonly("url", &PySource::url)
       .def_property_readonly(
           "format", [](const PySource& s) { return data::DatasetFormatName(s.source->format()); })

@@ -284,7 +284,7 @@ class NextBatchTest(TempDirTestCase):
             from gantry import _native
             g = _native.load()
             folder, cut, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-            source = g.DataSource(folder)
+            source = g.DataSource(folder, map_files=True)  # mapped, whatever the default here
             reader = g.DataReader(source, shuffle=False, read_ahead=0, copy_threads=threads)
             reader.next_batch(1, True)  # maps shard 0
             os.truncate(os.path.join(folder, "shard-000000.tar"), cut)

@@ -43,7 +43,8 @@ def expected(n, size):
 class ZeroCopyTest(TempDirTestCase):
     def test_decode_off_fields_are_read_only_views_of_the_mapped_shard(self):
         write_bins(self.path("ds"), 3, 4, 5000)
-        samples = list(StreamingDataset(self.path("ds"), decode=False, window=4, seed=3))
+        samples = list(StreamingDataset(self.path("ds"), decode=False, window=4, seed=3,
+                                        mmap=True))
         self.assertEqual(len(samples), 12)
         for s in samples:
             v = s["bin"]
@@ -68,7 +69,7 @@ class ZeroCopyTest(TempDirTestCase):
         write_bins(self.path("ds"), 4, 3, 70000)
         gc.collect()
         base = _gantry.live_mappings()
-        ds = StreamingDataset(self.path("ds"), decode=False, window=3, seed=1)
+        ds = StreamingDataset(self.path("ds"), decode=False, window=3, seed=1, mmap=True)
         it = iter(ds)
         kept = [next(it) for _ in range(5)]
         del it, ds
@@ -79,6 +80,22 @@ class ZeroCopyTest(TempDirTestCase):
         del kept, s
         gc.collect()
         self.assertEqual(_gantry.live_mappings(), base)  # and only they did
+
+    def test_views_of_shards_read_into_reused_memory_keep_it_from_reuse(self):
+        # mmap=False: shards are read into buffers that a dropped shard's successor reuses. A
+        # view must keep its buffer: reading the rest of the epoch (every other shard, through
+        # the same pool) must not overwrite the bytes the kept views show.
+        write_bins(self.path("ds"), 6, 3, 70000)
+        ds = StreamingDataset(self.path("ds"), decode=False, window=3, seed=1, mmap=False)
+        it = iter(ds)
+        kept = [next(it) for _ in range(2)]
+        self.assertFalse(kept[0]["bin"].obj.mapped)
+        rest = [bytes(s["bin"]) for s in it]
+        self.assertEqual(len(rest), 16)
+        del it, ds
+        gc.collect()
+        for s in kept:
+            self.assertEqual(bytes(s["bin"]), expected(int(s["__key__"][1:]), 70000))
 
     def test_dataloader_workers_hand_over_bytes(self):
         write_bins(self.path("ds"), 4, 5, 100)
@@ -100,7 +117,7 @@ class ZeroCopyTest(TempDirTestCase):
             import faulthandler, os, sys
             from gantry.data import DataLossError, StreamingDataset
             folder, late = sys.argv[1], sys.argv[2] == "late"
-            it = iter(StreamingDataset(folder, decode=False, shuffle=False))
+            it = iter(StreamingDataset(folder, decode=False, shuffle=False, mmap=True))
             first = next(it)
             if late:
                 faulthandler.disable()

@@ -88,7 +88,8 @@ class Fetcher {
               const std::string& fingerprint) {
     url_ = dataset.url;
     limits_ = options.limits;
-    map_files_ = options.map_files;
+    map_files_ = options.map_files.value_or(true);
+    map_local_ = options.map_files.value_or(ShardBytes::FirstTouchIsCheap());
     MetricsRegistry& registry =
         options.metrics != nullptr ? *options.metrics : MetricsRegistry::Default();
     metrics_ = LoaderMetrics::For(registry, dataset.url, options.job);
@@ -220,15 +221,16 @@ class Fetcher {
     return Status(got.status().code(), where + ": " + got.status().message());
   }
 
-  // A local (file://) source's shard, mapped; nullptr when it is not one (or cannot be mapped
-  // safely: then it is read like any other).
+  // A local (file://) source's shard, mapped, or with map_files off read into reused memory
+  // (ShardBytes::ReadFile); nullptr when it is not one (or cannot be mapped safely: then it is
+  // read like any other).
   Result<std::shared_ptr<const ShardBytes>> MapLocal(const Source& src, const std::string& key) {
     auto* posix = dynamic_cast<PosixStore*>(src.store);
-    if (!map_files_ || posix == nullptr || !ValidateKey(key).ok()) {
-      return std::shared_ptr<const ShardBytes>();
-    }
+    if (posix == nullptr || !ValidateKey(key).ok()) return std::shared_ptr<const ShardBytes>();
+    const std::string path = posix->root() + "/" + key;
     Result<std::shared_ptr<ShardBytes>> mapped =
-        ShardBytes::MapFile(posix->root() + "/" + key, MapOptions{});
+        map_local_ ? ShardBytes::MapFile(path, MapOptions{})
+                   : ShardBytes::ReadFile(path, limits_.max_shard_bytes);
     if (mapped.ok()) return std::shared_ptr<const ShardBytes>(std::move(*mapped));
     if (mapped.status().code() == StatusCode::kResourceExhausted) {
       return std::shared_ptr<const ShardBytes>();
@@ -310,7 +312,8 @@ class Fetcher {
   std::vector<Source> sources_;
   std::shared_ptr<ShardCache> cache_;
   std::shared_ptr<LoaderMetrics> metrics_;
-  bool map_files_ = true;
+  bool map_files_ = true;  // cached copies
+  bool map_local_ = true;  // a file:// source's shards
 };
 
 class MdsLoaded final : public LoadedShard {

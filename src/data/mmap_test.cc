@@ -290,11 +290,58 @@ TEST(ShardBytesDeathTest, SigbusOutsideGantrysMappingsStillEndsTheProcess) {
       DiedOfSigbus, kSigbusReport);
 }
 
+// ReadFile: the file's bytes in memory of the pool; a dropped shard's buffer serves the next
+// read instead of new memory; the limit and a missing file are errors of their own.
+TEST(ShardBytes, ReadFileReusesTheMemoryOfDroppedShards) {
+  TempDir tmp;
+  const std::string a = tmp.path() + "/a", b = tmp.path() + "/b", big = tmp.path() + "/big";
+  WriteFile(a, Pattern(3 << 20));
+  WriteFile(b, Pattern(1 << 20).substr(7));
+  WriteFile(big, Pattern(9 << 20));
+  WriteFile(tmp.path() + "/empty", "");
+  const uint64_t idle_before = ShardBytes::IdleReadBufferBytes();
+  if (idle_before != 0) {  // which idle buffer serves a read would depend on earlier tests
+    GTEST_SKIP() << "needs a process whose pool is empty (ctest runs each test alone)";
+  }
+  const char* first = nullptr;
+  {
+    auto got = ShardBytes::ReadFile(a, 1 << 30);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_FALSE((*got)->mapped());
+    EXPECT_EQ((*got)->view(), Pattern(3 << 20));
+    first = (*got)->data();
+  }
+  // Dropped: its 4 MiB (two 2 MiB units) wait for the next shard of up to twice their size.
+  EXPECT_EQ(ShardBytes::IdleReadBufferBytes(), idle_before + (4 << 20));
+  {
+    auto got = ShardBytes::ReadFile(b, 1 << 30);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ((*got)->view(), Pattern(1 << 20).substr(7));
+    EXPECT_EQ((*got)->data(), first);  // the same memory, not new
+    EXPECT_EQ(ShardBytes::IdleReadBufferBytes(), idle_before);
+    // Held: a second read gets memory of its own.
+    auto other = ShardBytes::ReadFile(a, 1 << 30);
+    ASSERT_TRUE(other.ok());
+    EXPECT_NE((*other)->data(), first);
+    EXPECT_EQ((*other)->view(), Pattern(3 << 20));
+  }
+  auto empty = ShardBytes::ReadFile(tmp.path() + "/empty", 1 << 30);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->size(), 0u);
+  EXPECT_EQ(ShardBytes::ReadFile(big, 8 << 20).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ShardBytes::ReadFile(tmp.path() + "/none", 1 << 30).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ShardBytes::ReadFile(tmp.path(), 1 << 30).status().code(),
+            StatusCode::kFailedPrecondition);  // a folder
+}
+
 TEST(MappedShards, LocalShardsAreMappedAndReadTheSameAsReadOnes) {
   TempDir tmp;
   const std::string data = tmp.path() + "/data";
   WriteWds(data, 3, 10, 5000);
-  auto mapped = Open("file://" + data);
+  ShardSourceOptions m;
+  m.map_files = true;  // the default maps only where a first touch is cheap
+  auto mapped = Open("file://" + data, m);
   ShardSourceOptions o;
   o.map_files = false;
   auto read = Open("file://" + data, o);
@@ -305,6 +352,7 @@ TEST(MappedShards, LocalShardsAreMappedAndReadTheSameAsReadOnes) {
     EXPECT_TRUE((*a)->bytes()->mapped());
     EXPECT_FALSE((*b)->bytes()->mapped());
     EXPECT_EQ((*a)->bytes()->view(), (*b)->bytes()->view());
+    EXPECT_EQ((*b)->bytes()->size(), fs::file_size(data + "/" + read->ShardName(shard)));
     std::string ka, kb;
     std::vector<SampleField> fa, fb;
     for (uint64_t i = 0; i < (*a)->size(); ++i) {
@@ -319,6 +367,27 @@ TEST(MappedShards, LocalShardsAreMappedAndReadTheSameAsReadOnes) {
       EXPECT_LE(fa[0].bytes.data() + fa[0].bytes.size(), whole.data() + whole.size());
     }
   }
+}
+
+// Unset, map_files maps a local dataset's shards where a page's first touch is cheap and reads
+// them where it is not; cached copies are mapped either way.
+TEST(MappedShards, TheDefaultMapsLocalShardsWhereAFirstTouchIsCheap) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 2, 4, 3000);
+  EXPECT_GT(ShardBytes::FirstTouchMicros(), 0.0);
+  EXPECT_EQ(ShardBytes::FirstTouchIsCheap(), ShardBytes::FirstTouchMicros() < 0.5);
+  auto local = Open("file://" + data)->Read(0);
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ((*local)->bytes()->mapped(), ShardBytes::FirstTouchIsCheap())
+      << ShardBytes::FirstTouchMicros() << " us per first touch";
+  ShardSourceOptions o;
+  o.cache.dir = tmp.path() + "/cache";
+  auto cached = Open("file://" + data, o);
+  ASSERT_TRUE(cached->Read(1).ok());  // fetched into the cache
+  auto again = cached->Read(1);       // a cache hit
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)->bytes()->mapped());
 }
 
 TEST(MappedShards, CachedShardsAreMappedAndOutliveTheirEviction) {
@@ -409,9 +478,11 @@ TEST(MappedShards, ShardCutShortWhileReadFailsLoudlyNamingIt) {
   TempDir tmp;
   const std::string data = tmp.path() + "/data";
   WriteWds(data, 2, 8, 20000);
+  ShardSourceOptions mapped;
+  mapped.map_files = true;  // what a VM whose first touches are slow would read instead
   for (uint32_t ahead : {0u, 4u}) {
     SCOPED_TRACE(ahead);
-    auto source = Open("file://" + data);
+    auto source = Open("file://" + data, mapped);
     auto order = EpochOrder::Create(source->shard_samples(), {.seed = 1, .shuffle = false}, 0);
     ASSERT_TRUE(order.ok());
     auto it = SampleIterator::Create(*source, *order, {}, 0, {ahead, 2});

@@ -9,12 +9,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -281,6 +285,146 @@ std::shared_ptr<const ShardBytes> ShardBytes::FromString(std::string bytes) {
   return b;
 }
 
+namespace {
+
+// Memory that shards are read into, kept for the next shard once a shard is dropped: fresh
+// memory costs its first touch (zeroing and page tables, and on a shadow-paged VM an exit per
+// 4 KiB page, docs/performance.md "the first touch of a mapped page"), reused memory does not.
+// Buffers are anonymous mappings in 2 MiB units with MADV_HUGEPAGE, so even a new one is touched
+// a huge page at a time where the kernel allows it.
+class BufferPool {
+ public:
+  static constexpr uint64_t kUnit = uint64_t{2} << 20;
+  static constexpr uint64_t kMaxIdle = uint64_t{256} << 20;  // kept for reuse; beyond, unmapped
+
+  static BufferPool& Get() {
+    static BufferPool* pool = [] {
+      auto* p = new BufferPool();  // never destroyed: shards may be dropped during exit
+      pthread_atfork(nullptr, nullptr, [] {
+        // A forked child: a parent thread may have held the mutex at the fork. The idle
+        // buffers are the child's copies; forgotten (they stay mapped), not reused.
+        new (&Get().mu_) std::mutex();
+        Get().idle_.clear();
+        Get().idle_bytes_ = 0;
+      });
+      return p;
+    }();
+    return *pool;
+  }
+
+  // A buffer of at least n bytes (n > 0): an idle one no more than twice as large, else new.
+  Result<std::pair<char*, uint64_t>> Take(uint64_t n) {
+    const uint64_t cap = (n + kUnit - 1) / kUnit * kUnit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = idle_.lower_bound(cap);
+      if (it != idle_.end() && it->first <= 2 * cap) {
+        const std::pair<char*, uint64_t> got{it->second, it->first};
+        idle_bytes_ -= it->first;
+        idle_.erase(it);
+        return got;
+      }
+    }
+    void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return StatusFromErrno(errno, "shard buffer of " + std::to_string(cap));
+    madvise(p, cap, MADV_HUGEPAGE);
+    return std::pair<char*, uint64_t>{static_cast<char*>(p), cap};
+  }
+
+  void Give(char* p, uint64_t cap) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (idle_bytes_ + cap <= kMaxIdle) {
+        idle_.emplace(cap, p);
+        idle_bytes_ += cap;
+        return;
+      }
+    }
+    munmap(p, cap);
+  }
+
+  uint64_t idle_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return idle_bytes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<uint64_t, char*> idle_;  // by capacity
+  uint64_t idle_bytes_ = 0;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<ShardBytes>> ShardBytes::ReadFile(const std::string& path,
+                                                         uint64_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return StatusFromErrno(errno, "open " + path);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) return StatusFromErrno(errno, "stat " + path);
+  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " is not a regular file");
+  const uint64_t len = static_cast<uint64_t>(st.st_size);
+  if (len > max_bytes) {
+    return ResourceExhausted(path + ": " + std::to_string(len) + " bytes, more than the limit of " +
+                             std::to_string(max_bytes));
+  }
+  std::shared_ptr<ShardBytes> b(new ShardBytes());
+  if (len == 0) {
+    b->data_ = b->owned_.data();
+    return b;
+  }
+  GANTRY_ASSIGN_OR_RETURN(auto buffer, BufferPool::Get().Take(len));
+  b->pooled_ = buffer.first;  // given back by the destructor, also on an error below
+  b->pooled_cap_ = buffer.second;
+  uint64_t got = 0;
+  while (got < len) {
+    const ssize_t r = pread(fd, b->pooled_ + got, len - got, static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return StatusFromErrno(errno, "read " + path);
+    if (r == 0) {
+      return DataLoss(path + ": cut short while read (" + std::to_string(got) + " of " +
+                      std::to_string(len) + " bytes)");
+    }
+    got += static_cast<uint64_t>(r);
+  }
+  b->data_ = b->pooled_;
+  b->size_ = len;
+  return b;
+}
+
+uint64_t ShardBytes::IdleReadBufferBytes() { return BufferPool::Get().idle_bytes(); }
+
+double ShardBytes::FirstTouchMicros() {
+  static const double micros = [] {
+    constexpr size_t kPages = 64;
+    const size_t len = kPages * g_page;
+    double best = 1e9;
+    for (int t = 0; t < 3; ++t) {
+      void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+      if (p == MAP_FAILED) return 0.0;  // cannot tell: map, as ever
+      const auto start = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < len; i += g_page) {
+        (void)*static_cast<volatile const char*>(static_cast<char*>(p) + i);
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count() /
+          kPages;
+      best = std::min(best, us);
+      munmap(p, len);
+    }
+    return best;
+  }();
+  return micros;
+}
+
+bool ShardBytes::FirstTouchIsCheap() { return FirstTouchMicros() < 0.5; }
+
 Result<std::shared_ptr<ShardBytes>> ShardBytes::MapFile(const std::string& path,
                                                         const MapOptions& options) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -340,6 +484,7 @@ Result<std::shared_ptr<ShardBytes>> ShardBytes::MapFile(const std::string& path,
 
 ShardBytes::~ShardBytes() {
   if (guard_ >= 0) Unmapper::Get().Give(map_, map_len_, guard_);
+  if (pooled_ != nullptr) BufferPool::Get().Give(pooled_, pooled_cap_);
 }
 
 bool ShardBytes::damaged() const {

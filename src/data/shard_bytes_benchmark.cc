@@ -1,19 +1,27 @@
 // Gathering shuffled 4 KiB samples out of mapped shards, what the reader's thread does for a
 // packed batch, against the plain sequential read() of the same files that bench/data_loader.py
-// calls "raw". Three ways, over 128 MiB of files in the page cache (8 files of 16 MiB, written
-// once to a temporary folder), shuffled within windows of 32 MiB as bench/data_loader.py's small
-// set is (8,000 samples of 4 KiB):
+// calls "raw". 128 MiB of files in the page cache (8 files of 16 MiB in a temporary folder),
+// shuffled within windows of 32 MiB as bench/data_loader.py's small set is (8,000 samples of
+// 4 KiB). Each benchmark runs on two sets of the same bytes that differ only in how they came
+// into the page cache, which decides the size of its pages there (folios): /0 written with one
+// write() per file (large folios), /1 written, evicted (fsync, POSIX_FADV_DONTNEED) and read back
+// with read() (the folios the kernel's read-ahead makes: a dataset read from disk).
 //
-//   BM_ReadSequential       read() of each file, 4 MiB at a time into one buffer ("raw")
-//   BM_GatherFreshMappings  every iteration maps the files as the loader does (ShardBytes::MapFile,
-//                           MAP_POPULATE), copies every 4 KiB piece in a shuffled order into a
-//                           256 KiB block (64 at a time) and drops the mappings: each page is
-//                           touched for the first time since it was mapped, as in an epoch
+//   BM_ReadSequential        read() of each file, 4 MiB at a time into one buffer ("raw")
+//   BM_GatherFreshMappings   every iteration maps the files as the loader does
+//                            (ShardBytes::MapFile, MAP_POPULATE), copies every 4 KiB piece in the
+//                            shuffled order into a 256 KiB block (64 at a time) and drops the
+//                            mappings: each page's first touch since it was mapped, as in an epoch
 //   BM_GatherTouchedMappings the same copies from mappings made and touched once, before timing
+//   BM_PreadThenGather       pread() of each file into a buffer of its own, then the same copies
+//                            from those buffers: reading shards into reused memory instead of
+//                            mapping them, both steps on the timed thread (the buffers are
+//                            allocated and filled once before timing: memory's first touch costs
+//                            as a mapping's does)
 //
-// items_per_second counts 4 KiB pieces. The gap between the two gathers is the cost of a page's
-// first touch after mapping, which MAP_POPULATE does not remove on every machine
-// (docs/performance.md, "the first touch of a mapped page").
+// items_per_second counts 4 KiB pieces. The gap between the fresh and the touched gathers is the
+// cost of a page's first touch after mapping, which MAP_POPULATE does not remove on every
+// machine (docs/performance.md, "the first touch of a mapped page").
 //
 //   build/default/bench/gantry_benchmarks --benchmark_filter='BM_ReadSequential|BM_Gather'
 #include <benchmark/benchmark.h>
@@ -41,14 +49,14 @@ constexpr size_t kPiece = 4096;
 constexpr size_t kBatch = 64;
 constexpr size_t kWindow = 8192;  // pieces: 32 MiB
 
-// The files, written once per process, and removed at exit.
+// A set of the files, written once per process, and removed at exit.
 struct Files {
   std::string dir;
   std::vector<std::string> paths;
   // (file, offset) of every piece, shuffled within each window with a fixed seed.
   std::vector<std::pair<uint32_t, uint64_t>> order;
 
-  Files() {
+  explicit Files(bool read_back) {
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern =
         std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/gantry-gather-XXXXXX";
@@ -63,6 +71,14 @@ struct Files {
       if (fd < 0 || write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
         std::abort();
       }
+      if (read_back) {
+        if (fsync(fd) != 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) std::abort();
+        const int in = open(paths.back().c_str(), O_RDONLY);
+        std::vector<char> buf(size_t{4} << 20);
+        while (read(in, buf.data(), buf.size()) > 0) {
+        }
+        close(in);
+      }
       close(fd);
       for (uint64_t o = 0; o < kFileBytes; o += kPiece) order.emplace_back(f, o);
     }
@@ -76,9 +92,9 @@ struct Files {
   }
 };
 
-const Files& TheFiles() {
-  static const Files files;
-  return files;
+const Files& TheFiles(const benchmark::State& state) {
+  static const Files written(false), read_back(true);
+  return state.range(0) == 0 ? written : read_back;
 }
 
 std::vector<std::shared_ptr<ShardBytes>> MapAll(const Files& files) {
@@ -105,7 +121,7 @@ void Gather(const Files& files, const std::vector<std::shared_ptr<ShardBytes>>& 
 }
 
 void BM_ReadSequential(benchmark::State& state) {
-  const Files& files = TheFiles();
+  const Files& files = TheFiles(state);
   std::vector<char> buf(size_t{4} << 20);
   for (auto _ : state) {
     for (const std::string& p : files.paths) {
@@ -116,10 +132,10 @@ void BM_ReadSequential(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
 }
-BENCHMARK(BM_ReadSequential)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadSequential)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_GatherFreshMappings(benchmark::State& state) {
-  const Files& files = TheFiles();
+  const Files& files = TheFiles(state);
   std::vector<char> block(kBatch * kPiece);
   for (auto _ : state) {
     const auto maps = MapAll(files);
@@ -127,17 +143,50 @@ void BM_GatherFreshMappings(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
 }
-BENCHMARK(BM_GatherFreshMappings)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GatherFreshMappings)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_GatherTouchedMappings(benchmark::State& state) {
-  const Files& files = TheFiles();
+  const Files& files = TheFiles(state);
   std::vector<char> block(kBatch * kPiece);
   const auto maps = MapAll(files);
   Gather(files, maps, block);  // every page touched once
   for (auto _ : state) Gather(files, maps, block);
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
 }
-BENCHMARK(BM_GatherTouchedMappings)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GatherTouchedMappings)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+void BM_PreadThenGather(benchmark::State& state) {
+  const Files& files = TheFiles(state);
+  std::vector<char> block(kBatch * kPiece);
+  std::vector<std::string> buffers(files.paths.size(), std::string(kFileBytes, '\0'));
+  const auto read_all = [&] {
+    for (size_t f = 0; f < files.paths.size(); ++f) {
+      const int fd = open(files.paths[f].c_str(), O_RDONLY);
+      uint64_t got = 0;
+      for (ssize_t n; got < kFileBytes &&
+                      (n = pread(fd, buffers[f].data() + got, kFileBytes - got, got)) > 0;) {
+        got += static_cast<uint64_t>(n);
+      }
+      close(fd);
+      if (got != kFileBytes) std::abort();
+    }
+  };
+  read_all();
+  for (auto _ : state) {
+    read_all();
+    for (size_t j = 0; j < files.order.size(); j += kBatch) {
+      const size_t n = std::min(kBatch, files.order.size() - j);
+      for (size_t k = 0; k < n; ++k) {
+        const auto& [f, offset] = files.order[j + k];
+        std::memcpy(block.data() + k * kPiece, buffers[f].data() + offset, kPiece);
+      }
+      benchmark::DoNotOptimize(block.data());
+      benchmark::ClobberMemory();
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
+}
+BENCHMARK(BM_PreadThenGather)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gantry::data

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -122,8 +123,14 @@ struct ShardSourceOptions {
   std::string job = DefaultJobId();
   // Local shards (a file:// source, the node-local cache) are mapped read-only instead of read
   // into memory (shard_bytes.h): no copy, pages shared through the page cache by every worker
-  // and process, only the pages a reader touches faulted in its page tables. False: read.
-  bool map_files = true;
+  // and process, only the pages a reader touches faulted in its page tables. False: read; a
+  // file:// source's shards into memory reused from shards dropped before
+  // (ShardBytes::ReadFile), one copy on the read-ahead's thread instead of the first touch of
+  // each mapped page on the consumer's, which a shadow-paged VM makes expensive
+  // (docs/performance.md, "the first touch of a mapped page"). Unset (the default): cached
+  // copies are mapped, and a file:// source's shards are mapped where a page's first touch is
+  // cheap (ShardBytes::FirstTouchIsCheap) and read where it is not.
+  std::optional<bool> map_files;
 };
 
 // Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.

@@ -1,7 +1,8 @@
 // ShardBytes: one shard's bytes, read-only, shared by the parsed shard and every sample (and
 // Python memoryview) that points into them: either a string in memory (a remote fetch, a
-// decompressed shard) or a read-only mapping of a local file (a file:// dataset, a node-local
-// cache entry), so reading a local shard copies nothing and touches only the pages used.
+// decompressed shard), a read-only mapping of a local file (a file:// dataset, a node-local
+// cache entry), so reading a local shard copies nothing and touches only the pages used, or a
+// local file read into memory reused from shards dropped before (ReadFile).
 //
 //   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<ShardBytes> b, ShardBytes::MapFile(path, {}));
 //   Parse(b->view());
@@ -51,6 +52,13 @@ class ShardBytes {
   // instead: an unguarded mapping could crash the process).
   static Result<std::shared_ptr<ShardBytes>> MapFile(const std::string& path,
                                                      const MapOptions& options);
+  // Reads the whole file into memory that earlier shards were read into, once they were
+  // dropped (a process-wide pool keeps up to 256 MiB of it): reused memory costs no first touch
+  // on the consumer's thread, where a new mapping's pages can (docs/performance.md, "the first
+  // touch of a mapped page"), at the price of one copy on the reading thread. NotFound when it
+  // does not exist; ResourceExhausted when it is larger than max_bytes; DataLoss when it is
+  // shorter than its size said by the time it is read.
+  static Result<std::shared_ptr<ShardBytes>> ReadFile(const std::string& path, uint64_t max_bytes);
   ~ShardBytes();
   ShardBytes(const ShardBytes&) = delete;
   ShardBytes& operator=(const ShardBytes&) = delete;
@@ -77,6 +85,18 @@ class ShardBytes {
   // many were damaged since it started (for tests).
   static uint64_t LiveMappings();
   static uint64_t DamagedMappings();
+  // Memory of dropped ReadFile shards kept for the next (for tests).
+  static uint64_t IdleReadBufferBytes();
+
+  // Whether the first touch of a page mapped a moment ago costs this process about a cache
+  // miss, as on bare metal and hardware-paged VMs, or an exit to the hypervisor (~2-5 us a
+  // 4 KiB page on a shadow-paged VM, which MAP_POPULATE does not prevent): the loader's default
+  // between mapping local shards and reading them (ShardSourceOptions::map_files). Measured once
+  // per process, the first time it is asked: 64 pages of anonymous memory mapped with
+  // MAP_POPULATE, then touched; the fastest of three tries, cheap below 0.5 us a page.
+  static bool FirstTouchIsCheap();
+  // The measurement behind it: microseconds per page, the fastest of three tries.
+  static double FirstTouchMicros();
 
  private:
   ShardBytes() = default;
@@ -85,7 +105,9 @@ class ShardBytes {
   uint64_t size_ = 0;
   void* map_ = nullptr;  // the mapping (page aligned) and its length
   uint64_t map_len_ = 0;
-  int guard_ = -1;  // the SIGBUS guard slot, or -1 for bytes in memory
+  int guard_ = -1;          // the SIGBUS guard slot, or -1 for bytes in memory
+  char* pooled_ = nullptr;  // ReadFile's buffer, given back to its pool
+  uint64_t pooled_cap_ = 0;
 };
 
 }  // namespace gantry::data
