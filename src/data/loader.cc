@@ -90,6 +90,7 @@ class Fetcher {
     limits_ = options.limits;
     map_files_ = options.map_files.value_or(true);
     map_local_ = options.map_files.value_or(ShardBytes::FirstTouchIsCheap());
+    if (!options.map_files) read_budget_ = options.read_budget_bytes;
     MetricsRegistry& registry =
         options.metrics != nullptr ? *options.metrics : MetricsRegistry::Default();
     metrics_ = LoaderMetrics::For(registry, dataset.url, options.job);
@@ -224,13 +225,16 @@ class Fetcher {
   // A local (file://) source's shard, mapped, or with map_files off read into reused memory
   // (ShardBytes::ReadFile); nullptr when it is not one (or cannot be mapped safely: then it is
   // read like any other).
-  Result<std::shared_ptr<const ShardBytes>> MapLocal(const Source& src, const std::string& key) {
+  Result<std::shared_ptr<const ShardBytes>> MapLocal(const Source& src, const std::string& key,
+                                                     uint64_t size) {
     auto* posix = dynamic_cast<PosixStore*>(src.store);
     if (posix == nullptr || !ValidateKey(key).ok()) return std::shared_ptr<const ShardBytes>();
     const std::string path = posix->root() + "/" + key;
+    const bool map =
+        map_local_ || (read_budget_ && ShardBytes::ReadBufferBytesInUse() + size > *read_budget_);
     Result<std::shared_ptr<ShardBytes>> mapped =
-        map_local_ ? ShardBytes::MapFile(path, MapOptions{})
-                   : ShardBytes::ReadFile(path, limits_.max_shard_bytes);
+        map ? ShardBytes::MapFile(path, MapOptions{})
+            : ShardBytes::ReadFile(path, limits_.max_shard_bytes);
     if (mapped.ok()) return std::shared_ptr<const ShardBytes>(std::move(*mapped));
     if (mapped.status().code() == StatusCode::kResourceExhausted) {
       return std::shared_ptr<const ShardBytes>();
@@ -277,7 +281,7 @@ class Fetcher {
                                  " bytes, more than the limit of " +
                                  std::to_string(limits_.max_shard_bytes));
       }
-      Result<std::shared_ptr<const ShardBytes>> bytes = MapLocal(src, e.key);
+      Result<std::shared_ptr<const ShardBytes>> bytes = MapLocal(src, e.key, head->size);
       if (bytes.ok() && *bytes == nullptr) {
         Result<std::string> got = src.store->Get(e.key);
         if (got.ok()) {
@@ -314,6 +318,9 @@ class Fetcher {
   std::shared_ptr<LoaderMetrics> metrics_;
   bool map_files_ = true;  // cached copies
   bool map_local_ = true;  // a file:// source's shards
+  // Unless map_files was given: local shards are read only while the process's held read
+  // shards stay within this, and mapped beyond it.
+  std::optional<uint64_t> read_budget_;
 };
 
 class MdsLoaded final : public LoadedShard {

@@ -607,5 +607,45 @@ TEST(MappedShards, MemoryStaysBoundedWhenTheWindowIsLarge) {
   EXPECT_GT(read, uint64_t{32} << 20) << "the comparison measures what it claims";
 }
 
+// The default reads local shards where a first touch is slow, but a window of many shards must
+// not hold them all in the process's memory: beyond read_budget_bytes of held read shards the
+// rest are mapped, and the process grows by about the budget, not the window.
+TEST(MappedShards, TheDefaultReadsOnlyWithinItsBudget) {
+  if (ShardBytes::FirstTouchIsCheap()) {
+    GTEST_SKIP() << "the default maps every local shard here (" << ShardBytes::FirstTouchMicros()
+                 << " us per first touch)";
+  }
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  const int shards = 16, per = 16;
+  const size_t bytes = 256 * 1024;  // 64 MiB in all, 4 MiB a shard (6 MiB of buffer each)
+  WriteWds(data, shards, per, bytes);
+  ShardSourceOptions o;
+  o.read_budget_bytes = 16 << 20;
+  auto source = Open("file://" + data, o);
+  auto order =
+      EpochOrder::Create(source->shard_samples(), {.seed = 2, .window = uint64_t{shards} * per}, 0);
+  auto it = SampleIterator::Create(*source, *order, {}, 0, {4, 2});
+  const uint64_t base = RssAnon();
+  uint64_t peak = base, n = 0, in_use = 0;
+  std::set<const ShardBytes*> read, mapped;
+  Sample s;
+  while (*it->Next(s)) {
+    const unsigned char byte = static_cast<unsigned char>(s.fields[0].bytes[bytes / 2]);
+    asm volatile("" : : "r"(byte));
+    ++n;
+    (s.shard->bytes()->mapped() ? mapped : read).insert(s.shard->bytes().get());
+    peak = std::max(peak, RssAnon());
+    in_use = std::max(in_use, ShardBytes::ReadBufferBytesInUse());
+  }
+  EXPECT_EQ(n, uint64_t{shards} * per);
+  EXPECT_GE(read.size(), 2u);
+  EXPECT_GE(mapped.size(), 8u);
+  // Read-ahead threads may each pass the check at once: one shard over, per thread.
+  EXPECT_LE(in_use, (uint64_t{16} << 20) + 2 * (uint64_t{6} << 20));
+  EXPECT_LT(peak - base, uint64_t{40} << 20)
+      << "read: " << read.size() << ", mapped: " << mapped.size();
+}
+
 }  // namespace
 }  // namespace gantry::data

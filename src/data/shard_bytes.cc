@@ -297,6 +297,9 @@ class BufferPool {
   static constexpr uint64_t kUnit = uint64_t{2} << 20;
   static constexpr uint64_t kMaxIdle = uint64_t{256} << 20;  // kept for reuse; beyond, unmapped
 
+  // Bytes of buffers held by live shards (not idle).
+  std::atomic<uint64_t> in_use{0};
+
   static BufferPool& Get() {
     static BufferPool* pool = [] {
       auto* p = new BufferPool();  // never destroyed: shards may be dropped during exit
@@ -322,16 +325,19 @@ class BufferPool {
         const std::pair<char*, uint64_t> got{it->second, it->first};
         idle_bytes_ -= it->first;
         idle_.erase(it);
+        in_use.fetch_add(got.second);
         return got;
       }
     }
     void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return StatusFromErrno(errno, "shard buffer of " + std::to_string(cap));
     madvise(p, cap, MADV_HUGEPAGE);
+    in_use.fetch_add(cap);
     return std::pair<char*, uint64_t>{static_cast<char*>(p), cap};
   }
 
   void Give(char* p, uint64_t cap) {
+    in_use.fetch_sub(cap);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (idle_bytes_ + cap <= kMaxIdle) {
@@ -397,6 +403,7 @@ Result<std::shared_ptr<ShardBytes>> ShardBytes::ReadFile(const std::string& path
 }
 
 uint64_t ShardBytes::IdleReadBufferBytes() { return BufferPool::Get().idle_bytes(); }
+uint64_t ShardBytes::ReadBufferBytesInUse() { return BufferPool::Get().in_use.load(); }
 
 double ShardBytes::FirstTouchMicros() {
   static const double micros = [] {

@@ -129,8 +129,11 @@ struct ShardSourceOptions {
   // each mapped page on the consumer's, which a shadow-paged VM makes expensive
   // (docs/performance.md, "the first touch of a mapped page"). Unset (the default): cached
   // copies are mapped, and a file:// source's shards are mapped where a page's first touch is
-  // cheap (ShardBytes::FirstTouchIsCheap) and read where it is not.
+  // cheap (ShardBytes::FirstTouchIsCheap) and read where it is not, as long as the shards this
+  // process holds read stay within read_budget_bytes (a window of many shards would otherwise
+  // hold them all in the process's own memory); the rest are mapped.
   std::optional<bool> map_files;
+  uint64_t read_budget_bytes = uint64_t{256} << 20;
 };
 
 // Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.

@@ -85,8 +85,10 @@ class ShardBytes {
   // many were damaged since it started (for tests).
   static uint64_t LiveMappings();
   static uint64_t DamagedMappings();
-  // Memory of dropped ReadFile shards kept for the next (for tests).
+  // Memory of dropped ReadFile shards kept for the next (for tests), and memory of ReadFile
+  // shards still held (whole 2 MiB units).
   static uint64_t IdleReadBufferBytes();
+  static uint64_t ReadBufferBytesInUse();
 
   // Whether the first touch of a page mapped a moment ago costs this process about a cache
   // miss, as on bare metal and hardware-paged VMs, or an exit to the hypervisor (~2-5 us a
