@@ -758,16 +758,16 @@ class StreamingDataset(_Base):
     Local shards (a file:// or plain path dataset, and the node-local cache) are mapped, not
     read (mmap=False reads them): nothing is copied, and every worker and process on the node
     shares the page cache. By default (mmap=None) a file:// dataset's shards are read instead,
-    into memory reused from shard to shard, where the first touch of a mapped page is slow
-    (a shadow-paged VM: measured once per process, docs/data.md "Mapped shards"), within a
-    budget of 256 MiB held that way per process. With decode=False a field is a read-only
-    memoryview of its shard's bytes, valid for as long as it is referenced (it keeps the mapping
-    or buffer alive, even after the dataset and its iterator are gone); bytes(view) copies it. In a DataLoader worker fields
-    are bytes instead, as the DataLoader pickles samples (zero_copy=True forces memoryviews,
-    for a collate_fn that consumes them in the worker; zero_copy=False forces bytes). A local
-    file cut short while mapped does not crash the process: the bytes past the cut read as
-    zeros in views already handed out, and the next sample from that shard raises
-    DataLossError naming it (docs/data.md).
+    into memory reused from shard to shard, where the first touch of a mapped page is slow (a
+    shadow-paged VM: measured once per process, docs/data.md "Mapped shards"), within a budget
+    of 256 MiB held that way per process. With decode=False a field is a read-only memoryview of
+    its shard's bytes, valid for as long as it is referenced (it keeps the mapping or buffer
+    alive, even after the dataset and its iterator are gone); bytes(view) copies it. In a
+    DataLoader worker fields are bytes instead, as the DataLoader pickles samples
+    (zero_copy=True forces memoryviews, for a collate_fn that consumes them in the worker;
+    zero_copy=False forces bytes). A local file cut short while mapped does not crash the
+    process: the bytes past the cut read as zeros in views already handed out, and the next
+    sample from that shard raises DataLossError naming it (docs/data.md).
 
     batched=True yields SampleBatch objects of `batch_size` samples (the last of a worker's
     share may be short) instead of sample dicts: give the DataLoader batch_size=None. The
