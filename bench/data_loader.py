@@ -764,6 +764,9 @@ def main():
                     help="the same for the large set (one pass of it alone is 30 ms)")
     ap.add_argument("--window-shards", type=int, default=4,
                     help="shuffle window, in shards (gantry holds a window's shards per reader)")
+    ap.add_argument("--mmap", choices=("auto", "on", "off"), default="auto",
+                    help="StreamingDataset(mmap=) for every gantry loader without a _read or "
+                         "_map suffix: auto (None, the default), on (True), off (False)")
     ap.add_argument("--stall-load", type=float, default=0.9)
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval(S) for the whole run, every loader alike "
@@ -793,6 +796,7 @@ def main():
                     help="comma-separated loaders of the local part to run (gantry always)")
     ap.add_argument("--one-pass", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.mmap = {"auto": None, "on": True, "off": False}[args.mmap]
     if args.one_pass:
         one_pass(args.one_pass)
         return
