@@ -617,7 +617,9 @@ def _workers_sums(shared):
 # Datasets whose DataLoader workers report into shared memory, for metrics_text(); their counts
 # folded into this process's registry so far (per dataset: a list the finaliser shares).
 _reporting = weakref.WeakSet()
-_fold_lock = threading.Lock()
+# Reentrant: a dataset's finaliser may run on this thread, from the garbage collector, while
+# the thread already folds (each fold's state is its own dataset's).
+_fold_lock = threading.RLock()
 
 
 def _fold(shared, folded, url, job, pid):

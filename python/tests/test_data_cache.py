@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
+import threading
 import unittest
 
 from util import SOURCE_DIR, TempDirTestCase
@@ -335,6 +336,23 @@ class SharedCacheTest(TempDirTestCase):
                 __import__("gc").collect()
                 self.assertEqual(value(gdata.metrics_text(), "gantry_data_samples_total", workers),
                                  3 * len(self.keys))
+
+    def test_a_fold_inside_a_fold_on_one_thread_does_not_deadlock(self):
+        # The garbage collector may run a dataset's finaliser (which folds) on a thread that is
+        # folding already, inside the fold's lock; a plain lock waited for itself forever.
+        ds = StreamingDataset(self.data, job="reentrant", decode=False)
+        ds._worker_stats[gdata._SUMMED.index("samples")] = 5.0  # as a worker would report
+        done = threading.Event()
+
+        def nested():
+            with gdata._fold_lock:
+                ds._fold_workers()
+            done.set()
+
+        threading.Thread(target=nested, daemon=True).start()
+        self.assertTrue(done.wait(20), "a fold inside a fold deadlocked")
+        self.assertIn(f'gantry_data_samples_total{{dataset="{self.data}",job="reentrant",'
+                      f'process="workers"}} 5\n', gdata.metrics_text())
 
     def test_serve_metrics_serves_the_text_at_slash_metrics(self):
         import urllib.error
