@@ -222,9 +222,9 @@ class Fetcher {
     return Status(got.status().code(), where + ": " + got.status().message());
   }
 
-  // A local (file://) source's shard, mapped, or with map_files off read into reused memory
-  // (ShardBytes::ReadFile); nullptr when it is not one (or cannot be mapped safely: then it is
-  // read like any other).
+  // A local (file://) source's shard, mapped, or read into reused memory (ShardBytes::ReadFile)
+  // where map_local_ says so and the read budget allows; nullptr when it is not one (or cannot
+  // be mapped safely, or is over the limit to read: then it is read like any other).
   Result<std::shared_ptr<const ShardBytes>> MapLocal(const Source& src, const std::string& key,
                                                      uint64_t size) {
     auto* posix = dynamic_cast<PosixStore*>(src.store);
