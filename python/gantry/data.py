@@ -654,13 +654,21 @@ def metrics_text():
     return _gantry.metrics_text()
 
 
+# Seconds a scrape's connection may sit without sending its request or taking the answer: a
+# client that connects and goes quiet is dropped, not given a thread for the life of the job.
+METRICS_CLIENT_TIMEOUT = 30.0
+
+
 def serve_metrics(port=0, host="127.0.0.1"):
     """Serves metrics_text() at http://host:port/metrics on a daemon thread; returns the server
     (its server_address holds the port chosen for port=0; shutdown() stops it). Bound to the
-    loopback interface unless host says otherwise."""
+    loopback interface unless host says otherwise. A connection silent for
+    METRICS_CLIENT_TIMEOUT seconds is closed."""
     import http.server
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = METRICS_CLIENT_TIMEOUT
+
         def do_GET(self):  # noqa: N802 -- the http.server interface
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404, "only /metrics is served here")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import unittest
 
 from util import SOURCE_DIR, TempDirTestCase
@@ -370,6 +371,31 @@ class SharedCacheTest(TempDirTestCase):
             with self.assertRaises(urllib.error.HTTPError) as caught:
                 urllib.request.urlopen(base + "/other", timeout=30)
             self.assertEqual(caught.exception.code, 404)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_a_scrape_that_goes_quiet_is_dropped_and_others_are_served(self):
+        import socket
+        import urllib.request
+        saved = gdata.METRICS_CLIENT_TIMEOUT
+        gdata.METRICS_CLIENT_TIMEOUT = 0.3
+        try:
+            server = gdata.serve_metrics()
+        finally:
+            gdata.METRICS_CLIENT_TIMEOUT = saved
+        try:
+            port = server.server_address[1]
+            quiet = socket.create_connection(("127.0.0.1", port), timeout=30)
+            quiet.sendall(b"GET /metr")  # half a request line, then nothing
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                self.assertEqual(r.status, 200)  # served meanwhile
+            # The server gives up on the quiet one: its end closes (EOF), well before the
+            # client's own 30 s.
+            t0 = time.monotonic()
+            self.assertEqual(quiet.recv(1024), b"")
+            self.assertLess(time.monotonic() - t0, 20)
+            quiet.close()
         finally:
             server.shutdown()
             server.server_close()

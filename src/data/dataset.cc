@@ -478,21 +478,8 @@ std::string EncodeWds(const InputValue& v) {
   }
 }
 
-}  // namespace
-
-Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
-                               const StoreOptions& store_options, const DataProgress& progress) {
-  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PackInput> input,
-                          PackInput::Open(options.input, store_options));
-  // Shards written among the files being packed are packed as samples by the next run, or
-  // read back while they are being rewritten.
-  if (LocalPathWithin(out, input->local_folder())) {
-    return InvalidArgument("output " + out + " is the input folder " + options.input +
-                           " or inside it: pack into a folder outside the input");
-  }
-  StoreOptions oo = store_options;
-  oo.create_root = true;
-  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));
+Result<PackReport> PackInto(const PackOptions& options, PackInput* input, ObjectStore* store,
+                            const DataProgress& progress) {
   PackReport report;
   if (options.format == DatasetFormat::kWebDataset) {
     WdsWriterOptions wo;
@@ -557,6 +544,29 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
   for (const MdsShardInfo& s : w->index().shards) report.shards.push_back(s.stored().basename);
   report.shards.push_back(kMdsIndexName);
   report.input_bytes = input->input_bytes();
+  return report;
+}
+
+}  // namespace
+
+Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
+                               const StoreOptions& store_options, const DataProgress& progress) {
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PackInput> input,
+                          PackInput::Open(options.input, store_options));
+  // Shards written among the files being packed are packed as samples by the next run, or
+  // read back while they are being rewritten.
+  if (LocalPathWithin(out, input->local_folder())) {
+    return InvalidArgument("output " + out + " is the input folder " + options.input +
+                           " or inside it: pack into a folder outside the input");
+  }
+  StoreOptions oo = store_options;
+  oo.create_root = true;
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));
+  Result<PackReport> report = PackInto(options, input.get(), store.get(), progress);
+  // A packed folder is handed on (uploaded, listed, read by other tools): the posix store's
+  // temp directory, empty once the writers are done, is not left in it. Failing to remove it
+  // leaves the dataset as good as it was, so the pack's own result stands.
+  if (auto* posix = dynamic_cast<PosixStore*>(store.get())) (void)posix->RemoveTempDirIfEmpty();
   return report;
 }
 

@@ -2,8 +2,10 @@
 // fixtures, verify naming every damaged shard, and pack from folders and manifests.
 #include "gantry/data/dataset.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@ namespace gantry::data {
 namespace {
 
 using test_support::TempDir;
+using ::testing::ElementsAre;
 
 void WriteFile(const std::string& path, const std::string& data) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -129,6 +132,16 @@ TEST(VerifyDataset, NamesEveryDamagedOrMissingShardAndChecksTheRest) {
   EXPECT_EQ(r->samples, 1550u);  // the other four shards
 }
 
+// Every entry of a folder, hidden ones too, sorted.
+std::vector<std::string> Entries(const std::string& folder) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 TEST(PackDataset, FolderToBothFormats) {
   TempDir dir("gantry-ds");
   // Files of one key are not adjacent in name order ("a.b" < "a.c/d.e" < "a.d"): still one sample.
@@ -149,12 +162,14 @@ TEST(PackDataset, FolderToBothFormats) {
   EXPECT_EQ(shard->samples()[0].key, "a");
   EXPECT_EQ(shard->samples()[0].Find("d")->bytes, "ad");
   EXPECT_EQ(shard->samples()[1].key, "a.c/d");
-  EXPECT_EQ(shard->samples()[2].Find("jpg")->bytes, "jpegbytes");  // field lower-cased
+  EXPECT_EQ(shard->samples()[2].Find("jpg")->bytes, "jpegbytes");         // field lower-cased
+  EXPECT_THAT(Entries(dir.sub("wds")), ElementsAre("shard-000000.tar"));  // no temp directory
 
   // MDS needs every sample to hold the same fields.
   o.format = DatasetFormat::kMds;
   r = PackDataset(o, dir.sub("mds"), {}, nullptr);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(Entries(dir.sub("mds")), ElementsAre());  // a failed pack leaves no temp directory
   std::filesystem::remove_all(dir.sub("in/a.c"));
   std::filesystem::remove(dir.sub("in/a.b"));
   std::filesystem::remove(dir.sub("in/a.d"));
@@ -170,6 +185,7 @@ TEST(PackDataset, FolderToBothFormats) {
   ASSERT_TRUE(v.ok() && v->ok());
   EXPECT_EQ(v->samples, 2u);
   EXPECT_EQ(v->hashes_checked, 2u);
+  EXPECT_THAT(Entries(dir.sub("mds")), ElementsAre("index.json", "shard.00000.mds.zstd"));
 }
 
 // Packing a folder into itself, or into a folder inside it, put the shards among the files

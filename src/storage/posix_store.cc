@@ -1024,6 +1024,22 @@ Status PosixStore::Delete(std::string_view key) {
   return Status::Ok();
 }
 
+Result<bool> PosixStore::RemoveTempDirIfEmpty() {
+  Fd root(OpenRoot(root_));
+  if (root.get() < 0) return StatusFromErrno(errno, url() + ": open the root " + root_);
+  const std::string name(kTempDirName);
+  struct stat st;
+  if (::fstatat(root.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return true;
+    return StatusFromErrno(errno, url() + ": stat " + temp_dir());
+  }
+  // A link or a file in its place is not ours to remove (puts fail on it, and say so).
+  if (!S_ISDIR(st.st_mode)) return false;
+  if (::unlinkat(root.get(), name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return true;
+  if (errno == ENOTEMPTY || errno == EEXIST) return false;
+  return StatusFromErrno(errno, url() + ": remove " + temp_dir());
+}
+
 Result<int> PosixStore::CleanupTemp(int64_t max_age_seconds) {
   const std::string dir = temp_dir();
   Fd root(OpenRoot(root_));

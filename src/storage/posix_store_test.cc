@@ -247,6 +247,38 @@ TEST_F(PosixStoreTest, KilledWriterLeavesNoPartialObjectAndCleanupSweepsItsTemp)
   EXPECT_THAT(TempFiles(), ElementsAre(".tmp.fresh"));
 }
 
+TEST_F(PosixStoreTest, TheTempDirIsRemovedOnlyWhenEmptyAndComesBackForTheNextPut) {
+  ASSERT_TRUE(store_->Put("a", "1").ok());
+  ASSERT_TRUE(fs::is_directory(store_->temp_dir()));
+  auto removed = store_->RemoveTempDirIfEmpty();
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_TRUE(*removed);
+  EXPECT_FALSE(fs::exists(store_->temp_dir()));
+  removed = store_->RemoveTempDirIfEmpty();  // not there: nothing to do
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
+
+  ASSERT_TRUE(store_->Put("b", "2").ok());  // recreated by the put
+  EXPECT_EQ(*store_->Get("b"), "2");
+
+  // Another writer's temp file in flight: kept, with its directory.
+  std::ofstream(store_->temp_dir() + "/.tmp.in-flight") << "x";
+  removed = store_->RemoveTempDirIfEmpty();
+  ASSERT_TRUE(removed.ok());
+  EXPECT_FALSE(*removed);
+  EXPECT_TRUE(fs::exists(store_->temp_dir() + "/.tmp.in-flight"));
+  fs::remove_all(store_->temp_dir());
+
+  // A link in its place is not followed nor removed.
+  fs::create_directory(dir_ + "/elsewhere");
+  fs::create_directory_symlink(dir_ + "/elsewhere", store_->temp_dir());
+  removed = store_->RemoveTempDirIfEmpty();
+  ASSERT_TRUE(removed.ok());
+  EXPECT_FALSE(*removed);
+  EXPECT_TRUE(fs::is_symlink(store_->temp_dir()));
+  EXPECT_TRUE(fs::is_directory(dir_ + "/elsewhere"));
+}
+
 TEST_F(PosixStoreTest, ReadIntoFillsACallerBufferDirectAndBuffered) {
   std::string data(3 * 4096 + 100, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);

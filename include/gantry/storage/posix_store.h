@@ -88,6 +88,12 @@ class PosixStore : public ObjectStore {
   // a live put's temp file is younger than any sensible max_age.
   Result<int> CleanupTemp(int64_t max_age_seconds);
 
+  // Removes the temp directory if it is empty, so that a folder written once and then handed
+  // on (a packed dataset, read by tools that list every entry) holds only its objects. True if
+  // it was removed or was not there; false, changing nothing, while another writer's temp file
+  // is in it. A later put creates it again, and a put racing this one retries (PutTxn::Begin).
+  Result<bool> RemoveTempDirIfEmpty();
+
   // Where temp files live (for tests and operators).
   std::string temp_dir() const { return root_ + "/.gantry-tmp"; }
 
