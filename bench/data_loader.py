@@ -30,6 +30,12 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
             gantryb_wide, files_wide  gantryb and files with the workers' pipe widened to 1 MiB
                       (gantry.data.widen_worker_pipe, which prefetch() does for gantrybp): the
                       widening alone, on gantry's loader and on a baseline (--kinds only)
+            KIND_fresh  any loader, each pass in a new process (as a training job starts),
+                      where the rest run in this one, whose allocator has seen the data set
+                      read (glibc then takes batch-sized blocks from its heap; a new process
+                      does not: docs/performance.md "batches into fresh pages"; --kinds only)
+            gantrybp_nokeep  gantrybp with prefetch(keep_memory=False): the training
+                      process's allocator left as it is (--kinds only)
             KIND_read, KIND_map  any gantry kind with StreamingDataset(mmap=False): local shards
                       read into memory reused from shards dropped before, or mmap=True: mapped
                       (--kinds only; e.g. gantry0b_packed_read, gantrybp_map). Without either,
@@ -339,6 +345,9 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
     if kind == "gantrybp":  # the batched DataLoader with workers, drained by a thread
         return prefetch(make_loader("gantryb", ds, url, args, batch, window, tensors),
                         depth=args.prefetch)
+    if kind == "gantrybp_nokeep":  # the same, the allocator left as it is
+        return prefetch(make_loader("gantryb", ds, url, args, batch, window, tensors),
+                        depth=args.prefetch, keep_memory=False)
     in_process = ("gantry0", "gantry0b", "gantry0bp", "gantry0b_copy", "gantry0b_packed")
     w = 0 if kind in in_process else args.workers
     if kind in in_process + ("gantry", "gantryb", "gantry_unshared"):
@@ -377,6 +386,9 @@ def timed_read(kind, ds, args, batch, window, url=None):
     to the first batch; checks every sample's bytes arrived."""
     if kind.endswith("_base"):
         return base_pass(kind[:-len("_base")], ds, args, batch, window, url)
+    if kind.endswith("_fresh"):  # in a new process: this one's allocator state plays no part
+        return base_pass(kind[:-len("_fresh")], ds, args, batch, window, url,
+                         pythonpath=os.environ.get("PYTHONPATH", ""))
     t0 = time.perf_counter()
     if kind == "raw":
         got = raw_read(ds.shards)
@@ -389,7 +401,7 @@ def timed_read(kind, ds, args, batch, window, url=None):
         kind = kind[:-len("_touch")]
         buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
-    for suffix in ("_read", "_map"):  # the same batches
+    for suffix in ("_read", "_map", "_nokeep"):  # the same batches
         kind = kind[:-len(suffix)] if kind.endswith(suffix) else kind
     first = None
     samples = nbytes = 0
@@ -413,27 +425,34 @@ def timed_read(kind, ds, args, batch, window, url=None):
     return dt, first
 
 
-def base_pass(kind, ds, args, batch, window, url=None, rate=None):
+def base_pass(kind, ds, args, batch, window, url=None, rate=None, pythonpath=None):
     """One timed pass of `kind` (gantry, gantry0, or stall at `rate`) with the build at
-    --base, in a child process (its own gantry modules); timed inside the child exactly as
-    here."""
+    --base (or `pythonpath`), in a child process (its own gantry modules); timed inside the
+    child exactly as here."""
     spec = {"kind": kind, "shards_dir": ds.shards_dir, "shards": ds.shards, "count": ds.count,
+            "files": ds.files, "files_dir": ds.files_dir,
             "size": ds.size, "per_shard": ds.per_shard, "shard_bytes": ds.shard_bytes,
             "repeat": ds.repeat,
             "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate,
             "prefetch": args.prefetch}
-    env = dict(os.environ, PYTHONPATH=args.base)
-    r = subprocess.run([sys.executable, __file__, "--one-pass", json.dumps(spec)], env=env,
-                       capture_output=True, text=True, check=True)
+    env = dict(os.environ, PYTHONPATH=args.base if pythonpath is None else pythonpath)
+    # Through a file: the paths of a set's individual files are more than a command line holds.
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=args.workdir) as f:
+        json.dump(spec, f)
+        f.flush()
+        r = subprocess.run([sys.executable, __file__, "--one-pass", f.name], env=env,
+                           capture_output=True, text=True, check=True)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return tuple(out) if kind == "stall" else (out[0], out[1])
 
 
-def one_pass(spec_json):
+def one_pass(spec_path):
     """The child side of base_pass: prints the pass's result as JSON."""
-    spec = json.loads(spec_json)
+    with open(spec_path) as f:
+        spec = json.load(f)
     ds = argparse.Namespace(**{k: spec[k] for k in ("shards_dir", "shards", "count", "size",
-                                                     "per_shard", "shard_bytes", "repeat")})
+                                                     "per_shard", "shard_bytes", "repeat",
+                                                     "files", "files_dir")})
     ds.name = "base"
     args = argparse.Namespace(workers=spec["workers"], prefetch=spec["prefetch"])
     torch.set_num_threads(1)
@@ -548,7 +567,8 @@ def local_part(sets, args, results):
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
         kinds += [k for k in args.kinds.split(",")
-                  if k.endswith(("_wide", "_read", "_map")) and k not in kinds]
+                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep"))
+                  and k not in kinds]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
               "python3-torchvision)", file=sys.stderr)

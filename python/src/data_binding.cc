@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "gantry/common/heap.h"
 #include "gantry/common/metrics.h"
 #include "gantry/common/parallel_copy.h"
 #include "gantry/data/dataset.h"
@@ -494,6 +495,11 @@ void DefineDataModule(py::module_& m) {
       "Adds DataLoader workers' counts gathered since the last call to this process's "
       "registry, as the series labelled process=\"workers\" (docs/data.md, Metrics)");
   m.attr("stall_bounds") = data::LoaderMetrics::StallBounds();
+  m.def("keep_large_blocks_in_heap", &KeepLargeBlocksInHeap, py::arg("max_bytes"),
+        "glibc's malloc: blocks below max_bytes from the heap, up to twice that kept free at its "
+        "top (include/gantry/common/heap.h); False where the allocator is another or refuses");
+  m.def("mapped_heap_blocks", &MappedHeapBlocks,
+        "Blocks glibc's malloc holds as mappings of their own; -1 where it cannot tell");
   m.def(
       "metrics_text", [] { return MetricsRegistry::Default().PrometheusText(); },
       "This process's metrics registry in the Prometheus text format");

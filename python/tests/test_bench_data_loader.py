@@ -60,6 +60,18 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
             self.assertIn(result["local"][name]["best"]["files"]["baseline"],
                           ("files", "files_wide"))
 
+    def test_the_fresh_process_rows(self):
+        kinds = ("gantrybp_fresh", "gantrybp_nokeep_fresh", "files_fresh")
+        r = run_python([BENCH, "--quick", "--gantry", CLI, "--dir", self.tmp, "--parts", "local",
+                        "--kinds", ",".join(kinds)], timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        result = json.loads(r.stdout.splitlines()[-1])
+        for name in ("small", "large"):
+            rates = result["local"][name]["samples_per_s"]
+            for kind in kinds:  # each pass checked its samples and bytes, in its own process
+                self.assertGreater(rates[kind][0], 0, kind)
+        self.assertEqual(os.listdir(self.tmp), [])
+
 
 if __name__ == "__main__":
     unittest.main()

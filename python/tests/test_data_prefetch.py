@@ -196,6 +196,48 @@ class DatasetPrefetchTest(WdsTestCase):
         self.assertIsNone(widen_worker_pipe(iter(torch.utils.data.DataLoader(ds, batch_size=None))))
         self.assertIsNone(widen_worker_pipe(iter(range(3))))
 
+    def test_batches_from_workers_land_in_reused_heap_blocks(self):
+        # In a new process, whose allocator starts as any training process's does (the
+        # thresholds set to glibc's initial 128 KiB: the imports may have moved them). A block
+        # of batch size is a mapping of its own until prefetch() wraps a DataLoader with
+        # workers (keep_memory=True, the default); neither keep_memory=False nor an iterable
+        # without workers changes that.
+        script = textwrap.dedent(f"""
+            import ctypes
+            import torch.utils.data
+            from gantry import _native
+            from gantry.data import StreamingDataset, prefetch
+            _gantry = _native.load()
+            libc = ctypes.CDLL(None)
+            assert libc.mallopt(-3, 128 << 10) == 1 and libc.mallopt(-1, 128 << 10) == 1
+            libc.malloc_trim(0)
+
+            def mapped():  # is a fresh 24 MiB block a mapping of its own?
+                before = _gantry.mapped_heap_blocks()
+                block = bytearray(24 << 20)
+                after = _gantry.mapped_heap_blocks()
+                del block
+                return after > before
+
+            ds = StreamingDataset({self.path("ds")!r}, batch_size=4, batched=True, decode=False)
+            print("new process", mapped())
+            with prefetch(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1),
+                          keep_memory=False) as loader:
+                next(loader)
+            print("keep_memory=False", mapped())
+            with prefetch(ds) as loader:
+                next(loader)
+            print("no workers", mapped())
+            workers = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)
+            with prefetch(workers) as loader:
+                next(loader)
+            print("workers", mapped())
+            """)
+        r = run_python(["-c", script], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.stdout.splitlines(), ["new process True", "keep_memory=False True",
+                                                 "no workers True", "workers False"])
+
 
 class PrefetcherTest(unittest.TestCase):
     def test_reads_ahead_up_to_depth_and_no_further(self):
