@@ -434,7 +434,7 @@ def base_pass(kind, ds, args, batch, window, url=None, rate=None, pythonpath=Non
             "size": ds.size, "per_shard": ds.per_shard, "shard_bytes": ds.shard_bytes,
             "repeat": ds.repeat,
             "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate,
-            "prefetch": args.prefetch}
+            "prefetch": args.prefetch, "mmap": getattr(args, "mmap", None)}
     env = dict(os.environ, PYTHONPATH=args.base if pythonpath is None else pythonpath)
     # Through a file: the paths of a set's individual files are more than a command line holds.
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=args.workdir) as f:
@@ -454,7 +454,8 @@ def one_pass(spec_path):
                                                      "per_shard", "shard_bytes", "repeat",
                                                      "files", "files_dir")})
     ds.name = "base"
-    args = argparse.Namespace(workers=spec["workers"], prefetch=spec["prefetch"])
+    args = argparse.Namespace(workers=spec["workers"], prefetch=spec["prefetch"],
+                              mmap=spec.get("mmap"))
     torch.set_num_threads(1)
     if spec["kind"] == "stall":
         out = stall_run(ds, args, spec["batch"], spec["window"], spec["rate"])
