@@ -359,9 +359,9 @@ def keep_batch_memory(max_bytes=BATCH_MEMORY_BYTES):
     process's life. prefetch() does this itself around a DataLoader with workers.
 
     Why: a DataLoader's training process receives each batch from its workers' pipe into fresh
-    blocks, in a pattern that never teaches glibc to take batch-sized blocks from the heap
-    (each read asks for the whole rest of the batch, then shrinks the block to what came). So
-    each batch of a few MiB lands in new pages, and touching a new page is slow on VMs: in a new
+    blocks, in a pattern that never teaches glibc to grow its heap for batch-sized blocks
+    rather than map each one on its own (each read asks for the whole rest of the batch, then
+    shrinks the block to what came). So each batch of a few MiB lands in new pages, and touching a new page is slow on VMs: in a new
     process on a 2-CPU VM, batches of four 1 MiB samples through two workers came at 240-830
     samples/s without this and 1,150-1,310 with it (docs/performance.md, "batches into fresh
     pages"). It costs up to 2 x max_bytes of freed memory held for reuse rather than given

@@ -1,8 +1,8 @@
 // Heap: how this process's allocator (glibc's malloc) serves large blocks.
 //
-// glibc serves a block of 128 KiB or more with an mmap of its own and unmaps it on free, until
-// a freed block that large teaches it to take such sizes from the heap (its threshold adapts
-// upwards, to 32 MiB at most). A DataLoader's training process receives every batch from its
+// glibc serves a block of 128 KiB or more that its heap's free space cannot hold with an mmap
+// of its own, and unmaps it on free, until a freed block that large teaches it to grow the
+// heap for such sizes instead (its threshold adapts upwards, to 32 MiB at most). A DataLoader's training process receives every batch from its
 // workers into fresh blocks in a pattern that never teaches it: each read of the workers' pipe
 // asks for the whole remaining batch and shrinks the block to what arrived. So every batch of a
 // few MiB lands in fresh pages, whose first touch is slow on VMs (docs/performance.md, "the
