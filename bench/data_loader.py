@@ -41,6 +41,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
                       (--kinds only; e.g. gantry0b_packed_read, gantrybp_map). Without either,
                       the default (mmap=None): mapped where the first touch of a mapped page is
                       cheap, read where it is not
+            KIND_pipe  any gantry kind through workers with StreamingDataset(shared_batches=0):
+                      packed batches cross the workers' pipe as bytes, as before the workers'
+                      batch rings in shared memory (--kinds only; e.g. gantrybp_pipe_fresh)
             tarfile   a plain IterableDataset over the same shards with Python's tarfile
                       (shards split across workers, members grouped by key), W workers
             imagefolder  torchvision's ImageFolder over the individual files (loader: read the
@@ -337,6 +340,10 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
             return make_loader(kind[:-len(suffix)], ds, url,
                                argparse.Namespace(**dict(vars(args), mmap=mmap)), batch, window,
                                tensors)
+    if kind.endswith("_pipe"):
+        return make_loader(kind[:-len("_pipe")], ds, url,
+                           argparse.Namespace(**dict(vars(args), shared_batches=0)), batch,
+                           window, tensors)
     if kind.endswith("_wide"):
         return Widened(make_loader(kind[:-len("_wide")], ds, url, args, batch, window, tensors))
     if kind in BASELINE_IN_PROCESS:
@@ -363,6 +370,8 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
             more["prefetch"] = args.prefetch
         if getattr(args, "mmap", None) is not None:  # a KIND_read or KIND_map
             more["mmap"] = args.mmap
+        if getattr(args, "shared_batches", None) is not None:  # a KIND_pipe
+            more["shared_batches"] = args.shared_batches
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 transform=as_tensors if tensors else None, **more,
                                 shard_samples=shard_samples(ds))
@@ -401,7 +410,7 @@ def timed_read(kind, ds, args, batch, window, url=None):
         kind = kind[:-len("_touch")]
         buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
-    for suffix in ("_read", "_map", "_nokeep"):  # the same batches
+    for suffix in ("_read", "_map", "_nokeep", "_pipe"):  # the same batches
         kind = kind[:-len(suffix)] if kind.endswith(suffix) else kind
     first = None
     samples = nbytes = 0
@@ -434,7 +443,8 @@ def base_pass(kind, ds, args, batch, window, url=None, rate=None, pythonpath=Non
             "size": ds.size, "per_shard": ds.per_shard, "shard_bytes": ds.shard_bytes,
             "repeat": ds.repeat,
             "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate,
-            "prefetch": args.prefetch, "mmap": getattr(args, "mmap", None)}
+            "prefetch": args.prefetch, "mmap": getattr(args, "mmap", None),
+            "shared_batches": getattr(args, "shared_batches", None)}
     env = dict(os.environ, PYTHONPATH=args.base if pythonpath is None else pythonpath)
     # Through a file: the paths of a set's individual files are more than a command line holds.
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=args.workdir) as f:
@@ -455,7 +465,7 @@ def one_pass(spec_path):
                                                      "files", "files_dir")})
     ds.name = "base"
     args = argparse.Namespace(workers=spec["workers"], prefetch=spec["prefetch"],
-                              mmap=spec.get("mmap"))
+                              mmap=spec.get("mmap"), shared_batches=spec.get("shared_batches"))
     torch.set_num_threads(1)
     if spec["kind"] == "stall":
         out = stall_run(ds, args, spec["batch"], spec["window"], spec["rate"])
@@ -568,7 +578,7 @@ def local_part(sets, args, results):
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
         kinds += [k for k in args.kinds.split(",")
-                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep"))
+                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep", "_pipe"))
                   and k not in kinds]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "

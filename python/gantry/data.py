@@ -29,10 +29,12 @@ import os
 import queue as queue_module
 import secrets
 import shutil
+import stat as stat_module
 import sys
 import threading
 import time
 import weakref
+from multiprocessing import util as multiprocessing_util
 
 from gantry import _native
 
@@ -172,8 +174,14 @@ class SampleBatch:
 
     @property
     def block(self):
-        """A packed batch's one buffer holding every value (bytes), else None."""
-        return self._data
+        """A packed batch's one buffer holding every value, else None: bytes, or a read-only
+        memoryview where the batch came from a DataLoader worker through shared memory
+        (StreamingDataset's shared_batches). Either slices, compares and converts alike
+        (len, [a:b], ==, bytes(), torch.frombuffer, numpy.frombuffer)."""
+        data = self._data
+        if data is None or isinstance(data, bytes):
+            return data
+        return memoryview(data)
 
     def spans(self, name):
         """A packed batch's (begin, end) offsets of field `name` in `block`, one pair per
@@ -361,8 +369,8 @@ def keep_batch_memory(max_bytes=BATCH_MEMORY_BYTES):
     Why: a DataLoader's training process receives each batch from its workers' pipe into fresh
     blocks, in a pattern that never teaches glibc to grow its heap for batch-sized blocks
     rather than map each one on its own (each read asks for the whole rest of the batch, then
-    shrinks the block to what came). So each batch of a few MiB lands in new pages, and touching a new page is slow on VMs: in a new
-    process on a 2-CPU VM, batches of four 1 MiB samples through two workers came at 240-830
+    shrinks the block to what came). So each batch of a few MiB lands in new pages, and
+    touching a new page is slow on VMs: in a new process on a 2-CPU VM, batches of four 1 MiB samples through two workers came at 240-830
     samples/s without this and 1,150-1,310 with it (docs/performance.md, "batches into fresh
     pages"). It costs up to 2 x max_bytes of freed memory held for reuse rather than given
     back at once."""
@@ -549,26 +557,94 @@ def _remove_worker_cache(path, owner):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _sweep_worker_caches():
-    """Removes the worker caches of this user's processes that ended without removing theirs
-    (killed): each holds shards in RAM until someone does."""
+def _sweep_shm(prefix):
+    """Removes what this user's processes left in /dev/shm under `prefix` (named prefix + pid +
+    "-" + a token) when they ended without removing it (killed): it holds RAM until someone
+    does."""
     try:
         names = os.listdir(_SHM)
     except OSError:
         return
     for name in names:
-        if not name.startswith(_SHARED_PREFIX):
+        if not name.startswith(prefix):
             continue
-        pid = name[len(_SHARED_PREFIX):].split("-", 1)[0]
+        pid = name[len(prefix):].split("-", 1)[0]
         path = os.path.join(_SHM, name)
         try:
-            if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
+            st = os.lstat(path)
+            if not pid.isdigit() or st.st_uid != os.getuid():
                 continue
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
+            if stat_module.S_ISDIR(st.st_mode):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink_quietly(path)
         except OSError:
             continue
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _sweep_worker_caches():
+    _sweep_shm(_SHARED_PREFIX)
+
+
+# A DataLoader worker hands its packed batches to the training process through a ring of shared
+# memory (include/gantry/data/batch_ring.h): the pipe carries where each block lies, not its
+# bytes. One ring per worker process, made at its first packed batch.
+_RING_PREFIX = "gantry-batches-"
+_RING_BATCHES = 32        # batches of the first one's size a ring holds by default
+_RING_MAX = 256 << 20     # the most a default ring takes
+_ring = None              # (pid, _gantry.BatchRing or None) of this process
+
+
+def _batch_block(path, offset, seq, size):
+    """A pickled RingBlock's block, in the process that receives it (the training process)."""
+    return _gantry.batch_block(path, offset, seq, size)
+
+
+def _remove_ring(path, owner):
+    if os.getpid() == owner:
+        _unlink_quietly(path)
+
+
+def _worker_ring(block_bytes, size):
+    """This worker process's batch ring, made on the first call (sized for _RING_BATCHES blocks
+    of `block_bytes`, within an eighth of the free shared memory, unless `size` says), or None
+    where shared memory has no room for it: batches then travel through the pipe, as bytes."""
+    global _ring
+    pid = os.getpid()
+    if _ring is not None and _ring[0] == pid:
+        return _ring[1]
+    _ring = (pid, None)  # one try per process
+    if not os.access(_SHM, os.W_OK):
+        return None
+    _sweep_shm(_RING_PREFIX)
+    if size is None:
+        try:
+            st = os.statvfs(_SHM)
+        except OSError:
+            return None
+        size = min(_RING_BATCHES * (block_bytes + 64), _RING_MAX, st.f_bavail * st.f_frsize // 8)
+        size = max(size, _gantry.MIN_BATCH_RING)
+        if size < 2 * (block_bytes + 64):
+            return None
+    path = os.path.join(_SHM, f"{_RING_PREFIX}{pid}-{secrets.token_hex(6)}")
+    try:
+        ring = _gantry.BatchRing(path, size)
+    except _gantry.CheckpointError:
+        return None  # a full or missing /dev/shm: the pipe, as without a ring
+    # A DataLoader worker ends with os._exit: destructors do not run, multiprocessing's
+    # finalizers do.
+    multiprocessing_util.Finalize(None, _remove_ring, args=(path, pid), exitpriority=0)
+    _ring = (pid, ring)
+    return ring
 
 
 def _make_worker_cache(url, fallback_urls):
@@ -834,7 +910,8 @@ class StreamingDataset(_Base):
                  rank=None, world_size=None, decode=True, transform=None, verify_hashes=False,
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
                  read_ahead=4, job=None, zero_copy=None, mmap=None, batched=False,
-                 share_fetches=True, prefetch=0, packed=None, copy_threads=None):
+                 share_fetches=True, prefetch=0, packed=None, copy_threads=None,
+                 shared_batches=None):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -875,6 +952,15 @@ class StreamingDataset(_Base):
             raise InvalidArgumentError(f"copy_threads must be in [0, {_gantry.MAX_COPY_THREADS}] "
                                        "(None: the default)")
         self.copy_threads = None if copy_threads is None else int(copy_threads)
+        if shared_batches is None or shared_batches is True:
+            self.shared_batches = None
+        elif shared_batches is False:
+            self.shared_batches = 0
+        else:
+            self.shared_batches = _parse_bytes("shared_batches", shared_batches)
+            if 0 < self.shared_batches < _gantry.MIN_BATCH_RING:
+                raise InvalidArgumentError(f"shared_batches: at least {_gantry.MIN_BATCH_RING} "
+                                           "bytes (0 or False: none)")
         if int(prefetch) < 0:
             raise InvalidArgumentError("prefetch must be at least 0")
         self.prefetch = int(prefetch)
@@ -1013,15 +1099,22 @@ class StreamingDataset(_Base):
         packed = self.packed
         if packed is None:  # by default only where the batch crosses processes and is bytes
             packed = info is not None and not self.decode and self.zero_copy is None
+        # In a worker, packed blocks go to the training process through shared memory.
+        ring = None
+        want_ring = packed and info is not None and self.shared_batches != 0
         n = 0
         try:
             while True:
                 try:
-                    positions, keys, fields, columns = reader.next_batch(self.batch_size, packed)
+                    positions, keys, fields, columns = reader.next_batch(self.batch_size, packed,
+                                                                         ring)
                 except StopIteration:
                     return
                 if packed:
                     data, spans = columns
+                    if want_ring:  # sized by the first batch
+                        want_ring = False
+                        ring = _worker_ring(len(data), self.shared_batches)
                     batch = SampleBatch(positions, keys, fields, None, data, spans)
                 else:
                     if self.decode:

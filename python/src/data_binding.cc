@@ -22,8 +22,11 @@
 #include <pthread.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <signal.h>
 
+#include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -33,6 +36,7 @@
 #include "gantry/common/heap.h"
 #include "gantry/common/metrics.h"
 #include "gantry/common/parallel_copy.h"
+#include "gantry/data/batch_ring.h"
 #include "gantry/data/dataset.h"
 #include "gantry/data/loader.h"
 #include "gantry/data/loader_metrics.h"
@@ -99,6 +103,81 @@ uint64_t ForksSoFar() {
   return g_forks;
 }
 
+// A DataLoader worker's ring of packed batches in shared memory (include/gantry/data/batch_ring.h),
+// as Python holds it: made in the worker, passed to next_batch(ring=...).
+struct PyBatchRing {
+  std::shared_ptr<data::BatchRing> ring;
+  uint64_t made_after_fork = ForksSoFar();
+  bool made_here() const { return made_after_fork == ForksSoFar(); }
+};
+
+// Every ring this process produces into or has opened to read from, by path: a block that comes
+// through the pipe names its ring's path, and the ring is mapped once, not per block. Used with
+// the GIL held.
+std::map<std::string, std::shared_ptr<data::BatchRing>>& Rings() {
+  static auto* rings = new std::map<std::string, std::shared_ptr<data::BatchRing>>();
+  return *rings;
+}
+
+// A block of a batch ring through the buffer protocol, read-only: one packed batch's bytes. It
+// holds a reference to the block, dropped when the object goes, after every view of it. Pickled
+// in the process that produced it, it travels as where it lies (batch_block rebuilds it on the
+// other side, which maps the ring); pickled anywhere else, as a copy of its bytes.
+class RingBlock {
+ public:
+  RingBlock(std::shared_ptr<data::BatchRing> ring, const data::BatchRing::Block& block)
+      : ring_(std::move(ring)), block_(block) {}
+  // Inherited by a forked child, the reference is the parent's: the child leaves it alone.
+  ~RingBlock() {
+    if (made_after_fork_ == ForksSoFar()) ring_->Unref(block_.offset);
+  }
+  RingBlock(const RingBlock&) = delete;
+  RingBlock& operator=(const RingBlock&) = delete;
+
+  py::buffer_info Buffer() const {
+    return py::buffer_info(block_.data, 1, py::format_descriptor<uint8_t>::format(), 1,
+                           {static_cast<ssize_t>(block_.size)}, {ssize_t{1}}, /*readonly=*/true);
+  }
+  uint64_t size() const { return block_.size; }
+
+  py::tuple Reduce() const {
+    if (ring_->producer() && made_after_fork_ == ForksSoFar()) {
+      ring_->Ref(block_.offset);  // the descriptor's, taken over by batch_block
+      // A module-level Python function: pickle cannot name a pybind11 function.
+      return py::make_tuple(py::module_::import("gantry.data").attr("_batch_block"),
+                            py::make_tuple(ring_->path(), block_.offset, block_.seq, block_.size));
+    }
+    return py::make_tuple(py::module_::import("builtins").attr("bytes"),
+                          py::make_tuple(py::bytes(block_.data, block_.size)));
+  }
+
+ private:
+  const std::shared_ptr<data::BatchRing> ring_;
+  const data::BatchRing::Block block_;
+  const uint64_t made_after_fork_ = ForksSoFar();
+};
+
+py::object MakeRingBlock(std::shared_ptr<data::BatchRing> ring,
+                         const data::BatchRing::Block& block) {
+  return py::cast(new RingBlock(std::move(ring), block), py::return_value_policy::take_ownership);
+}
+
+// The block a descriptor names, from a ring this process maps, mapping it at its first block.
+// Rings whose producers have exited are forgotten then (their blocks still held stay mapped).
+py::object BatchBlock(const std::string& path, uint64_t offset, uint64_t seq, uint64_t size) {
+  auto& rings = Rings();
+  auto it = rings.find(path);
+  if (it == rings.end()) {
+    for (auto r = rings.begin(); r != rings.end();) {
+      const bool gone =
+          !r->second->producer() && kill(r->second->producer_pid(), 0) != 0 && errno == ESRCH;
+      r = gone ? rings.erase(r) : std::next(r);
+    }
+    it = rings.emplace(path, Unwrap(data::BatchRing::Open(path))).first;
+  }
+  return MakeRingBlock(it->second, Unwrap(it->second->Adopt(offset, seq, size)));
+}
+
 class PyReader {
  public:
   PyReader(const PySource& source, const OrderOptions& options, uint64_t epoch,
@@ -154,7 +233,7 @@ class PyReader {
   // field.
   // StopIteration when nothing is left; an error (a damaged shard) keeps the samples already
   // read for the next call, so no sample is skipped.
-  py::tuple NextBatch(uint64_t n, bool packed) {
+  py::tuple NextBatch(uint64_t n, bool packed, const py::object& ring) {
     const Call call(*this);
     if (n == 0) throw py::value_error("a batch needs at least one sample");
     // Never more slots than samples are left: a huge n (batch_size=10**9) must not allocate.
@@ -226,11 +305,25 @@ class PyReader {
           spans[(c * count + i) * 2 + 1] = static_cast<int64_t>(total);
         }
       }
-      // Filled before anyone else can see it, so writing into the new bytes is safe.
-      PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
-      if (raw == nullptr) throw py::error_already_set();
-      const py::object block = py::reinterpret_steal<py::object>(raw);
-      char* to = PyBytes_AS_STRING(raw);
+      // Filled before anyone else can see it, so writing into it is safe: a block of the
+      // worker's batch ring where there is one with room, else a new bytes object.
+      py::object block;
+      char* to = nullptr;
+      if (!ring.is_none()) {
+        const auto& r = ring.cast<const PyBatchRing&>();
+        std::optional<data::BatchRing::Block> b;
+        if (r.made_here()) b = r.ring->Allocate(total);
+        if (b) {
+          block = MakeRingBlock(r.ring, *b);
+          to = b->data;
+        }
+      }
+      if (to == nullptr) {
+        PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
+        if (raw == nullptr) throw py::error_already_set();
+        block = py::reinterpret_steal<py::object>(raw);
+        to = PyBytes_AS_STRING(raw);
+      }
       // Large blocks are split with helper threads; smaller ones are copied as they always
       // were, without a list of pieces (bench/reader_ab.py, small set: 0.96-0.97 of the
       // base with the list built for every block, 0.99-1.01 without).
@@ -430,7 +523,42 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("shards_read", &PyReader::shards_read)
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })
       .def("__next__", &PyReader::Next)
-      .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false);
+      .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false,
+           py::arg("ring") = py::none());
+
+  py::class_<PyBatchRing>(m, "BatchRing",
+                          "A DataLoader worker's ring of packed batches in shared memory "
+                          "(next_batch(ring=...)); its file goes when it does")
+      .def(py::init([](const std::string& path, uint64_t capacity) {
+             std::shared_ptr<data::BatchRing> ring =
+                 Unwrap(data::BatchRing::Create(path, capacity));
+             Rings()[path] = ring;
+             return PyBatchRing{ring};
+           }),
+           py::arg("path"), py::arg("capacity"))
+      .def_property_readonly("path", [](const PyBatchRing& r) { return r.ring->path(); })
+      .def_property_readonly("capacity", [](const PyBatchRing& r) { return r.ring->capacity(); })
+      .def_property_readonly("used_bytes",
+                             [](const PyBatchRing& r) { return r.ring->used_bytes(); })
+      .def(
+          "close", [](const PyBatchRing& r) { Rings().erase(r.ring->path()); },
+          "Forgets the ring here: its file goes once no block of it is held");
+  m.attr("MIN_BATCH_RING") = data::BatchRing::kMinCapacity;
+  py::class_<RingBlock>(m, "RingBlock", py::buffer_protocol(),
+                        "A packed batch's bytes in a batch ring, read-only (a buffer)")
+      .def_buffer(&RingBlock::Buffer)
+      .def("__len__", &RingBlock::size)
+      .def("__reduce__", &RingBlock::Reduce);
+  m.def("batch_block", &BatchBlock, py::arg("path"), py::arg("offset"), py::arg("seq"),
+        py::arg("size"), "The block of the batch ring at path that a pickled RingBlock names");
+  m.def(
+      "batch_rings",
+      [] {
+        py::list paths;
+        for (const auto& [path, ring] : Rings()) paths.append(path);
+        return paths;
+      },
+      "Paths of the batch rings this process produces into or maps (for tests)");
 
   m.def(
       "data_stats",

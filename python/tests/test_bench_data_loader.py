@@ -60,8 +60,9 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
             self.assertIn(result["local"][name]["best"]["files"]["baseline"],
                           ("files", "files_wide"))
 
-    def test_the_fresh_process_rows(self):
-        kinds = ("gantrybp_fresh", "gantrybp_nokeep_fresh", "files_fresh")
+    def test_the_fresh_process_and_pipe_rows(self):
+        kinds = ("gantrybp_fresh", "gantrybp_nokeep_fresh", "gantrybp_pipe_fresh", "gantryb_pipe",
+                 "files_fresh")
         r = run_python([BENCH, "--quick", "--gantry", CLI, "--dir", self.tmp, "--parts", "local",
                         "--kinds", ",".join(kinds)], timeout=180)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])

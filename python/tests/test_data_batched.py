@@ -3,6 +3,8 @@ batches of the unbatched dataset (ranks, workers, batch sizes, decoding, resume)
 workers hand a batch's bytes over as one block, and a failed read inside a batch loses no
 sample."""
 
+import copy
+import gc
 import io
 import json
 import os
@@ -114,8 +116,9 @@ class BatchedTest(WdsTestCase):
                 self.assertTrue(value.readonly)
                 self.assertEqual(bytes(value), expected(int(key[1:]), 1000))
                 got += 1
-            self.assertIsInstance(b._data, bytes)
-            self.assertEqual(len(b._data), 1000 * len(b))
+            # bytes, or (after each worker's first batch) a view of shared memory: below
+            self.assertIsInstance(b.block, (bytes, memoryview))
+            self.assertEqual(len(b.block), 1000 * len(b))
         self.assertEqual(got, 20)
 
     def test_in_process_batches_are_views_of_the_mapped_shards(self):
@@ -137,7 +140,7 @@ class BatchedTest(WdsTestCase):
             got = self.batched(workers, 4, packed=True)
             self.assertEqual([b["__key__"] for b in got], [b["__key__"] for b in want], workers)
             for g, w in zip(got, want):
-                self.assertIsInstance(g.block, bytes)
+                self.assertIsInstance(g.block, bytes if workers == 0 else (bytes, memoryview))
                 for field in ("bin", "txt"):
                     spans = g.spans(field)
                     self.assertEqual(spans.shape, (len(g), 2))
@@ -425,3 +428,130 @@ class NextBatchTest(TempDirTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SharedBatchesTest(TempDirTestCase):
+    """DataLoader workers hand packed batches to the training process through a ring of shared
+    memory: only where each lies crosses the pipe."""
+
+    @staticmethod
+    def rings_on_disk():
+        return {n for n in os.listdir("/dev/shm") if n.startswith("gantry-batches-")}
+
+    def loader(self, workers=2, **kw):
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=6, seed=2,
+                              batched=True, **kw)
+        return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+
+    def check(self, batches, size):
+        for b in batches:
+            for key, value in zip(b["__key__"], b["bin"]):
+                self.assertEqual(bytes(value), expected(int(key[1:]), size), key)
+
+    @staticmethod
+    def shared(batch):
+        return isinstance(batch.block, memoryview)
+
+    def test_worker_batches_after_the_first_come_through_shared_memory(self):
+        write_bins(self.path("bins"), 6, 6, 2000)
+        before = self.rings_on_disk()
+        n = shared = 0
+        for b in self.loader():
+            self.check([b], 2000)
+            if self.shared(b):
+                self.assertEqual(type(b.block.obj).__name__, "RingBlock")
+                self.assertTrue(b.block.readonly)
+                self.assertEqual(len(b.block), 3 * 2000)
+                shared += 1
+            n += 1
+        self.assertEqual(n, 12)
+        self.assertEqual(shared, n - 2)  # each worker's first batch sizes its ring
+        # The iterator ended, its workers with it, and their rings are gone from /dev/shm.
+        self.assertEqual(self.rings_on_disk() - before, set())
+
+    def test_off_too_large_or_too_small(self):
+        write_bins(self.path("bins"), 4, 6, 2000)
+        for off in (0, False):
+            got = list(self.loader(shared_batches=off))
+            self.assertEqual(sum(map(self.shared, got)), 0, off)
+            self.check(got, 2000)
+        # More than /dev/shm holds: refused at its reservation, and the pipe carries them all.
+        before = self.rings_on_disk()
+        got = list(self.loader(shared_batches="1T"))
+        self.assertEqual(sum(map(self.shared, got)), 0)
+        self.check(got, 2000)
+        self.assertEqual(self.rings_on_disk() - before, set())
+        got = list(self.loader(workers=1, shared_batches="1M"))
+        self.assertEqual(sum(map(self.shared, got)), len(got) - 1)
+        for bad in (100, "lots", -1):
+            with self.assertRaises(InvalidArgumentError):
+                self.loader(shared_batches=bad)
+
+    def test_batches_the_loop_holds_are_never_written_over(self):
+        # Batches of 3 x 4000 bytes: a ring of 64 KiB holds 5 of them (64 bytes of header each).
+        write_bins(self.path("bins"), 10, 6, 4000)
+        held = list(self.loader(workers=1, shared_batches="64K"))
+        self.assertEqual(len(held), 20)
+        shared = [self.shared(b) for b in held]
+        # The ring full of held batches, the rest came through the pipe.
+        self.assertEqual(sum(shared), 5, shared)
+        self.check(held, 4000)
+
+    def test_a_forked_child_dropping_inherited_batches_leaves_them_held(self):
+        write_bins(self.path("bins"), 10, 6, 4000)
+        it = iter(self.loader(workers=1, shared_batches="64K"))
+        next(it)  # sizes the ring
+        held = [next(it)]
+        self.assertTrue(self.shared(held[0]))
+
+        def drop():
+            held.clear()
+            gc.collect()
+            return 0
+        self.assertEqual(in_forked_child(drop), 0)
+        rest = list(it)
+        # Had the child's drop counted, the parent's batch would have been written over.
+        self.check(held, 4000)
+        self.check(rest, 4000)
+
+    def test_a_worker_transform_may_keep_copy_or_pickle_its_batch(self):
+        write_bins(self.path("bins"), 6, 6, 2000)
+        kept = []  # in each worker
+
+        def transform(batch):
+            kept.append(batch)
+            pickle.dumps(batch)  # a descriptor never delivered: its block stays held
+            return copy.deepcopy(batch)
+        got = list(self.loader(transform=transform, packed=True))
+        self.assertEqual(len(got), 12)
+        self.check(got, 2000)
+        self.assertGreater(sum(map(self.shared, got)), 0)
+
+    def test_pickled_in_the_training_process_a_batch_carries_its_bytes(self):
+        write_bins(self.path("bins"), 4, 6, 2000)
+        batch = [b for b in self.loader(workers=1) if self.shared(b)][0]
+        again = pickle.loads(pickle.dumps(batch))
+        self.assertIsInstance(again.block, bytes)
+        self.assertEqual(again.block, batch.block)
+        self.assertEqual(again["bin"], batch["bin"])
+        self.check([again], 2000)
+
+    def test_spawned_workers_share_batches_too(self):
+        write_bins(self.path("bins"), 4, 6, 2000)
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=6, seed=2,
+                              batched=True)
+        got = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1,
+                                               multiprocessing_context="spawn"))
+        self.assertEqual(sum(map(self.shared, got)), len(got) - 1)
+        self.check(got, 2000)
+
+    def test_a_killed_workers_ring_is_removed_by_the_next_ring_made(self):
+        write_bins(self.path("bins"), 4, 6, 2000)
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        stale = f"/dev/shm/gantry-batches-{gone.pid}-000000000000"
+        with open(stale, "wb") as f:
+            f.write(b"x")
+        self.addCleanup(lambda: os.path.exists(stale) and os.unlink(stale))
+        list(self.loader(workers=1))
+        self.assertFalse(os.path.exists(stale))
