@@ -7,7 +7,10 @@ under 0.1 ms (an item was already there), the loop thread's CPU time in those ca
 stall summed by tenth of the shuffle window the batch fell in (window boundaries at 0.0).
 
   PYTHONPATH=python:build/default/python /usr/bin/python3 bench/data_stall_probe.py \\
-      [--set small|large] [--kind gantrybp] [--runs 3] [--prefetch 32] [--chunk 1]
+      [--set small|large] [--kind gantrybp] [--runs 3] [--prefetch 32] [--chunk 1] [--rate R]
+
+--rate R runs the loop at R samples/s in every run instead, so that two loaders (e.g. gantrybp
+and gantrybp_pipe) are compared under the same loop.
 
 --chunk N (gantrybp only) hands the Prefetcher's batches over N at a time
 (gantry.data.Prefetcher(chunk=N)) instead of prefetch()'s one. docs/performance.md,
@@ -76,6 +79,9 @@ def main():
     ap.add_argument("--kind", default="gantrybp", help="a loader of bench/data_loader.py")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="the loop's samples/s, the same for every run and loader (default: "
+                         "--load times the rate of a full-speed pass just before each run)")
     ap.add_argument("--prefetch", type=int, default=32)
     ap.add_argument("--chunk", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
@@ -95,6 +101,9 @@ def main():
               "| stalled ms by tenth of the window |")
         print("|---:|---:|---:|---:|---:|---:|---|")
         for _ in range(args.runs):
+            if args.rate is not None:
+                probe(ds, args, batch, window, args.rate)
+                continue
             dt, _ = bench.timed_read(args.kind, ds, args, batch, window)
             probe(ds, args, batch, window, args.load * ds.count / dt)
 

@@ -370,9 +370,10 @@ def keep_batch_memory(max_bytes=BATCH_MEMORY_BYTES):
     blocks, in a pattern that never teaches glibc to grow its heap for batch-sized blocks
     rather than map each one on its own (each read asks for the whole rest of the batch, then
     shrinks the block to what came). So each batch of a few MiB lands in new pages, and
-    touching a new page is slow on VMs: in a new process on a 2-CPU VM, batches of four 1 MiB samples through two workers came at 240-830
-    samples/s without this and 1,150-1,310 with it (docs/performance.md, "batches into fresh
-    pages"). It costs up to 2 x max_bytes of freed memory held for reuse rather than given
+    touching a new page is slow on VMs: in a new process on a 2-CPU VM, batches of four 1 MiB
+    samples through two workers came at 240-830 samples/s without this and 1,150-1,310 with it
+    (docs/performance.md, "batches into fresh pages"). StreamingDataset's packed batches from
+    workers come through shared memory instead (shared_batches) and do not need this. It costs up to 2 x max_bytes of freed memory held for reuse rather than given
     back at once."""
     return bool(_gantry.keep_large_blocks_in_heap(int(max_bytes)))
 
@@ -616,7 +617,7 @@ def _remove_ring(path, owner):
 
 def _worker_ring(block_bytes, size):
     """This worker process's batch ring, made on the first call (sized for _RING_BATCHES blocks
-    of `block_bytes`, within an eighth of the free shared memory, unless `size` says), or None
+    of `block_bytes`, within a sixteenth of the free shared memory, unless `size` says), or None
     where shared memory has no room for it: batches then travel through the pipe, as bytes."""
     global _ring
     pid = os.getpid()
@@ -631,7 +632,10 @@ def _worker_ring(block_bytes, size):
             st = os.statvfs(_SHM)
         except OSError:
             return None
-        size = min(_RING_BATCHES * (block_bytes + 64), _RING_MAX, st.f_bavail * st.f_frsize // 8)
+        # A sixteenth of what is free: eight workers take at most two fifths of it between
+        # them, leaving room for torch's own tensors in shared memory and the workers' cache.
+        size = min(_RING_BATCHES * (block_bytes + 64), _RING_MAX,
+                   st.f_bavail * st.f_frsize // 16)
         size = max(size, _gantry.MIN_BATCH_RING)
         if size < 2 * (block_bytes + 64):
             return None
@@ -833,7 +837,8 @@ class _OrderParameter:
 
 
 def _rank_and_world():
-    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+    if (torch is not None and torch.distributed.is_available()
+            and torch.distributed.is_initialized()):
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
 
@@ -893,6 +898,13 @@ class StreamingDataset(_Base):
     samples: one core's copy does not use the machine's memory bandwidth); None (the default)
     is one in the training process where it may run on two or more cores, and none in a
     DataLoader worker, where the workers are the parallelism already; 0 turns it off.
+    shared_batches: in a DataLoader worker, packed blocks are gathered into a ring of shared
+    memory (/dev/shm) and only where each lies crosses the pipe, the training process reading
+    them in place (SampleBatch.block is then a read-only memoryview): the ring's size, by
+    default (None) 32 times the worker's first batch within 256 MiB and a sixteenth of the
+    free space; 0 or False: none, every batch pickled through the pipe. A ring without room (the
+    loop holds many batches, a small /dev/shm) sends batches through the pipe; none is ever
+    written over while referenced (docs/data.md "From workers through shared memory").
 
     prefetch=N (read in the training process, num_workers=0): a background thread reads,
     decodes and transforms up to N batches (N x batch_size samples unbatched) ahead while the

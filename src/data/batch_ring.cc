@@ -1,9 +1,9 @@
-// BatchRing: the file's layout and the producer's in-order reuse of its space.
+// BatchRing: the file's layout and the producer's reuse of its space.
 //
 // The file is a 64-byte header, then records, each 64-byte aligned: a record header of 64 bytes
 // (its reference count, a tag, the sequence number, the record's length and the data's size)
-// followed by the block's data. A skip record fills the end of the file when the next block
-// does not fit there, and the next one starts again after the header.
+// followed by the block's data. Between records is free space; the producer alone knows where
+// its records are (live_), and the shared reference counts say which it may take back.
 #include "gantry/data/batch_ring.h"
 
 #include <fcntl.h>
@@ -20,7 +20,6 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x31524e5259524e47;  // "GNRYRNR1"
 constexpr uint32_t kLive = 0x4b4c4252;               // a block
-constexpr uint32_t kSkip = 0x504b5342;               // the end of the file, skipped
 
 struct FileHeader {
   uint64_t magic;
@@ -53,9 +52,7 @@ BatchRing::BatchRing(std::string path, char* base, uint64_t capacity, bool produ
       base_(base),
       capacity_(capacity),
       producer_(producer),
-      creator_(producer ? getpid() : 0),
-      head_(kFirst),
-      tail_(kFirst) {}
+      creator_(producer ? getpid() : 0) {}
 
 BatchRing::~BatchRing() {
   munmap(base_, capacity_);
@@ -123,54 +120,41 @@ pid_t BatchRing::producer_pid() const {
 }
 
 void BatchRing::Reclaim() {
-  while (used_ > 0) {
-    auto* r = reinterpret_cast<Record*>(base_ + tail_);
-    if (Refs(r).load(std::memory_order_acquire) != 0) break;
-    used_ -= r->length;
-    tail_ += r->length;
-    if (tail_ == capacity_) tail_ = kFirst;
+  for (auto it = live_.begin(); it != live_.end();) {
+    auto* r = reinterpret_cast<Record*>(base_ + it->first);
+    if (Refs(r).load(std::memory_order_acquire) != 0) {
+      ++it;
+      continue;
+    }
+    used_ -= it->second;
+    it = live_.erase(it);
   }
-  if (used_ == 0) head_ = tail_ = kFirst;
 }
 
 std::optional<BatchRing::Block> BatchRing::Allocate(uint64_t size) {
   if (!producer_) return std::nullopt;
+  if (size > capacity_) return std::nullopt;
   const uint64_t need = RoundUp(kRecordBytes + size);
-  if (size > capacity_ || need > capacity_ - kFirst) return std::nullopt;
   const std::lock_guard lock(mu_);
   Reclaim();
-  uint64_t at = 0;
-  if (used_ == 0 || head_ > tail_) {
-    // Free: [head_, end of file) and [kFirst, tail_).
-    const uint64_t end_room = capacity_ - head_;
-    if (need <= end_room) {
-      at = head_;
-    } else if (need <= tail_ - kFirst) {
-      auto* skip = reinterpret_cast<Record*>(base_ + head_);
-      skip->tag = kSkip;
-      skip->seq = 0;
-      skip->length = end_room;
-      skip->size = 0;
-      Refs(skip).store(0, std::memory_order_release);
-      used_ += end_room;
-      at = kFirst;
-    } else {
-      return std::nullopt;
-    }
-  } else {
-    // Free: [head_, tail_); none when they meet.
-    if (need > tail_ - head_) return std::nullopt;
-    at = head_;
+  // The lowest gap that holds it: the blocks in use stay within the fewest pages, as a heap's
+  // reused blocks do (on a shadow-paged VM a page not touched for a while costs an exit to the
+  // hypervisor again: cycling through the whole file, as a ring would, made one batch in 25
+  // of a slow loop 5-80 ms late; docs/performance.md).
+  uint64_t at = kFirst;
+  for (const auto& [offset, length] : live_) {
+    if (offset - at >= need) break;
+    at = offset + length;
   }
+  if (capacity_ - at < need) return std::nullopt;
   auto* r = reinterpret_cast<Record*>(base_ + at);
   r->tag = kLive;
   r->seq = ++seq_;
   r->length = need;
   r->size = size;
   Refs(r).store(1, std::memory_order_release);
+  live_.emplace(at, need);
   used_ += need;
-  head_ = at + need;
-  if (head_ == capacity_) head_ = kFirst;
   return Block{at, r->seq, base_ + at + kRecordBytes, size};
 }
 

@@ -1,5 +1,5 @@
 // BatchRing: blocks written by the producer read in place through another mapping, space reused
-// oldest first once nothing refers to it, a held block never written over, descriptors that name
+// lowest first once nothing refers to it, a held block never written over, descriptors that name
 // no block refused, and a producer and a consumer on two threads.
 #include "gantry/data/batch_ring.h"
 
@@ -66,7 +66,7 @@ TEST(BatchRing, AConsumerReadsTheProducersBlockInPlaceAndItsSpaceComesBack) {
   EXPECT_FALSE(consumer->Allocate(10).has_value());
 }
 
-TEST(BatchRing, AHeldBlockHoldsTheSpaceAfterItAndIsNeverWrittenOver) {
+TEST(BatchRing, AHeldBlockIsNeverWrittenOverAndTheLowestFreeSpaceIsTakenFirst) {
   TempDir dir;
   std::shared_ptr<BatchRing> ring = *BatchRing::Create(dir.sub("ring"), kCap);
   std::vector<BatchRing::Block> blocks;
@@ -75,27 +75,38 @@ TEST(BatchRing, AHeldBlockHoldsTheSpaceAfterItAndIsNeverWrittenOver) {
     blocks.push_back(*b);
   }
   ASSERT_EQ(blocks.size(), 8u);  // 8 x (8000 + 64 rounded) fits in 64 KiB less the header
-  // Every block but the oldest dropped: the oldest still holds the ring.
-  for (size_t i = 1; i < blocks.size(); ++i) ring->Unref(blocks[i].offset);
-  EXPECT_FALSE(ring->Allocate(8000).has_value());
-  EXPECT_TRUE(Intact(blocks[0]));
-  ring->Unref(blocks[0].offset);
-  std::optional<BatchRing::Block> again = ring->Allocate(8000);
-  ASSERT_TRUE(again.has_value());
-  EXPECT_EQ(again->seq, 9u);
+  EXPECT_EQ(blocks[0].offset, 64u);
+  // Every block but one in the middle dropped: the space around it is reused, never its own.
+  const BatchRing::Block held = blocks[3];
+  for (const BatchRing::Block& b : blocks) {
+    if (b.offset != held.offset) ring->Unref(b.offset);
+  }
+  std::vector<BatchRing::Block> again;
+  while (auto b = ring->Allocate(8000)) {
+    Fill(*b);
+    again.push_back(*b);
+  }
+  ASSERT_EQ(again.size(), 7u);
+  EXPECT_EQ(again[0].offset, blocks[0].offset);  // the lowest gap first
+  for (const BatchRing::Block& b : again) {
+    EXPECT_TRUE(b.offset + 64 + b.size <= held.offset || b.offset >= held.offset + 64 + held.size)
+        << b.offset;
+    EXPECT_GT(b.seq, held.seq);
+  }
+  EXPECT_TRUE(Intact(held));
   // Too large for the ring at all.
   EXPECT_FALSE(ring->Allocate(kCap).has_value());
   EXPECT_FALSE(ring->Allocate(UINT64_MAX - 10).has_value());
 }
 
-TEST(BatchRing, BlocksOfMixedSizesDroppedOutOfOrderStayIntactAcrossManyWraps) {
+TEST(BatchRing, BlocksOfMixedSizesDroppedOutOfOrderStayIntact) {
   TempDir dir;
   std::shared_ptr<BatchRing> ring = *BatchRing::Create(dir.sub("ring"), kCap);
   std::mt19937_64 rnd(7);
   std::deque<BatchRing::Block> live;
   uint64_t made = 0;
   uint64_t refused = 0;
-  uint64_t wrapped = 0;  // allocations that went back to the start
+  uint64_t wrapped = 0;  // allocations below the one before
   uint64_t last_offset = 0;
   for (int step = 0; step < 20000; ++step) {
     if (!live.empty() && rnd() % 3 == 0) {

@@ -13,12 +13,13 @@
 //              ... read b.data ...; ring->Unref(b.offset) when done
 //
 // Each block carries a reference count in the shared file; the producer reuses a block's space
-// once its count is zero, oldest block first, so a block still held (a batch the training loop
-// keeps) holds the space after it too, and Allocate says there is no room rather than wait: the
-// caller then sends its batch the ordinary way. A reference that is never dropped (a descriptor
-// lost with a DataLoader that was shut down) leaves the ring full for the life of its producer,
-// which is slower, never wrong. A descriptor whose block is gone or was reused fails Adopt
-// (DataLoss), never reads another batch's bytes: its sequence number and size are checked.
+// once its count is zero, taking the lowest free space that holds the next block, and a block
+// still held (a batch the training loop keeps) is never written over: with no room left,
+// Allocate says so rather than wait, and the caller sends its batch the ordinary way. A
+// reference that is never dropped (a descriptor lost with a DataLoader that was shut down)
+// keeps its block's space for the life of its producer: less room, never a wrong byte. A descriptor
+// whose block is gone or was reused fails Adopt (DataLoss), never reads another batch's bytes: its
+// sequence number and size are checked.
 //
 // One producer per ring: Allocate is thread-safe, and meant for the process that created the
 // ring (a forked child must make its own). Ref, Unref and Adopt are thread- and process-safe.
@@ -29,6 +30,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,7 +66,7 @@ class BatchRing {
   BatchRing& operator=(const BatchRing&) = delete;
 
   // A block of `size` bytes holding one reference, or nullopt when there is no room for it
-  // before the oldest block still referenced.
+  // anywhere but over blocks still referenced.
   std::optional<Block> Allocate(uint64_t size);
   // One reference more, or one less, to the block at `offset`.
   void Ref(uint64_t offset);
@@ -91,10 +93,9 @@ class BatchRing {
   const bool producer_;
   const pid_t creator_;  // the producer's getpid() at creation: only it removes the file
 
-  std::mutex mu_;      // the producer's allocation state:
-  uint64_t head_ = 0;  // where the next record goes
-  uint64_t tail_ = 0;  // the oldest record not reclaimed
-  uint64_t used_ = 0;  // bytes from tail_ to head_, skips included
+  std::mutex mu_;                      // the producer's allocation state:
+  std::map<uint64_t, uint64_t> live_;  // offset -> length of every record not reclaimed
+  uint64_t used_ = 0;                  // their lengths' sum
   uint64_t seq_ = 0;
 };
 
