@@ -1114,6 +1114,8 @@ class StreamingDataset(_Base):
         # In a worker, packed blocks go to the training process through shared memory.
         ring = None
         want_ring = packed and info is not None and self.shared_batches != 0
+        if want_ring and _ring is not None and _ring[0] == os.getpid():
+            ring, want_ring = _ring[1], False  # a persistent worker's later epochs
         n = 0
         try:
             while True:

@@ -471,6 +471,8 @@ class SharedBatchesTest(TempDirTestCase):
 
     def test_off_too_large_or_too_small(self):
         write_bins(self.path("bins"), 4, 6, 2000)
+        self.assertEqual(StreamingDataset(self.path("bins"), shared_batches=True).shared_batches,
+                         None)  # True: the default size
         for off in (0, False):
             got = list(self.loader(shared_batches=off))
             self.assertEqual(sum(map(self.shared, got)), 0, off)
@@ -486,6 +488,29 @@ class SharedBatchesTest(TempDirTestCase):
         for bad in (100, "lots", -1):
             with self.assertRaises(InvalidArgumentError):
                 self.loader(shared_batches=bad)
+
+    def test_persistent_workers_keep_their_ring_across_epochs(self):
+        write_bins(self.path("bins"), 6, 6, 2000)
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=6, seed=2,
+                              batched=True)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                             persistent_workers=True)
+        rings = set()
+        for epoch in range(3):
+            ds.set_epoch(epoch)
+            got = list(loader)
+            self.assertEqual(len(got), 12)
+            self.check(got, 2000)
+            # Only the first epoch's first batch of each worker came through the pipe.
+            self.assertEqual(sum(map(self.shared, got)), 12 - (2 if epoch == 0 else 0), epoch)
+            rings |= {p for p in _gantry.batch_rings() if "gantry-batches-" in p}
+        self.assertEqual(len(rings), 2)  # one per worker, mapped here once
+
+    def test_a_batch_larger_than_the_ring_crosses_the_pipe(self):
+        write_bins(self.path("bins"), 4, 6, 40000)  # batches of 120,000 bytes
+        got = list(self.loader(workers=1, shared_batches="64K"))
+        self.assertEqual(sum(map(self.shared, got)), 0)
+        self.check(got, 40000)
 
     def test_batches_the_loop_holds_are_never_written_over(self):
         # Batches of 3 x 4000 bytes: a ring of 64 KiB holds 5 of them (64 bytes of header each).
