@@ -434,14 +434,26 @@ class SharedBatchesTest(TempDirTestCase):
     """DataLoader workers hand packed batches to the training process through a ring of shared
     memory: only where each lies crosses the pipe."""
 
-    @staticmethod
-    def rings_on_disk():
-        return {n for n in os.listdir("/dev/shm") if n.startswith("gantry-batches-")}
+    def left_behind(self):
+        """Rings in /dev/shm of the workers this test's loaders started (other test files,
+        running at the same time, have rings of their own)."""
+        pids = {open(os.path.join(self.path("pids"), n)).read() for n in os.listdir(
+            self.path("pids"))}
+        self.assertTrue(pids)
+        return [n for n in os.listdir("/dev/shm")
+                if any(n.startswith(f"gantry-batches-{pid}-") for pid in pids)]
 
     def loader(self, workers=2, **kw):
         ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=6, seed=2,
                               batched=True, **kw)
-        return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+        os.makedirs(self.path("pids"), exist_ok=True)
+        pids = self.path("pids")
+
+        def note_pid(_):
+            with open(os.path.join(pids, str(os.getpid())), "w") as f:
+                f.write(str(os.getpid()))
+        return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                           worker_init_fn=note_pid)
 
     def check(self, batches, size):
         for b in batches:
@@ -454,7 +466,6 @@ class SharedBatchesTest(TempDirTestCase):
 
     def test_worker_batches_after_the_first_come_through_shared_memory(self):
         write_bins(self.path("bins"), 6, 6, 2000)
-        before = self.rings_on_disk()
         n = shared = 0
         for b in self.loader():
             self.check([b], 2000)
@@ -467,7 +478,7 @@ class SharedBatchesTest(TempDirTestCase):
         self.assertEqual(n, 12)
         self.assertEqual(shared, n - 2)  # each worker's first batch sizes its ring
         # The iterator ended, its workers with it, and their rings are gone from /dev/shm.
-        self.assertEqual(self.rings_on_disk() - before, set())
+        self.assertEqual(self.left_behind(), [])
 
     def test_off_too_large_or_too_small(self):
         write_bins(self.path("bins"), 4, 6, 2000)
@@ -478,11 +489,10 @@ class SharedBatchesTest(TempDirTestCase):
             self.assertEqual(sum(map(self.shared, got)), 0, off)
             self.check(got, 2000)
         # More than /dev/shm holds: refused at its reservation, and the pipe carries them all.
-        before = self.rings_on_disk()
         got = list(self.loader(shared_batches="1T"))
         self.assertEqual(sum(map(self.shared, got)), 0)
         self.check(got, 2000)
-        self.assertEqual(self.rings_on_disk() - before, set())
+        self.assertEqual(self.left_behind(), [])
         got = list(self.loader(workers=1, shared_batches="1M"))
         self.assertEqual(sum(map(self.shared, got)), len(got) - 1)
         for bad in (100, "lots", -1):
@@ -495,6 +505,7 @@ class SharedBatchesTest(TempDirTestCase):
                               batched=True)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
                                              persistent_workers=True)
+        before = set(_gantry.batch_rings())  # this process's earlier tests' (or swept)
         rings = set()
         for epoch in range(3):
             ds.set_epoch(epoch)
@@ -503,7 +514,7 @@ class SharedBatchesTest(TempDirTestCase):
             self.check(got, 2000)
             # Only the first epoch's first batch of each worker came through the pipe.
             self.assertEqual(sum(map(self.shared, got)), 12 - (2 if epoch == 0 else 0), epoch)
-            rings |= {p for p in _gantry.batch_rings() if "gantry-batches-" in p}
+            rings |= set(_gantry.batch_rings()) - before
         self.assertEqual(len(rings), 2)  # one per worker, mapped here once
 
     def test_a_batch_larger_than_the_ring_crosses_the_pipe(self):
