@@ -373,8 +373,8 @@ def keep_batch_memory(max_bytes=BATCH_MEMORY_BYTES):
     touching a new page is slow on VMs: in a new process on a 2-CPU VM, batches of four 1 MiB
     samples through two workers came at 240-830 samples/s without this and 1,150-1,310 with it
     (docs/performance.md, "batches into fresh pages"). StreamingDataset's packed batches from
-    workers come through shared memory instead (shared_batches) and do not need this. It costs up to 2 x max_bytes of freed memory held for reuse rather than given
-    back at once."""
+    workers come through shared memory instead (shared_batches) and do not need this. It
+    costs up to 2 x max_bytes of freed memory held for reuse rather than given back at once."""
     return bool(_gantry.keep_large_blocks_in_heap(int(max_bytes)))
 
 
