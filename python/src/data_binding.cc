@@ -528,7 +528,7 @@ void DefineDataModule(py::module_& m) {
 
   py::class_<PyBatchRing>(m, "BatchRing",
                           "A DataLoader worker's ring of packed batches in shared memory "
-                          "(next_batch(ring=...)); its file goes when it does")
+                          "(next_batch(ring=...)); its file goes when its process ends")
       .def(py::init([](const std::string& path, uint64_t capacity) {
              std::shared_ptr<data::BatchRing> ring =
                  Unwrap(data::BatchRing::Create(path, capacity));
@@ -539,10 +539,7 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("path", [](const PyBatchRing& r) { return r.ring->path(); })
       .def_property_readonly("capacity", [](const PyBatchRing& r) { return r.ring->capacity(); })
       .def_property_readonly("used_bytes",
-                             [](const PyBatchRing& r) { return r.ring->used_bytes(); })
-      .def(
-          "close", [](const PyBatchRing& r) { Rings().erase(r.ring->path()); },
-          "Forgets the ring here: its file goes once no block of it is held");
+                             [](const PyBatchRing& r) { return r.ring->used_bytes(); });
   m.attr("MIN_BATCH_RING") = data::BatchRing::kMinCapacity;
   py::class_<RingBlock>(m, "RingBlock", py::buffer_protocol(),
                         "A packed batch's bytes in a batch ring, read-only (a buffer)")
