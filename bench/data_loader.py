@@ -41,6 +41,9 @@ bytes, loaders interleaved (the order rotates each repetition), medians of --rep
                       (--kinds only; e.g. gantry0b_packed_read, gantrybp_map). Without either,
                       the default (mmap=None): mapped where the first touch of a mapped page is
                       cheap, read where it is not
+            KIND_whole  any gantry kind with StreamingDataset(large_member_bytes=0): local shards
+                      read into memory are read whole, as before large members were read
+                      straight into their batch (--kinds only; e.g. gantry0b_packed_whole)
             KIND_pipe  any gantry kind through workers with StreamingDataset(shared_batches=0):
                       packed batches cross the workers' pipe as bytes, as before the workers'
                       batch rings in shared memory (--kinds only; e.g. gantrybp_pipe_fresh)
@@ -344,6 +347,10 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
         return make_loader(kind[:-len("_pipe")], ds, url,
                            argparse.Namespace(**dict(vars(args), shared_batches=0)), batch,
                            window, tensors)
+    if kind.endswith("_whole"):
+        return make_loader(kind[:-len("_whole")], ds, url,
+                           argparse.Namespace(**dict(vars(args), large_member_bytes=0)), batch,
+                           window, tensors)
     if kind.endswith("_wide"):
         return Widened(make_loader(kind[:-len("_wide")], ds, url, args, batch, window, tensors))
     if kind in BASELINE_IN_PROCESS:
@@ -372,6 +379,8 @@ def make_loader(kind, ds, url, args, batch, window, tensors=False):
             more["mmap"] = args.mmap
         if getattr(args, "shared_batches", None) is not None:  # a KIND_pipe
             more["shared_batches"] = args.shared_batches
+        if getattr(args, "large_member_bytes", None) is not None:  # a KIND_whole
+            more["large_member_bytes"] = args.large_member_bytes
         data = StreamingDataset(url, batch_size=batch, seed=1, window=window, decode=False,
                                 transform=as_tensors if tensors else None, **more,
                                 shard_samples=shard_samples(ds))
@@ -410,7 +419,7 @@ def timed_read(kind, ds, args, batch, window, url=None):
         kind = kind[:-len("_touch")]
         buf = memoryview(bytearray(ds.size))
     loader = make_loader(kind, ds, url or ds.shards_dir, args, batch, window)
-    for suffix in ("_read", "_map", "_nokeep", "_pipe"):  # the same batches
+    for suffix in ("_read", "_map", "_nokeep", "_pipe", "_whole"):  # the same batches
         kind = kind[:-len(suffix)] if kind.endswith(suffix) else kind
     first = None
     samples = nbytes = 0
@@ -444,7 +453,8 @@ def base_pass(kind, ds, args, batch, window, url=None, rate=None, pythonpath=Non
             "repeat": ds.repeat,
             "batch": batch, "window": window, "workers": args.workers, "url": url, "rate": rate,
             "prefetch": args.prefetch, "mmap": getattr(args, "mmap", None),
-            "shared_batches": getattr(args, "shared_batches", None)}
+            "shared_batches": getattr(args, "shared_batches", None),
+            "large_member_bytes": getattr(args, "large_member_bytes", None)}
     env = dict(os.environ, PYTHONPATH=args.base if pythonpath is None else pythonpath)
     # Through a file: the paths of a set's individual files are more than a command line holds.
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=args.workdir) as f:
@@ -465,7 +475,8 @@ def one_pass(spec_path):
                                                      "files", "files_dir")})
     ds.name = "base"
     args = argparse.Namespace(workers=spec["workers"], prefetch=spec["prefetch"],
-                              mmap=spec.get("mmap"), shared_batches=spec.get("shared_batches"))
+                              mmap=spec.get("mmap"), shared_batches=spec.get("shared_batches"),
+                              large_member_bytes=spec.get("large_member_bytes"))
     torch.set_num_threads(1)
     if spec["kind"] == "stall":
         out = stall_run(ds, args, spec["batch"], spec["window"], spec["rate"])
@@ -578,7 +589,7 @@ def local_part(sets, args, results):
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
         kinds += [k for k in args.kinds.split(",")
-                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep", "_pipe"))
+                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep", "_pipe", "_whole"))
                   and k not in kinds]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "

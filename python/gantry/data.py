@@ -875,10 +875,13 @@ class StreamingDataset(_Base):
     shares the page cache. By default (mmap=None) a file:// dataset's shards are read instead,
     into memory reused from shard to shard, where the first touch of a mapped page is slow (a
     shadow-paged VM: measured once per process, docs/data.md "Mapped shards"), within a budget
-    of 256 MiB held that way per process. With decode=False a field is a read-only memoryview of
-    its shard's bytes, valid for as long as it is referenced (it keeps the mapping or buffer
-    alive, even after the dataset and its iterator are gone); bytes(view) copies it. In a
-    DataLoader worker fields are bytes instead, as the DataLoader pickles samples
+    of 256 MiB held that way per process. A WebDataset shard read that way is read without its
+    members of at least large_member_bytes (default 64 KiB; 0: shards are read whole): a packed
+    batch reads each such member from the file straight into its block, one copy instead of two,
+    and a sample handed out whole reads it then. With decode=False a field is a read-only
+    memoryview of its shard's bytes, valid for as long as it is referenced (it keeps the mapping
+    or buffer alive, even after the dataset and its iterator are gone); bytes(view) copies it.
+    In a DataLoader worker fields are bytes instead, as the DataLoader pickles samples
     (zero_copy=True forces memoryviews, for a collate_fn that consumes them in the worker;
     zero_copy=False forces bytes). A local file cut short while mapped does not crash the
     process: the bytes past the cut read as zeros in views already handed out, and the next
@@ -923,7 +926,7 @@ class StreamingDataset(_Base):
                  shard_samples=None, cache_dir=None, cache_bytes=None, fallback_urls=None,
                  read_ahead=4, job=None, zero_copy=None, mmap=None, batched=False,
                  share_fetches=True, prefetch=0, packed=None, copy_threads=None,
-                 shared_batches=None):
+                 shared_batches=None, large_member_bytes=None):
         super().__init__()
         if batch_size < 1:
             raise InvalidArgumentError("batch_size must be at least 1")
@@ -955,6 +958,8 @@ class StreamingDataset(_Base):
         self.job = job
         self.zero_copy = zero_copy
         self.mmap = None if mmap is None else bool(mmap)
+        self.large_member_bytes = (None if large_member_bytes is None else
+                                   _parse_bytes("large_member_bytes", large_member_bytes))
         self.batched = bool(batched)
         self.packed = None if packed is None else bool(packed)
         if self.packed and (not self.batched or decode):
@@ -1057,7 +1062,8 @@ class StreamingDataset(_Base):
                                     verify_hashes=self.verify_hashes, cache_dir=cache_dir,
                                     cache_bytes=cache_bytes,
                                     fallback_urls=self.fallback_urls, job=self.job,
-                                    map_files=self.mmap)
+                                    map_files=self.mmap,
+                                    large_member_bytes=self.large_member_bytes)
         if list(source.shard_samples) != self.shard_samples:
             raise DataLossError(f"{self.url}: the dataset changed since it was opened "
                                 f"({sum(source.shard_samples)} samples, not {self.num_samples})")

@@ -3,7 +3,7 @@
 //
 //   source = _gantry.DataSource("s3://bkt/train", wds_shard_samples=None, verify_hashes=False,
 //                               cache_dir=None, cache_bytes=0, fallback_urls=None, job=None,
-//                               map_files=None)
+//                               map_files=None, large_member_bytes=None)
 //   reader = _gantry.DataReader(source, seed=0, shuffle=True, window=262144, epoch=0,
 //                               world=1, rank=0, workers=0, worker=0, batch=1, start=0,
 //                               read_ahead=4, zero_copy=False, copy_threads=-1)
@@ -73,7 +73,8 @@ struct PySource {
 PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>> wds_samples,
                     bool verify_hashes, std::optional<std::string> cache_dir, uint64_t cache_bytes,
                     std::optional<std::vector<std::string>> fallback_urls,
-                    std::optional<std::string> job, std::optional<bool> map_files) {
+                    std::optional<std::string> job, std::optional<bool> map_files,
+                    std::optional<uint64_t> large_member_bytes) {
   Result<std::unique_ptr<ShardSource>> opened = [&]() -> Result<std::unique_ptr<ShardSource>> {
     py::gil_scoped_release release;
     GANTRY_ASSIGN_OR_RETURN(data::DatasetLocation d, data::LocateDataset(url, {}));
@@ -85,6 +86,7 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
     if (fallback_urls) options.fallback_urls = *fallback_urls;
     if (job) options.job = *job;
     options.map_files = map_files;
+    if (large_member_bytes) options.large_member_bytes = *large_member_bytes;
     return data::OpenShardSource(std::move(d), options);
   }();
   return PySource{std::shared_ptr<ShardSource>(Unwrap(std::move(opened))), url};
@@ -243,8 +245,10 @@ class PyReader {
       Status failed = [&] {
         py::gil_scoped_release release;  // may fetch shards
         uint64_t read = 0;
-        Status s =
-            it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_), &read);
+        // Large members of local shards stay in their files (UnreadFields): packed, they are
+        // read straight into the block; unpacked, Value reads each into its shard first.
+        Status s = it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_),
+                                 &read, data::UnreadFields::kLeave);
         pending_ += read;
         return s;
       }();
@@ -326,23 +330,29 @@ class PyReader {
       }
       // Large blocks are split with helper threads; smaller ones are copied as they always
       // were, without a list of pieces (bench/reader_ab.py, small set: 0.96-0.97 of the
-      // base with the list built for every block, 0.99-1.01 without).
+      // base with the list built for every block, 0.99-1.01 without). A block with a field
+      // still in its shard's file takes the pieces too: those are read from the file.
+      bool unread = false;
+      for (uint64_t i = 0; i < count && !unread; ++i) {
+        unread = !batch_[i].shard->bytes()->complete();
+      }
       const bool split = copy_threads_ > 0 && total >= 2 * kMinCopyShare;
-      if (split) {
+      if (split || unread) {
         pieces_.clear();
         for (size_t c = 0; c < names.size(); ++c) {
           for (uint64_t i = 0; i < count; ++i) {
             if (cells[c][i] == nullptr) continue;
-            const std::string_view b = cells[c][i]->bytes;
-            pieces_.push_back({to + spans[(c * count + i) * 2], b.data(), b.size()});
+            batch_[i].shard->bytes()->AppendCopyPieces(cells[c][i]->bytes,
+                                                       to + spans[(c * count + i) * 2], pieces_);
           }
         }
       }
+      bool copied = true;
       {
         py::gil_scoped_release release;
-        if (split) {
+        if (split || unread) {
           if (copy_ == nullptr) copy_ = std::make_unique<ParallelCopy>(copy_threads_);
-          copy_->Run(pieces_, kMinCopyShare);
+          copied = copy_->Run(pieces_, split ? kMinCopyShare : SIZE_MAX);
         } else {
           for (size_t c = 0; c < names.size(); ++c) {
             for (uint64_t i = 0; i < count; ++i) {
@@ -352,6 +362,14 @@ class PyReader {
             }
           }
         }
+      }
+      if (!copied) {
+        // A shard's file was cut short (or failed to read) since it was opened: as a mapping
+        // cut short below, the batch is not handed out.
+        const std::string name = source_->ShardName(FirstUnread(count).ref.shard);
+        Release(count, left);
+        ckpt::ThrowStatus(
+            DataLoss("shard '" + name + "': its file was cut short while read, under this batch"));
       }
       // The copy is the first touch of these bytes: a file cut short under its mapping faulted
       // to zeros just now. Such a block is not handed out as if it were data (a view already
@@ -417,9 +435,23 @@ class PyReader {
     pending_ = left;
   }
 
+  // The first of the batch's `count` samples whose shard has bytes not read yet.
+  const data::Sample& FirstUnread(uint64_t count) const {
+    for (uint64_t i = 0; i < count; ++i) {
+      if (!batch_[i].shard->bytes()->complete()) return batch_[i];
+    }
+    return batch_[0];
+  }
+
   // A field of `sample` as Python sees it: with zero_copy a slice of its shard's memoryview
-  // (a new view object, no copy, which keeps the shard alive), else a bytes copy.
+  // (a new view object, no copy, which keeps the shard alive), else a bytes copy. A field its
+  // shard has not read yet is read into it first.
   py::object Value(const data::Sample& sample, const data::SampleField& f) {
+    Status filled = sample.shard->bytes()->Fill(f.bytes);
+    if (!filled.ok()) {
+      ckpt::ThrowStatus(
+          DataLoss("shard '" + source_->ShardName(sample.ref.shard) + "': " + filled.message()));
+    }
     if (zero_copy_ && sample.shard != view_shard_) {
       view_ = py::memoryview(py::cast(ShardBuffer{sample.shard}));
       view_shard_ = sample.shard;
@@ -481,7 +513,10 @@ void DefineDataModule(py::module_& m) {
                                {static_cast<ssize_t>(v.size())}, {ssize_t{1}}, /*readonly=*/true);
       })
       .def_property_readonly("mapped",
-                             [](const ShardBuffer& b) { return b.shard->bytes()->mapped(); });
+                             [](const ShardBuffer& b) { return b.shard->bytes()->mapped(); })
+      // Bytes of the shard still in its file (large members not read yet; for tests).
+      .def_property_readonly(
+          "unread_bytes", [](const ShardBuffer& b) { return b.shard->bytes()->unread_bytes(); });
   m.attr("MAX_COPY_THREADS") = kMaxCopyThreads;
   m.def("live_mappings", &data::ShardBytes::LiveMappings,
         "Shard files mapped in this process now (for tests)");
@@ -490,7 +525,8 @@ void DefineDataModule(py::module_& m) {
       .def(py::init(&OpenSource), py::arg("url"), py::arg("wds_shard_samples") = py::none(),
            py::arg("verify_hashes") = false, py::arg("cache_dir") = py::none(),
            py::arg("cache_bytes") = 0, py::arg("fallback_urls") = py::none(),
-           py::arg("job") = py::none(), py::arg("map_files") = py::none())
+           py::arg("job") = py::none(), py::arg("map_files") = py::none(),
+           py::arg("large_member_bytes") = py::none())
       .def_readonly("url", &PySource::url)
       .def_property_readonly(
           "format", [](const PySource& s) { return data::DatasetFormatName(s.source->format()); })

@@ -277,17 +277,19 @@ class NextBatchTest(TempDirTestCase):
         with self.assertRaises(ValueError):
             reader.next_batch(0)
 
-    def cut_short_under_a_packed_batch(self, size, cut, copy_threads):
+    def cut_short_under_a_packed_batch(self, size, cut, copy_threads, mapped=True):
         """Shard 0 of 2 shards of 6 samples of `size` bytes, cut to `cut` bytes after its first
         sample was read: what the next packed batch of 4 gives, read in a child process (the
-        copy into the block is what touches the bytes past the cut)."""
+        copy into the block is what touches the bytes past the cut). Mapped, or read without
+        its large members (mapped=False)."""
         write_bins(self.path("ds"), 2, 6, size)
         script = textwrap.dedent("""
             import os, sys
             from gantry import _native
             g = _native.load()
             folder, cut, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-            source = g.DataSource(folder, map_files=True)  # mapped, whatever the default here
+            mapped = sys.argv[4] == "1"  # whatever the default here
+            source = g.DataSource(folder, map_files=mapped)
             reader = g.DataReader(source, shuffle=False, read_ahead=0, copy_threads=threads)
             reader.next_batch(1, True)  # maps shard 0
             os.truncate(os.path.join(folder, "shard-000000.tar"), cut)
@@ -298,7 +300,7 @@ class NextBatchTest(TempDirTestCase):
                 print("DataLossError:", e)
         """)
         r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script, self.path("ds"),
-                            str(cut), str(copy_threads)],
+                            str(cut), str(copy_threads), "1" if mapped else "0"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         return r.stdout
@@ -358,6 +360,99 @@ class NextBatchTest(TempDirTestCase):
         out = self.cut_short_under_a_packed_batch(1 << 20, 769 * 4096, 1)
         self.assertIn("DataLossError:", out)
         self.assertIn("shard-000000.tar", out)
+
+    def test_a_shard_cut_short_before_its_large_members_are_read_is_data_loss(self):
+        # Read, not mapped: the members of 1 MiB stay in the file until the copy reads them
+        # straight into the block, which finds the file shorter (split in two, or not).
+        for threads in (0, 1):
+            out = self.cut_short_under_a_packed_batch(1 << 20, 769 * 4096, threads, mapped=False)
+            self.assertIn("DataLossError:", out)
+            self.assertIn("shard-000000.tar", out)
+            self.assertIn("cut short", out)
+            shutil.rmtree(self.path("ds"))
+
+    def write_mixed(self, folder):
+        """Two tar shards of samples with a large field (100 KiB to 2 MiB of random bytes)
+        and small ones, some named past 100 bytes (pax headers); returns {key: {field: bytes}}."""
+        rng = random.Random(11)
+        want = {}
+        os.makedirs(folder)
+        for s in range(2):
+            with tarfile.open(os.path.join(folder, f"shard-{s:06d}.tar"), "w",
+                              format=tarfile.PAX_FORMAT) as tar:
+                for i in range(5):
+                    n = 5 * s + i
+                    key = ("p" * 120 if n % 3 == 1 else "k") + str(n)
+                    fields = {"cls": b"%d" % n,
+                              "bin": rng.randbytes(rng.choice([100 << 10, 700 << 10, 2 << 20]))}
+                    if n % 2:
+                        fields["txt"] = rng.randbytes(3000)
+                    want[key] = fields
+                    for ext, payload in fields.items():
+                        info = tarfile.TarInfo(f"{key}.{ext}")
+                        info.size = len(payload)
+                        tar.addfile(info, io.BytesIO(payload))
+        return want
+
+    def test_large_members_read_straight_into_the_block_are_the_files_bytes(self):
+        want = self.write_mixed(self.path("mixed"))
+        samples = [0] * 10
+
+        def read(large_member_bytes, packed, threads):
+            source = _gantry.DataSource(self.path("mixed"), map_files=False,
+                                        large_member_bytes=large_member_bytes)
+            reader = _gantry.DataReader(source, seed=3, window=10, copy_threads=threads,
+                                        zero_copy=True)
+            batches = []
+            while True:
+                try:
+                    positions, keys, fields, columns = reader.next_batch(4, packed)
+                except StopIteration:
+                    return batches
+                names = [f[0] for f in fields]
+                if packed:
+                    block, spans = columns
+                    spans = memoryview(spans).cast("q")
+                    columns = [[bytes(block[spans[2 * (c * len(keys) + i)]:
+                                            spans[2 * (c * len(keys) + i) + 1]])
+                                if spans[2 * (c * len(keys) + i)] >= 0 else None
+                                for i in range(len(keys))] for c in range(len(names))]
+                else:
+                    columns = [[None if v is None else bytes(v) for v in column]
+                               for column in columns]
+                for i, key in enumerate(keys):
+                    got = {name: columns[c][i] for c, name in enumerate(names)
+                           if columns[c][i] is not None}
+                    self.assertEqual(got, want[key], key)
+                    samples[positions[i]] += 1
+                batches.append((positions, keys))
+
+        whole = read(0, True, 0)
+        self.assertEqual(samples, [1] * 10)
+        for packed in (True, False):
+            for threads in (0, 1, 2):
+                self.assertEqual(read(None, packed, threads), whole)
+        self.assertEqual(samples, [7] * 10)
+        # Unpacked, a view of a field reads that member alone: its shard's other large members
+        # stay in the file.
+        source = _gantry.DataSource(self.path("mixed"), map_files=False)
+        reader = _gantry.DataReader(source, shuffle=False, zero_copy=True, read_ahead=0)
+        _, _, fields = next(iter(reader))
+        view = dict((name, value) for name, _, value in fields)["bin"]
+        self.assertGreater(view.obj.unread_bytes, 1 << 20)
+        self.assertEqual(bytes(view), want["k0"]["bin"])
+        # Through DataLoader workers and their batch rings: the same blocks.
+        blocks = {}
+        for large in (0, None):
+            ds = StreamingDataset(self.path("mixed"), decode=False, batched=True, packed=True,
+                                  batch_size=2, seed=3, window=10, mmap=False,
+                                  large_member_bytes=large)
+            loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+            blocks[large] = [bytes(b.block) for b in loader]
+        self.assertEqual(blocks[None], blocks[0])
+        self.assertEqual(len(blocks[0]), 5)
+        with self.assertRaises(InvalidArgumentError):
+            StreamingDataset(self.path("mixed"), large_member_bytes=-1)
 
     def test_a_second_thread_is_refused_while_one_reads(self):
         # Thread A's next_batch(200) waits inside the reader for shard 1 of an MDS dataset

@@ -1,9 +1,11 @@
 #include "gantry/common/parallel_copy.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 
@@ -17,29 +19,49 @@ namespace {
 // making it wait, and the caller waits at most for the units helpers are copying.
 constexpr size_t kUnit = size_t{256} << 10;
 
-// Copies the bytes [begin, end) of the pieces laid end to end.
-void CopyRange(std::span<const CopyPiece> pieces, size_t begin, size_t end) {
+// Copies n bytes of piece p from its offset k; false when its file read failed or came short.
+bool CopyPart(const CopyPiece& p, size_t k, size_t n) {
+  if (p.fd < 0) {
+    std::memcpy(p.to + k, p.from + k, n);
+    return true;
+  }
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r =
+        pread(p.fd, p.to + k + got, n - got, static_cast<off_t>(p.file_offset + k + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Copies the bytes [begin, end) of the pieces laid end to end; false when a file read failed.
+bool CopyRange(std::span<const CopyPiece> pieces, size_t begin, size_t end) {
   size_t at = 0;  // where the current piece starts in the concatenation
+  bool ok = true;
   for (const CopyPiece& p : pieces) {
     const size_t from = std::max(begin, at);
     const size_t to = std::min(end, at + p.size);
-    if (from < to) std::memcpy(p.to + (from - at), p.from + (from - at), to - from);
+    if (from < to) ok = CopyPart(p, from - at, to - from) && ok;
     at += p.size;
-    if (at >= end) return;
+    if (at >= end) break;
   }
+  return ok;
 }
 
 struct Job {
   std::span<const CopyPiece> pieces;
   size_t total = 0;
   size_t units = 0;
-  std::atomic<size_t> next{0};  // the next unit to take
-  std::atomic<size_t> done{0};  // units copied
+  std::atomic<size_t> next{0};      // the next unit to take
+  std::atomic<size_t> done{0};      // units copied
+  std::atomic<bool> failed{false};  // a file read failed or came short
 
   // Takes and copies units until none is left.
   void Work() {
     for (size_t u = next.fetch_add(1); u < units; u = next.fetch_add(1)) {
-      CopyRange(pieces, u * kUnit, std::min(total, (u + 1) * kUnit));
+      if (!CopyRange(pieces, u * kUnit, std::min(total, (u + 1) * kUnit))) failed.store(true);
       if (done.fetch_add(1) + 1 == units) done.notify_one();
     }
   }
@@ -53,16 +75,17 @@ ParallelCopy::ParallelCopy(int helpers) : helpers_(std::max(0, helpers)) {
 
 ParallelCopy::~ParallelCopy() = default;
 
-void ParallelCopy::Run(std::span<const CopyPiece> pieces, size_t min_share) const {
+bool ParallelCopy::Run(std::span<const CopyPiece> pieces, size_t min_share) const {
   size_t total = 0;
   for (const CopyPiece& p : pieces) total += p.size;
   const size_t shares =
       std::min<size_t>(helpers_ + 1, std::max<size_t>(1, total / std::max<size_t>(1, min_share)));
   if (shares <= 1) {
+    bool ok = true;
     for (const CopyPiece& p : pieces) {
-      if (p.size != 0) std::memcpy(p.to, p.from, p.size);
+      if (p.size != 0) ok = CopyPart(p, 0, p.size) && ok;
     }
-    return;
+    return ok;
   }
   // Shared with the helpers, which may start after the caller has taken every unit: they then
   // find none left and touch nothing else (the pieces may be gone by then).
@@ -74,6 +97,7 @@ void ParallelCopy::Run(std::span<const CopyPiece> pieces, size_t min_share) cons
   job->Work();
   // Every unit is taken; wait for those a helper is still copying.
   for (size_t d = job->done.load(); d < job->units; d = job->done.load()) job->done.wait(d);
+  return !job->failed.load();
 }
 
 int ParallelCopy::DefaultHelpers() {

@@ -1,8 +1,11 @@
 #include "gantry/common/parallel_copy.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,7 +54,7 @@ TEST(ParallelCopy, CopiesEveryPieceExactlyWithAnyNumberOfHelpers) {
       for (uint32_t seed = 1; seed <= 5; ++seed) {
         Job j = MakeJob(seed, 1 + static_cast<int>(seed) * 7, 20000);
         ParallelCopy copy(helpers);
-        copy.Run(j.pieces, min_share);
+        EXPECT_TRUE(copy.Run(j.pieces, min_share));
         ASSERT_EQ(j.to, j.want) << "helpers " << helpers << " min_share " << min_share << " seed "
                                 << seed;
       }
@@ -67,19 +70,71 @@ TEST(ParallelCopy, SplitsOnePieceLargerThanEveryShare) {
   j.to.assign(j.from.size(), '\0');
   j.pieces = {{j.to.data(), j.from.data(), j.from.size()}};
   ParallelCopy copy(3);
-  copy.Run(j.pieces, 1 << 18);
+  EXPECT_TRUE(copy.Run(j.pieces, 1 << 18));
   EXPECT_EQ(j.to, j.from);
 }
 
 TEST(ParallelCopy, NothingToCopyAndRepeatedJobs) {
   ParallelCopy copy(2);
-  copy.Run({}, 1);
+  EXPECT_TRUE(copy.Run({}, 1));
   std::vector<CopyPiece> empty = {{nullptr, nullptr, 0}, {nullptr, nullptr, 0}};
-  copy.Run(empty, 1);
+  EXPECT_TRUE(copy.Run(empty, 1));
   for (uint32_t seed = 1; seed <= 50; ++seed) {  // the helpers are reused job after job
     Job j = MakeJob(seed, 40, 3000);
-    copy.Run(j.pieces, 256);
+    EXPECT_TRUE(copy.Run(j.pieces, 256));
     ASSERT_EQ(j.to, j.want) << seed;
+  }
+}
+
+// A file holding `bytes`, unlinked at once: the descriptor keeps it readable.
+int TempFileWith(const std::string& bytes) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pcopy-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) return -1;
+  unlink(path.c_str());
+  if (write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(ParallelCopy, PiecesFromAFileAreReadStraightToTheirPlace) {
+  // Every other piece comes from a file holding the same bytes as `from`, at the same offsets:
+  // the result must not depend on which side a piece came from, split or not.
+  for (int helpers : {0, 1, 3}) {
+    for (size_t min_share : {size_t{1}, size_t{1} << 30}) {
+      Job j = MakeJob(11, 60, 300000);
+      const int fd = TempFileWith(j.from);
+      ASSERT_GE(fd, 0);
+      for (size_t i = 0; i < j.pieces.size(); i += 2) {
+        j.pieces[i].fd = fd;
+        j.pieces[i].file_offset = static_cast<uint64_t>(j.pieces[i].from - j.from.data());
+        j.pieces[i].from = nullptr;
+      }
+      ParallelCopy copy(helpers);
+      EXPECT_TRUE(copy.Run(j.pieces, min_share));
+      EXPECT_EQ(j.to, j.want) << "helpers " << helpers << " min_share " << min_share;
+      close(fd);
+    }
+  }
+}
+
+TEST(ParallelCopy, AFileShorterThanItsPieceFailsTheRun) {
+  for (int helpers : {0, 2}) {
+    const std::string bytes(1 << 20, 'q');
+    const int fd = TempFileWith(bytes);
+    ASSERT_GE(fd, 0);
+    std::string to(2 << 20, '\0');
+    std::string mem(1 << 20, 'm');
+    // A piece from memory, then one reading past the file's end (cut short under the reader).
+    std::vector<CopyPiece> pieces = {{to.data(), mem.data(), mem.size()},
+                                     {to.data() + mem.size(), nullptr, 1 << 20, fd, 4096}};
+    ParallelCopy copy(helpers);
+    EXPECT_FALSE(copy.Run(pieces, 1 << 16)) << helpers;
+    EXPECT_EQ(to.substr(0, mem.size()), mem);
+    close(fd);
   }
 }
 
@@ -87,7 +142,7 @@ TEST(ParallelCopy, NegativeHelpersMeansNone) {
   ParallelCopy copy(-3);
   EXPECT_EQ(copy.helpers(), 0);
   Job j = MakeJob(4, 20, 1000);
-  copy.Run(j.pieces, 1);
+  EXPECT_TRUE(copy.Run(j.pieces, 1));
   EXPECT_EQ(j.to, j.want);
   EXPECT_GE(ParallelCopy::DefaultHelpers(), 0);
   EXPECT_LE(ParallelCopy::DefaultHelpers(), 1);

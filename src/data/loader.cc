@@ -41,6 +41,9 @@ struct Expected {
   std::optional<uint64_t> bytes;
   std::string hash_algo;  // "" when no hash is checked
   std::string hash_hex;
+  // The format's parser reads a shard whose bytes are not all there (ShardBytes::OpenFile): a
+  // local one need not be read whole when no hash is checked and no cache copies it.
+  bool partial_ok = false;
 };
 
 // The digest to check a copy with: the fastest of those the index records that this build
@@ -58,9 +61,10 @@ std::pair<std::string, std::string> PickHash(const std::map<std::string, std::st
   return {};
 }
 
-// A mapped shard whose file was cut short under the mapping (shard_bytes.h).
+// A local shard whose file was cut short under the mapping, or before its bytes were read
+// (shard_bytes.h).
 Status CutShort(const std::string& where) {
-  return DataLoss(where + ": its file was cut short while mapped (changed under the reader)");
+  return DataLoss(where + ": its file was cut short while read (changed under the reader)");
 }
 
 Status CheckCopy(std::string_view bytes, const Expected& e, const std::string& where) {
@@ -90,6 +94,7 @@ class Fetcher {
     limits_ = options.limits;
     map_files_ = options.map_files.value_or(true);
     map_local_ = options.map_files.value_or(ShardBytes::FirstTouchIsCheap());
+    large_member_bytes_ = options.large_member_bytes;
     if (!options.map_files) read_budget_ = options.read_budget_bytes;
     MetricsRegistry& registry =
         options.metrics != nullptr ? *options.metrics : MetricsRegistry::Default();
@@ -223,10 +228,11 @@ class Fetcher {
   }
 
   // A local (file://) source's shard, mapped, or read into reused memory (ShardBytes::ReadFile)
-  // where map_local_ says so and the read budget allows; nullptr when it is not one (or cannot
-  // be mapped safely, or is over the limit to read: then it is read like any other).
+  // where map_local_ says so and the read budget allows, with only its small members read
+  // (ShardBytes::OpenFile) where `partial` allows; nullptr when it is not one (or cannot be
+  // mapped safely, or is over the limit to read: then it is read like any other).
   Result<std::shared_ptr<const ShardBytes>> MapLocal(const Source& src, const std::string& key,
-                                                     uint64_t size) {
+                                                     uint64_t size, bool partial) {
     auto* posix = dynamic_cast<PosixStore*>(src.store);
     if (posix == nullptr || !ValidateKey(key).ok()) return std::shared_ptr<const ShardBytes>();
     const std::string path = posix->root() + "/" + key;
@@ -234,6 +240,8 @@ class Fetcher {
         map_local_ || (read_budget_ && ShardBytes::ReadBufferBytesInUse() + size > *read_budget_);
     Result<std::shared_ptr<ShardBytes>> mapped =
         map ? ShardBytes::MapFile(path, MapOptions{})
+        : partial && large_member_bytes_ > 0
+            ? ShardBytes::OpenFile(path, limits_.max_shard_bytes, large_member_bytes_)
             : ShardBytes::ReadFile(path, limits_.max_shard_bytes);
     if (mapped.ok()) return std::shared_ptr<const ShardBytes>(std::move(*mapped));
     if (mapped.status().code() == StatusCode::kResourceExhausted) {
@@ -281,7 +289,8 @@ class Fetcher {
                                  " bytes, more than the limit of " +
                                  std::to_string(limits_.max_shard_bytes));
       }
-      Result<std::shared_ptr<const ShardBytes>> bytes = MapLocal(src, e.key, head->size);
+      const bool partial = e.partial_ok && e.hash_algo.empty() && cache_ == nullptr;
+      Result<std::shared_ptr<const ShardBytes>> bytes = MapLocal(src, e.key, head->size, partial);
       if (bytes.ok() && *bytes == nullptr) {
         Result<std::string> got = src.store->Get(e.key);
         if (got.ok()) {
@@ -316,8 +325,9 @@ class Fetcher {
   std::vector<Source> sources_;
   std::shared_ptr<ShardCache> cache_;
   std::shared_ptr<LoaderMetrics> metrics_;
-  bool map_files_ = true;  // cached copies
-  bool map_local_ = true;  // a file:// source's shards
+  bool map_files_ = true;            // cached copies
+  bool map_local_ = true;            // a file:// source's shards
+  uint64_t large_member_bytes_ = 0;  // ShardSourceOptions::large_member_bytes
   // Unless map_files was given: local shards are read only while the process's held read
   // shards stay within this, and mapped beyond it.
   std::optional<uint64_t> read_budget_;
@@ -508,6 +518,7 @@ class WdsSource final : public ShardSource {
  private:
   Expected ExpectedOf(uint32_t shard) const {
     Expected e{dataset_.wds_shards[shard], std::nullopt, "", ""};
+    e.partial_ok = e.key.ends_with(".tar");  // not gzip: its parse walks the file's headers
     if (shard < dataset_.wds_shard_bytes.size()) e.bytes = dataset_.wds_shard_bytes[shard];
     return e;
   }
@@ -905,12 +916,12 @@ Result<bool> SampleIterator::Next(Sample& out) {
   return read == 1;
 }
 
-Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read) {
+Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read, UnreadFields unread) {
   if (last_next_ns_ == 0) last_next_ns_ = NowNs();
   uint64_t n = 0;
   Status status = Status::Ok();
   while (n < out.size()) {
-    Result<bool> more = NextSample(out[n]);
+    Result<bool> more = NextSample(out[n], unread);
     if (!more.ok()) {
       status = more.status();
       break;
@@ -929,7 +940,7 @@ Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read) {
   return status;
 }
 
-Result<bool> SampleIterator::NextSample(Sample& out) {
+Result<bool> SampleIterator::NextSample(Sample& out, UnreadFields unread) {
   if (next_ >= positions_.size()) {
     held_.clear();
     StopReadAhead();  // nothing more to read: stop its threads
@@ -980,6 +991,17 @@ Result<bool> SampleIterator::NextSample(Sample& out) {
   out.ref = ref;
   out.shard = it->second;
   GANTRY_RETURN_IF_ERROR(it->second->Get(ref.index, out.key, out.fields));  // names the shard
+  const ShardBytes& bytes = *it->second->bytes();
+  if (unread == UnreadFields::kRead && !bytes.complete()) {
+    for (const SampleField& f : out.fields) {
+      if (!bytes.Fill(f.bytes).ok()) {
+        // The file was cut short since the shard was opened: fetched again at the next call.
+        out.shard.reset();
+        held_.erase(it);
+        return CutShort("shard '" + source_->ShardName(ref.shard) + "'");
+      }
+    }
+  }
   ++next_;
   // Hints for the samples after this one (LoadedShard::Prefetch): the record of the third
   // ahead, the fields of the second, the first bytes of the next. Shuffled, each sample is in

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "gantry/data/mds.h"
 #include "gantry/data/shard_bytes.h"
 #include "gantry/data/shard_cache.h"
+#include "gantry/data/tar.h"
 #include "gantry/data/webdataset.h"
 #include "gantry/storage/memory_store.h"
 
@@ -510,6 +512,228 @@ TEST(MappedShards, ShardCutShortWhileReadFailsLoudlyNamingIt) {
     fs::remove_all(data);
     WriteWds(data, 2, 8, 20000);
   }
+}
+
+// Bytes of `n` from a seeded generator: a piece copied from the wrong offset shows.
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// `part` of `b` as a copy would give it: from memory where read, from the file where not.
+std::string CopiedOut(const ShardBytes& b, std::string_view part, int helpers = 1) {
+  std::string out(part.size(), '\0');
+  std::vector<CopyPiece> pieces;
+  b.AppendCopyPieces(part, out.data(), pieces);
+  EXPECT_TRUE(ParallelCopy(helpers).Run(pieces, 1 << 16));
+  return out;
+}
+
+// A file "f" of `want` in `tmp`, opened unread (gaps of 64 KiB and more are left in it).
+std::shared_ptr<const ShardBytes> OpenUnread(const TempDir& tmp, const std::string& want) {
+  WriteFile(tmp.path() + "/f", want);
+  auto opened = ShardBytes::OpenFile(tmp.path() + "/f", 1 << 30, 64 << 10);
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  return opened.ok() ? std::move(*opened) : nullptr;
+}
+
+TEST(ShardBytes, OpenFileReadsOnlyWhatIsAskedAndCopiesTheRestFromTheFile) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  const std::string want = RandomBytes(3 << 20, 3);
+  std::shared_ptr<const ShardBytes> opened = OpenUnread(tmp, want);
+  ASSERT_NE(opened, nullptr);
+  const ShardBytes& b = *opened;
+  EXPECT_FALSE(b.mapped());
+  EXPECT_FALSE(b.complete());
+  EXPECT_EQ(b.size(), want.size());
+  EXPECT_EQ(b.unread_bytes(), want.size());
+  // A small read brings in a page's worth, no more.
+  ASSERT_TRUE(b.Fill(1 << 20, 10).ok());
+  EXPECT_EQ(b.view().substr(1 << 20, 10), want.substr(1 << 20, 10));
+  EXPECT_EQ(b.unread_bytes(), want.size() - 4096);
+  // Copied out, every byte is the file's, whichever side it came from; copying reads nothing in.
+  for (int helpers : {0, 1, 3}) EXPECT_EQ(CopiedOut(b, b.view(), helpers), want);
+  EXPECT_EQ(CopiedOut(b, b.view().substr((1 << 20) - 7, 4096 + 14)),
+            want.substr((1 << 20) - 7, 4096 + 14));
+  EXPECT_EQ(b.unread_bytes(), want.size() - 4096);
+  // Both gaps are larger than min_gap: FillGapsBelow leaves them.
+  ASSERT_TRUE(b.FillGapsBelow().ok());
+  EXPECT_FALSE(b.complete());
+  ASSERT_TRUE(b.Fill(0, b.size()).ok());
+  EXPECT_TRUE(b.complete());
+  EXPECT_EQ(b.unread_bytes(), 0u);
+  EXPECT_EQ(b.view(), want);
+  // Errors as ReadFile's.
+  EXPECT_EQ(ShardBytes::OpenFile(path, 1 << 20, 0).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ShardBytes::OpenFile(tmp.path() + "/none", 1 << 30, 0).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ShardBytes::OpenFile(tmp.path(), 1 << 30, 0).status().code(),
+            StatusCode::kFailedPrecondition);
+  WriteFile(tmp.path() + "/empty", "");
+  auto empty = ShardBytes::OpenFile(tmp.path() + "/empty", 1 << 30, 0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE((*empty)->complete());
+}
+
+// A tar of small and large members (long names through pax headers, an empty member), parsed
+// from a file not read yet: the same samples as the file read whole, with only the large
+// members' bytes left in the file.
+TEST(ShardBytes, ATarParsedUnreadLeavesOnlyItsLargeMembersInTheFile) {
+  TempDir tmp;
+  TarWriter w;
+  std::vector<std::pair<std::string, std::string>> members;
+  uint64_t large = 0;
+  for (int i = 0; i < 12; ++i) {
+    const std::string key = i % 4 == 1 ? std::string(150, 'p') + std::to_string(i)  // pax name
+                                       : "k" + std::to_string(i);
+    const size_t big = i % 3 == 0 ? (300 << 10) + 17 * static_cast<size_t>(i) : 0;
+    members.emplace_back(key + ".cls", std::to_string(i));
+    members.emplace_back(key + ".bin", RandomBytes(big != 0 ? big : 900 + 3 * i, i));
+    if (i == 7) members.emplace_back(key + ".txt", "");
+    large += big;
+  }
+  for (const auto& [name, bytes] : members) ASSERT_TRUE(w.Add(name, bytes).ok());
+  const std::string path = tmp.path() + "/s.tar";
+  WriteFile(path, w.Finish());
+  auto whole = ShardBytes::ReadFile(path, 1 << 30);
+  auto unread = ShardBytes::OpenFile(path, 1 << 30, 64 << 10);
+  ASSERT_TRUE(whole.ok() && unread.ok());
+  auto a = WdsShard::Parse(std::shared_ptr<const ShardBytes>(*whole), "s.tar", {});
+  auto b = WdsShard::Parse(std::shared_ptr<const ShardBytes>(*unread), "s.tar", {});
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  const ShardBytes& bytes = *b->bytes();
+  EXPECT_FALSE(bytes.complete());
+  // Each large member's bytes but the few read with its header stay in the file.
+  EXPECT_GT(bytes.unread_bytes(), large - 4 * 4096);
+  EXPECT_LE(bytes.unread_bytes(), large);
+  ASSERT_EQ(a->samples().size(), b->samples().size());
+  for (size_t i = 0; i < a->samples().size(); ++i) {
+    const WdsSample& x = a->samples()[i];
+    const WdsSample& y = b->samples()[i];
+    EXPECT_EQ(x.key, y.key);
+    ASSERT_EQ(x.fields.size(), y.fields.size());
+    for (size_t f = 0; f < x.fields.size(); ++f) {
+      EXPECT_EQ(x.fields[f].name, y.fields[f].name);
+      EXPECT_EQ(x.fields[f].member, y.fields[f].member);
+      EXPECT_EQ(CopiedOut(bytes, y.fields[f].bytes), x.fields[f].bytes) << y.fields[f].member;
+      if (y.fields[f].bytes.size() < (64 << 10)) {
+        EXPECT_EQ(y.fields[f].bytes, x.fields[f].bytes);  // small: read with the headers
+      }
+    }
+  }
+  // Filled, a large field reads in place.
+  const WdsField& big = b->samples()[0].fields[1];
+  ASSERT_TRUE(bytes.Fill(big.bytes).ok());
+  EXPECT_EQ(big.bytes, a->samples()[0].fields[1].bytes);
+}
+
+TEST(ShardBytes, AFileCutShortBeforeItsBytesAreReadFailsTheirReadAndCopy) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  std::shared_ptr<const ShardBytes> opened = OpenUnread(tmp, RandomBytes(1 << 20, 5));
+  ASSERT_NE(opened, nullptr);
+  const ShardBytes& b = *opened;
+  ASSERT_TRUE(b.Fill(0, 100).ok());
+  fs::resize_file(path, 300000);
+  std::string out(b.size(), '\0');
+  std::vector<CopyPiece> pieces;
+  b.AppendCopyPieces(b.view(), out.data(), pieces);
+  EXPECT_FALSE(ParallelCopy(1).Run(pieces, 1 << 16));
+  EXPECT_FALSE(b.damaged());  // a copy reports to its caller; the shard learns at its next read
+  Status s = b.Fill(500000, 10);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+  EXPECT_TRUE(b.damaged());
+  EXPECT_TRUE(b.Fill(200000, 10).ok());  // before the cut: still there
+}
+
+// Threads filling fields and copying others out of one shard at once (ThreadSanitizer's case).
+TEST(ShardBytes, FillsAndCopiesOfOneUnreadShardFromManyThreads) {
+  TempDir tmp;
+  const std::string want = RandomBytes(4 << 20, 9);
+  std::shared_ptr<const ShardBytes> b = OpenUnread(tmp, want);
+  ASSERT_NE(b, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t k = 0; k < 64; ++k) {
+        const uint64_t at = ((k * 7 + static_cast<uint64_t>(t) * 13) % 64) * (64 << 10);
+        const std::string_view part = b->view().substr(at, 64 << 10);
+        if (t % 2 == 0) {
+          if (!b->Fill(part).ok() || part != std::string_view(want).substr(at, 64 << 10)) ++wrong;
+        } else if (CopiedOut(*b, part, 0) != want.substr(at, 64 << 10)) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// Through a shard source and the iterator: local shards read without their large members give
+// the same samples as shards read whole, with the fields read in (kRead) or left for a copy
+// straight from the file (kLeave); a file cut short meanwhile fails loudly naming its shard.
+TEST(MappedShards, LargeMembersLeftInTheirFilesGiveTheSameSamples) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 3, 5, 200 << 10);
+  ShardSourceOptions whole_options;
+  whole_options.map_files = false;
+  whole_options.large_member_bytes = 0;
+  ShardSourceOptions partial_options;
+  partial_options.map_files = false;
+  auto whole = Open("file://" + data, whole_options);
+  auto partial = Open("file://" + data, partial_options);
+  auto order = EpochOrder::Create(whole->shard_samples(), {.seed = 4, .window = 15}, 0);
+  ASSERT_TRUE(order.ok());
+  for (UnreadFields unread : {UnreadFields::kRead, UnreadFields::kLeave}) {
+    auto a = SampleIterator::Create(*whole, *order, {}, 0, {2, 2});
+    auto b = SampleIterator::Create(*partial, *order, {}, 0, {2, 2});
+    ASSERT_TRUE(a.ok() && b.ok());
+    uint64_t n = 0, left = 0;
+    std::vector<Sample> x(4), y(4);
+    while (true) {
+      uint64_t got_a = 0, got_b = 0;
+      ASSERT_TRUE(a->NextBatch(x, &got_a).ok());
+      ASSERT_TRUE(b->NextBatch(y, &got_b, unread).ok());
+      ASSERT_EQ(got_a, got_b);
+      if (got_a == 0) break;
+      for (uint64_t i = 0; i < got_a; ++i) {
+        EXPECT_TRUE(x[i].shard->bytes()->complete());
+        EXPECT_EQ(x[i].position, y[i].position);
+        EXPECT_EQ(x[i].key, y[i].key);
+        const std::string_view field = y[i].fields.at(0).bytes;
+        if (unread == UnreadFields::kRead) {
+          EXPECT_EQ(field, x[i].fields.at(0).bytes);
+        } else {
+          EXPECT_EQ(CopiedOut(*y[i].shard->bytes(), field), x[i].fields.at(0).bytes);
+        }
+        left += y[i].shard->bytes()->unread_bytes() > 0 ? 1 : 0;
+        ++n;
+      }
+    }
+    EXPECT_EQ(n, 15u);
+    EXPECT_GT(left, 0u);  // the partial source did leave members in their files
+  }
+  // Cut short after its shard was opened: the next sample whose bytes lie past the cut.
+  auto order_plain = EpochOrder::Create(partial->shard_samples(), {.shuffle = false}, 0);
+  auto it = SampleIterator::Create(*partial, *order_plain, {}, 0, {0, 1});
+  ASSERT_TRUE(it.ok());
+  Sample s;
+  ASSERT_TRUE(*it->Next(s));
+  const std::string name = partial->ShardName(s.ref.shard);
+  fs::resize_file(data + "/" + name, 450 << 10);
+  auto one = it->Next(s);  // sample 1 ends before the cut
+  ASSERT_TRUE(one.ok() && *one) << one.status().ToString();
+  auto next = it->Next(s);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(next.status().message().find(name), std::string::npos) << next.status().ToString();
 }
 
 // The same global order with and without read-ahead, mapped or read, for several slots.

@@ -362,22 +362,136 @@ class BufferPool {
 
 }  // namespace
 
-Result<std::shared_ptr<ShardBytes>> ShardBytes::ReadFile(const std::string& path,
-                                                         uint64_t max_bytes) {
+// OpenFile's state: the open file, and the ranges of it read into the buffer so far.
+struct ShardBytes::Unread {
+  // A read that follows the one before starts at this size and doubles up to kMaxRun; one
+  // that does not (a large member skipped in between) starts over: a header and a little more.
+  static constexpr uint64_t kMinRun = 4096;
+  static constexpr uint64_t kMaxRun = uint64_t{4} << 20;
+
+  std::string path;
+  int fd = -1;
+  uint64_t min_gap = 0;
+  std::mutex mu;
+  std::map<uint64_t, uint64_t> read;  // begin -> end, disjoint and not touching
+  uint64_t read_bytes = 0;
+  uint64_t run = kMinRun;
+  uint64_t last_end = UINT64_MAX;  // where the last read ended
+  std::atomic<bool> complete{false};
+  std::atomic<bool> cut_short{false};
+
+  ~Unread() {
+    if (fd >= 0) close(fd);
+  }
+
+  // Reads [begin, end) of the file into `to` + begin. Called with mu held.
+  Status ReadRange(char* to, uint64_t begin, uint64_t end) {
+    uint64_t got = begin;
+    while (got < end) {
+      const ssize_t r = pread(fd, to + got, end - got, static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return StatusFromErrno(errno, "read " + path);
+      if (r == 0) {
+        cut_short.store(true, std::memory_order_release);
+        return DataLoss(path + ": cut short while read (ends before byte " + std::to_string(end) +
+                        ")");
+      }
+      got += static_cast<uint64_t>(r);
+    }
+    return Status::Ok();
+  }
+
+  // Records [begin, end) as read, merging it with the ranges it touches. Called with mu held.
+  void MarkRead(uint64_t begin, uint64_t end, uint64_t size) {
+    auto it = read.upper_bound(begin);
+    if (it != read.begin() && std::prev(it)->second >= begin) --it;
+    while (it != read.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      read_bytes -= it->second - it->first;
+      it = read.erase(it);
+    }
+    read.emplace(begin, end);
+    read_bytes += end - begin;
+    if (read_bytes == size) complete.store(true, std::memory_order_release);
+  }
+
+  // The gaps of [begin, end) not read yet. Called with mu held.
+  std::vector<std::pair<uint64_t, uint64_t>> Gaps(uint64_t begin, uint64_t end) const {
+    std::vector<std::pair<uint64_t, uint64_t>> gaps;
+    auto it = read.upper_bound(begin);
+    if (it != read.begin() && std::prev(it)->second > begin) --it;
+    uint64_t at = begin;
+    for (; it != read.end() && it->first < end; ++it) {
+      if (it->first > at) gaps.emplace_back(at, it->first);
+      at = std::max(at, it->second);
+    }
+    if (at < end) gaps.emplace_back(at, end);
+    return gaps;
+  }
+};
+
+namespace {
+
+// The regular file at `path`, open, and its size: at most max_bytes.
+Result<std::pair<int, uint64_t>> OpenRegular(const std::string& path, uint64_t max_bytes) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return StatusFromErrno(errno, "open " + path);
+  struct stat st;
+  Status problem;
+  if (fstat(fd, &st) != 0) {
+    problem = StatusFromErrno(errno, "stat " + path);
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = FailedPrecondition(path + " is not a regular file");
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    problem = ResourceExhausted(path + ": " + std::to_string(st.st_size) +
+                                " bytes, more than the limit of " + std::to_string(max_bytes));
+  }
+  if (!problem.ok()) {
+    close(fd);
+    return problem;
+  }
+  return std::pair<int, uint64_t>{fd, static_cast<uint64_t>(st.st_size)};
+}
+
+}  // namespace
+
+ShardBytes::ShardBytes() = default;
+
+Result<std::shared_ptr<ShardBytes>> ShardBytes::OpenFile(const std::string& path,
+                                                         uint64_t max_bytes, uint64_t min_gap) {
+  GANTRY_ASSIGN_OR_RETURN(auto opened, OpenRegular(path, max_bytes));
+  std::shared_ptr<ShardBytes> b(new ShardBytes());
+  b->unread_ = std::make_unique<Unread>();
+  b->unread_->path = path;
+  b->unread_->fd = opened.first;  // closed with the shard, also on an error below
+  b->unread_->min_gap = min_gap;
+  const uint64_t len = opened.second;
+  if (len == 0) {
+    b->data_ = b->owned_.data();
+    b->unread_->complete.store(true);
+    return b;
+  }
+  GANTRY_ASSIGN_OR_RETURN(auto buffer, BufferPool::Get().Take(len));
+  b->pooled_ = buffer.first;
+  b->pooled_cap_ = buffer.second;
+  b->data_ = b->pooled_;
+  b->size_ = len;
+  // The kernel reads the file from disk meanwhile, as a whole read would, so the bytes read
+  // later on the consumer's thread come from the page cache.
+  posix_fadvise(opened.first, 0, 0, POSIX_FADV_WILLNEED);
+  return b;
+}
+
+Result<std::shared_ptr<ShardBytes>> ShardBytes::ReadFile(const std::string& path,
+                                                         uint64_t max_bytes) {
+  GANTRY_ASSIGN_OR_RETURN(auto opened, OpenRegular(path, max_bytes));
+  const int fd = opened.first;
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
   } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0) return StatusFromErrno(errno, "stat " + path);
-  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " is not a regular file");
-  const uint64_t len = static_cast<uint64_t>(st.st_size);
-  if (len > max_bytes) {
-    return ResourceExhausted(path + ": " + std::to_string(len) + " bytes, more than the limit of " +
-                             std::to_string(max_bytes));
-  }
+  const uint64_t len = opened.second;
   std::shared_ptr<ShardBytes> b(new ShardBytes());
   if (len == 0) {
     b->data_ = b->owned_.data();
@@ -400,6 +514,88 @@ Result<std::shared_ptr<ShardBytes>> ShardBytes::ReadFile(const std::string& path
   b->data_ = b->pooled_;
   b->size_ = len;
   return b;
+}
+
+bool ShardBytes::complete() const {
+  return unread_ == nullptr || unread_->complete.load(std::memory_order_acquire);
+}
+
+Status ShardBytes::Fill(uint64_t offset, uint64_t n) const {
+  if (complete() || n == 0) return Status::Ok();
+  Unread& u = *unread_;
+  const uint64_t end = std::min(size_, offset + n);
+  std::lock_guard<std::mutex> lock(u.mu);
+  std::vector<std::pair<uint64_t, uint64_t>> gaps = u.Gaps(offset, end);
+  if (gaps.empty()) return Status::Ok();
+  uint64_t begin = gaps.front().first;
+  // A read that starts less than min_gap past where the last one ended follows it (a walk over
+  // small members): it reads the bytes between too, and reads further each time.
+  if (u.last_end <= begin && begin - u.last_end < u.min_gap) {
+    begin = u.last_end;
+    u.run = std::min(u.run * 2, Unread::kMaxRun);
+  } else {
+    u.run = Unread::kMinRun;
+  }
+  const uint64_t until = std::min(size_, std::max(end, begin + u.run));
+  for (const auto& [from, to] : u.Gaps(begin, until)) {
+    GANTRY_RETURN_IF_ERROR(u.ReadRange(pooled_, from, to));
+    u.MarkRead(from, to, size_);
+  }
+  u.last_end = until;
+  return Status::Ok();
+}
+
+Status ShardBytes::FillGapsBelow() const {
+  if (complete()) return Status::Ok();
+  Unread& u = *unread_;
+  std::lock_guard<std::mutex> lock(u.mu);
+  const std::vector<std::pair<uint64_t, uint64_t>> gaps = u.Gaps(0, size_);
+  // Runs of small gaps with what was read between them, each in one read: the bytes already
+  // there are read again (the same bytes; nobody else sees this shard yet).
+  size_t i = 0;
+  while (i < gaps.size()) {
+    if (gaps[i].second - gaps[i].first >= u.min_gap) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j + 1 < gaps.size() && gaps[j + 1].second - gaps[j + 1].first < u.min_gap) ++j;
+    GANTRY_RETURN_IF_ERROR(u.ReadRange(pooled_, gaps[i].first, gaps[j].second));
+    u.MarkRead(gaps[i].first, gaps[j].second, size_);
+    i = j + 1;
+  }
+  return Status::Ok();
+}
+
+void ShardBytes::AppendCopyPieces(std::string_view part, char* to,
+                                  std::vector<CopyPiece>& out) const {
+  if (part.empty()) return;
+  if (complete()) {
+    out.push_back({to, part.data(), part.size()});
+    return;
+  }
+  Unread& u = *unread_;
+  const auto begin = static_cast<uint64_t>(part.data() - data_);
+  const uint64_t end = begin + part.size();
+  std::vector<std::pair<uint64_t, uint64_t>> gaps;
+  {
+    // Ranges once read stay read: what is read now is safe to copy from after unlocking.
+    std::lock_guard<std::mutex> lock(u.mu);
+    gaps = u.Gaps(begin, end);
+  }
+  uint64_t at = begin;
+  for (const auto& [from, until] : gaps) {
+    if (from > at) out.push_back({to + (at - begin), data_ + at, from - at});
+    out.push_back({to + (from - begin), nullptr, until - from, u.fd, from});
+    at = until;
+  }
+  if (at < end) out.push_back({to + (at - begin), data_ + at, end - at});
+}
+
+uint64_t ShardBytes::unread_bytes() const {
+  if (complete()) return 0;
+  std::lock_guard<std::mutex> lock(unread_->mu);
+  return size_ - unread_->read_bytes;
 }
 
 uint64_t ShardBytes::IdleReadBufferBytes() { return BufferPool::Get().idle_bytes(); }
@@ -495,6 +691,7 @@ ShardBytes::~ShardBytes() {
 }
 
 bool ShardBytes::damaged() const {
+  if (unread_ != nullptr) return unread_->cut_short.load(std::memory_order_acquire);
   return guard_ >= 0 && g_slots[guard_].damaged.load(std::memory_order_acquire);
 }
 

@@ -163,6 +163,11 @@ uint64_t PadToBlock(uint64_t n) { return (n + kTarBlock - 1) / kTarBlock * kTarB
 }  // namespace
 
 Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const std::string& where) {
+  return ListTarMembers(archive, where, nullptr);
+}
+
+Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const std::string& where,
+                                              const TarFill& fill) {
   std::vector<TarMember> members;
   std::optional<std::string> long_name;  // from a GNU 'L' header, for the next member
   PaxRecords pax;                        // from a pax 'x' header, for the next member
@@ -171,6 +176,7 @@ Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const st
     if (archive.size() - off < kTarBlock) {
       return DataLoss(At(where, off) + ": archive is cut short inside a header block");
     }
+    if (fill) GANTRY_RETURN_IF_ERROR(fill(off, kTarBlock));
     const char* h = archive.data() + off;
     if (IsZeroBlock(h)) return members;  // end of archive
     const HeaderAt at{where, off};
@@ -202,6 +208,9 @@ Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const st
                       std::to_string(archive.size() - data_offset) + " (truncated or damaged)");
     }
     const std::string_view data = archive.substr(data_offset, size);
+    if (fill && (type == 'x' || type == 'g' || type == 'L')) {
+      GANTRY_RETURN_IF_ERROR(fill(data_offset, size));
+    }
     // The data's padding to a whole block must be there too: a file cut inside it is cut short
     // (GNU tar and tarfile both refuse it), even though this member's bytes are whole.
     const uint64_t next = data_offset + PadToBlock(size);

@@ -86,7 +86,16 @@ Result<WdsShard> WdsShard::Parse(std::shared_ptr<const ShardBytes> stored, std::
     shard.tar_ = std::move(stored);
   }
   const std::string_view tar = shard.tar_->view();
-  GANTRY_ASSIGN_OR_RETURN(std::vector<TarMember> members, ListTarMembers(tar, shard.name_));
+  // A shard not read yet (ShardBytes::OpenFile) reads its headers here, and the members too
+  // small to be worth a read of their own; the large ones stay in the file until used.
+  const ShardBytes& bytes = *shard.tar_;
+  GANTRY_ASSIGN_OR_RETURN(
+      std::vector<TarMember> members,
+      bytes.complete() ? ListTarMembers(tar, shard.name_)
+                       : ListTarMembers(tar, shard.name_, [&bytes](uint64_t offset, uint64_t n) {
+                           return bytes.Fill(offset, n);
+                         }));
+  GANTRY_RETURN_IF_ERROR(bytes.FillGapsBelow());
   // Every shard's samples are grouped on the read-ahead's threads, beside the training loop:
   // a member costs no allocation beyond its field's (its name moves, its key is compared as a
   // view, the samples are reserved once). Measured in docs/performance.md.

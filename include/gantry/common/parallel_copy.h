@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -22,10 +23,14 @@ namespace gantry {
 
 class ThreadPool;
 
+// `size` bytes to `to`: from memory at `from`, or, where `fd` is a file's (>= 0), read from it
+// at `file_offset` (pread), straight to where they go rather than through a buffer of its own.
 struct CopyPiece {
   char* to;
   const char* from;
   size_t size;
+  int fd = -1;
+  uint64_t file_offset = 0;
 };
 
 class ParallelCopy {
@@ -40,8 +45,10 @@ class ParallelCopy {
 
   // Copies every piece; asks min(helpers, total / min_share - 1) helpers, and returns when
   // every byte is copied (a helper may still be waking then, with nothing left to do). Pieces
-  // must not overlap one another's destinations.
-  void Run(std::span<const CopyPiece> pieces, size_t min_share) const;
+  // must not overlap one another's destinations. False when a file piece's read failed or
+  // found the file shorter than it (the destination then holds what was read, not the file's
+  // bytes); always true for pieces from memory.
+  [[nodiscard]] bool Run(std::span<const CopyPiece> pieces, size_t min_share) const;
 
   // Threads a loader's copy is worth splitting over here: one helper where the process may run
   // on two or more cores (sched_getaffinity), else none.

@@ -134,6 +134,12 @@ struct ShardSourceOptions {
   // hold them all in the process's own memory); the rest are mapped.
   std::optional<bool> map_files;
   uint64_t read_budget_bytes = uint64_t{256} << 20;
+  // A local shard read into memory (not mapped, not cached, no hash to check; WebDataset's
+  // uncompressed tars) is read without its members of at least this many bytes
+  // (ShardBytes::OpenFile): a packed batch reads such a member from the file straight into the
+  // batch (one copy, not two), and a sample handed out whole reads it into the shard's memory
+  // then. 0: shards are read whole.
+  uint64_t large_member_bytes = uint64_t{64} << 10;
 };
 
 // Takes over the dataset's store. MDS reads index.json; WebDataset counts samples unless told.
@@ -168,6 +174,14 @@ struct ReadAheadOptions {
 // The rule above: the depth for the measured averages (seconds per shard), at least 1.
 uint32_t ReadAheadDepth(double fetch_seconds, double consume_seconds, uint32_t max_shards);
 
+// What NextBatch does with the bytes of a field that its shard has not read yet (a large
+// member of a local shard, ShardSourceOptions::large_member_bytes).
+enum class UnreadFields {
+  kRead,   // reads them into the shard's memory first: every field's bytes are there
+  kLeave,  // leaves them: the caller copies each field out with ShardBytes::AppendCopyPieces,
+           // or Fills it before reading it in place
+};
+
 // One reader's samples of one epoch: the positions SlotPositions gives `slot` from `start`,
 // each read from the shard EpochOrder names.
 class SampleIterator {
@@ -190,7 +204,8 @@ class SampleIterator {
   // whole call rather than per sample (a clock read and three counter updates per sample were
   // 4-5% of reading 4 KiB samples in process). An error leaves the *read samples before it in
   // out, and the iterator where Next would have left it.
-  Status NextBatch(std::span<Sample> out, uint64_t* read);
+  Status NextBatch(std::span<Sample> out, uint64_t* read,
+                   UnreadFields unread = UnreadFields::kRead);
 
   // Stops the read-ahead and waits for its fetches in flight (what the destructor does); Next
   // then fetches each shard when it needs it.
@@ -207,7 +222,7 @@ class SampleIterator {
   class ReadAhead;
   SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions);
   // Next without the metrics' sample count.
-  Result<bool> NextSample(Sample& out);
+  Result<bool> NextSample(Sample& out, UnreadFields unread);
   // The shard, from the read-ahead or fetched here; counts the consumer's stall.
   Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
   // Non-empty shards overlapping the window that starts at shard-order position `window_start`.

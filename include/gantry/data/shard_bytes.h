@@ -2,7 +2,8 @@
 // Python memoryview) that points into them: either a string in memory (a remote fetch, a
 // decompressed shard), a read-only mapping of a local file (a file:// dataset, a node-local
 // cache entry), so reading a local shard copies nothing and touches only the pages used, or a
-// local file read into memory reused from shards dropped before (ReadFile).
+// local file read into memory reused from shards dropped before (ReadFile), or such a file whose
+// bytes are read only as they are asked for (OpenFile).
 //
 //   GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<ShardBytes> b, ShardBytes::MapFile(path, {}));
 //   Parse(b->view());
@@ -33,7 +34,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "gantry/common/parallel_copy.h"
 #include "gantry/common/status.h"
 
 namespace gantry::data {
@@ -59,6 +62,14 @@ class ShardBytes {
   // does not exist; ResourceExhausted when it is larger than max_bytes; DataLoss when it is
   // shorter than its size said by the time it is read.
   static Result<std::shared_ptr<ShardBytes>> ReadFile(const std::string& path, uint64_t max_bytes);
+  // ReadFile without the read: the file stays open, and its bytes come into view() only as Fill
+  // asks for them (a parse of the shard asks for its headers), or go from the file straight to
+  // where a caller copies them (AppendCopyPieces). A batch that packs a large member then costs
+  // one copy of it, from the page cache to the batch, where a shard read whole costs two
+  // (docs/performance.md, "large members read straight into their batch"). Gaps shorter than
+  // `min_gap` are worth no read of their own: FillGapsBelow reads them. Errors as ReadFile's.
+  static Result<std::shared_ptr<ShardBytes>> OpenFile(const std::string& path, uint64_t max_bytes,
+                                                      uint64_t min_gap);
   ~ShardBytes();
   ShardBytes(const ShardBytes&) = delete;
   ShardBytes& operator=(const ShardBytes&) = delete;
@@ -70,6 +81,27 @@ class ShardBytes {
   // The file the bytes are mapped from was cut short under the mapping: some of view()'s pages
   // now read as zeros. Always false for bytes in memory.
   bool damaged() const;
+
+  // Every byte of view() is there: true but for an OpenFile shard with bytes not read yet.
+  bool complete() const;
+  // Reads what of [offset, offset + n) (within view()) is not there yet, and some bytes after
+  // it: more the longer the reads follow one another, so a walk over many small members ends
+  // up reading in large pieces and one over large members reads little beyond each header.
+  // DataLoss when the file is shorter than it was (then damaged() is true); Ok when complete().
+  // Thread-safe; bytes already there are never written again.
+  Status Fill(uint64_t offset, uint64_t n) const;
+  Status Fill(std::string_view part) const {  // `part` lies within view()
+    return Fill(static_cast<uint64_t>(part.data() - data_), part.size());
+  }
+  // Reads every run of unread bytes shorter than OpenFile's min_gap (each stretch of them
+  // between large gaps in one read), and becomes complete() when no gap is left. For the
+  // thread that made the shard, before it shares it.
+  Status FillGapsBelow() const;
+  // Appends the pieces that copy `part` (within view()) to `to`: from memory where it was read,
+  // from the file where not (ParallelCopy reads those with pread).
+  void AppendCopyPieces(std::string_view part, char* to, std::vector<CopyPiece>& out) const;
+  // Bytes of view() not read yet (0 when complete()).
+  uint64_t unread_bytes() const;
   // Narrows view() to its first n bytes (n <= size()): e.g. the cache's trailer off. Call before
   // sharing.
   void Truncate(uint64_t n) {
@@ -101,7 +133,8 @@ class ShardBytes {
   static double FirstTouchMicros();
 
  private:
-  ShardBytes() = default;
+  struct Unread;  // OpenFile's file and what of it is read
+  ShardBytes();
   std::string owned_;
   const char* data_ = nullptr;
   uint64_t size_ = 0;
@@ -110,6 +143,7 @@ class ShardBytes {
   int guard_ = -1;          // the SIGBUS guard slot, or -1 for bytes in memory
   char* pooled_ = nullptr;  // ReadFile's buffer, given back to its pool
   uint64_t pooled_cap_ = 0;
+  std::unique_ptr<Unread> unread_;  // OpenFile's, else null
 };
 
 }  // namespace gantry::data

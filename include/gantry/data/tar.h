@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,12 @@ struct TarMember {
 // block (or the end of the bytes, which Python's tarfile also accepts). `where` names the archive
 // in errors.
 Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const std::string& where);
+// The same over an archive whose bytes are not all there yet (ShardBytes::OpenFile): `fill` is
+// asked for each header block, and for the data of the headers that describe the next member
+// (pax, GNU long names), before they are read; regular members' data is never asked for.
+using TarFill = std::function<Status(uint64_t offset, uint64_t n)>;
+Result<std::vector<TarMember>> ListTarMembers(std::string_view archive, const std::string& where,
+                                              const TarFill& fill);
 
 // Builds an archive in memory: ustar headers, with a pax 'x' header carrying the name when it
 // is longer than 100 bytes or not ASCII, and the size when it does not fit 11 octal digits (as
