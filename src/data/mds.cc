@@ -218,6 +218,7 @@ Result<MdsShard> MdsShard::Parse(std::shared_ptr<const ShardBytes> bytes, const 
   const std::string& w = shard.where_;
   const std::string_view raw = bytes->view();
   if (raw.size() < 4) return DataLoss(w + ": " + std::to_string(raw.size()) + " bytes, cut short");
+  GANTRY_RETURN_IF_ERROR(bytes->Fill(0, 4));  // a shard not read yet (ShardBytes::OpenFile)
   const uint64_t n = LoadU32(raw.data());
   if (n != info.samples) {
     return DataLoss(w + ": holds " + std::to_string(n) + " samples, the index says " +
@@ -228,6 +229,7 @@ Result<MdsShard> MdsShard::Parse(std::shared_ptr<const ShardBytes> bytes, const 
     return DataLoss(w + ": " + std::to_string(raw.size()) + " bytes cannot hold the offsets of " +
                     std::to_string(n) + " samples (cut short)");
   }
+  GANTRY_RETURN_IF_ERROR(bytes->Fill(0, header));
   shard.raw_ = std::move(bytes);
   shard.num_samples_ = static_cast<uint32_t>(n);
   for (const MdsColumn& c : info.columns) shard.sizes_.push_back(c.size);
@@ -244,7 +246,25 @@ Result<MdsShard> MdsShard::Parse(std::shared_ptr<const ShardBytes> bytes, const 
     return DataLoss(w + ": samples end at " + std::to_string(prev) + " but the file has " +
                     std::to_string(shard.raw_->size()) + " bytes (cut short)");
   }
+  GANTRY_RETURN_IF_ERROR(shard.FillRecordHeads(header));
   return shard;
+}
+
+Status MdsShard::FillRecordHeads(uint64_t header) const {
+  const ShardBytes& b = *raw_;
+  if (b.complete()) return Status::Ok();
+  // Samples smaller than a gap worth leaving on average: the shard is read whole, in one read.
+  const uint64_t data = b.size() - header;
+  if (num_samples_ == 0 || data / num_samples_ < b.min_gap()) return b.Fill(header, data);
+  // Each sample's column sizes (or, with none, its first bytes) are read, in runs that grow
+  // over consecutive small samples; what is left between them are the large samples' bytes.
+  uint64_t variable = 0;
+  for (const auto& z : sizes_) variable += z ? 0 : 1;
+  for (uint32_t i = 0; i < num_samples_; ++i) {
+    const uint64_t begin = Offset(i), end = Offset(i + 1);
+    if (end > begin) GANTRY_RETURN_IF_ERROR(b.Fill(begin, std::max<uint64_t>(4 * variable, 1)));
+  }
+  return b.FillGapsBelow();
 }
 
 uint32_t MdsShard::Offset(uint32_t i) const { return LoadU32(raw_->data() + 4 + 4 * uint64_t{i}); }
@@ -357,6 +377,8 @@ Result<MdsShard> DecodeMdsShard(std::shared_ptr<const ShardBytes> stored, const 
                     std::to_string(info.stored().bytes) +
                     (stored->size() < info.stored().bytes ? " (cut short)" : ""));
   }
+  // Hashes and decompression need every byte (a shard not read yet: ShardBytes::OpenFile).
+  if (options.verify_hashes || info.zip) GANTRY_RETURN_IF_ERROR(stored->Fill(0, stored->size()));
   const std::string_view bytes = stored->view();
   if (options.verify_hashes && info.zip)
     GANTRY_RETURN_IF_ERROR(CheckHashes(*info.zip, bytes, where));

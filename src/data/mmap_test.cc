@@ -678,10 +678,38 @@ TEST(ShardBytes, FillsAndCopiesOfOneUnreadShardFromManyThreads) {
 // Through a shard source and the iterator: local shards read without their large members give
 // the same samples as shards read whole, with the fields read in (kRead) or left for a copy
 // straight from the file (kLeave); a file cut short meanwhile fails loudly naming its shard.
-TEST(MappedShards, LargeMembersLeftInTheirFilesGiveTheSameSamples) {
+// An MDS dataset without hashes of `shards` shards of `per_shard` samples: a key, a `bytes`
+// column of `bytes` random bytes, and an int.
+void WriteLargeMds(const std::string& dir, int shards, int per_shard, size_t bytes) {
+  auto store = OpenObjectStore("file://" + dir, {});
+  ASSERT_TRUE(store.ok());
+  MdsWriterOptions o;
+  o.columns = {{"__key__", "str"}, {"bin", "bytes"}, {"n", "int"}};
+  o.size_limit = static_cast<uint64_t>(per_shard) * (bytes + 100) + 1000;
+  auto w = MdsWriter::Create(**store, o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (int i = 0; i < shards * per_shard; ++i) {
+    const std::string n(8, static_cast<char>(i));
+    ASSERT_TRUE((*w)->Write({{"__key__", "k" + std::to_string(i)},
+                             {"bin", RandomBytes(bytes, static_cast<uint32_t>(i))},
+                             {"n", n}})
+                    .ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+  ASSERT_EQ((*w)->index().shards.size(), static_cast<size_t>(shards));
+}
+
+class LargeMembers : public ::testing::TestWithParam<bool> {};  // MDS, or WebDataset
+
+TEST_P(LargeMembers, LeftInTheirFilesTheyGiveTheSameSamples) {
   TempDir tmp;
   const std::string data = tmp.path() + "/data";
-  WriteWds(data, 3, 5, 200 << 10);
+  const bool mds = GetParam();
+  if (mds) {
+    WriteLargeMds(data, 3, 5, 200 << 10);
+  } else {
+    WriteWds(data, 3, 5, 200 << 10);
+  }
   ShardSourceOptions whole_options;
   whole_options.map_files = false;
   whole_options.large_member_bytes = 0;
@@ -707,11 +735,14 @@ TEST(MappedShards, LargeMembersLeftInTheirFilesGiveTheSameSamples) {
         EXPECT_TRUE(x[i].shard->bytes()->complete());
         EXPECT_EQ(x[i].position, y[i].position);
         EXPECT_EQ(x[i].key, y[i].key);
-        const std::string_view field = y[i].fields.at(0).bytes;
-        if (unread == UnreadFields::kRead) {
-          EXPECT_EQ(field, x[i].fields.at(0).bytes);
-        } else {
-          EXPECT_EQ(CopiedOut(*y[i].shard->bytes(), field), x[i].fields.at(0).bytes);
+        ASSERT_EQ(x[i].fields.size(), y[i].fields.size());
+        for (size_t f = 0; f < x[i].fields.size(); ++f) {
+          const std::string_view field = y[i].fields[f].bytes;
+          if (unread == UnreadFields::kRead) {
+            EXPECT_EQ(field, x[i].fields[f].bytes);
+          } else {
+            EXPECT_EQ(CopiedOut(*y[i].shard->bytes(), field), x[i].fields[f].bytes);
+          }
         }
         left += y[i].shard->bytes()->unread_bytes() > 0 ? 1 : 0;
         ++n;
@@ -727,7 +758,7 @@ TEST(MappedShards, LargeMembersLeftInTheirFilesGiveTheSameSamples) {
   Sample s;
   ASSERT_TRUE(*it->Next(s));
   const std::string name = partial->ShardName(s.ref.shard);
-  fs::resize_file(data + "/" + name, 450 << 10);
+  fs::resize_file(data + "/" + name, (450 << 10) + (mds ? 1000 : 0));
   auto one = it->Next(s);  // sample 1 ends before the cut
   ASSERT_TRUE(one.ok() && *one) << one.status().ToString();
   auto next = it->Next(s);
@@ -735,6 +766,9 @@ TEST(MappedShards, LargeMembersLeftInTheirFilesGiveTheSameSamples) {
   EXPECT_EQ(next.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(next.status().message().find(name), std::string::npos) << next.status().ToString();
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, LargeMembers, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Mds" : "WebDataset"; });
 
 // The same global order with and without read-ahead, mapped or read, for several slots.
 TEST(MappedShards, ReadAheadAndMappingKeepTheOrder) {

@@ -592,6 +592,8 @@ void ShardBytes::AppendCopyPieces(std::string_view part, char* to,
   if (at < end) out.push_back({to + (at - begin), data_ + at, end - at});
 }
 
+uint64_t ShardBytes::min_gap() const { return unread_ == nullptr ? 0 : unread_->min_gap; }
+
 uint64_t ShardBytes::unread_bytes() const {
   if (complete()) return 0;
   std::lock_guard<std::mutex> lock(unread_->mu);

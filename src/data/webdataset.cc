@@ -78,6 +78,7 @@ Result<WdsShard> WdsShard::Parse(std::shared_ptr<const ShardBytes> stored, std::
   shard.name_ = std::move(name);
   shard.stored_bytes_ = stored->size();
   if (IsGzipName(shard.name_)) {
+    GANTRY_RETURN_IF_ERROR(stored->Fill(0, stored->size()));  // a shard not read yet
     GANTRY_ASSIGN_OR_RETURN(
         std::string tar,
         internal::GunzipBounded(stored->view(), limits.max_shard_bytes, shard.name_));

@@ -96,6 +96,9 @@ class MdsShard {
 
  private:
   uint32_t Offset(uint32_t i) const;
+  // For a shard not read yet (ShardBytes::OpenFile), after its offsets are checked: reads
+  // every sample's column sizes, and the samples too small to be left in the file.
+  Status FillRecordHeads(uint64_t header) const;
 
   std::string where_;
   std::shared_ptr<const ShardBytes> raw_;  // heap-held so moves keep the views valid

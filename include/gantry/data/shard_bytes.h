@@ -102,6 +102,8 @@ class ShardBytes {
   void AppendCopyPieces(std::string_view part, char* to, std::vector<CopyPiece>& out) const;
   // Bytes of view() not read yet (0 when complete()).
   uint64_t unread_bytes() const;
+  // OpenFile's min_gap (0 for the other kinds).
+  uint64_t min_gap() const;
   // Narrows view() to its first n bytes (n <= size()): e.g. the cache's trailer off. Call before
   // sharing.
   void Truncate(uint64_t n) {
