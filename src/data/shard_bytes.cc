@@ -379,6 +379,9 @@ struct ShardBytes::Unread {
   uint64_t last_end = UINT64_MAX;  // where the last read ended
   std::atomic<bool> complete{false};
   std::atomic<bool> cut_short{false};
+  // Where the bytes read from the file's start end: a walk over small members asks for each
+  // header, nearly always inside it, and is answered without the lock.
+  std::atomic<uint64_t> prefix{0};
 
   ~Unread() {
     if (fd >= 0) close(fd);
@@ -413,6 +416,7 @@ struct ShardBytes::Unread {
     }
     read.emplace(begin, end);
     read_bytes += end - begin;
+    if (read.begin()->first == 0) prefix.store(read.begin()->second, std::memory_order_release);
     if (read_bytes == size) complete.store(true, std::memory_order_release);
   }
 
@@ -524,6 +528,7 @@ Status ShardBytes::Fill(uint64_t offset, uint64_t n) const {
   if (complete() || n == 0) return Status::Ok();
   Unread& u = *unread_;
   const uint64_t end = std::min(size_, offset + n);
+  if (end <= u.prefix.load(std::memory_order_acquire)) return Status::Ok();
   std::lock_guard<std::mutex> lock(u.mu);
   std::vector<std::pair<uint64_t, uint64_t>> gaps = u.Gaps(offset, end);
   if (gaps.empty()) return Status::Ok();
