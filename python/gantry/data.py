@@ -23,6 +23,7 @@ and shared by every process on it. stats() reports what the loader did (docs/dat
 """
 
 import fcntl
+import functools
 import io
 import json
 import os
@@ -1122,6 +1123,8 @@ class StreamingDataset(_Base):
         want_ring = packed and info is not None and self.shared_batches != 0
         if want_ring and _ring is not None and _ring[0] == os.getpid():
             ring, want_ring = _ring[1], False  # a persistent worker's later epochs
+        elif want_ring:  # made by the first packed block, sized by it, which goes in it too
+            ring = functools.partial(_worker_ring, size=self.shared_batches)
         n = 0
         try:
             while True:
@@ -1132,9 +1135,9 @@ class StreamingDataset(_Base):
                     return
                 if packed:
                     data, spans = columns
-                    if want_ring:  # sized by the first batch
+                    if want_ring:  # made (or not) by that first block
                         want_ring = False
-                        ring = _worker_ring(len(data), self.shared_batches)
+                        ring = _ring[1] if _ring is not None and _ring[0] == os.getpid() else None
                     batch = SampleBatch(positions, keys, fields, None, data, spans)
                 else:
                     if self.decode:

@@ -106,7 +106,8 @@ uint64_t ForksSoFar() {
 }
 
 // A DataLoader worker's ring of packed batches in shared memory (include/gantry/data/batch_ring.h),
-// as Python holds it: made in the worker, passed to next_batch(ring=...).
+// as Python holds it: made in the worker, passed to next_batch(ring=...) (or made there, by a
+// callable given instead, once the first block's size is known).
 struct PyBatchRing {
   std::shared_ptr<data::BatchRing> ring;
   uint64_t made_after_fork = ForksSoFar();
@@ -313,8 +314,19 @@ class PyReader {
       // worker's batch ring where there is one with room, else a new bytes object.
       py::object block;
       char* to = nullptr;
-      if (!ring.is_none()) {
-        const auto& r = ring.cast<const PyBatchRing&>();
+      // A callable in place of the ring makes it once the first block's size is known
+      // (sized from it), so the first block goes through shared memory too.
+      py::object the_ring = ring;
+      if (!ring.is_none() && !py::isinstance<PyBatchRing>(ring)) {
+        try {
+          the_ring = ring(total);
+        } catch (py::error_already_set&) {
+          Release(count, left);  // this batch's samples are gone with the error
+          throw;
+        }
+      }
+      if (py::isinstance<PyBatchRing>(the_ring)) {
+        const auto& r = the_ring.cast<const PyBatchRing&>();
         std::optional<data::BatchRing::Block> b;
         if (r.made_here()) b = r.ring->Allocate(total);
         if (b) {
@@ -515,8 +527,8 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("mapped",
                              [](const ShardBuffer& b) { return b.shard->bytes()->mapped(); })
       // Bytes of the shard still in its file (large members not read yet; for tests).
-      .def_property_readonly(
-          "unread_bytes", [](const ShardBuffer& b) { return b.shard->bytes()->unread_bytes(); });
+      .def_property_readonly("unread_bytes",
+                             [](const ShardBuffer& b) { return b.shard->bytes()->unread_bytes(); });
   m.attr("MAX_COPY_THREADS") = kMaxCopyThreads;
   m.def("live_mappings", &data::ShardBytes::LiveMappings,
         "Shard files mapped in this process now (for tests)");
