@@ -630,6 +630,34 @@ TEST(ShardBytes, ATarParsedUnreadLeavesOnlyItsLargeMembersInTheFile) {
   EXPECT_EQ(big.bytes, a->samples()[0].fields[1].bytes);
 }
 
+// Bytes left in the file would come from disk on the consumer's thread: a file not wholly in
+// the page cache is read whole when opened, as ReadFile reads it.
+TEST(ShardBytes, OpenFileReadsAFileNotInThePageCacheWhole) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  const std::string want = RandomBytes(2 << 20, 8);
+  WriteFile(path, want);
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fdatasync(fd), 0);
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  void* p = mmap(nullptr, want.size(), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  std::vector<unsigned char> resident(want.size() / 4096);
+  ASSERT_EQ(mincore(p, want.size(), resident.data()), 0);
+  munmap(p, want.size());
+  close(fd);
+  if (resident[resident.size() / 2] & 1) GTEST_SKIP() << "this file system kept the pages";
+  auto opened = ShardBytes::OpenFile(path, 1 << 30, 64 << 10);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_TRUE((*opened)->complete());
+  EXPECT_EQ((*opened)->view(), want);
+  // Once in the page cache, it is left there.
+  auto again = ShardBytes::OpenFile(path, 1 << 30, 64 << 10);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE((*again)->complete());
+}
+
 TEST(ShardBytes, AFileCutShortBeforeItsBytesAreReadFailsTheirReadAndCopy) {
   TempDir tmp;
   const std::string path = tmp.path() + "/f";

@@ -67,7 +67,10 @@ class ShardBytes {
   // where a caller copies them (AppendCopyPieces). A batch that packs a large member then costs
   // one copy of it, from the page cache to the batch, where a shard read whole costs two
   // (docs/performance.md, "large members read straight into their batch"). Gaps shorter than
-  // `min_gap` are worth no read of their own: FillGapsBelow reads them. Errors as ReadFile's.
+  // `min_gap` are worth no read of their own: FillGapsBelow reads them. A file not wholly in
+  // the page cache (mincore) is read whole at once, as ReadFile would: from disk, reading it
+  // here, on the read-ahead's thread, is faster than each member on the consumer's. Errors as
+  // ReadFile's.
   static Result<std::shared_ptr<ShardBytes>> OpenFile(const std::string& path, uint64_t max_bytes,
                                                       uint64_t min_gap);
   ~ShardBytes();
