@@ -459,7 +459,11 @@ class PyReader {
   // (a new view object, no copy, which keeps the shard alive), else a bytes copy. A field its
   // shard has not read yet is read into it first.
   py::object Value(const data::Sample& sample, const data::SampleField& f) {
-    Status filled = sample.shard->bytes()->Fill(f.bytes);
+    Status filled;
+    if (!sample.shard->bytes()->complete()) {
+      py::gil_scoped_release release;  // may read a large member from its file
+      filled = sample.shard->bytes()->Fill(f.bytes);
+    }
     if (!filled.ok()) {
       ckpt::ThrowStatus(
           DataLoss("shard '" + source_->ShardName(sample.ref.shard) + "': " + filled.message()));

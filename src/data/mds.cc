@@ -255,7 +255,10 @@ Status MdsShard::FillRecordHeads(uint64_t header) const {
   if (b.complete()) return Status::Ok();
   // Samples smaller than a gap worth leaving on average: the shard is read whole, in one read.
   const uint64_t data = b.size() - header;
-  if (num_samples_ == 0 || data / num_samples_ < b.min_gap()) return b.Fill(header, data);
+  if (num_samples_ == 0 || data / num_samples_ < b.min_gap()) {
+    GANTRY_RETURN_IF_ERROR(b.Fill(header, data));
+    return b.FillGapsBelow();  // complete: closes the file
+  }
   // Each sample's column sizes (or, with none, its first bytes) are read, in runs that grow
   // over consecutive small samples; what is left between them are the large samples' bytes.
   uint64_t variable = 0;

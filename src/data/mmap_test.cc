@@ -658,6 +658,48 @@ TEST(ShardBytes, OpenFileReadsAFileNotInThePageCacheWhole) {
   EXPECT_FALSE((*again)->complete());
 }
 
+size_t OpenDescriptors() {
+  return static_cast<size_t>(
+      std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));
+}
+
+// Each shard with bytes left in its file holds the file open: at most 256 such in a process,
+// shards opened beyond that are read whole, and a shard complete once parsed holds none.
+TEST(ShardBytes, UnreadShardsHoldAtMost256FilesOpenAndCompleteOnesNone) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  WriteFile(path, RandomBytes(256 << 10, 2));
+  const size_t before = OpenDescriptors();
+  std::vector<std::shared_ptr<ShardBytes>> held;
+  size_t unread = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto opened = ShardBytes::OpenFile(path, 1 << 30, 64 << 10);
+    ASSERT_TRUE(opened.ok()) << i << ": " << opened.status().ToString();
+    unread += (*opened)->complete() ? 0 : 1;
+    held.push_back(std::move(*opened));
+  }
+  EXPECT_GE(unread, 1u);
+  EXPECT_LE(unread, 256u);
+  EXPECT_LE(OpenDescriptors(), before + 256);
+  const std::string want = RandomBytes(256 << 10, 2);
+  for (const auto& b : held) {
+    if (b->complete()) {
+      EXPECT_EQ(b->view(), want);
+    }
+  }
+  held.clear();
+  EXPECT_EQ(OpenDescriptors(), before);
+  // Small gaps only: complete once its gaps are filled, and the file is closed then.
+  auto small = ShardBytes::OpenFile(path, 1 << 30, 1 << 20);
+  ASSERT_TRUE(small.ok());
+  ASSERT_TRUE((*small)->Fill(0, 10).ok());
+  EXPECT_EQ(OpenDescriptors(), before + 1);
+  ASSERT_TRUE((*small)->FillGapsBelow().ok());
+  EXPECT_TRUE((*small)->complete());
+  EXPECT_EQ(OpenDescriptors(), before);
+  EXPECT_EQ((*small)->view(), RandomBytes(256 << 10, 2));
+}
+
 TEST(ShardBytes, AFileCutShortBeforeItsBytesAreReadFailsTheirReadAndCopy) {
   TempDir tmp;
   const std::string path = tmp.path() + "/f";

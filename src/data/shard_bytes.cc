@@ -383,8 +383,22 @@ struct ShardBytes::Unread {
   // header, nearly always inside it, and is answered without the lock.
   std::atomic<uint64_t> prefix{0};
 
-  ~Unread() {
+  // Files held open by shards with bytes still in them, in this process: beyond kMaxOpen a
+  // shard is read whole at once instead (a window of many small shards would otherwise run
+  // the process out of descriptors).
+  static constexpr int kMaxOpen = 256;
+  static inline std::atomic<int> open_files{0};
+  bool counted = false;
+
+  ~Unread() { Release(); }
+
+  // Closes the file once nothing can read from it any more: the shard is complete, and not yet
+  // shared (a copy in flight elsewhere may hold the descriptor) or being destroyed.
+  void Release() {
     if (fd >= 0) close(fd);
+    fd = -1;
+    if (counted) open_files.fetch_sub(1);
+    counted = false;
   }
 
   // Reads [begin, end) of the file into `to` + begin. Called with mu held.
@@ -480,13 +494,17 @@ Result<std::shared_ptr<ShardBytes>> ShardBytes::OpenFile(const std::string& path
   GANTRY_ASSIGN_OR_RETURN(auto opened, OpenRegular(path, max_bytes));
   std::shared_ptr<ShardBytes> b(new ShardBytes());
   b->unread_ = std::make_unique<Unread>();
-  b->unread_->path = path;
-  b->unread_->fd = opened.first;  // closed with the shard, also on an error below
-  b->unread_->min_gap = min_gap;
+  Unread& u = *b->unread_;
+  u.path = path;
+  u.fd = opened.first;  // closed with the shard, also on an error below
+  u.counted = true;
+  const bool too_many = Unread::open_files.fetch_add(1) >= Unread::kMaxOpen;
+  u.min_gap = min_gap;
   const uint64_t len = opened.second;
   if (len == 0) {
     b->data_ = b->owned_.data();
-    b->unread_->complete.store(true);
+    u.complete.store(true);
+    u.Release();
     return b;
   }
   GANTRY_ASSIGN_OR_RETURN(auto buffer, BufferPool::Get().Take(len));
@@ -498,7 +516,10 @@ Result<std::shared_ptr<ShardBytes>> ShardBytes::OpenFile(const std::string& path
   // where the file is there whole; from disk otherwise, where the read-ahead's thread reading
   // the whole file now is faster (1,910 against 3,200 samples/s for the large set from a cold
   // page cache, docs/performance.md), so it does.
-  if (!WhollyInPageCache(opened.first, len)) GANTRY_RETURN_IF_ERROR(b->Fill(0, len));
+  if (too_many || !WhollyInPageCache(opened.first, len)) {
+    GANTRY_RETURN_IF_ERROR(b->Fill(0, len));
+    u.Release();
+  }
   return b;
 }
 
@@ -566,9 +587,16 @@ Status ShardBytes::Fill(uint64_t offset, uint64_t n) const {
 }
 
 Status ShardBytes::FillGapsBelow() const {
-  if (complete()) return Status::Ok();
+  if (unread_ == nullptr) return Status::Ok();
   Unread& u = *unread_;
   std::lock_guard<std::mutex> lock(u.mu);
+  // Complete before it is shared: no copy elsewhere holds the file, which is closed.
+  struct ReleaseIfComplete {
+    Unread& u;
+    ~ReleaseIfComplete() {
+      if (u.complete.load()) u.Release();
+    }
+  } release{u};
   const std::vector<std::pair<uint64_t, uint64_t>> gaps = u.Gaps(0, size_);
   // Runs of small gaps with what was read between them, each in one read: the bytes already
   // there are read again (the same bytes; nobody else sees this shard yet).

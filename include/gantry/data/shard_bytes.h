@@ -69,8 +69,9 @@ class ShardBytes {
   // (docs/performance.md, "large members read straight into their batch"). Gaps shorter than
   // `min_gap` are worth no read of their own: FillGapsBelow reads them. A file not wholly in
   // the page cache (mincore) is read whole at once, as ReadFile would: from disk, reading it
-  // here, on the read-ahead's thread, is faster than each member on the consumer's. Errors as
-  // ReadFile's.
+  // here, on the read-ahead's thread, is faster than each member on the consumer's; so is one
+  // opened while 256 others with bytes left in their files are held in this process (each
+  // holds its file open). Errors as ReadFile's.
   static Result<std::shared_ptr<ShardBytes>> OpenFile(const std::string& path, uint64_t max_bytes,
                                                       uint64_t min_gap);
   ~ShardBytes();
@@ -97,8 +98,8 @@ class ShardBytes {
     return Fill(static_cast<uint64_t>(part.data() - data_), part.size());
   }
   // Reads every run of unread bytes shorter than OpenFile's min_gap (each stretch of them
-  // between large gaps in one read), and becomes complete() when no gap is left. For the
-  // thread that made the shard, before it shares it.
+  // between large gaps in one read), and becomes complete() when no gap is left, closing the
+  // file then. For the thread that made the shard, before it shares it.
   Status FillGapsBelow() const;
   // Appends the pieces that copy `part` (within view()) to `to`: from memory where it was read,
   // from the file where not (ParallelCopy reads those with pread).
