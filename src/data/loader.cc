@@ -1002,11 +1002,14 @@ Result<bool> SampleIterator::NextSample(Sample& out, UnreadFields unread) {
   const ShardBytes& bytes = *it->second->bytes();
   if (unread == UnreadFields::kRead && !bytes.complete()) {
     for (const SampleField& f : out.fields) {
-      if (!bytes.Fill(f.bytes).ok()) {
-        // The file was cut short since the shard was opened: fetched again at the next call.
+      Status filled = bytes.Fill(f.bytes);
+      if (!filled.ok()) {
+        // Cut short since the shard was opened (DataLoss), or a failed read: the shard is
+        // fetched again at the next call.
         out.shard.reset();
         held_.erase(it);
-        return CutShort("shard '" + source_->ShardName(ref.shard) + "'");
+        return Status(filled.code(),
+                      "shard '" + source_->ShardName(ref.shard) + "': " + filled.message());
       }
     }
   }
