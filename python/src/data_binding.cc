@@ -166,14 +166,17 @@ py::object MakeRingBlock(std::shared_ptr<data::BatchRing> ring,
 }
 
 // The block a descriptor names, from a ring this process maps, mapping it at its first block.
-// Rings whose producers have exited are forgotten then (their blocks still held stay mapped).
+// Rings whose producers have exited are forgotten then (their blocks still held stay mapped):
+// those whose process is gone, and those whose file is, which a producer removes as it exits,
+// so that a new process given an old producer's pid does not keep that ring mapped.
 py::object BatchBlock(const std::string& path, uint64_t offset, uint64_t seq, uint64_t size) {
   auto& rings = Rings();
   auto it = rings.find(path);
   if (it == rings.end()) {
     for (auto r = rings.begin(); r != rings.end();) {
       const bool gone =
-          !r->second->producer() && kill(r->second->producer_pid(), 0) != 0 && errno == ESRCH;
+          !r->second->producer() && ((kill(r->second->producer_pid(), 0) != 0 && errno == ESRCH) ||
+                                     (access(r->first.c_str(), F_OK) != 0 && errno == ENOENT));
       r = gone ? rings.erase(r) : std::next(r);
     }
     it = rings.emplace(path, Unwrap(data::BatchRing::Open(path))).first;

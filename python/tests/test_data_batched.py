@@ -614,6 +614,27 @@ class SharedBatchesTest(TempDirTestCase):
             rings |= set(_gantry.batch_rings()) - before
         self.assertEqual(len(rings), 2)  # one per worker, mapped here once
 
+    def test_a_ring_whose_file_is_gone_is_forgotten_though_its_pid_lives(self):
+        # As when a worker has exited, removing its ring, and a new process has its pid.
+        write_bins(self.path("bins"), 6, 6, 2000)
+
+        def loader():
+            ds = StreamingDataset(self.path("bins"), decode=False, batch_size=3, window=6,
+                                  seed=2, batched=True)
+            return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1,
+                                               persistent_workers=True)
+        before = set(_gantry.batch_rings())
+        first = loader()
+        self.check(list(first), 2000)
+        (old,) = set(_gantry.batch_rings()) - before
+        os.unlink(old)  # its worker lives on (persistent), as a process with a reused pid does
+        held = list(loader())  # a new worker's ring, mapped here at its first batch
+        self.check(held, 2000)
+        now = set(_gantry.batch_rings()) - before
+        self.assertEqual(len(now), 1)
+        self.assertNotIn(old, now)
+        del first
+
     def test_a_batch_larger_than_the_ring_crosses_the_pipe(self):
         write_bins(self.path("bins"), 4, 6, 40000)  # batches of 120,000 bytes
         got = list(self.loader(workers=1, shared_batches="64K"))

@@ -19,7 +19,7 @@ from test_data_batched import WdsTestCase
 from util import in_forked_child, run_python
 
 from gantry.data import (WORKER_PIPE_BYTES, EngineError, InvalidArgumentError, Prefetcher,
-                         SampleBatch, prefetch, widen_worker_pipe)
+                         SampleBatch, _Queue, prefetch, widen_worker_pipe)
 
 WAIT = 30  # seconds a test waits for the thread to do something it must do
 
@@ -288,6 +288,38 @@ class PrefetcherTest(unittest.TestCase):
             self.assertEqual(settled(given_back + depth + 1), given_back + depth + 1, step)
             self.assertGreaterEqual(len(made) - 1 - taken, depth - group + 1)
         self.assertEqual(list(p), list(range(taken, 1000)))
+
+    def test_a_chunk_the_loop_waits_for_is_handed_over_with_the_gil(self):
+        # The thread's put() of a chunk the loop waits for returns only once the loop has it and
+        # the GIL: until then the thread would keep the GIL for its next item.
+        q = _Queue(4)
+        q.HAND_OVER_SECONDS = 60  # never gives up here
+        q.taken.put(None)  # a word left from a hand-over that gave up: not this one's
+        q.waiting = True  # as next() sets it while it waits
+        put = threading.Event()
+        t = threading.Thread(target=lambda: (q.put(["chunk"]), put.set()))
+        t.start()
+        self.assertEqual(q.ready.get(timeout=60), ["chunk"])
+        self.assertFalse(put.wait(0.2))  # the thread waits for the loop's word
+        q.waiting = False
+        q.taken.put(None)
+        self.assertTrue(put.wait(60))
+        t.join()
+        # A loop that took its chunk without waiting costs the thread nothing.
+        q.put(["next"])
+        self.assertEqual(q.ready.get_nowait(), ["next"])
+
+    def test_a_loop_that_waits_for_each_item_gives_the_thread_its_word(self):
+        def slow():
+            for i in range(4):
+                time.sleep(0.05)  # the loop is always ahead: every next() waits
+                yield i
+        p = Prefetcher(slow(), depth=2)
+        p._queue.HAND_OVER_SECONDS = 3600  # a word never given would hold the thread this long
+        t = time.monotonic()
+        self.assertEqual(list(p), [0, 1, 2, 3])
+        self.assertLess(time.monotonic() - t, WAIT)
+        self.assertGreater(p.wait_seconds, 0)
 
     def test_chunks_keep_the_order(self):
         for chunk in (1, 3, 7, 200):

@@ -21,6 +21,10 @@
 // whose block is gone or was reused fails Adopt (DataLoss), never reads another batch's bytes: its
 // sequence number and size are checked.
 //
+// Create maps every page of the ring writable at once (MADV_POPULATE_WRITE where the kernel has
+// it), rather than a fault per page during the first lap of blocks: on a shadow-paged VM those
+// faults slowed the worker enough to keep a training loop waiting (docs/performance.md).
+//
 // One producer per ring: Allocate is thread-safe, and meant for the process that created the
 // ring (a forked child must make its own). Ref, Unref and Adopt are thread- and process-safe.
 // The producer's BatchRing removes the file when it is destroyed; a consumer's mapping stays
