@@ -589,7 +589,8 @@ def local_part(sets, args, results):
     if args.kinds:
         kinds = [k for k in kinds if k in args.kinds.split(",") or k == "gantry"]
         kinds += [k for k in args.kinds.split(",")
-                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep", "_pipe", "_whole"))
+                  if k.endswith(("_wide", "_read", "_map", "_fresh", "_nokeep", "_pipe", "_whole",
+                                 "_touch"))
                   and k not in kinds]
     if ImageFolder is None:
         print("(torchvision is not installed: no imagefolder row; apt-get install "
