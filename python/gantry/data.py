@@ -287,12 +287,9 @@ class _Queue:
         if self.closed:
             return False
         # Words left from a hand-over that gave up waiting: else each later one would take the
-        # word meant for the one before and never wait.
-        while True:
-            try:
-                self.taken.get_nowait()
-            except queue_module.Empty:
-                break
+        # word meant for the one before and never wait. (Only this thread takes them.)
+        while not self.taken.empty():
+            self.taken.get_nowait()
         waiting = self.waiting
         self.ready.put(chunk)
         if waiting:
