@@ -629,7 +629,39 @@ def _sweep_worker_caches():
 _RING_PREFIX = "gantry-batches-"
 _RING_BATCHES = 32        # batches of the first one's size a ring holds by default
 _RING_MAX = 256 << 20     # the most a default ring takes
-_ring = None              # (pid, _gantry.BatchRing or None) of this process
+_RING_GROW_AT = 4         # a default ring that holds fewer blocks than this of one grows
+
+
+class _WorkerRing:
+    """This process's batch ring, and the rings it grew out of."""
+
+    def __init__(self):
+        self.ring = None     # _gantry.BatchRing, or None: the pipe
+        self.retired = []    # outgrown rings, kept until no block of theirs is referenced
+        self.grow_above = 0  # a block size that a larger ring had no room for
+
+    def drop_finished(self):
+        """Drops the outgrown rings none of whose blocks is referenced any more (not by this
+        process, not by a descriptor in the pipe, not by the training process): their files
+        go, and the training process forgets its mappings of them."""
+        kept = []
+        for ring in self.retired:
+            if ring.used_bytes == 0:
+                ring.retire()
+            else:
+                kept.append(ring)
+        self.retired = kept
+
+
+_worker = None  # this process's _WorkerRing, made at its first packed batch
+
+
+def _forget_worker_ring_after_fork():
+    global _worker
+    _worker = None  # the parent's: a forked worker makes its own
+
+
+os.register_at_fork(after_in_child=_forget_worker_ring_after_fork)
 
 
 def _batch_block(path, offset, seq, size):
@@ -643,14 +675,35 @@ def _remove_ring(path, owner):
 
 
 def _worker_ring(block_bytes, size):
-    """This worker process's batch ring, made on the first call (sized for _RING_BATCHES blocks
-    of `block_bytes`, within a sixteenth of the free shared memory, unless `size` says), or None
-    where shared memory has no room for it: batches then travel through the pipe, as bytes."""
-    global _ring
-    pid = os.getpid()
-    if _ring is not None and _ring[0] == pid:
-        return _ring[1]
-    _ring = (pid, None)  # one try per process
+    """This worker process's batch ring for a block of `block_bytes`: made on the first call
+    (sized for _RING_BATCHES blocks of `block_bytes`, within a sixteenth of the free shared
+    memory, unless `size` says), or None where shared memory has no room for it: batches then
+    travel through the pipe, as bytes. A default-sized ring that holds fewer than
+    _RING_GROW_AT blocks of `block_bytes` (a dataset whose later batches are many times its
+    first) is replaced by one sized from this block, where there is room for it."""
+    global _worker
+    if _worker is None:  # (reset in a forked child: no getpid() per batch)
+        _worker = _WorkerRing()  # one try per process
+        _worker.ring = _new_ring(block_bytes, size, 0)
+        return _worker.ring
+    w = _worker
+    if w.retired:
+        w.drop_finished()
+    ring = w.ring
+    if (size is None and ring is not None and block_bytes > w.grow_above
+            and _RING_GROW_AT * (block_bytes + 64) > ring.capacity):
+        bigger = _new_ring(block_bytes, None, 2 * ring.capacity)
+        if bigger is None:  # not again until a block twice this one
+            w.grow_above = 2 * block_bytes
+        else:
+            w.retired.append(ring)
+            w.ring = ring = bigger
+    return ring
+
+
+def _new_ring(block_bytes, size, at_least):
+    """A new batch ring of `size` bytes, or by default sized from `block_bytes` (and of at least
+    `at_least`), or None where /dev/shm has no room for it."""
     if not os.access(_SHM, os.W_OK):
         return None
     _sweep_shm(_RING_PREFIX)
@@ -664,8 +717,9 @@ def _worker_ring(block_bytes, size):
         size = min(_RING_BATCHES * (block_bytes + 64), _RING_MAX,
                    st.f_bavail * st.f_frsize // 16)
         size = max(size, _gantry.MIN_BATCH_RING)
-        if size < 2 * (block_bytes + 64):
+        if size < 2 * (block_bytes + 64) or size < at_least:
             return None
+    pid = os.getpid()
     path = os.path.join(_SHM, f"{_RING_PREFIX}{pid}-{secrets.token_hex(6)}")
     try:
         ring = _gantry.BatchRing(path, size)
@@ -674,7 +728,6 @@ def _worker_ring(block_bytes, size):
     # A DataLoader worker ends with os._exit: destructors do not run, multiprocessing's
     # finalizers do.
     multiprocessing_util.Finalize(None, _remove_ring, args=(path, pid), exitpriority=0)
-    _ring = (pid, ring)
     return ring
 
 
@@ -932,7 +985,8 @@ class StreamingDataset(_Base):
     memory (/dev/shm) and only where each lies crosses the pipe, the training process reading
     them in place (SampleBatch.block is then a read-only memoryview): the ring's size, by
     default (None) 32 times the worker's first batch within 256 MiB and a sixteenth of the
-    free space; 0 or False: none, every batch pickled through the pipe. A ring without room (the
+    free space, replaced by a larger one if later batches outgrow it; 0 or False: none, every
+    batch pickled through the pipe. A ring without room (the
     loop holds many batches, a small /dev/shm) sends batches through the pipe; none is ever
     written over while referenced (docs/data.md "From workers through shared memory").
 
@@ -1144,12 +1198,11 @@ class StreamingDataset(_Base):
         packed = self.packed
         if packed is None:  # by default only where the batch crosses processes and is bytes
             packed = info is not None and not self.decode and self.zero_copy is None
-        # In a worker, packed blocks go to the training process through shared memory.
+        # In a worker, packed blocks go to the training process through shared memory: the
+        # ring is made by the first block (sized from it, which goes in it too), and one of the
+        # default size grows for blocks it has too little room for (_worker_ring).
         ring = None
-        want_ring = packed and info is not None and self.shared_batches != 0
-        if want_ring and _ring is not None and _ring[0] == os.getpid():
-            ring, want_ring = _ring[1], False  # a persistent worker's later epochs
-        elif want_ring:  # made by the first packed block, sized by it, which goes in it too
+        if packed and info is not None and self.shared_batches != 0:
             ring = functools.partial(_worker_ring, size=self.shared_batches)
         n = 0
         try:
@@ -1161,9 +1214,6 @@ class StreamingDataset(_Base):
                     return
                 if packed:
                     data, spans = columns
-                    if want_ring:  # made (or not) by that first block
-                        want_ring = False
-                        ring = _ring[1] if _ring is not None and _ring[0] == os.getpid() else None
                     batch = SampleBatch(positions, keys, fields, None, data, spans)
                 else:
                     if self.decode:

@@ -165,21 +165,33 @@ py::object MakeRingBlock(std::shared_ptr<data::BatchRing> ring,
   return py::cast(new RingBlock(std::move(ring), block), py::return_value_policy::take_ownership);
 }
 
+// Forgets the rings this process maps to read whose producers are done with them (their blocks
+// still held stay mapped): those whose process is gone, and those whose file is, which a
+// producer removes as it exits or retires a ring it grew out of, so that neither a new process
+// given an old producer's pid nor a worker's outgrown ring keeps a mapping, and its memory, here.
+void ForgetFinishedRings(const std::string& except) {
+  auto& rings = Rings();
+  for (auto r = rings.begin(); r != rings.end();) {
+    const bool gone = r->first != except && !r->second->producer() &&
+                      ((kill(r->second->producer_pid(), 0) != 0 && errno == ESRCH) ||
+                       (access(r->first.c_str(), F_OK) != 0 && errno == ENOENT));
+    r = gone ? rings.erase(r) : std::next(r);
+  }
+}
+
 // The block a descriptor names, from a ring this process maps, mapping it at its first block.
-// Rings whose producers have exited are forgotten then (their blocks still held stay mapped):
-// those whose process is gone, and those whose file is, which a producer removes as it exits,
-// so that a new process given an old producer's pid does not keep that ring mapped.
+// Finished rings are forgotten then, and every kSweepEvery blocks: a worker that outgrew its
+// ring sends no new ring's first block after the one that replaced it.
 py::object BatchBlock(const std::string& path, uint64_t offset, uint64_t seq, uint64_t size) {
+  constexpr uint64_t kSweepEvery = 64;  // an access() per ring per 64 blocks, not per block
+  static uint64_t blocks = 0;
   auto& rings = Rings();
   auto it = rings.find(path);
   if (it == rings.end()) {
-    for (auto r = rings.begin(); r != rings.end();) {
-      const bool gone =
-          !r->second->producer() && ((kill(r->second->producer_pid(), 0) != 0 && errno == ESRCH) ||
-                                     (access(r->first.c_str(), F_OK) != 0 && errno == ENOENT));
-      r = gone ? rings.erase(r) : std::next(r);
-    }
+    ForgetFinishedRings(path);
     it = rings.emplace(path, Unwrap(data::BatchRing::Open(path))).first;
+  } else if (++blocks % kSweepEvery == 0 && rings.size() > 1) {
+    ForgetFinishedRings(path);  // erases no entry but path's other rings': `it` stays valid
   }
   return MakeRingBlock(it->second, Unwrap(it->second->Adopt(offset, seq, size)));
 }
@@ -594,7 +606,15 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("path", [](const PyBatchRing& r) { return r.ring->path(); })
       .def_property_readonly("capacity", [](const PyBatchRing& r) { return r.ring->capacity(); })
       .def_property_readonly("used_bytes",
-                             [](const PyBatchRing& r) { return r.ring->used_bytes(); });
+                             [](const PyBatchRing& r) { return r.ring->used_bytes(); })
+      .def(
+          "retire",
+          [](const PyBatchRing& r) {
+            auto it = Rings().find(r.ring->path());
+            if (it != Rings().end() && it->second == r.ring) Rings().erase(it);
+          },
+          "Drops this process's registry entry for the ring: its file goes with the last "
+          "reference (this object's, and those of its blocks still alive here)");
   m.attr("MIN_BATCH_RING") = data::BatchRing::kMinCapacity;
   py::class_<RingBlock>(m, "RingBlock", py::buffer_protocol(),
                         "A packed batch's bytes in a batch ring, read-only (a buffer)")

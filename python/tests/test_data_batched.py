@@ -532,8 +532,7 @@ class SharedBatchesTest(TempDirTestCase):
     def left_behind(self):
         """Rings in /dev/shm of the workers this test's loaders started (other test files,
         running at the same time, have rings of their own)."""
-        pids = {open(os.path.join(self.path("pids"), n)).read() for n in os.listdir(
-            self.path("pids"))}
+        pids = set(os.listdir(self.path("pids")))  # each file is named after its worker's pid
         self.assertTrue(pids)
         return [n for n in os.listdir("/dev/shm")
                 if any(n.startswith(f"gantry-batches-{pid}-") for pid in pids)]
@@ -640,6 +639,42 @@ class SharedBatchesTest(TempDirTestCase):
         got = list(self.loader(workers=1, shared_batches="64K"))
         self.assertEqual(sum(map(self.shared, got)), 0)
         self.check(got, 40000)
+
+    def test_a_worker_whose_batches_outgrow_its_ring_moves_to_a_larger_one(self):
+        # The ring is sized from a worker's first batch. Here the first shard's samples are 100
+        # bytes and the rest 100,000: its ring of 64 KiB holds none of the later batches, and
+        # before this they all crossed the pipe.
+        os.makedirs(self.path("bins"))
+        sizes = {}
+        for s, (count, size) in enumerate([(4, 100), (50, 100000), (50, 100000), (50, 100000)]):
+            with tarfile.open(os.path.join(self.path("bins"), f"shard-{s:06d}.tar"), "w") as tar:
+                for _ in range(count):
+                    n = len(sizes)
+                    sizes[n] = size
+                    info = tarfile.TarInfo(f"k{n}.bin")
+                    info.size = size
+                    tar.addfile(info, io.BytesIO(expected(n, size)))
+        ds = StreamingDataset(self.path("bins"), decode=False, batch_size=1, shuffle=False,
+                              batched=True)
+        before = set(_gantry.batch_rings())
+        n = shared = 0
+        rings = []
+        for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1):
+            (key,) = b["__key__"]
+            self.assertEqual(bytes(b["bin"][0]), expected(int(key[1:]), sizes[int(key[1:])]))
+            shared += self.shared(b)
+            n += 1
+            rings.append(set(_gantry.batch_rings()) - before)
+            del b  # the loop holds one batch at a time
+        self.assertEqual(n, 154)
+        self.assertEqual(shared, n)  # 4 before this change
+        (first,) = rings[0]
+        self.assertEqual(len(rings[-1]), 1)
+        (last,) = rings[-1]
+        self.assertNotEqual(first, last)
+        # The outgrown ring: its file removed by the worker once none of its blocks was held,
+        # and forgotten here though the worker still ran.
+        self.assertFalse(os.path.exists(first))
 
     def test_batches_the_loop_holds_are_never_written_over(self):
         # Batches of 3 x 4000 bytes: a ring of 64 KiB holds 5 of them (64 bytes of header each).

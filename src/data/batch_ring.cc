@@ -41,12 +41,6 @@ static_assert(sizeof(Record) == BatchRing::kRecordBytes);
 
 constexpr uint64_t kFirst = sizeof(FileHeader);  // where records start
 
-#ifdef MADV_POPULATE_WRITE
-constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
-#else
-constexpr int kPopulateWrite = 23;  // Linux 5.14's value, for older C library headers
-#endif
-
 uint64_t RoundUp(uint64_t n) { return (n + 63) & ~uint64_t{63}; }
 
 std::atomic_ref<uint32_t> Refs(Record* r) { return std::atomic_ref<uint32_t>(r->refs); }
@@ -94,7 +88,7 @@ Result<std::shared_ptr<BatchRing>> BatchRing::Create(const std::string& path, ui
   // loader's rate: 6.3% of the loop's time against 2.4% with this (docs/performance.md, "the
   // ring's pages mapped at once"). Best effort: a kernel before 5.14 says EINVAL, and the
   // pages are then mapped as they are first written.
-  (void)madvise(p, capacity, kPopulateWrite);
+  (void)madvise(p, capacity, MADV_POPULATE_WRITE);
   auto* header = static_cast<FileHeader*>(p);
   header->capacity = capacity;
   header->producer_pid = getpid();

@@ -262,7 +262,7 @@ TEST(BatchRing, TheProducersPagesAreMappedWhenItIsMade) {
   // MADV_POPULATE_WRITE came with Linux 5.14; before it the ring works, page by page.
   void* probe = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(probe, MAP_FAILED);
-  const bool can = madvise(probe, 4096, 23) == 0;
+  const bool can = madvise(probe, 4096, MADV_POPULATE_WRITE) == 0;
   munmap(probe, 4096);
   if (!can) GTEST_SKIP() << "this kernel cannot populate a mapping";
   TempDir dir;
