@@ -26,6 +26,7 @@ from util import SOURCE_DIR, HeldRequests, TempDirTestCase, in_forked_child
 from test_data import write_wds
 from test_data_zero_copy import expected, write_bins
 
+import gantry.data as gantry_data
 from gantry import _native
 from gantry.data import InvalidArgumentError, NotFoundError, SampleBatch, StreamingDataset
 
@@ -640,10 +641,10 @@ class SharedBatchesTest(TempDirTestCase):
         self.assertEqual(sum(map(self.shared, got)), 0)
         self.check(got, 40000)
 
-    def test_a_worker_whose_batches_outgrow_its_ring_moves_to_a_larger_one(self):
-        # The ring is sized from a worker's first batch. Here the first shard's samples are 100
-        # bytes and the rest 100,000: its ring of 64 KiB holds none of the later batches, and
-        # before this they all crossed the pipe.
+    def read_growing_batches(self):
+        """Reads, through one worker, batches of one sample whose first 4 are 100 bytes and the
+        next 150 are 100,000: (batches read, how many came through shared memory, the rings
+        mapped here after each)."""
         os.makedirs(self.path("bins"))
         sizes = {}
         for s, (count, size) in enumerate([(4, 100), (50, 100000), (50, 100000), (50, 100000)]):
@@ -667,6 +668,12 @@ class SharedBatchesTest(TempDirTestCase):
             rings.append(set(_gantry.batch_rings()) - before)
             del b  # the loop holds one batch at a time
         self.assertEqual(n, 154)
+        return n, shared, rings
+
+    def test_a_worker_whose_batches_outgrow_its_ring_moves_to_a_larger_one(self):
+        # The ring is sized from a worker's first batch, here 64 KiB (the least), which holds
+        # none of the later batches: before this they all crossed the pipe.
+        n, shared, rings = self.read_growing_batches()
         self.assertEqual(shared, n)  # 4 before this change
         (first,) = rings[0]
         self.assertEqual(len(rings[-1]), 1)
@@ -675,6 +682,15 @@ class SharedBatchesTest(TempDirTestCase):
         # The outgrown ring: its file removed by the worker once none of its blocks was held,
         # and forgotten here though the worker still ran.
         self.assertFalse(os.path.exists(first))
+
+    def test_a_ring_that_cannot_grow_leaves_the_larger_batches_to_the_pipe(self):
+        # No larger ring allowed (the forked worker inherits the patched limit): the first
+        # ring stays, and the batches it cannot hold come through the pipe, whole and in order.
+        self.addCleanup(setattr, gantry_data, "_RING_MAX", gantry_data._RING_MAX)
+        gantry_data._RING_MAX = _gantry.MIN_BATCH_RING
+        n, shared, rings = self.read_growing_batches()
+        self.assertEqual(shared, 4)
+        self.assertEqual(rings[0], rings[-1])
 
     def test_batches_the_loop_holds_are_never_written_over(self):
         # Batches of 3 x 4000 bytes: a ring of 64 KiB holds 5 of them (64 bytes of header each).
