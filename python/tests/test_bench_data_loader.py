@@ -1,6 +1,7 @@
 """bench/data_loader.py runs end to end on tiny inputs (--quick): every loader delivers every
 sample's bytes exactly once (the script checks it and exits non-zero otherwise) and the tables
-come out. Timings are not checked: benchmarks are not assertions."""
+come out; so does bench/data_ring_growth.py. Timings are not checked: benchmarks are not
+assertions."""
 
 import json
 import os
@@ -72,6 +73,17 @@ class DataLoaderBenchSmokeTest(TempDirTestCase):
             for kind in kinds:  # each pass checked its samples and bytes, in its own process
                 self.assertGreater(rates[kind][0], 0, kind)
         self.assertEqual(os.listdir(self.tmp), [])
+
+
+class RingGrowthBenchSmokeTest(TempDirTestCase):
+    def test_a_tiny_run(self):
+        # bench/data_ring_growth.py exits non-zero when a loader misses a sample.
+        r = run_python([os.path.join(SOURCE_DIR, "bench", "data_ring_growth.py"), "--workers",
+                        "1", "--repeat", "1", "--large-shards", "2"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn("96 samples, 1 workers", r.stdout)
+        self.assertRegex(r.stdout, r"\| grown \| [0-9,]+ \|")
+        self.assertRegex(r.stdout, r"grown / fixed: [0-9.]+")
 
 
 if __name__ == "__main__":
