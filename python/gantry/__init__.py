@@ -20,7 +20,14 @@ def __getattr__(name):
     if name in ("checkpoint", "data"):
         import importlib
         return importlib.import_module("gantry." + name)
-    if name in ("CheckpointError", "RowShard") or name.endswith("Error"):
+    if name == "RowShard":
         from gantry import checkpoint
-        return getattr(checkpoint, name)
+        return checkpoint.RowShard
+    if name.endswith("Error"):
+        # The error classes live in the compiled module, named gantry.<Name>: this is where
+        # pickle looks them up (an error from a DataLoader worker), without importing torch.
+        from gantry import _native
+        cls = getattr(_native.load(), name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            return cls
     raise AttributeError(f"module 'gantry' has no attribute {name!r}")

@@ -119,7 +119,10 @@ PyObject* NewError(py::module_& m, const char* name, const std::vector<PyObject*
   for (size_t i = 0; i < bases.size(); ++i) {
     base_tuple[i] = py::reinterpret_borrow<py::object>(bases[i]);
   }
-  const std::string qualified = std::string("gantry._gantry.") + name;
+  // Named as the `gantry` package exports them, so that pickle finds the class again (by
+  // reference): a DataLoader worker's error crosses to the training process pickled, and a
+  // class pickle cannot import was lost on the way, its batch skipped without a word.
+  const std::string qualified = std::string("gantry.") + name;
   PyObject* cls =
       PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base_tuple.ptr(), /*dict=*/nullptr);
   if (cls == nullptr) throw py::error_already_set();

@@ -407,6 +407,33 @@ class SharedCacheTest(TempDirTestCase):
             list(ds)
         self.assertIn("shard.00004.mds", str(caught.exception))
 
+    def test_an_error_in_a_dataloader_worker_reaches_the_training_process(self):
+        # A worker's error crosses to the training process pickled. Until the error classes
+        # could be pickled (they were named after a module that does not exist), it was lost
+        # on the way and the DataLoader ended the epoch early without a word: the samples from
+        # the missing shard on were skipped.
+        import torch.utils.data
+        ds = StreamingDataset(self.data, decode=False, shuffle=False, job="missing-workers")
+        os.remove(os.path.join(self.data, "shard.00004.mds"))
+        got = []
+        with self.assertRaises(gdata.NotFoundError) as caught:
+            for sample in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1):
+                got.append(sample)
+        self.assertIn("shard.00004.mds", str(caught.exception))
+        self.assertLess(len(got), len(ds))
+
+    def test_every_error_class_pickles_as_itself(self):
+        import pickle
+        import gantry
+        classes = [getattr(gdata._gantry, n) for n in dir(gdata._gantry) if n.endswith("Error")]
+        self.assertIn(gdata.DataLossError, classes)
+        for cls in classes:
+            self.assertIs(pickle.loads(pickle.dumps(cls)), cls)
+            self.assertIs(getattr(gantry, cls.__name__), cls)
+            again = pickle.loads(pickle.dumps(cls("shard.00004.mds: gone")))
+            self.assertIs(type(again), cls)
+            self.assertEqual(again.args, ("shard.00004.mds: gone",))
+
     def test_stats_of_a_small_run(self):
         ds = StreamingDataset(self.data, cache_dir=self.path("cache"), job="stats",
                               decode=False, batch_size=4)
