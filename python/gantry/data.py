@@ -986,9 +986,9 @@ class StreamingDataset(_Base):
     them in place (SampleBatch.block is then a read-only memoryview): the ring's size, by
     default (None) 32 times the worker's first batch within 256 MiB and a sixteenth of the
     free space, replaced by a larger one if later batches outgrow it; 0 or False: none, every
-    batch pickled through the pipe. A ring without room (the
-    loop holds many batches, a small /dev/shm) sends batches through the pipe; none is ever
-    written over while referenced (docs/data.md "From workers through shared memory").
+    batch pickled through the pipe. A ring without room (the loop holds many batches, a small
+    /dev/shm) sends batches through the pipe; none is ever written over while referenced
+    (docs/data.md "From workers through shared memory").
 
     prefetch=N (read in the training process, num_workers=0): a background thread reads,
     decodes and transforms up to N batches (N x batch_size samples unbatched) ahead while the
