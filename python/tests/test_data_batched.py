@@ -644,7 +644,7 @@ class SharedBatchesTest(TempDirTestCase):
     def read_growing_batches(self):
         """Reads, through one worker, batches of one sample whose first 4 are 100 bytes and the
         next 150 are 100,000: (batches read, how many came through shared memory, the rings
-        mapped here after each)."""
+        mapped here after each, whether the first ring's file was there at the last batch)."""
         os.makedirs(self.path("bins"))
         sizes = {}
         for s, (count, size) in enumerate([(4, 100), (50, 100000), (50, 100000), (50, 100000)]):
@@ -666,31 +666,33 @@ class SharedBatchesTest(TempDirTestCase):
             shared += self.shared(b)
             n += 1
             rings.append(set(_gantry.batch_rings()) - before)
+            first_there = os.path.exists(min(rings[0]))  # while the worker runs
             del b  # the loop holds one batch at a time
         self.assertEqual(n, 154)
-        return n, shared, rings
+        return n, shared, rings, first_there
 
     def test_a_worker_whose_batches_outgrow_its_ring_moves_to_a_larger_one(self):
         # The ring is sized from a worker's first batch, here 64 KiB (the least), which holds
         # none of the later batches: before this they all crossed the pipe.
-        n, shared, rings = self.read_growing_batches()
+        n, shared, rings, first_there = self.read_growing_batches()
         self.assertEqual(shared, n)  # 4 before this change
         (first,) = rings[0]
         self.assertEqual(len(rings[-1]), 1)
         (last,) = rings[-1]
         self.assertNotEqual(first, last)
-        # The outgrown ring: its file removed by the worker once none of its blocks was held,
-        # and forgotten here though the worker still ran.
-        self.assertFalse(os.path.exists(first))
+        # The outgrown ring, while the worker still ran: its file removed by the worker once
+        # none of its blocks was held, and forgotten here.
+        self.assertFalse(first_there)
 
     def test_a_ring_that_cannot_grow_leaves_the_larger_batches_to_the_pipe(self):
         # No larger ring allowed (the forked worker inherits the patched limit): the first
         # ring stays, and the batches it cannot hold come through the pipe, whole and in order.
         self.addCleanup(setattr, gantry_data, "_RING_MAX", gantry_data._RING_MAX)
         gantry_data._RING_MAX = _gantry.MIN_BATCH_RING
-        n, shared, rings = self.read_growing_batches()
+        n, shared, rings, first_there = self.read_growing_batches()
         self.assertEqual(shared, 4)
         self.assertEqual(rings[0], rings[-1])
+        self.assertTrue(first_there)
 
     def test_batches_the_loop_holds_are_never_written_over(self):
         # Batches of 3 x 4000 bytes: a ring of 64 KiB holds 5 of them (64 bytes of header each).
