@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Where bench/data_loader.py's consumer stall goes: the same loop (a step of sleep at
 --load x a full-speed pass of the same loader just before it, the small or large set's shards
-ten times over as one epoch), with every next() timed. Prints, per run, the stall share after
+ten times over as one epoch), with every next() timed. Prints, per run, the loop's achieved
+rate against the asked one, how late its steps woke on average (a CPU and the GIL waited for
+after the sleep; the loop sleeps that much less, so it is not in the stall), the stall share after
 the first shard, next()'s median, 90th percentile and mean wall time over the calls that took
 under 0.1 ms (an item was already there), the loop thread's CPU time in those calls, and the
 stall summed by tenth of the shuffle window the batch fell in (window boundaries at 0.0).
@@ -70,7 +72,9 @@ def probe(ds, args, batch, window, rate):
     for at, w, _ in calls:
         by_phase[int(10 * (at % window) / window)] += w
     stalled = sum(w for _, w, _ in calls)
-    print(f"| {rate:,.0f} | {100 * stalled / loop:.2f}% | {1e6 * statistics.median(walls):.1f} "
+    achieved = (consumed - ds.per_shard) / loop
+    print(f"| {rate:,.0f} | {achieved / rate:.3f} | {1e6 * step.mean_late():.0f} "
+          f"| {100 * stalled / loop:.2f}% | {1e6 * statistics.median(walls):.1f} "
           f"| {1e6 * walls[int(0.9 * len(walls))]:.1f} | {1e6 * sum(walls) / len(walls):.1f} "
           f"| {1e6 * sum(c for _, c in quick) / len(quick):.1f} "
           f"| {' '.join(f'{1e3 * by_phase[k]:.0f}' for k in range(10))} |", flush=True)
@@ -101,9 +105,9 @@ def main():
             batch, window = 4, 4 * 16
         ds = one.repeated(10)
         print(f"{args.set} set, {args.kind}, prefetch {args.prefetch}, chunk {args.chunk}\n")
-        print("| loop's rate | stall share | next() median us | p90 us | mean us | CPU us "
-              "| stalled ms by tenth of the window |")
-        print("|---:|---:|---:|---:|---:|---:|---|")
+        print("| loop's rate | achieved / asked | step late, us | stall share | next() median us "
+              "| p90 us | mean us | CPU us | stalled ms by tenth of the window |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for _ in range(args.runs):
             if args.rate is not None:
                 probe(ds, args, batch, window, args.rate)
