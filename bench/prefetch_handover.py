@@ -16,8 +16,8 @@ end of its burst) or at the interpreter's switch interval (5 ms).
 
   PYTHONPATH=python:build/default/python /usr/bin/python3 bench/prefetch_handover.py [ITEMS [DEPTH]]
 
-DEPTH (default 4) is the Prefetcher's; from depth 8 the loop gives room back in groups of
-depth // 4 (gantry.data._Queue), so compare versions at depth 16 to see that.
+DEPTH (default 4) is the Prefetcher's; the thread refills depth // 4 items at a time (from
+depth 8 more than one; gantry.data._Queue), so compare versions at depth 16 to see that.
 
 Run it with the PYTHONPATH of another checkout's python/ to compare two versions
 (docs/performance.md, "the Prefetcher's hand-over on C-level queues")."""

@@ -251,33 +251,41 @@ class _Queue:
     """What a Prefetcher shares with its thread. The thread holds this, not the Prefetcher, so
     a Prefetcher dropped without close() is collected, and its finalizer stops the thread.
 
-    Two C-level queues rather than a deque under a Condition: `ready` holds the chunks made and
-    not yet taken, `slots` one token per chunk the thread may still add. The thread takes a
-    token before it adds a chunk and the loop gives them back as it takes chunks, so at most
-    `depth` chunks wait, as before; but a get() or put() is one C call that blocks without
-    the GIL, where a Condition's wait and notify are several Python-level lock operations, each
-    a GIL hand-over with the thread. Measured (bench/prefetch_handover.py): 6.5-7.8 us per
-    next() against 9.1-11.1 with a busy producer. A close() from another thread also wakes a
-    next() that waits for an item at once, where the Condition left it waiting for the thread's
-    item in progress.
+    `ready` is a C-level queue of the chunks made and not yet taken, rather than a deque under
+    a Condition: a get() or put() is one C call that blocks without the GIL, where a
+    Condition's wait and notify are several Python-level lock operations, each a GIL hand-over
+    with the thread. Measured (bench/prefetch_handover.py): 6.5-7.8 us per next() against
+    9.1-11.1 with a busy producer. A close() from another thread also wakes a next() that
+    waits for an item at once.
 
-    The loop gives the tokens back `give_back` at a time (depth // 4, at least 1; never a
-    deadlock: the thread can be out of tokens only while depth - give_back + 1 chunks wait for
-    the loop). A token put while the thread waits for room wakes it, and on a machine whose
-    cores are busy (DataLoader workers) that wake cost the loop's next() 10-15 us: in a probe
-    of bench/data_loader.py's stall loop, median next() 17-19 us at depth 16 with a token per
-    chunk, 6-7 us with one put per four (docs/performance.md). So at most `depth` chunks wait,
-    and at least depth - give_back + 1 once the thread has caught up; below depth 8 that is
-    exactly `depth`, as before."""
+    Room: at most `depth` chunks wait. The loop counts what it took (`took`, a plain int, and
+    the time of its last take) and the thread what it made, so taking a chunk from a queue that
+    has them costs the loop no call into the kernel. A thread with no room waits on a timer
+    until just after the loop's take that leaves it `group` (depth // 4) chunks of room,
+    reckoned from the pace the loop takes at (room_timer), not for a wake from the loop. Why:
+    that wake was a system call waking a thread on another CPU, and on a VM whose cores the
+    DataLoader workers keep busy it cost the next() that gave room back 15-30 us (every 8th
+    at depth 32: most of a quiet next()'s mean; docs/performance.md, "room without a wake").
+    The loop still wakes the thread where its timer would leave the loop short, when half of
+    `depth` or less is left (a loop that sped up after a pause), and close() wakes it at once.
+    So at most `depth` chunks wait, and about depth - group once the thread has caught up.
+    """
 
     END = object()  # the thread's last put: its end, error or close
 
     def __init__(self, depth):
         self.ready = queue_module.SimpleQueue()
-        self.slots = queue_module.SimpleQueue()
-        for _ in range(depth):
-            self.slots.put(None)
-        self.give_back = max(1, depth // 4)
+        self.depth = depth
+        self.group = max(1, depth // 4)
+        self.low = depth // 2  # the loop wakes a thread waiting for room at this many left
+        self.took = 0  # chunks the loop took (written by the loop only)
+        self.made = 0  # chunks the thread queued (written by the thread only)
+        self.took_at = None  # perf_counter() at the loop's last take
+        self.seen = (0, None)  # (took, took_at) when the thread last looked: its pace's base
+        self.pace = None  # seconds per chunk the loop takes, a moving average
+        self.room_wait = self.ROOM_WAIT_MIN  # the thread's last timer while it had no room
+        self.wants_room = False  # the thread waits for room (on `wake`, timed)
+        self.wake = queue_module.SimpleQueue()  # put into by the loop when low, and by stop()
         self.error = None
         self.closed = False
         self.waiting = False  # the loop waits in ready.get()
@@ -294,8 +302,60 @@ class _Queue:
         while spent:
             spent.popleft()
 
+    ROOM_WAIT_MIN = 0.0002  # the shortest timer: each wake costs this thread's CPU some us
+    # The longest: what a loop that stopped taking (an evaluation) costs is a wake of this
+    # thread this often; a loop that then takes fast wakes it itself (took_one).
+    ROOM_WAIT_MAX = 0.5
+    AFTER_TAKE = 0.00005    # how long after the loop's take the thread aims to wake
+
+    def wait_for_room(self):
+        """Waits until fewer than `depth` chunks wait, or close()."""
+        while True:
+            self.wants_room = True  # before the check: a loop that takes after it sees this
+            if self.made - self.took < self.depth or self.closed:
+                break
+            try:
+                self.wake.get(timeout=self.room_timer())
+            except queue_module.Empty:
+                pass
+        self.wants_room = False
+
+    def room_timer(self):
+        """Seconds until just after the loop's take that leaves `group` chunks of room, from
+        the pace the loop takes at (within ROOM_WAIT_MIN and _MAX; doubled while the loop is
+        behind its pace, as in a pause). Why just after a take: the refill that follows holds
+        the GIL, and a loop that takes a chunk goes on to its step, which (a CUDA
+        synchronisation, an all-reduce) leaves the GIL to this thread; a timer at any other
+        moment can end where the loop wants the GIL back. In bench/data_stall_probe.py's loop
+        of sleeps a timer that ignored the phase left the large set's steps 30 us later
+        (docs/performance.md, "room without a wake")."""
+        took, took_at = self.took, self.took_at
+        seen, seen_at = self.seen
+        if took > seen and seen_at is not None:
+            pace = (took_at - seen_at) / (took - seen)
+            self.pace = pace if self.pace is None else self.pace + (pace - self.pace) / 4
+        self.seen = (took, took_at)
+        wait = -1.0
+        if self.pace is not None and took_at is not None:
+            need = self.made - took - self.depth + self.group  # takes until `group` of room
+            wait = took_at + need * self.pace + self.AFTER_TAKE - time.perf_counter()
+        if wait <= 0:  # no pace yet, or the loop is behind it
+            wait = 2 * self.room_wait
+        self.room_wait = min(max(wait, self.ROOM_WAIT_MIN), self.ROOM_WAIT_MAX)
+        return self.room_wait
+
+    def took_one(self):
+        """The loop's count of a chunk taken; wakes a thread waiting for room whose timer
+        would leave the loop short."""
+        self.took += 1
+        self.took_at = time.perf_counter()
+        if self.wants_room and self.made - self.took <= self.low:
+            self.wants_room = False
+            self.wake.put(None)
+
     def put(self, chunk):
-        self.slots.get()
+        if self.made - self.took >= self.depth:
+            self.wait_for_room()
         if self.closed:
             return False
         self.free_spent()
@@ -304,6 +364,7 @@ class _Queue:
         while not self.taken.empty():
             self.taken.get_nowait()
         waiting = self.waiting
+        self.made += 1
         self.ready.put(chunk)
         if waiting:
             self.hand_over()
@@ -335,7 +396,7 @@ class _Queue:
                 self.ready.get_nowait()
             except queue_module.Empty:
                 break
-        self.slots.put(None)  # a thread waiting for a slot sees `closed`
+        self.wake.put(None)  # a thread waiting for room sees `closed`
         self.ready.put(self.END)  # a loop waiting on another thread for a chunk ends
 
 
@@ -453,7 +514,6 @@ class Prefetcher:
         self._queue = _Queue(int(depth))
         self._current = iter(())
         self._chunk = None  # the chunk _current runs over: the loop may hold its last item
-        self._owed = 0  # slots taken and not yet given back (_Queue.give_back)
         self.wait_seconds = 0.0
         # iter() here, on the caller's thread: a DataLoader starts its workers in it.
         it = iter(source)
@@ -490,25 +550,18 @@ class Prefetcher:
             if error is not None and not q.closed:
                 raise error
             raise StopIteration
-        self._owed += 1
-        if self._owed >= q.give_back:
-            self._give_back()
+        q.took_one()
         # The chunk before this one's items were returned before the loop's last next(), so a
         # loop that keeps only the batch in hand has let go of them: the thread frees them
         # (_Queue.free_spent). A thread that does not come back to free them (it waits for the
-        # workers) leaves at most give_back of them; then the oldest is freed here, as before.
+        # workers) leaves at most 2 x `group` of them; then the oldest is freed here, as before.
         if self._chunk is not None:
             q.spent.append(self._chunk)
-            if len(q.spent) > q.give_back:
+            if len(q.spent) > 2 * q.group:
                 q.spent.popleft()
         self._chunk = chunk
         self._current = iter(chunk)
         return next(self._current)
-
-    def _give_back(self):
-        for _ in range(self._owed):
-            self._queue.slots.put(None)
-        self._owed = 0
 
     def close(self, timeout=None):
         """Stops the thread and drops what was read ahead; waits up to `timeout` seconds (None:
