@@ -333,7 +333,13 @@ class _Queue:
         seen, seen_at = self.seen
         if took > seen and seen_at is not None:
             pace = (took_at - seen_at) / (took - seen)
-            self.pace = pace if self.pace is None else self.pace + (pace - self.pace) / 4
+            # A loop twice as fast as the average is taken at its word: after a pause (an
+            # evaluation) the average would take dozens of refills to come down, each with the
+            # loop running low and waking this thread.
+            if self.pace is None or pace < self.pace / 2:
+                self.pace = pace
+            else:
+                self.pace += (pace - self.pace) / 4
         self.seen = (took, took_at)
         wait = -1.0
         if self.pace is not None and took_at is not None:
@@ -717,6 +723,7 @@ class _WorkerRing:
         self.ring = None     # _gantry.BatchRing, or None: the pipe
         self.retired = []    # outgrown rings, kept until no block of theirs is referenced
         self.grow_above = 0  # a block size that a larger ring had no room for
+        self.fixed = False   # sized by shared_batches=: never grown, whoever asks
 
     def drop_finished(self):
         """Drops the outgrown rings none of whose blocks is referenced any more (not by this
@@ -758,17 +765,20 @@ def _worker_ring(block_bytes, size):
     memory, unless `size` says), or None where shared memory has no room for it: batches then
     travel through the pipe, as bytes. A default-sized ring that holds fewer than
     _RING_GROW_AT blocks of `block_bytes` (a dataset whose later batches are many times its
-    first) is replaced by one sized from this block, where there is room for it."""
+    first) is replaced by one sized from this block, where there is room for it. A ring sized
+    by `size` (StreamingDataset's shared_batches=) never grows, not for another dataset read
+    in the same worker with the default either: its size is a limit the user set."""
     global _worker
     if _worker is None:  # (reset in a forked child: no getpid() per batch)
         _worker = _WorkerRing()  # one try per process
         _worker.ring = _new_ring(block_bytes, size, 0)
+        _worker.fixed = size is not None
         return _worker.ring
     w = _worker
     if w.retired:
         w.drop_finished()
     ring = w.ring
-    if (size is None and ring is not None and block_bytes > w.grow_above
+    if (size is None and not w.fixed and ring is not None and block_bytes > w.grow_above
             and _RING_GROW_AT * (block_bytes + 64) > ring.capacity):
         bigger = _new_ring(block_bytes, None, 2 * ring.capacity)
         if bigger is None:  # not again until a block twice this one

@@ -694,6 +694,18 @@ class SharedBatchesTest(TempDirTestCase):
         self.assertEqual(rings[0], rings[-1])
         self.assertTrue(first_there)
 
+    def test_a_ring_sized_by_shared_batches_is_not_grown_for_another_dataset(self):
+        # One ring per worker process: a second dataset read there with the default size (and
+        # batches far larger) used to grow a ring the first had sized on purpose.
+        def child():
+            fixed = gantry_data._worker_ring(1000, size=_gantry.MIN_BATCH_RING)
+            later = gantry_data._worker_ring(100000, size=None)
+            same = later is fixed
+            for ring in {id(r): r for r in (fixed, later) if r is not None}.values():
+                os.unlink(ring.path)  # os._exit below skips the finalizers that would
+            return 0 if fixed is not None and same else 1
+        self.assertEqual(in_forked_child(child), 0)
+
     def test_batches_the_loop_holds_are_never_written_over(self):
         # Batches of 3 x 4000 bytes: a ring of 64 KiB holds 5 of them (64 bytes of header each).
         write_bins(self.path("bins"), 10, 6, 4000)
