@@ -61,7 +61,7 @@ def probe(ds, args, batch, window, rate):
             calls.append((consumed, now - t, cpu - c))
         consumed += len(b["__key__"])
         if start is None and consumed >= ds.per_shard:
-            start = now
+            start, consumed_at_start = now, consumed
         step()
     loop = time.perf_counter() - start
     if consumed != ds.count:
@@ -72,7 +72,7 @@ def probe(ds, args, batch, window, rate):
     for at, w, _ in calls:
         by_phase[int(10 * (at % window) / window)] += w
     stalled = sum(w for _, w, _ in calls)
-    achieved = (consumed - ds.per_shard) / loop
+    achieved = (consumed - consumed_at_start) / loop
     print(f"| {rate:,.0f} | {achieved / rate:.3f} | {1e6 * step.mean_late():.0f} "
           f"| {100 * stalled / loop:.2f}% | {1e6 * statistics.median(walls):.1f} "
           f"| {1e6 * walls[int(0.9 * len(walls))]:.1f} | {1e6 * sum(walls) / len(walls):.1f} "

@@ -702,7 +702,7 @@ class SharedBatchesTest(TempDirTestCase):
             later = gantry_data._worker_ring(100000, size=None)
             same = later is fixed
             for ring in {id(r): r for r in (fixed, later) if r is not None}.values():
-                os.unlink(ring.path)  # os._exit below skips the finalizers that would
+                os.unlink(ring.path)  # in_forked_child's os._exit skips their finalizers
             return 0 if fixed is not None and same else 1
         self.assertEqual(in_forked_child(child), 0)
 
