@@ -1,6 +1,10 @@
 // Tar reading and writing (tar.h).
 #include "gantry/data/tar.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -86,24 +90,55 @@ bool IsZeroBlock(const char* p) {
 
 // Checks the header checksum: the sum of the header bytes with the checksum field read as
 // spaces, unsigned (POSIX) or signed (some old tars).
+// The sum of a header's 512 bytes read as unsigned, and the count of those of 128 or more
+// (each of which reads 256 less as signed). SSE2's sum of absolute differences adds 16 bytes in
+// one instruction: a plain loop of 64-bit sums, which GCC does not vectorise at -O2, cost the
+// read-ahead's thread 0.17 us of a 4 KiB sample's 0.9 (docs/performance.md).
+struct BlockSums {
+  uint64_t unsigned_sum = 0;
+  uint64_t high = 0;
+};
+
+BlockSums SumBlock(const char* h) {
+  BlockSums s;
+#if defined(__SSE2__)
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i ones = _mm_set1_epi8(1);
+  __m128i sum = zero, high = zero;
+  for (size_t i = 0; i < kTarBlock; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
+    sum = _mm_add_epi64(sum, _mm_sad_epu8(v, zero));
+    high = _mm_add_epi64(high, _mm_sad_epu8(_mm_and_si128(_mm_srli_epi16(v, 7), ones), zero));
+  }
+  s.unsigned_sum = static_cast<uint64_t>(_mm_cvtsi128_si64(sum)) +
+                   static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(sum, sum)));
+  s.high = static_cast<uint64_t>(_mm_cvtsi128_si64(high)) +
+           static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(high, high)));
+#else
+  for (size_t i = 0; i < kTarBlock; ++i) {
+    const auto b = static_cast<unsigned char>(h[i]);
+    s.unsigned_sum += b;
+    s.high += b >> 7;
+  }
+#endif
+  return s;
+}
+
 Status CheckChecksum(const char* h, const HeaderAt& at) {
   Result<uint64_t> stored_or = ParseNumber(h + kChksumOff, kChksumLen, "checksum", at);
   if (!stored_or.ok()) {
     return DataLoss(at.str() + ": no tar header checksum (not a tar archive, or damaged)");
   }
-  const uint64_t stored = *stored_or;
-  // Summed over the whole block, then the checksum field counted as spaces: one branch-free
-  // loop the compiler vectorises.
-  int64_t unsigned_sum = 0, signed_sum = 0;
-  for (size_t i = 0; i < kTarBlock; ++i) {
-    unsigned_sum += static_cast<unsigned char>(h[i]);
-    signed_sum += static_cast<signed char>(h[i]);
-  }
+  const auto stored = static_cast<int64_t>(*stored_or);
+  // Summed over the whole block, then the checksum field counted as spaces.
+  const BlockSums block = SumBlock(h);
+  auto unsigned_sum = static_cast<int64_t>(block.unsigned_sum);
+  auto signed_sum = unsigned_sum - 256 * static_cast<int64_t>(block.high);
   for (size_t i = kChksumOff; i < kChksumOff + kChksumLen; ++i) {
     unsigned_sum += ' ' - static_cast<int64_t>(static_cast<unsigned char>(h[i]));
     signed_sum += ' ' - static_cast<int64_t>(static_cast<signed char>(h[i]));
   }
-  if (static_cast<int64_t>(stored) != unsigned_sum && static_cast<int64_t>(stored) != signed_sum) {
+  if (stored != unsigned_sum && stored != signed_sum) {
     return DataLoss(at.str() + ": tar header checksum mismatch (not a tar archive, or damaged)");
   }
   return Status::Ok();
