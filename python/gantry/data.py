@@ -299,8 +299,11 @@ class _Queue:
         thread's CPU) took 6-7 us to free there, against under 1 us for the rest of a next()
         with a batch waiting (docs/performance.md, "where a quiet next() goes")."""
         spent = self.spent
-        while spent:
-            spent.popleft()
+        while True:
+            try:
+                spent.popleft()
+            except IndexError:  # all freed, also where next() took the last since the last pop
+                return
 
     ROOM_WAIT_MIN = 0.0002  # the shortest timer: each wake costs this thread's CPU some us
     # The longest: what a loop that stopped taking (an evaluation) costs is a wake of this
@@ -564,7 +567,12 @@ class Prefetcher:
         if self._chunk is not None:
             q.spent.append(self._chunk)
             if len(q.spent) > 2 * q.group:
-                q.spent.popleft()
+                # The thread may take the GIL between the len() and the pop, and free them all:
+                # the pop then finds none, which is no error.
+                try:
+                    q.spent.popleft()
+                except IndexError:
+                    pass
         self._chunk = chunk
         self._current = iter(chunk)
         return next(self._current)

@@ -4,6 +4,7 @@ where its item would have; state_dict counts what the loop took, not what was re
 the thread ends when the iteration does, however it ends; around a DataLoader with workers, the
 workers' pipe is widened."""
 
+import collections
 import fcntl
 import gc
 import os
@@ -414,6 +415,38 @@ class PrefetcherTest(unittest.TestCase):
         self.assertEqual(alive, set(range(12 - 2 * p._queue.group - 1, 12)))
         go_on.set()
         self.assertEqual([item.i for item in p], [12])
+
+    def test_the_loop_and_the_thread_freeing_the_same_items_is_no_error(self):
+        # Both free what the loop let go of: the thread all of it, the loop the oldest past
+        # 2 x group. Each checks and then pops, and the GIL may pass to the other between the
+        # two. Deques that empty themselves at the check play the other side's pop there.
+        # Before: IndexError from next(), or from the thread as the loader's error.
+        class EmptiedAfterLen(collections.deque):
+            def __len__(self):
+                n = super().__len__()
+                if n > 2:  # past 2 x group at depth 4: the loop is about to pop
+                    self.clear()
+                return n
+
+        p = Prefetcher(iter(range(40)), depth=4)
+        p._queue.spent = EmptiedAfterLen()
+        got = []
+        for item in p:
+            got.append(item)
+            if len(got) % 8 == 0:
+                time.sleep(0.01)  # the thread waits for room meanwhile, freeing nothing
+        self.assertEqual(got, list(range(40)))
+
+        class EmptiedAfterTruth(collections.deque):
+            def __bool__(self):
+                said = super().__len__() > 0
+                self.clear()
+                return said
+
+        q = _Queue(4)
+        q.spent = EmptiedAfterTruth([[1], [2]])
+        q.free_spent()
+        self.assertEqual(len(q.spent), 0)
 
     def test_items_the_loop_keeps_are_not_freed(self):
         kept = []
