@@ -1,18 +1,23 @@
 #!/usr/bin/python3
 """Where bench/data_loader.py's consumer stall goes: the same loop (a step of sleep at
 --load x a full-speed pass of the same loader just before it, the small or large set's shards
-ten times over as one epoch), with every next() timed. Prints, per run, the loop's achieved
-rate against the asked one, how late its steps woke on average (a CPU and the GIL waited for
-after the sleep; the loop sleeps that much less, so it is not in the stall), the stall share after
-the first shard, next()'s median, 90th percentile and mean wall time over the calls that took
+--times (10) times over as one epoch), with every next() timed. Prints, per run, the loop's
+achieved rate against the asked one, how late its steps woke on average (a CPU and the GIL
+waited for after the sleep; the loop sleeps that much less, so it is not in the stall), the
+stall share after the first shard, the milliseconds of it in the first 0.1 s (the pipeline's
+start), next()'s median, 90th percentile and mean wall time over the calls that took
 under 0.1 ms (an item was already there), the loop thread's CPU time in those calls, and the
 stall summed by tenth of the shuffle window the batch fell in (window boundaries at 0.0).
 
   PYTHONPATH=python:build/default/python /usr/bin/python3 bench/data_stall_probe.py \\
-      [--set small|large] [--kind gantrybp] [--runs 3] [--prefetch 32] [--chunk 1] [--rate R]
+      [--set small|large] [--kind gantrybp] [--runs 3] [--prefetch 32] [--chunk 1] [--rate R] \\
+      [--times 10]
 
 --rate R runs the loop at R samples/s in every run instead, so that two loaders (e.g. gantrybp
 and gantrybp_pipe) are compared under the same loop.
+
+--times N reads the set's shards N times over as one epoch (hard links): a longer loop, whose
+share shows how much of the stall is the pipeline's start, a fixed time whatever the loop's length.
 
 --chunk N (gantrybp only) hands the Prefetcher's batches over N at a time
 (gantry.data.Prefetcher(chunk=N)) instead of prefetch()'s one. docs/performance.md,
@@ -44,7 +49,7 @@ def probe(ds, args, batch, window, rate):
     step = bench.TrainingStep(batch / rate)
     it = iter(loader)
     consumed = 0
-    calls = []  # (samples consumed before the call, wall s, loop thread's CPU s)
+    calls = []  # (samples consumed before the call, wall s, loop thread's CPU s, end)
     start = None
     while True:
         # The CPU clock is read outside the timed interval: time.thread_time() is a system call,
@@ -58,7 +63,7 @@ def probe(ds, args, batch, window, rate):
         now = time.perf_counter()
         cpu = time.thread_time()
         if start is not None:
-            calls.append((consumed, now - t, cpu - c))
+            calls.append((consumed, now - t, cpu - c, now))
         consumed += len(b["__key__"])
         if start is None and consumed >= ds.per_shard:
             start, consumed_at_start = now, consumed
@@ -66,15 +71,17 @@ def probe(ds, args, batch, window, rate):
     loop = time.perf_counter() - start
     if consumed != ds.count:
         raise SystemExit(f"consumed {consumed} of {ds.count}")
-    quick = [(w, c) for _, w, c in calls if w < 1e-4]
+    quick = [(w, c) for _, w, c, _ in calls if w < 1e-4]
     walls = sorted(w for w, _ in quick)
     by_phase = collections.Counter()
-    for at, w, _ in calls:
+    for at, w, _, _ in calls:
         by_phase[int(10 * (at % window) / window)] += w
-    stalled = sum(w for _, w, _ in calls)
+    stalled = sum(w for _, w, _, _ in calls)
+    early = sum(w for _, w, _, end in calls if end - start < 0.1)
     achieved = (consumed - consumed_at_start) / loop
     print(f"| {rate:,.0f} | {achieved / rate:.3f} | {1e6 * step.mean_late():.0f} "
-          f"| {100 * stalled / loop:.2f}% | {1e6 * statistics.median(walls):.1f} "
+          f"| {100 * stalled / loop:.2f}% | {1e3 * early:.1f} "
+          f"| {1e6 * statistics.median(walls):.1f} "
           f"| {1e6 * walls[int(0.9 * len(walls))]:.1f} | {1e6 * sum(walls) / len(walls):.1f} "
           f"| {1e6 * sum(c for _, c in quick) / len(quick):.1f} "
           f"| {' '.join(f'{1e3 * by_phase[k]:.0f}' for k in range(10))} |", flush=True)
@@ -93,6 +100,8 @@ def main():
     ap.add_argument("--prefetch", type=int, default=32)
     ap.add_argument("--chunk", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--times", type=int, default=10,
+                    help="the set's shards this many times over as one epoch")
     args = ap.parse_args()
     args.mmap = None
     torch.set_num_threads(1)
@@ -103,11 +112,13 @@ def main():
         else:
             one = bench.DataSet(tmp, "large", 320, 1 << 20, 16, args.gantry, 2)
             batch, window = 4, 4 * 16
-        ds = one.repeated(10)
-        print(f"{args.set} set, {args.kind}, prefetch {args.prefetch}, chunk {args.chunk}\n")
-        print("| loop's rate | achieved / asked | step late, us | stall share | next() median us "
-              "| p90 us | mean us | CPU us | stalled ms by tenth of the window |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        ds = one.repeated(args.times)
+        print(f"{args.set} set x{args.times}, {args.kind}, prefetch {args.prefetch}, "
+              f"chunk {args.chunk}\n")
+        print("| loop's rate | achieved / asked | step late, us | stall share "
+              "| of it in the first 0.1 s, ms | next() median us | p90 us | mean us | CPU us "
+              "| stalled ms by tenth of the window |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for _ in range(args.runs):
             if args.rate is not None:
                 probe(ds, args, batch, window, args.rate)
