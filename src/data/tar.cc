@@ -1,7 +1,7 @@
 // Tar reading and writing (tar.h).
 #include "gantry/data/tar.h"
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
@@ -88,8 +88,6 @@ bool IsZeroBlock(const char* p) {
   return std::all_of(p, p + kTarBlock, [](char c) { return c == '\0'; });
 }
 
-// Checks the header checksum: the sum of the header bytes with the checksum field read as
-// spaces, unsigned (POSIX) or signed (some old tars).
 // The sum of a header's 512 bytes read as unsigned, and the count of those of 128 or more
 // (each of which reads 256 less as signed). SSE2's sum of absolute differences adds 16 bytes in
 // one instruction: a plain loop of 64-bit sums, which GCC does not vectorise at -O2, cost the
@@ -101,7 +99,7 @@ struct BlockSums {
 
 BlockSums SumBlock(const char* h) {
   BlockSums s;
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
   const __m128i zero = _mm_setzero_si128();
   const __m128i ones = _mm_set1_epi8(1);
   __m128i sum = zero, high = zero;
@@ -124,6 +122,8 @@ BlockSums SumBlock(const char* h) {
   return s;
 }
 
+// Checks the header checksum: the sum of the header bytes with the checksum field read as
+// spaces, unsigned (POSIX) or signed (some old tars).
 Status CheckChecksum(const char* h, const HeaderAt& at) {
   Result<uint64_t> stored_or = ParseNumber(h + kChksumOff, kChksumLen, "checksum", at);
   if (!stored_or.ok()) {
