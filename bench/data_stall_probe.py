@@ -103,6 +103,8 @@ def main():
     ap.add_argument("--times", type=int, default=10,
                     help="the set's shards this many times over as one epoch")
     args = ap.parse_args()
+    if args.times < 1 or args.runs < 1:
+        ap.error("--times and --runs must be at least 1")
     args.mmap = None
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="gantry-stall-probe-") as tmp:
