@@ -543,7 +543,7 @@ class Prefetcher:
 
     def __next__(self):
         # A chunk of one item (prefetch()'s) is returned without an iterator over it, and the
-        # check for the rest of a chunk is an identity test: 0.4-0.5 us less per call on the
+        # check for the rest of a chunk is an identity test: 0.3-0.6 us less per call on the
         # 2-vCPU VM of docs/performance.md, a sixth of a call that finds its batch waiting.
         rest = self._current
         if rest is not _NO_ITEMS:
