@@ -178,7 +178,8 @@ class SampleBatch:
     def block(self):
         """A packed batch's one buffer holding every value, else None: bytes, or a read-only
         memoryview where the batch came from a DataLoader worker through shared memory
-        (StreamingDataset's shared_batches). Either slices, compares and converts alike
+        (StreamingDataset's shared_batches) or, in process, where a large block was copied
+        ahead into reused memory (docs/data.md). Either slices, compares and converts alike
         (len, [a:b], ==, bytes(), torch.frombuffer, numpy.frombuffer)."""
         data = self._data
         if data is None or isinstance(data, bytes):
@@ -1311,12 +1312,15 @@ class StreamingDataset(_Base):
         ring = None
         if packed and info is not None and self.shared_batches != 0:
             ring = functools.partial(_worker_ring, size=self.shared_batches)
+        # In process, a large block's copy runs on the copy threads while the loop works on the
+        # batch before it, into memory reused from block to block (the reader's `ahead`).
+        ahead = packed and info is None
         n = 0
         try:
             while True:
                 try:
                     positions, keys, fields, columns = reader.next_batch(self.batch_size, packed,
-                                                                         ring)
+                                                                         ring, ahead)
                 except StopIteration:
                     return
                 if packed:

@@ -24,6 +24,7 @@
 #include <pybind11/stl.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -31,8 +32,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "gantry/common/buffer_pool.h"
 #include "gantry/common/heap.h"
 #include "gantry/common/metrics.h"
 #include "gantry/common/parallel_copy.h"
@@ -165,6 +168,42 @@ py::object MakeRingBlock(std::shared_ptr<data::BatchRing> ring,
   return py::cast(new RingBlock(std::move(ring), block), py::return_value_policy::take_ownership);
 }
 
+// A packed batch's block in pooled memory (include/gantry/common/buffer_pool.h) through the
+// buffer protocol, read-only: a large block read in process. Its memory goes back to the pool
+// when the object goes, after every view of it, for a later block: a new bytes object per
+// batch lands in fresh pages whenever the loop holds a batch or two (each touched page an exit
+// to the hypervisor on a VM). Pickled, a copy of its bytes.
+class PooledBlock {
+ public:
+  // A block of `size` bytes, not filled yet; nullptr where no memory could be mapped.
+  static std::unique_ptr<PooledBlock> Make(uint64_t size) {
+    Result<std::pair<char*, uint64_t>> taken = BufferPool::Get().Take(std::max<uint64_t>(size, 1));
+    if (!taken.ok()) return nullptr;
+    return std::unique_ptr<PooledBlock>(new PooledBlock(taken->first, taken->second, size));
+  }
+  ~PooledBlock() { BufferPool::Get().Give(data_, cap_); }
+  PooledBlock(const PooledBlock&) = delete;
+  PooledBlock& operator=(const PooledBlock&) = delete;
+
+  char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  py::buffer_info Buffer() const {
+    return py::buffer_info(data_, 1, py::format_descriptor<uint8_t>::format(), 1,
+                           {static_cast<ssize_t>(size_)}, {ssize_t{1}}, /*readonly=*/true);
+  }
+  py::tuple Reduce() const {
+    return py::make_tuple(py::module_::import("builtins").attr("bytes"),
+                          py::make_tuple(py::bytes(data_, size_)));
+  }
+
+ private:
+  PooledBlock(char* data, uint64_t cap, uint64_t size) : data_(data), cap_(cap), size_(size) {}
+
+  char* const data_;
+  const uint64_t cap_;
+  const uint64_t size_;
+};
+
 // Forgets the rings this process maps to read whose producers are done with them (their blocks
 // still held stay mapped): those whose process is gone, and those whose file is, which a
 // producer removes as it exits or retires a ring it grew out of, so that neither a new process
@@ -213,10 +252,13 @@ class PyReader {
   // and it never needs the GIL itself.
   ~PyReader() {
     py::gil_scoped_release release;
+    if (ahead_) (void)ParallelCopy::Finish(ahead_->copy);
     it_.StopReadAhead();
   }
 
-  uint64_t remaining() const { return it_.remaining(); }
+  // Samples not returned yet: those read but pending (read ahead, or left by an error) too.
+  uint64_t remaining() const { return pending_ + it_.remaining(); }
+  uint64_t copied_ahead() const { return copied_ahead_; }
   uint64_t shards_read() const { return it_.shards_read(); }
   // False in a child forked after the reader was made.
   bool made_here() const { return made_after_fork_ == ForksSoFar(); }
@@ -251,47 +293,52 @@ class PyReader {
   // field.
   // StopIteration when nothing is left; an error (a damaged shard) keeps the samples already
   // read for the next call, so no sample is skipped.
-  py::tuple NextBatch(uint64_t n, bool packed, const py::object& ring) {
+  py::tuple NextBatch(uint64_t n, bool packed, const py::object& ring, bool ahead_ok) {
     const Call call(*this);
     if (n == 0) throw py::value_error("a batch needs at least one sample");
-    // Never more slots than samples are left: a huge n (batch_size=10**9) must not allocate.
-    n = std::min<uint64_t>(n, pending_ + it_.remaining());
-    if (batch_.size() < n) batch_.resize(n);
-    if (pending_ < n) {
-      Status failed = [&] {
-        py::gil_scoped_release release;  // may fetch shards
-        uint64_t read = 0;
-        // Large members of local shards stay in their files (UnreadFields): packed, they are
-        // read straight into the block; unpacked, Value reads each into its shard first.
-        Status s = it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_),
-                                 &read, data::UnreadFields::kLeave);
-        pending_ += read;
-        return s;
-      }();
-      if (!failed.ok()) ckpt::ThrowStatus(failed);
+    // A block copied ahead is this batch where it was read for the same call: the same size,
+    // packed, with no ring. Otherwise its samples are still pending, read before any other.
+    std::optional<Ahead> ahead;
+    if (ahead_) {
+      bool copied = false;
+      {
+        py::gil_scoped_release release;
+        copied = ParallelCopy::Finish(ahead_->copy);
+      }
+      if (packed && ahead_ok && ring.is_none() && ahead_->n == n) {
+        ahead = std::move(ahead_);
+        ahead->copied = copied;
+      }
+      ahead_.reset();
+    }
+    if (!ahead) {
+      // Never more slots than samples are left: a huge n (batch_size=10**9) must not allocate.
+      n = std::min<uint64_t>(n, pending_ + it_.remaining());
+      if (batch_.size() < n) batch_.resize(n);
+      if (pending_ < n) {
+        Status failed = [&] {
+          py::gil_scoped_release release;  // may fetch shards
+          uint64_t read = 0;
+          // Large members of local shards stay in their files (UnreadFields): packed, they are
+          // read straight into the block; unpacked, Value reads each into its shard first.
+          Status s = it_.NextBatch(std::span<data::Sample>(batch_.data() + pending_, n - pending_),
+                                   &read, data::UnreadFields::kLeave);
+          pending_ += read;
+          return s;
+        }();
+        if (!failed.ok()) ckpt::ThrowStatus(failed);
+      }
     }
     // A call for fewer samples than a failed call left pending takes the first of them; the
     // rest wait for the next call, in order.
-    const uint64_t count = std::min(pending_, n);
+    // The samples stay pending until Release: a call that fails before it (no memory for the
+    // block) leaves them for the next.
+    const uint64_t count = ahead ? ahead->count : std::min(pending_, n);
     const uint64_t left = pending_ - count;
-    pending_ = 0;
     if (count == 0) throw py::stop_iteration();
     data::ShardBytes::EnsureGuard();
 
-    // Columns in first-seen order; a sample's field is found by name (fields are few).
-    std::vector<std::pair<std::string_view, std::string_view>> names;
-    std::vector<std::vector<const data::SampleField*>> cells;  // [field][sample]
-    for (uint64_t i = 0; i < count; ++i) {
-      for (const data::SampleField& f : batch_[i].fields) {
-        size_t c = 0;
-        while (c < names.size() && names[c].first != f.name) ++c;
-        if (c == names.size()) {
-          names.emplace_back(f.name, f.encoding);
-          cells.emplace_back(count, nullptr);
-        }
-        cells[c][i] = &f;
-      }
-    }
+    const Columns cols = ColumnsOf(count);
     py::list positions(count);
     py::list keys(count);
     for (uint64_t i = 0; i < count; ++i) {
@@ -299,35 +346,36 @@ class PyReader {
       keys[i] = Key(batch_[i]);
     }
     py::list fields;
-    for (const auto& [name, encoding] : names) {
+    for (const auto& [name, encoding] : cols.names) {
       fields.append(py::make_tuple(py::str(name.data(), name.size()),
                                    py::str(encoding.data(), encoding.size())));
     }
-    py::object columns;
     if (!packed) {
       py::list lists;
-      for (size_t c = 0; c < names.size(); ++c) {
+      for (size_t c = 0; c < cols.names.size(); ++c) {
         py::list column(count);
         for (uint64_t i = 0; i < count; ++i) {
-          column[i] = cells[c][i] == nullptr ? py::none() : Value(batch_[i], *cells[c][i]);
+          column[i] =
+              cols.cells[c][i] == nullptr ? py::none() : Value(batch_[i], *cols.cells[c][i]);
         }
         lists.append(column);
       }
-      columns = lists;
+      Release(count, left);
+      return py::make_tuple(positions, keys, fields, lists);
+    }
+    py::object block;
+    std::vector<int64_t> spans;
+    bool copied = true;
+    bool split = false;
+    if (ahead) {
+      block = std::move(ahead->block);
+      spans = std::move(ahead->spans);
+      copied = ahead->copied;
+      split = true;
     } else {
-      std::vector<int64_t> spans(names.size() * count * 2, -1);
-      uint64_t total = 0;
-      for (size_t c = 0; c < names.size(); ++c) {
-        for (uint64_t i = 0; i < count; ++i) {
-          if (cells[c][i] == nullptr) continue;
-          spans[(c * count + i) * 2] = static_cast<int64_t>(total);
-          total += cells[c][i]->bytes.size();
-          spans[(c * count + i) * 2 + 1] = static_cast<int64_t>(total);
-        }
-      }
+      const uint64_t total = SpansOf(cols, count, spans);
       // Filled before anyone else can see it, so writing into it is safe: a block of the
       // worker's batch ring where there is one with room, else a new bytes object.
-      py::object block;
       char* to = nullptr;
       // A callable in place of the ring makes it once the first block's size is known
       // (sized from it), so the first block goes through shared memory too.
@@ -349,71 +397,58 @@ class PyReader {
           to = b->data;
         }
       }
-      if (to == nullptr) {
-        PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
-        if (raw == nullptr) throw py::error_already_set();
-        block = py::reinterpret_steal<py::object>(raw);
-        to = PyBytes_AS_STRING(raw);
-      }
       // Large blocks are split with helper threads; smaller ones are copied as they always
       // were, without a list of pieces (bench/reader_ab.py, small set: 0.96-0.97 of the
       // base with the list built for every block, 0.99-1.01 without). A block with a field
       // still in its shard's file takes the pieces too: those are read from the file.
+      split = copy_threads_ > 0 && total >= 2 * kMinCopyShare;
+      if (to == nullptr && split && ahead_ok) to = NewPooled(total, block);
+      if (to == nullptr) to = NewBytes(total, block);
       bool unread = false;
       for (uint64_t i = 0; i < count && !unread; ++i) {
         unread = !batch_[i].shard->bytes()->complete();
       }
-      const bool split = copy_threads_ > 0 && total >= 2 * kMinCopyShare;
+      if (split || unread) PiecesOf(cols, count, spans, to, pieces_);
+      py::gil_scoped_release release;
       if (split || unread) {
-        pieces_.clear();
-        for (size_t c = 0; c < names.size(); ++c) {
+        copied = Copier().Run(pieces_, split ? kMinCopyShare : SIZE_MAX);
+      } else {
+        for (size_t c = 0; c < cols.names.size(); ++c) {
           for (uint64_t i = 0; i < count; ++i) {
-            if (cells[c][i] == nullptr) continue;
-            batch_[i].shard->bytes()->AppendCopyPieces(cells[c][i]->bytes,
-                                                       to + spans[(c * count + i) * 2], pieces_);
+            if (cols.cells[c][i] == nullptr) continue;
+            const std::string_view b = cols.cells[c][i]->bytes;
+            if (!b.empty()) std::memcpy(to + spans[(c * count + i) * 2], b.data(), b.size());
           }
         }
       }
-      bool copied = true;
-      {
-        py::gil_scoped_release release;
-        if (split || unread) {
-          if (copy_ == nullptr) copy_ = std::make_unique<ParallelCopy>(copy_threads_);
-          copied = copy_->Run(pieces_, split ? kMinCopyShare : SIZE_MAX);
-        } else {
-          for (size_t c = 0; c < names.size(); ++c) {
-            for (uint64_t i = 0; i < count; ++i) {
-              if (cells[c][i] == nullptr) continue;
-              const std::string_view b = cells[c][i]->bytes;
-              if (!b.empty()) std::memcpy(to + spans[(c * count + i) * 2], b.data(), b.size());
-            }
-          }
-        }
-      }
-      if (!copied) {
-        // A shard's file was cut short (or failed to read) since it was opened: as a mapping
-        // cut short below, the batch is not handed out.
-        const std::string name = source_->ShardName(FirstUnread(count).ref.shard);
-        Release(count, left);
-        ckpt::ThrowStatus(
-            DataLoss("shard '" + name + "': its file was cut short while read, under this batch"));
-      }
-      // The copy is the first touch of these bytes: a file cut short under its mapping faulted
-      // to zeros just now. Such a block is not handed out as if it were data (a view already
-      // handed out reads zeros; this block is not out yet): DataLoss naming the shard, and the
-      // batch's samples are gone from this reader, as its order cannot take them back.
-      for (uint64_t i = 0; i < count; ++i) {
-        if (batch_[i].shard->bytes()->damaged()) {
-          const std::string name = source_->ShardName(batch_[i].ref.shard);
-          Release(count, left);
-          ckpt::ThrowStatus(DataLoss("shard '" + name +
-                                     "': its file was cut short while mapped, under this batch"));
-        }
-      }
-      columns = py::make_tuple(block, py::bytes(reinterpret_cast<const char*>(spans.data()),
-                                                spans.size() * sizeof(int64_t)));
     }
+    if (!copied) {
+      // A shard's file was cut short (or failed to read) since it was opened: as a mapping
+      // cut short below, the batch is not handed out.
+      const std::string name = source_->ShardName(FirstUnread(count).ref.shard);
+      Release(count, left);
+      ckpt::ThrowStatus(
+          DataLoss("shard '" + name + "': its file was cut short while read, under this batch"));
+    }
+    // The copy is the first touch of these bytes: a file cut short under its mapping faulted
+    // to zeros just now. Such a block is not handed out as if it were data (a view already
+    // handed out reads zeros; this block is not out yet): DataLoss naming the shard, and the
+    // batch's samples are gone from this reader, as its order cannot take them back.
+    for (uint64_t i = 0; i < count; ++i) {
+      if (batch_[i].shard->bytes()->damaged()) {
+        const std::string name = source_->ShardName(batch_[i].ref.shard);
+        Release(count, left);
+        ckpt::ThrowStatus(DataLoss("shard '" + name +
+                                   "': its file was cut short while mapped, under this batch"));
+      }
+    }
+    if (ahead) ++copied_ahead_;
+    py::tuple columns = py::make_tuple(block, py::bytes(reinterpret_cast<const char*>(spans.data()),
+                                                        spans.size() * sizeof(int64_t)));
     Release(count, left);
+    // A large block's copy is what a batch costs: the next one's starts now, on the helpers,
+    // while the caller's loop runs.
+    if (split && ahead_ok && ring.is_none()) StartAhead(n);
     return py::make_tuple(positions, keys, fields, columns);
   }
 
@@ -452,6 +487,116 @@ class PyReader {
         sample.key.data(), static_cast<Py_ssize_t>(sample.key.size()), "surrogateescape");
     if (key == nullptr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(key);
+  }
+
+  // The fields of batch_[0, count), in first-seen order (a sample's field is found by name:
+  // fields are few), and each sample's value of each: cells[field][sample], nullptr where the
+  // sample lacks it.
+  struct Columns {
+    std::vector<std::pair<std::string_view, std::string_view>> names;  // (name, encoding)
+    std::vector<std::vector<const data::SampleField*>> cells;
+  };
+  Columns ColumnsOf(uint64_t count) const {
+    Columns cols;
+    for (uint64_t i = 0; i < count; ++i) {
+      for (const data::SampleField& f : batch_[i].fields) {
+        size_t c = 0;
+        while (c < cols.names.size() && cols.names[c].first != f.name) ++c;
+        if (c == cols.names.size()) {
+          cols.names.emplace_back(f.name, f.encoding);
+          cols.cells.emplace_back(count, nullptr);
+        }
+        cols.cells[c][i] = &f;
+      }
+    }
+    return cols;
+  }
+
+  // A packed block's (begin, end) of each value, field-major, -1 where a sample lacks the
+  // field, into `spans`; returns the block's size.
+  static uint64_t SpansOf(const Columns& cols, uint64_t count, std::vector<int64_t>& spans) {
+    spans.assign(cols.names.size() * count * 2, -1);
+    uint64_t total = 0;
+    for (size_t c = 0; c < cols.names.size(); ++c) {
+      for (uint64_t i = 0; i < count; ++i) {
+        if (cols.cells[c][i] == nullptr) continue;
+        spans[(c * count + i) * 2] = static_cast<int64_t>(total);
+        total += cols.cells[c][i]->bytes.size();
+        spans[(c * count + i) * 2 + 1] = static_cast<int64_t>(total);
+      }
+    }
+    return total;
+  }
+
+  // The copy of batch_[0, count) into the block at `to`, as pieces (read from their files
+  // where a field is still in its shard's).
+  void PiecesOf(const Columns& cols, uint64_t count, const std::vector<int64_t>& spans, char* to,
+                std::vector<CopyPiece>& pieces) const {
+    pieces.clear();
+    for (size_t c = 0; c < cols.names.size(); ++c) {
+      for (uint64_t i = 0; i < count; ++i) {
+        if (cols.cells[c][i] == nullptr) continue;
+        batch_[i].shard->bytes()->AppendCopyPieces(cols.cells[c][i]->bytes,
+                                                   to + spans[(c * count + i) * 2], pieces);
+      }
+    }
+  }
+
+  // A new bytes object of `size` bytes, not filled yet, into `block`; where its bytes lie.
+  static char* NewBytes(uint64_t size, py::object& block) {
+    PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+    if (raw == nullptr) throw py::error_already_set();
+    block = py::reinterpret_steal<py::object>(raw);
+    return PyBytes_AS_STRING(raw);
+  }
+
+  // A new PooledBlock of `size` bytes, not filled yet, into `block`; where its bytes lie, or
+  // nullptr where no memory could be had for it.
+  static char* NewPooled(uint64_t size, py::object& block) {
+    std::unique_ptr<PooledBlock> made = PooledBlock::Make(size);
+    if (made == nullptr) return nullptr;
+    char* to = made->data();
+    block = py::cast(made.release(), py::return_value_policy::take_ownership);
+    return to;
+  }
+
+  const ParallelCopy& Copier() {
+    if (copy_ == nullptr) copy_ = std::make_unique<ParallelCopy>(copy_threads_);
+    return *copy_;
+  }
+
+  // Reads the next batch of `n` samples and hands its packed block's copy to the helpers, for
+  // the next call to take (NextBatch): the copy runs while the caller's loop does. Its samples
+  // are pending meanwhile, so a call that asks for something else reads them as if nothing had
+  // been done ahead. Only samples whose shards are here already are read (a batch that is
+  // ready does not wait for the next one's shard): short of `n`, they wait, pending, for the
+  // next call.
+  void StartAhead(uint64_t asked) {
+    if (pending_ != 0) return;
+    const uint64_t n = std::min<uint64_t>(asked, it_.remaining());
+    if (n == 0) return;
+    if (batch_.size() < n) batch_.resize(n);
+    uint64_t read = 0;
+    Status s = [&] {
+      py::gil_scoped_release release;
+      return it_.NextReadyBatch(std::span<data::Sample>(batch_.data(), n), &read,
+                                data::UnreadFields::kLeave);
+    }();
+    pending_ = read;
+    // An error leaves the iterator at the sample that failed: the next call reads it again
+    // and meets the error itself, as it would have without reading ahead.
+    if (!s.ok() || read < n) return;
+    const Columns cols = ColumnsOf(read);
+    Ahead a;
+    const uint64_t total = SpansOf(cols, read, a.spans);
+    if (total < 2 * kMinCopyShare) return;  // the next call copies it, as a small block
+    a.n = asked;
+    a.count = read;
+    char* to = NewPooled(total, a.block);
+    if (to == nullptr) return;  // the next call's own block, or its MemoryError
+    PiecesOf(cols, read, a.spans, to, a.pieces);
+    a.copy = Copier().Start(a.pieces);
+    ahead_ = std::move(a);
   }
 
   // The first `count` samples of batch_ are out: they keep their shards alive only until the
@@ -508,6 +653,19 @@ class PyReader {
   const int copy_threads_;              // helpers of a packed block's copy
   std::unique_ptr<ParallelCopy> copy_;  // started at the first block large enough
   std::vector<CopyPiece> pieces_;       // NextBatch's copy, reused
+  // A packed batch read and being copied ahead, for the next call (StartAhead): its samples
+  // are batch_[0, count), pending.
+  struct Ahead {
+    uint64_t n = 0;      // the batch size asked for
+    uint64_t count = 0;  // samples in it
+    py::object block;    // a PooledBlock the copy fills
+    std::vector<int64_t> spans;
+    std::vector<CopyPiece> pieces;  // the copy's, which reads them until it is finished
+    ParallelCopy::Started copy;
+    bool copied = false;  // set once the copy is finished: every piece read whole
+  };
+  std::optional<Ahead> ahead_;
+  uint64_t copied_ahead_ = 0;  // blocks handed out from ahead_
   std::shared_ptr<ShardSource> source_;
   EpochOrder order_;
   SampleIterator it_;
@@ -588,10 +746,13 @@ void DefineDataModule(py::module_& m) {
            py::arg("copy_threads") = -1)
       .def_property_readonly("remaining", &PyReader::remaining)
       .def_property_readonly("shards_read", &PyReader::shards_read)
+      .def_property_readonly("copied_ahead", &PyReader::copied_ahead,
+                             "Packed blocks handed out that were copied ahead (next_batch's "
+                             "ahead=True): while the caller was away")
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })
       .def("__next__", &PyReader::Next)
       .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false,
-           py::arg("ring") = py::none());
+           py::arg("ring") = py::none(), py::arg("ahead") = false);
 
   py::class_<PyBatchRing>(m, "BatchRing",
                           "A DataLoader worker's ring of packed batches in shared memory "
@@ -621,6 +782,11 @@ void DefineDataModule(py::module_& m) {
       .def_buffer(&RingBlock::Buffer)
       .def("__len__", &RingBlock::size)
       .def("__reduce__", &RingBlock::Reduce);
+  py::class_<PooledBlock>(m, "PooledBlock", py::buffer_protocol(),
+                          "A packed batch's bytes in reused memory, read-only (a buffer)")
+      .def_buffer(&PooledBlock::Buffer)
+      .def("__len__", &PooledBlock::size)
+      .def("__reduce__", &PooledBlock::Reduce);
   m.def("batch_block", &BatchBlock, py::arg("path"), py::arg("offset"), py::arg("seq"),
         py::arg("size"), "The block of the batch ring at path that a pickled RingBlock names");
   m.def(

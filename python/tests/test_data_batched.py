@@ -11,6 +11,7 @@ import os
 import pickle
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -454,6 +455,145 @@ class NextBatchTest(TempDirTestCase):
         self.assertEqual(len(blocks[0]), 5)
         with self.assertRaises(InvalidArgumentError):
             StreamingDataset(self.path("mixed"), large_member_bytes=-1)
+
+    def write_random_bins(self, folder, shards, per_shard, size, seed=5, counts=None):
+        """Tar shards of samples "k<n>" with one field "bin" of `size` random bytes; returns
+        the payloads by n."""
+        rng = random.Random(seed)
+        payloads = []
+        os.makedirs(folder)
+        for s in range(shards):
+            with tarfile.open(os.path.join(folder, f"shard-{s:06d}.tar"), "w") as tar:
+                for _ in range(per_shard):
+                    payloads.append(rng.randbytes(size))
+                    info = tarfile.TarInfo(f"k{len(payloads) - 1}.bin")
+                    info.size = size
+                    tar.addfile(info, io.BytesIO(payloads[-1]))
+        return payloads
+
+    def read_batches(self, reader, calls):
+        """(positions, keys, block bytes) of next_batch for each (n, packed, ahead) of `calls`,
+        the block rebuilt from the columns where unpacked; stops at the end."""
+        got = []
+        for n, packed, ahead in calls:
+            try:
+                positions, keys, _, columns = reader.next_batch(n, packed, None, ahead)
+            except StopIteration:
+                break
+            block = bytes(columns[0]) if packed else b"".join(bytes(v) for v in columns[0])
+            got.append((positions, keys, block))
+        return got
+
+    def test_blocks_copied_ahead_are_the_blocks_copied_in_turn(self):
+        # 1 MiB samples in batches of 3: blocks of 3 MiB, split between two threads, so each
+        # call with ahead=True starts the next block's copy before it returns.
+        payloads = self.write_random_bins(self.path("ds"), 3, 5, 1 << 20)
+        source = _gantry.DataSource(self.path("ds"), map_files=False)
+
+        def reader():
+            # No read-ahead thread: a batch read ahead is one whose shards the reader holds,
+            # the same ones every run.
+            return _gantry.DataReader(source, seed=4, window=10, copy_threads=1, read_ahead=0)
+
+        plain = self.read_batches(reader(), [(3, True, False)] * 6)
+        r = reader()
+        ahead = self.read_batches(r, [(3, True, True)] * 6)
+        self.assertGreaterEqual(r.copied_ahead, 2)
+        self.assertEqual(ahead, plain)
+        self.assertEqual(len(ahead), 5)
+        whole = self.read_batches(_gantry.DataReader(source, seed=4, window=10),
+                                  [(100, False, False)])
+        self.assertEqual([p for positions, _, _ in ahead for p in positions], whole[0][0])
+        for _, keys, block in ahead:
+            self.assertEqual(block, b"".join(payloads[int(k[1:])] for k in keys))
+        # A call that asks for something else than the block read ahead gets its samples as if
+        # nothing had been read ahead: another size, unpacked, without ahead, then ahead again.
+        calls = [(3, True, True), (3, True, True), (2, True, True), (3, True, True),
+                 (3, False, True), (1, True, False), (3, True, True)]
+        r = reader()
+        self.assertEqual(self.read_batches(r, calls),
+                         self.read_batches(reader(), [(n, p, False) for n, p, _ in calls]))
+        self.assertGreaterEqual(r.copied_ahead, 1)
+        self.assertEqual(r.remaining, 0)
+        # The block: reused memory, read-only, that pickles as its bytes.
+        r = reader()
+        positions, keys, _, (block, spans) = r.next_batch(3, True, None, True)
+        self.assertIsInstance(block, _gantry.PooledBlock)
+        view = memoryview(block)
+        self.assertTrue(view.readonly)
+        self.assertEqual(len(block), 3 << 20)
+        self.assertEqual(pickle.loads(pickle.dumps(block)), bytes(view))
+        self.assertEqual(bytes(view[:1 << 20]), payloads[int(keys[0][1:])])
+        batch = SampleBatch(positions, keys, [("bin", "")], None, block, spans)
+        self.assertEqual(bytes(batch.block), bytes(view))
+        # A reader dropped with a block being copied ahead waits for the copy, then goes.
+        del r, view, block, batch
+        gc.collect()
+        # Through StreamingDataset in process: the same blocks as without the copy threads.
+        blocks = {}
+        for threads in (0, 1):
+            ds = StreamingDataset(self.path("ds"), decode=False, batched=True, packed=True,
+                                  batch_size=3, seed=4, window=10, copy_threads=threads,
+                                  mmap=False)
+            blocks[threads] = [bytes(b.block) for b in ds]
+        self.assertEqual(blocks[1], blocks[0])
+        self.assertEqual(len(blocks[0]), 5)
+
+    def write_mds_bins(self, folder, count, size, damaged):
+        """An MDS dataset of one shard: `count` samples with one bytes column "bin" of `size`
+        random bytes, the column sizes of sample `damaged` overwritten to claim more bytes than
+        the sample holds."""
+        rng = random.Random(6)
+        records = []
+        for i in range(count):
+            payload = rng.randbytes(size)
+            claimed = size + 100 if i == damaged else size
+            records.append(struct.pack("<I", claimed) + payload)
+        head = 4 + 4 * (count + 1)
+        offsets = [head]
+        for r in records:
+            offsets.append(offsets[-1] + len(r))
+        data = struct.pack("<I", count) + struct.pack(f"<{count + 1}I", *offsets) + \
+            b"".join(records)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "shard.00000.mds"), "wb") as f:
+            f.write(data)
+        shard = {"column_encodings": ["bytes"], "column_names": ["bin"], "column_sizes": [None],
+                 "compression": None, "format": "mds", "hashes": [],
+                 "raw_data": {"basename": "shard.00000.mds", "bytes": len(data), "hashes": {}},
+                 "samples": count, "size_limit": 1 << 30, "version": 2, "zip_data": None}
+        with open(os.path.join(folder, "index.json"), "w") as f:
+            json.dump({"version": 2, "shards": [shard]}, f)
+
+    def test_an_error_met_reading_ahead_is_the_next_calls(self):
+        # Sample 5's record is damaged: reading it fails, whether that read is the call's own
+        # or one ahead of it, and at the same call: the one whose batch holds it.
+        self.write_mds_bins(self.path("ds"), 8, 1 << 20, damaged=5)
+        source = _gantry.DataSource(self.path("ds"))
+        for ahead in (False, True):
+            reader = _gantry.DataReader(source, shuffle=False, copy_threads=1, read_ahead=0)
+            self.assertEqual(reader.next_batch(2, True, None, ahead)[0], [0, 1])
+            self.assertEqual(reader.next_batch(2, True, None, ahead)[0], [2, 3])
+            for _ in range(2):
+                with self.assertRaisesRegex(InvalidArgumentError, "sample 5"):
+                    reader.next_batch(2, True, None, ahead)
+            self.assertEqual(reader.copied_ahead, 1 if ahead else 0)
+
+    def test_a_file_cut_short_under_a_block_copied_ahead_is_data_loss(self):
+        # Shard 0 holds 8 samples of 1 MiB, left in the file (mmap off): sample 0 is read on
+        # its own (the shard opened), then the file is cut inside sample 5. The batch of
+        # samples 1-3 is whole; the block of 4-6 read ahead after it comes short.
+        self.write_random_bins(self.path("ds"), 1, 8, 1 << 20)
+        path = self.path("ds", "shard-000000.tar")
+        source = _gantry.DataSource(self.path("ds"), map_files=False)
+        reader = _gantry.DataReader(source, shuffle=False, copy_threads=1, read_ahead=0,
+                                    zero_copy=False)
+        self.assertEqual(next(reader)[0], 0)
+        os.truncate(path, 5 * ((1 << 20) + 512) + 512 + 1000)
+        positions, _, _, (block, _) = reader.next_batch(3, True, None, True)
+        self.assertEqual(positions, [1, 2, 3])
+        with self.assertRaisesRegex(_gantry.DataLossError, "shard-000000.tar.*cut short"):
+            reader.next_batch(3, True, None, True)
 
     def test_a_second_thread_is_refused_while_one_reads(self):
         # Thread A's next_batch(200) waits inside the reader for shard 1 of an MDS dataset

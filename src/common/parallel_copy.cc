@@ -12,12 +12,36 @@
 #include "gantry/common/thread_pool.h"
 
 namespace gantry {
-namespace {
 
 // The job's bytes are taken in units of this size, by whichever thread is free: a helper that
 // is late to wake (a busy or oversubscribed machine) leaves its share to the caller instead of
 // making it wait, and the caller waits at most for the units helpers are copying.
-constexpr size_t kUnit = size_t{256} << 10;
+constexpr size_t kCopyUnit = size_t{256} << 10;
+
+// One job's units, shared with the helpers, which may start after the caller has taken every
+// unit: they then find none left and touch nothing else (the pieces may be gone by then).
+struct CopyJob {
+  std::span<const CopyPiece> pieces;
+  size_t total = 0;
+  size_t units = 0;
+  std::atomic<size_t> next{0};      // the next unit to take
+  std::atomic<size_t> done{0};      // units copied
+  std::atomic<bool> failed{false};  // a file read failed or came short
+
+  CopyJob(std::span<const CopyPiece> p, size_t bytes)
+      : pieces(p), total(bytes), units((bytes + kCopyUnit - 1) / kCopyUnit) {}
+
+  // Takes and copies units until none is left.
+  void Work();
+  // Work, then waits for the units other threads are copying; false when a read failed.
+  bool Join() {
+    Work();
+    for (size_t d = done.load(); d < units; d = done.load()) done.wait(d);
+    return !failed.load();
+  }
+};
+
+namespace {
 
 // Copies n bytes of piece p from its offset k; false when its file read failed or came short.
 bool CopyPart(const CopyPiece& p, size_t k, size_t n) {
@@ -50,24 +74,16 @@ bool CopyRange(std::span<const CopyPiece> pieces, size_t begin, size_t end) {
   return ok;
 }
 
-struct Job {
-  std::span<const CopyPiece> pieces;
-  size_t total = 0;
-  size_t units = 0;
-  std::atomic<size_t> next{0};      // the next unit to take
-  std::atomic<size_t> done{0};      // units copied
-  std::atomic<bool> failed{false};  // a file read failed or came short
-
-  // Takes and copies units until none is left.
-  void Work() {
-    for (size_t u = next.fetch_add(1); u < units; u = next.fetch_add(1)) {
-      if (!CopyRange(pieces, u * kUnit, std::min(total, (u + 1) * kUnit))) failed.store(true);
-      if (done.fetch_add(1) + 1 == units) done.notify_one();
-    }
-  }
-};
-
 }  // namespace
+
+void CopyJob::Work() {
+  for (size_t u = next.fetch_add(1); u < units; u = next.fetch_add(1)) {
+    if (!CopyRange(pieces, u * kCopyUnit, std::min(total, (u + 1) * kCopyUnit))) {
+      failed.store(true);
+    }
+    if (done.fetch_add(1) + 1 == units) done.notify_one();
+  }
+}
 
 ParallelCopy::ParallelCopy(int helpers) : helpers_(std::max(0, helpers)) {
   if (helpers_ > 0) pool_ = std::make_unique<ThreadPool>(helpers_);
@@ -87,17 +103,37 @@ bool ParallelCopy::Run(std::span<const CopyPiece> pieces, size_t min_share) cons
     }
     return ok;
   }
-  // Shared with the helpers, which may start after the caller has taken every unit: they then
-  // find none left and touch nothing else (the pieces may be gone by then).
-  auto job = std::make_shared<Job>();
-  job->pieces = pieces;
-  job->total = total;
-  job->units = (total + kUnit - 1) / kUnit;
+  auto job = std::make_shared<CopyJob>(pieces, total);
   for (size_t k = 1; k < shares; ++k) pool_->Submit([job] { job->Work(); });
-  job->Work();
-  // Every unit is taken; wait for those a helper is still copying.
-  for (size_t d = job->done.load(); d < job->units; d = job->done.load()) job->done.wait(d);
-  return !job->failed.load();
+  return job->Join();
+}
+
+ParallelCopy::Started::~Started() {
+  if (job_ != nullptr) (void)job_->Join();
+}
+
+ParallelCopy::Started& ParallelCopy::Started::operator=(Started&& other) noexcept {
+  if (this != &other) {
+    if (job_ != nullptr) (void)job_->Join();
+    job_ = std::move(other.job_);
+  }
+  return *this;
+}
+
+ParallelCopy::Started ParallelCopy::Start(std::span<const CopyPiece> pieces) const {
+  size_t total = 0;
+  for (const CopyPiece& p : pieces) total += p.size;
+  Started started;
+  started.job_ = std::make_shared<CopyJob>(pieces, total);
+  if (total == 0) return started;
+  for (int k = 0; k < helpers_; ++k) pool_->Submit([job = started.job_] { job->Work(); });
+  return started;
+}
+
+bool ParallelCopy::Finish(Started& job) {
+  if (job.job_ == nullptr) return true;
+  const std::shared_ptr<CopyJob> taken = std::move(job.job_);
+  return taken->Join();
 }
 
 int ParallelCopy::DefaultHelpers() {

@@ -138,6 +138,51 @@ TEST(ParallelCopy, AFileShorterThanItsPieceFailsTheRun) {
   }
 }
 
+// Start hands the job to the helpers and returns; Finish has the caller take what is left. The
+// bytes are the same whichever side copied them, also when the caller finishes at once, late,
+// or not at all (the Started's destructor finishes it).
+TEST(ParallelCopy, AStartedJobIsFinishedByItsCaller) {
+  for (int helpers : {0, 1, 3}) {
+    ParallelCopy copy(helpers);
+    for (int wait_us : {0, 2000}) {
+      Job j = MakeJob(21 + wait_us, 80, 400000);
+      ParallelCopy::Started started = copy.Start(j.pieces);
+      EXPECT_TRUE(started.pending());
+      if (wait_us > 0) usleep(wait_us);  // the helpers may have taken every unit by now
+      EXPECT_TRUE(ParallelCopy::Finish(started));
+      EXPECT_FALSE(started.pending());
+      EXPECT_EQ(j.to, j.want) << "helpers " << helpers << " wait " << wait_us;
+      EXPECT_TRUE(ParallelCopy::Finish(started));  // finished already: nothing to do
+    }
+    Job j = MakeJob(5, 40, 300000);
+    {
+      ParallelCopy::Started started = copy.Start(j.pieces);
+      ParallelCopy::Started moved = std::move(started);
+      EXPECT_FALSE(started.pending());  // NOLINT(bugprone-use-after-move): moved from
+      EXPECT_TRUE(moved.pending());
+    }
+    EXPECT_EQ(j.to, j.want) << "helpers " << helpers << ": finished by the destructor";
+  }
+  ParallelCopy::Started never;
+  EXPECT_FALSE(never.pending());
+  EXPECT_TRUE(ParallelCopy::Finish(never));
+}
+
+TEST(ParallelCopy, AStartedJobReadingPastAFilesEndFailsItsFinish) {
+  for (int helpers : {0, 1}) {
+    const int fd = TempFileWith(std::string(1 << 20, 'q'));
+    ASSERT_GE(fd, 0);
+    std::string to(2 << 20, '\0');
+    std::vector<CopyPiece> pieces = {{to.data(), nullptr, 1 << 20, fd, 0},
+                                     {to.data() + (1 << 20), nullptr, 1 << 20, fd, 4096}};
+    ParallelCopy copy(helpers);
+    ParallelCopy::Started started = copy.Start(pieces);
+    EXPECT_FALSE(ParallelCopy::Finish(started)) << helpers;
+    EXPECT_EQ(to.substr(0, 1 << 20), std::string(1 << 20, 'q'));
+    close(fd);
+  }
+}
+
 TEST(ParallelCopy, NegativeHelpersMeansNone) {
   ParallelCopy copy(-3);
   EXPECT_EQ(copy.helpers(), 0);

@@ -674,6 +674,14 @@ class SampleIterator::ReadAhead {
     }
   }
 
+  // Whether the shard is fetched, without error, and not handed out yet: Take would return it
+  // at once.
+  bool Ready(uint32_t shard) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = entries_.find(shard);
+    return it != entries_.end() && it->second.done && it->second.result.ok();
+  }
+
   // Shards the consumer needed before the planner had planned them.
   uint64_t misses() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -925,11 +933,20 @@ Result<bool> SampleIterator::Next(Sample& out) {
 }
 
 Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read, UnreadFields unread) {
+  return ReadBatch(out, read, unread, /*wait=*/true);
+}
+
+Status SampleIterator::NextReadyBatch(std::span<Sample> out, uint64_t* read, UnreadFields unread) {
+  return ReadBatch(out, read, unread, /*wait=*/false);
+}
+
+Status SampleIterator::ReadBatch(std::span<Sample> out, uint64_t* read, UnreadFields unread,
+                                 bool wait) {
   if (last_next_ns_ == 0) last_next_ns_ = NowNs();
   uint64_t n = 0;
   Status status = Status::Ok();
   while (n < out.size()) {
-    Result<bool> more = NextSample(out[n], unread);
+    Result<bool> more = NextSample(out[n], unread, wait);
     if (!more.ok()) {
       status = more.status();
       break;
@@ -948,7 +965,7 @@ Status SampleIterator::NextBatch(std::span<Sample> out, uint64_t* read, UnreadFi
   return status;
 }
 
-Result<bool> SampleIterator::NextSample(Sample& out, UnreadFields unread) {
+Result<bool> SampleIterator::NextSample(Sample& out, UnreadFields unread, bool wait) {
   if (next_ >= positions_.size()) {
     held_.clear();
     StopReadAhead();  // nothing more to read: stop its threads
@@ -978,6 +995,11 @@ Result<bool> SampleIterator::NextSample(Sample& out, UnreadFields unread) {
   if (ahead_ != nullptr) ahead_->Advance(next_);
   const SampleRef ref = RefAt(next_);
   auto it = held_.find(ref.shard);
+  // Not waiting: a shard neither held nor fetched already ends the batch here, as if at the
+  // end; the next call that waits takes it from the read-ahead (or fetches it).
+  if (it == held_.end() && !wait && (ahead_ == nullptr || !ahead_->Ready(ref.shard))) {
+    return false;
+  }
   if (it == held_.end()) {
     GANTRY_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedShard> shard, Obtain(ref.shard));
     ++shards_read_;

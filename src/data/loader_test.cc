@@ -4,6 +4,7 @@
 #include "gantry/data/loader.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
 
@@ -395,6 +396,54 @@ TEST(Loader, NextBatchKeepsTheSamplesBeforeAMissingShard) {
   ASSERT_TRUE(it->NextBatch(out, &read).ok());
   EXPECT_EQ(read, 100u);
   EXPECT_EQ(out[0].key, KeyOf(1, 0));  // nothing was skipped
+}
+
+// NextReadyBatch reads only from shards already here: held, or fetched by the read-ahead. It
+// stops (no error) before a shard it would have to fetch or wait for, even a missing one, and
+// NextBatch goes on from there.
+TEST(Loader, NextReadyBatchNeverFetchesNorWaits) {
+  MissingShard m(1);
+  std::vector<Sample> out(100);
+  uint64_t read = 7;
+  {
+    // No read-ahead: nothing is here before the first NextBatch fetches shard 0.
+    auto it = SampleIterator::Create(*m.source, m.order, {}, 0, {.max_shards = 0});
+    ASSERT_TRUE(it.ok());
+    ASSERT_TRUE(it->NextReadyBatch(out, &read).ok());
+    EXPECT_EQ(read, 0u);
+    EXPECT_EQ(it->shards_read(), 0u);
+    ASSERT_TRUE(it->NextBatch(std::span<Sample>(out.data(), 1), &read).ok());
+    ASSERT_EQ(read, 1u);
+    // The rest of shard 0, then shard 1 (missing) is not fetched: no NotFound.
+    ASSERT_TRUE(it->NextReadyBatch(out, &read).ok());
+    ASSERT_EQ(read, kSizes[0] - 1);
+    EXPECT_EQ(out[0].key, KeyOf(0, 1));
+    EXPECT_EQ(it->shards_read(), 1u);
+    EXPECT_EQ(it->remaining(), m.order.size() - kSizes[0]);
+    EXPECT_EQ(it->NextBatch(out, &read).code(), StatusCode::kNotFound);
+    m.Restore();
+    ASSERT_TRUE(it->NextBatch(std::span<Sample>(out.data(), 1), &read).ok());
+    EXPECT_EQ(out[0].key, KeyOf(1, 0));  // nothing was skipped
+  }
+  {
+    // With a read-ahead, what it has fetched is read without waiting.
+    auto it = SampleIterator::Create(*m.source, m.order, {}, 0, {.max_shards = 2});
+    ASSERT_TRUE(it.ok());
+    ASSERT_TRUE(it->NextBatch(std::span<Sample>(out.data(), 1), &read).ok());
+    std::vector<std::string> keys = {out[0].key};
+    for (int tries = 0; tries < 5000 && keys.size() <= kSizes[0]; ++tries) {
+      ASSERT_TRUE(it->NextReadyBatch(std::span<Sample>(out.data(), 1), &read).ok());
+      if (read == 1) {
+        keys.push_back(out[0].key);
+      } else {
+        usleep(1000);  // shard 1 on its way
+      }
+    }
+    ASSERT_EQ(keys.size(), kSizes[0] + 1);  // into shard 1, fetched by the read-ahead
+    EXPECT_EQ(keys[kSizes[0] - 1], KeyOf(0, kSizes[0] - 1));
+    EXPECT_EQ(keys.back(), KeyOf(1, 0));
+    EXPECT_EQ(it->read_ahead_misses(), 0u);
+  }
 }
 
 // A Sample keeps its shard alive, names and encodings included, after the iterator and the

@@ -658,6 +658,34 @@ TEST(ShardBytes, OpenFileReadsAFileNotInThePageCacheWhole) {
   EXPECT_FALSE((*again)->complete());
 }
 
+// cachestat and mincore tell the same: a file dropped from the page cache, read back whole, then
+// with one page in its middle dropped again.
+TEST(ShardBytes, CachestatAndMincoreAgreeOnWhatIsCached) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  WriteFile(path, RandomBytes(2 << 20, 9));
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fdatasync(fd), 0);
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  const uint64_t len = 2 << 20;
+  const bool dropped = !WhollyInPageCache(fd, len, /*cachestat=*/false);
+  EXPECT_EQ(WhollyInPageCache(fd, len), !dropped ? true : false);
+  std::string back(len, '\0');
+  ASSERT_EQ(pread(fd, back.data(), len, 0), static_cast<ssize_t>(len));
+  EXPECT_TRUE(WhollyInPageCache(fd, len, false));
+  EXPECT_TRUE(WhollyInPageCache(fd, len));
+  // A range shorter than the file asks about that range only.
+  ASSERT_EQ(posix_fadvise(fd, len / 2, 4096, POSIX_FADV_DONTNEED), 0);
+  if (!WhollyInPageCache(fd, len, false)) {
+    EXPECT_FALSE(WhollyInPageCache(fd, len));
+    EXPECT_TRUE(WhollyInPageCache(fd, len / 2, false));
+    EXPECT_TRUE(WhollyInPageCache(fd, len / 2));
+  }
+  close(fd);
+  if (!dropped) GTEST_SKIP() << "this file system kept the pages";
+}
+
 size_t OpenDescriptors() {
   return static_cast<size_t>(
       std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,8 @@
 #include <new>
 #include <thread>
 #include <vector>
+
+#include "gantry/common/buffer_pool.h"
 
 namespace gantry::data {
 namespace {
@@ -285,83 +288,6 @@ std::shared_ptr<const ShardBytes> ShardBytes::FromString(std::string bytes) {
   return b;
 }
 
-namespace {
-
-// Memory that shards are read into, kept for the next shard once a shard is dropped: fresh
-// memory costs its first touch (zeroing and page tables, and on a shadow-paged VM an exit per
-// 4 KiB page, docs/performance.md "the first touch of a mapped page"), reused memory does not.
-// Buffers are anonymous mappings in 2 MiB units with MADV_HUGEPAGE, so even a new one is touched
-// a huge page at a time where the kernel allows it.
-class BufferPool {
- public:
-  static constexpr uint64_t kUnit = uint64_t{2} << 20;
-  static constexpr uint64_t kMaxIdle = uint64_t{256} << 20;  // kept for reuse; beyond, unmapped
-
-  // Bytes of buffers held by live shards (not idle).
-  std::atomic<uint64_t> in_use{0};
-
-  static BufferPool& Get() {
-    static BufferPool* pool = [] {
-      auto* p = new BufferPool();  // never destroyed: shards may be dropped during exit
-      pthread_atfork(nullptr, nullptr, [] {
-        // A forked child: a parent thread may have held the mutex at the fork. The idle
-        // buffers are the child's copies; forgotten (they stay mapped), not reused.
-        new (&Get().mu_) std::mutex();
-        Get().idle_.clear();
-        Get().idle_bytes_ = 0;
-      });
-      return p;
-    }();
-    return *pool;
-  }
-
-  // A buffer of at least n bytes (n > 0): an idle one no more than twice as large, else new.
-  Result<std::pair<char*, uint64_t>> Take(uint64_t n) {
-    const uint64_t cap = (n + kUnit - 1) / kUnit * kUnit;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = idle_.lower_bound(cap);
-      if (it != idle_.end() && it->first <= 2 * cap) {
-        const std::pair<char*, uint64_t> got{it->second, it->first};
-        idle_bytes_ -= it->first;
-        idle_.erase(it);
-        in_use.fetch_add(got.second);
-        return got;
-      }
-    }
-    void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return StatusFromErrno(errno, "shard buffer of " + std::to_string(cap));
-    madvise(p, cap, MADV_HUGEPAGE);
-    in_use.fetch_add(cap);
-    return std::pair<char*, uint64_t>{static_cast<char*>(p), cap};
-  }
-
-  void Give(char* p, uint64_t cap) {
-    in_use.fetch_sub(cap);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (idle_bytes_ + cap <= kMaxIdle) {
-        idle_.emplace(cap, p);
-        idle_bytes_ += cap;
-        return;
-      }
-    }
-    munmap(p, cap);
-  }
-
-  uint64_t idle_bytes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return idle_bytes_;
-  }
-
- private:
-  std::mutex mu_;
-  std::multimap<uint64_t, char*> idle_;  // by capacity
-  uint64_t idle_bytes_ = 0;
-};
-
-}  // namespace
-
 // OpenFile's state: the open file, and the ranges of it read into the buffer so far.
 struct ShardBytes::Unread {
   // A read that follows the one before starts at this size and doubles up to kMaxRun; one
@@ -472,9 +398,52 @@ Result<std::pair<int, uint64_t>> OpenRegular(const std::string& path, uint64_t m
   return std::pair<int, uint64_t>{fd, static_cast<uint64_t>(st.st_size)};
 }
 
-// Whether every page of the file is in the page cache (mincore over a mapping never touched,
-// so no page is faulted in); false when that cannot be told.
-bool WhollyInPageCache(int fd, uint64_t len) {
+// cachestat(2), Linux 6.5: how many of a file range's pages are in the page cache, in one call.
+// Debian 12's headers (6.1) predate it; its number is the same on every architecture that
+// has it.
+#if defined(__NR_cachestat)
+constexpr long kCachestat = __NR_cachestat;
+#elif defined(__x86_64__) || defined(__aarch64__)
+constexpr long kCachestat = 451;
+#else
+constexpr long kCachestat = -1;
+#endif
+
+// Set once cachestat is found missing (an older kernel) or refused (a seccomp sandbox's
+// EPERM): mincore from then on.
+std::atomic<bool> g_no_cachestat{kCachestat < 0};
+
+// 1 when every page of [0, len) is in the page cache, 0 when one is not, -1 when cachestat
+// cannot tell.
+int CachestatWhole(int fd, uint64_t len) {
+  struct Range {
+    uint64_t off;
+    uint64_t len;
+  } range{0, len};
+  struct Stat {
+    uint64_t nr_cache;
+    uint64_t nr_dirty;
+    uint64_t nr_writeback;
+    uint64_t nr_evicted;
+    uint64_t nr_recently_evicted;
+  } stat{};
+  if (syscall(kCachestat, fd, &range, &stat, 0) != 0) {
+    if (errno == ENOSYS || errno == EPERM) g_no_cachestat.store(true);
+    return -1;
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return stat.nr_cache >= (len + page - 1) / page ? 1 : 0;
+}
+
+}  // namespace
+
+bool WhollyInPageCache(int fd, uint64_t len, bool cachestat) {
+  if (len == 0) return true;
+  if (cachestat && !g_no_cachestat.load(std::memory_order_relaxed)) {
+    const int whole = CachestatWhole(fd, len);
+    if (whole >= 0) return whole == 1;
+  }
+  // mincore over a mapping never touched, so no page is faulted in.
   void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return false;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -484,8 +453,6 @@ bool WhollyInPageCache(int fd, uint64_t len) {
   return known && std::all_of(resident.begin(), resident.end(),
                               [](unsigned char r) { return (r & 1) != 0; });
 }
-
-}  // namespace
 
 ShardBytes::ShardBytes() = default;
 
@@ -649,7 +616,7 @@ uint64_t ShardBytes::unread_bytes() const {
 }
 
 uint64_t ShardBytes::IdleReadBufferBytes() { return BufferPool::Get().idle_bytes(); }
-uint64_t ShardBytes::ReadBufferBytesInUse() { return BufferPool::Get().in_use.load(); }
+uint64_t ShardBytes::ReadBufferBytesInUse() { return BufferPool::Get().in_use(); }
 
 double ShardBytes::FirstTouchMicros() {
   static const double micros = [] {

@@ -19,11 +19,15 @@
 //                            allocated and filled once before timing: memory's first touch costs
 //                            as a mapping's does)
 //
+//   BM_WhollyInPageCache     whether one file is wholly in the page cache: /x/0 by mincore over a
+//                            fresh mapping, /x/1 by cachestat (Linux 6.5)
+//
 // items_per_second counts 4 KiB pieces. The gap between the fresh and the touched gathers is the
 // cost of a page's first touch after mapping, which MAP_POPULATE does not remove on every
 // machine (docs/performance.md, "the first touch of a mapped page").
 //
 //   build/default/bench/gantry_benchmarks --benchmark_filter='BM_ReadSequential|BM_Gather'
+//   build/default/bench/gantry_benchmarks --benchmark_filter=BM_WhollyInPageCache
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -187,6 +191,21 @@ void BM_PreadThenGather(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(files.order.size()));
 }
 BENCHMARK(BM_PreadThenGather)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// What ShardBytes::OpenFile asks of each local shard before it leaves large members in their
+// file: whether the 16 MiB file is wholly in the page cache (written once: large folios), by
+// cachestat (/1) against mincore over a fresh mapping (/0), the set written with one write().
+void BM_WhollyInPageCache(benchmark::State& state) {
+  const Files& files = TheFiles(state);  // range(0) 0: the set as written
+  const int fd = open(files.paths[0].c_str(), O_RDONLY);
+  if (fd < 0) std::abort();
+  const bool cachestat = state.range(1) != 0;
+  for (auto _ : state) {
+    if (!WhollyInPageCache(fd, kFileBytes, cachestat)) std::abort();
+  }
+  close(fd);
+}
+BENCHMARK(BM_WhollyInPageCache)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1});
 
 }  // namespace
 }  // namespace gantry::data

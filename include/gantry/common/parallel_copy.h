@@ -12,6 +12,14 @@
 //   copy.Run(pieces, 1 << 20);                  // returns when every byte is copied
 //
 // Run is for one caller at a time (a reader's thread); the helpers are idle between jobs.
+//
+// Start hands a job to the helpers alone and returns at once, so they copy while the caller
+// does other work (a loader's caller runs the training loop's Python between batches); Finish
+// then has the caller take whatever units are left and wait for the rest:
+//
+//   ParallelCopy::Started job = copy.Start(pieces);  // the pieces must outlive Finish
+//   ...                                               // the helpers copy meanwhile
+//   bool ok = copy.Finish(job);
 #pragma once
 
 #include <cstddef>
@@ -22,6 +30,7 @@
 namespace gantry {
 
 class ThreadPool;
+struct CopyJob;
 
 // `size` bytes to `to`: from memory at `from`, or, where `fd` is a file's (>= 0), read from it
 // at `file_offset` (pread), straight to where they go rather than through a buffer of its own.
@@ -49,6 +58,33 @@ class ParallelCopy {
   // found the file shorter than it (the destination then holds what was read, not the file's
   // bytes); always true for pieces from memory.
   [[nodiscard]] bool Run(std::span<const CopyPiece> pieces, size_t min_share) const;
+
+  // A job handed to the helpers by Start, finished by Finish (or by its destructor, which
+  // waits for it the same way: the pieces it copies may go right after).
+  class Started {
+   public:
+    Started() = default;
+    ~Started();
+    Started(Started&&) noexcept = default;
+    Started& operator=(Started&&) noexcept;
+    Started(const Started&) = delete;
+    Started& operator=(const Started&) = delete;
+
+    // A job not yet finished: one Start gave, that Finish has not taken.
+    bool pending() const { return job_ != nullptr; }
+
+   private:
+    friend class ParallelCopy;
+    std::shared_ptr<CopyJob> job_;
+  };
+
+  // Hands every piece to the helpers and returns without copying any: they begin at once, and
+  // the caller finishes the job with Finish. With no helpers, Finish copies it all.
+  [[nodiscard]] Started Start(std::span<const CopyPiece> pieces) const;
+  // The caller copies the units the helpers have not taken, then waits for those they are
+  // copying. As Run, false when a file piece's read failed or came short. A job never started
+  // (or finished already) is true and copies nothing.
+  [[nodiscard]] static bool Finish(Started& job);
 
   // Threads a loader's copy is worth splitting over here: one helper where the process may run
   // on two or more cores (sched_getaffinity), else none.

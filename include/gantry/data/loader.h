@@ -206,6 +206,13 @@ class SampleIterator {
   // out, and the iterator where Next would have left it.
   Status NextBatch(std::span<Sample> out, uint64_t* read,
                    UnreadFields unread = UnreadFields::kRead);
+  // NextBatch for a caller reading ahead of its need (a reader that packs the next batch while
+  // its consumer works on this one): it never waits for a shard, nor fetches one. It stops
+  // before the first sample whose shard is neither held nor fetched by the read-ahead already,
+  // which leaves *read anywhere from 0 to out.size() with no error and the iterator at that
+  // sample: the next NextBatch waits for its shard.
+  Status NextReadyBatch(std::span<Sample> out, uint64_t* read,
+                        UnreadFields unread = UnreadFields::kRead);
 
   // Stops the read-ahead and waits for its fetches in flight (what the destructor does); Next
   // then fetches each shard when it needs it.
@@ -221,8 +228,10 @@ class SampleIterator {
  private:
   class ReadAhead;
   SampleIterator(ShardSource& source, EpochOrder order, SlotPositions positions);
-  // Next without the metrics' sample count.
-  Result<bool> NextSample(Sample& out, UnreadFields unread);
+  Status ReadBatch(std::span<Sample> out, uint64_t* read, UnreadFields unread, bool wait);
+  // Next without the metrics' sample count; false at the end, and, not waiting, at a sample
+  // whose shard is not here yet.
+  Result<bool> NextSample(Sample& out, UnreadFields unread, bool wait);
   // The shard, from the read-ahead or fetched here; counts the consumer's stall.
   Result<std::shared_ptr<const LoadedShard>> Obtain(uint32_t shard);
   // Non-empty shards overlapping the window that starts at shard-order position `window_start`.

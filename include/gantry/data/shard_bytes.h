@@ -41,6 +41,12 @@
 
 namespace gantry::data {
 
+// Whether every page of the open file's first `len` bytes is in the page cache: cachestat(2)
+// where the kernel has it (Linux 6.5; 25 us for a 16 MiB file), else mincore over a mapping
+// never touched (87 us: docs/performance.md, "the page cache asked once per shard"). False
+// when neither can tell. `cachestat` false asks mincore only (a test compares the two).
+bool WhollyInPageCache(int fd, uint64_t len, bool cachestat = true);
+
 struct MapOptions {
   // Fault every page in at map time (MAP_POPULATE): the I/O and page-table work happens on the
   // thread that maps (the read-ahead's), not on the consumer's first touch.
