@@ -299,13 +299,19 @@ class PyReader {
     // A block copied ahead is this batch where it was read for the same call: the same size,
     // packed, with no ring. Otherwise its samples are still pending, read before any other.
     std::optional<Ahead> ahead;
+    std::optional<Ahead> next;  // the batch after a block copied ahead, read meanwhile
     if (ahead_) {
+      const bool take = packed && ahead_ok && ring.is_none() && ahead_->n == n;
+      // The batch after it is read while the helpers finish this one, and its copy starts as
+      // soon as they have: they never wait for the reader's thread.
+      if (take) next = PrepareAhead(n, ahead_->count);
       bool copied = false;
       {
         py::gil_scoped_release release;
         copied = ParallelCopy::Finish(ahead_->copy);
+        if (next) next->copy = Copier().Start(next->pieces);
       }
-      if (packed && ahead_ok && ring.is_none() && ahead_->n == n) {
+      if (take) {
         ahead = std::move(ahead_);
         ahead->copied = copied;
       }
@@ -338,7 +344,7 @@ class PyReader {
     if (count == 0) throw py::stop_iteration();
     data::ShardBytes::EnsureGuard();
 
-    const Columns cols = ColumnsOf(count);
+    const Columns cols = ColumnsOf(0, count);
     py::list positions(count);
     py::list keys(count);
     for (uint64_t i = 0; i < count; ++i) {
@@ -408,7 +414,7 @@ class PyReader {
       for (uint64_t i = 0; i < count && !unread; ++i) {
         unread = !batch_[i].shard->bytes()->complete();
       }
-      if (split || unread) PiecesOf(cols, count, spans, to, pieces_);
+      if (split || unread) PiecesOf(cols, 0, count, spans, to, pieces_);
       py::gil_scoped_release release;
       if (split || unread) {
         copied = Copier().Run(pieces_, split ? kMinCopyShare : SIZE_MAX);
@@ -448,7 +454,12 @@ class PyReader {
     Release(count, left);
     // A large block's copy is what a batch costs: the next one's starts now, on the helpers,
     // while the caller's loop runs.
-    if (split && ahead_ok && ring.is_none()) StartAhead(n);
+    if (next) {
+      ahead_ = std::move(next);
+    } else if (split && ahead_ok && ring.is_none()) {
+      ahead_ = PrepareAhead(n, 0);
+      if (ahead_) ahead_->copy = Copier().Start(ahead_->pieces);
+    }
     return py::make_tuple(positions, keys, fields, columns);
   }
 
@@ -489,17 +500,29 @@ class PyReader {
     return py::reinterpret_steal<py::object>(key);
   }
 
-  // The fields of batch_[0, count), in first-seen order (a sample's field is found by name:
-  // fields are few), and each sample's value of each: cells[field][sample], nullptr where the
+  // A packed batch read and being copied ahead, for the next call (PrepareAhead): its samples
+  // are batch_[0, count), pending.
+  struct Ahead {
+    uint64_t n = 0;      // the batch size asked for
+    uint64_t count = 0;  // samples in it
+    py::object block;    // a PooledBlock the copy fills
+    std::vector<int64_t> spans;
+    std::vector<CopyPiece> pieces;  // the copy's, which reads them until it is finished
+    ParallelCopy::Started copy;
+    bool copied = false;  // set once the copy is finished: every piece read whole
+  };
+
+  // The fields of batch_[first, first + count), in first-seen order (a sample's field is found by
+  // name: fields are few), and each sample's value of each: cells[field][sample], nullptr where the
   // sample lacks it.
   struct Columns {
     std::vector<std::pair<std::string_view, std::string_view>> names;  // (name, encoding)
     std::vector<std::vector<const data::SampleField*>> cells;
   };
-  Columns ColumnsOf(uint64_t count) const {
+  Columns ColumnsOf(uint64_t first, uint64_t count) const {
     Columns cols;
     for (uint64_t i = 0; i < count; ++i) {
-      for (const data::SampleField& f : batch_[i].fields) {
+      for (const data::SampleField& f : batch_[first + i].fields) {
         size_t c = 0;
         while (c < cols.names.size() && cols.names[c].first != f.name) ++c;
         if (c == cols.names.size()) {
@@ -528,16 +551,16 @@ class PyReader {
     return total;
   }
 
-  // The copy of batch_[0, count) into the block at `to`, as pieces (read from their files
-  // where a field is still in its shard's).
-  void PiecesOf(const Columns& cols, uint64_t count, const std::vector<int64_t>& spans, char* to,
-                std::vector<CopyPiece>& pieces) const {
+  // The copy of batch_[first, first + count) into the block at `to`, as pieces (read from their
+  // files where a field is still in its shard's).
+  void PiecesOf(const Columns& cols, uint64_t first, uint64_t count,
+                const std::vector<int64_t>& spans, char* to, std::vector<CopyPiece>& pieces) const {
     pieces.clear();
     for (size_t c = 0; c < cols.names.size(); ++c) {
       for (uint64_t i = 0; i < count; ++i) {
         if (cols.cells[c][i] == nullptr) continue;
-        batch_[i].shard->bytes()->AppendCopyPieces(cols.cells[c][i]->bytes,
-                                                   to + spans[(c * count + i) * 2], pieces);
+        batch_[first + i].shard->bytes()->AppendCopyPieces(cols.cells[c][i]->bytes,
+                                                           to + spans[(c * count + i) * 2], pieces);
       }
     }
   }
@@ -565,38 +588,41 @@ class PyReader {
     return *copy_;
   }
 
-  // Reads the next batch of `n` samples and hands its packed block's copy to the helpers, for
-  // the next call to take (NextBatch): the copy runs while the caller's loop does. Its samples
+  // The batch of `asked` samples after the first `base` pending ones (a block being copied, or
+  // none), read ahead for the next call (NextBatch) with its block laid out; its copy is for the
+  // caller to start, so that it runs on the helpers while the caller's loop does. Its samples
   // are pending meanwhile, so a call that asks for something else reads them as if nothing had
-  // been done ahead. Only samples whose shards are here already are read (a batch that is
-  // ready does not wait for the next one's shard): short of `n`, they wait, pending, for the
-  // next call.
-  void StartAhead(uint64_t asked) {
-    if (pending_ != 0) return;
-    const uint64_t n = std::min<uint64_t>(asked, it_.remaining());
-    if (n == 0) return;
-    if (batch_.size() < n) batch_.resize(n);
-    uint64_t read = 0;
-    Status s = [&] {
-      py::gil_scoped_release release;
-      return it_.NextReadyBatch(std::span<data::Sample>(batch_.data(), n), &read,
-                                data::UnreadFields::kLeave);
-    }();
-    pending_ = read;
-    // An error leaves the iterator at the sample that failed: the next call reads it again
-    // and meets the error itself, as it would have without reading ahead.
-    if (!s.ok() || read < n) return;
-    const Columns cols = ColumnsOf(read);
+  // been read ahead. Only samples whose shards are here already are read (a batch that is
+  // ready does not wait for the next one's shard): short of `asked`, or at an error, nothing is
+  // prepared and the samples read wait, pending, for the next call, which reads the rest (and
+  // meets the error itself, as it would have without reading ahead). Nothing for a small block.
+  std::optional<Ahead> PrepareAhead(uint64_t asked, uint64_t base) {
+    const uint64_t have = pending_ - base;
+    const uint64_t n = std::min<uint64_t>(asked, have + it_.remaining());
+    if (n == 0 || have > n) return std::nullopt;
+    if (have < n) {
+      // Slots are moved, not copied, as batch_ grows: a block being copied reads from its
+      // shards' bytes, which stay where they are.
+      if (batch_.size() < base + n) batch_.resize(base + n);
+      uint64_t read = 0;
+      const Status s = [&] {
+        py::gil_scoped_release release;
+        return it_.NextReadyBatch(std::span<data::Sample>(batch_.data() + base + have, n - have),
+                                  &read, data::UnreadFields::kLeave);
+      }();
+      pending_ += read;
+      if (!s.ok() || have + read < n) return std::nullopt;
+    }
+    const Columns cols = ColumnsOf(base, n);
     Ahead a;
-    const uint64_t total = SpansOf(cols, read, a.spans);
-    if (total < 2 * kMinCopyShare) return;  // the next call copies it, as a small block
+    const uint64_t total = SpansOf(cols, n, a.spans);
+    if (total < 2 * kMinCopyShare) return std::nullopt;  // the next call copies it itself
     a.n = asked;
-    a.count = read;
+    a.count = n;
     char* to = NewPooled(total, a.block);
-    if (to == nullptr) return;  // the next call's own block, or its MemoryError
-    PiecesOf(cols, read, a.spans, to, a.pieces);
-    a.copy = Copier().Start(a.pieces);
-    ahead_ = std::move(a);
+    if (to == nullptr) return std::nullopt;  // the next call's own block, or its MemoryError
+    PiecesOf(cols, base, n, a.spans, to, a.pieces);
+    return a;
   }
 
   // The first `count` samples of batch_ are out: they keep their shards alive only until the
@@ -653,17 +679,6 @@ class PyReader {
   const int copy_threads_;              // helpers of a packed block's copy
   std::unique_ptr<ParallelCopy> copy_;  // started at the first block large enough
   std::vector<CopyPiece> pieces_;       // NextBatch's copy, reused
-  // A packed batch read and being copied ahead, for the next call (StartAhead): its samples
-  // are batch_[0, count), pending.
-  struct Ahead {
-    uint64_t n = 0;      // the batch size asked for
-    uint64_t count = 0;  // samples in it
-    py::object block;    // a PooledBlock the copy fills
-    std::vector<int64_t> spans;
-    std::vector<CopyPiece> pieces;  // the copy's, which reads them until it is finished
-    ParallelCopy::Started copy;
-    bool copied = false;  // set once the copy is finished: every piece read whole
-  };
   std::optional<Ahead> ahead_;
   uint64_t copied_ahead_ = 0;  // blocks handed out from ahead_
   std::shared_ptr<ShardSource> source_;
