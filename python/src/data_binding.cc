@@ -259,6 +259,7 @@ class PyReader {
   // Samples not returned yet: those read but pending (read ahead, or left by an error) too.
   uint64_t remaining() const { return pending_ + it_.remaining(); }
   uint64_t copied_ahead() const { return copied_ahead_; }
+  bool copying_ahead() const { return ahead_.has_value(); }
   uint64_t shards_read() const { return it_.shards_read(); }
   // False in a child forked after the reader was made.
   bool made_here() const { return made_after_fork_ == ForksSoFar(); }
@@ -266,6 +267,21 @@ class PyReader {
   // (position, key, [(name, encoding, bytes)]); StopIteration at the end.
   py::tuple Next() {
     const Call call(*this);
+    DropAhead();
+    if (pending_ > 0) {
+      // Samples a batch call left pending (read ahead, or read before an error) come first.
+      // One that fails as it is handed out (its file cut short) is gone, as below.
+      data::ShardBytes::EnsureGuard();
+      py::tuple sample;
+      try {
+        sample = SampleTuple(batch_[0]);
+      } catch (...) {
+        Release(1, pending_ - 1);
+        throw;
+      }
+      Release(1, pending_ - 1);
+      return sample;
+    }
     Result<bool> more = [&] {
       py::gil_scoped_release release;  // may fetch a shard
       return it_.Next(sample_);
@@ -273,13 +289,7 @@ class PyReader {
     if (!Unwrap(std::move(more))) throw py::stop_iteration();
     // Python code may have replaced the SIGBUS handler since (faulthandler.enable()).
     data::ShardBytes::EnsureGuard();
-    py::list fields;
-    for (const data::SampleField& f : sample_.fields) {
-      fields.append(py::make_tuple(py::str(f.name.data(), f.name.size()),
-                                   py::str(f.encoding.data(), f.encoding.size()),
-                                   Value(sample_, f)));
-    }
-    return py::make_tuple(sample_.position, Key(sample_), fields);
+    return SampleTuple(sample_);
   }
 
   // Up to `n` samples column-wise, read with the GIL released once for all of them, so a
@@ -300,11 +310,13 @@ class PyReader {
     // packed, with no ring. Otherwise its samples are still pending, read before any other.
     std::optional<Ahead> ahead;
     std::optional<Ahead> next;  // the batch after a block copied ahead, read meanwhile
+    // An exception before `next` is handed on (below) waits for its copy without the GIL.
+    const FinishedWithoutGil next_finished{next};
     if (ahead_) {
       const bool take = packed && ahead_ok && ring.is_none() && ahead_->n == n;
       // The batch after it is read while the helpers finish this one, and its copy starts as
       // soon as they have: they never wait for the reader's thread.
-      if (take) next = PrepareAhead(n, ahead_->count);
+      if (take) next = TryPrepareAhead(n, ahead_->count);
       bool copied = false;
       {
         py::gil_scoped_release release;
@@ -358,13 +370,20 @@ class PyReader {
     }
     if (!packed) {
       py::list lists;
-      for (size_t c = 0; c < cols.names.size(); ++c) {
-        py::list column(count);
-        for (uint64_t i = 0; i < count; ++i) {
-          column[i] =
-              cols.cells[c][i] == nullptr ? py::none() : Value(batch_[i], *cols.cells[c][i]);
+      try {
+        for (size_t c = 0; c < cols.names.size(); ++c) {
+          py::list column(count);
+          for (uint64_t i = 0; i < count; ++i) {
+            column[i] =
+                cols.cells[c][i] == nullptr ? py::none() : Value(batch_[i], *cols.cells[c][i]);
+          }
+          lists.append(column);
         }
-        lists.append(column);
+      } catch (...) {
+        // A field whose file was cut short before it was read (DataLoss): the batch is not
+        // handed out, and its samples are gone, as a packed batch's are below.
+        Release(count, left);
+        throw;
       }
       Release(count, left);
       return py::make_tuple(positions, keys, fields, lists);
@@ -433,6 +452,7 @@ class PyReader {
       // cut short below, the batch is not handed out.
       const std::string name = source_->ShardName(FirstUnread(count).ref.shard);
       Release(count, left);
+      HandOn(next);
       ckpt::ThrowStatus(
           DataLoss("shard '" + name + "': its file was cut short while read, under this batch"));
     }
@@ -444,6 +464,7 @@ class PyReader {
       if (batch_[i].shard->bytes()->damaged()) {
         const std::string name = source_->ShardName(batch_[i].ref.shard);
         Release(count, left);
+        HandOn(next);
         ckpt::ThrowStatus(DataLoss("shard '" + name +
                                    "': its file was cut short while mapped, under this batch"));
       }
@@ -455,9 +476,9 @@ class PyReader {
     // A large block's copy is what a batch costs: the next one's starts now, on the helpers,
     // while the caller's loop runs.
     if (next) {
-      ahead_ = std::move(next);
+      HandOn(next);
     } else if (split && ahead_ok && ring.is_none()) {
-      ahead_ = PrepareAhead(n, 0);
+      ahead_ = TryPrepareAhead(n, 0);
       if (ahead_) ahead_->copy = Copier().Start(ahead_->pieces);
     }
     return py::make_tuple(positions, keys, fields, columns);
@@ -511,6 +532,56 @@ class PyReader {
     ParallelCopy::Started copy;
     bool copied = false;  // set once the copy is finished: every piece read whole
   };
+
+  // A sample as Next gives it.
+  py::tuple SampleTuple(const data::Sample& sample) {
+    py::list fields;
+    for (const data::SampleField& f : sample.fields) {
+      fields.append(py::make_tuple(py::str(f.name.data(), f.name.size()),
+                                   py::str(f.encoding.data(), f.encoding.size()),
+                                   Value(sample, f)));
+    }
+    return py::make_tuple(sample.position, Key(sample), fields);
+  }
+
+  // Finishes and drops a block copied ahead; its samples stay pending.
+  void DropAhead() {
+    if (!ahead_) return;
+    {
+      py::gil_scoped_release release;
+      (void)ParallelCopy::Finish(ahead_->copy);
+    }
+    ahead_.reset();
+  }
+
+  // Makes `next`, the batch read ahead after the one being returned, the one the next call
+  // takes: once Release has moved its samples to the front of batch_.
+  void HandOn(std::optional<Ahead>& next) {
+    if (next) ahead_ = std::move(next);
+    next.reset();
+  }
+
+  // Waits, without the GIL, for the copy of a batch read ahead that an exception leaves
+  // behind, before it goes.
+  struct FinishedWithoutGil {
+    std::optional<Ahead>& ahead;
+    ~FinishedWithoutGil() {
+      if (ahead && ahead->copy.pending()) {
+        py::gil_scoped_release release;
+        (void)ParallelCopy::Finish(ahead->copy);
+      }
+    }
+  };
+
+  // PrepareAhead, whose failure (no memory) only means nothing is read ahead: the call that
+  // makes it has a batch to return.
+  std::optional<Ahead> TryPrepareAhead(uint64_t asked, uint64_t base) {
+    try {
+      return PrepareAhead(asked, base);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
 
   // The fields of batch_[first, first + count), in first-seen order (a sample's field is found by
   // name: fields are few), and each sample's value of each: cells[field][sample], nullptr where the
@@ -612,6 +683,12 @@ class PyReader {
       }();
       pending_ += read;
       if (!s.ok() || have + read < n) return std::nullopt;
+    }
+    // A shard mapped from its file is left alone: a file cut short under the mapping is
+    // caught by the SIGBUS guard that each call puts back on top (EnsureGuard), which Python
+    // code may replace (faulthandler.enable()) while a copy runs between calls.
+    for (uint64_t i = 0; i < n; ++i) {
+      if (batch_[base + i].shard->bytes()->mapped()) return std::nullopt;
     }
     const Columns cols = ColumnsOf(base, n);
     Ahead a;
@@ -764,6 +841,8 @@ void DefineDataModule(py::module_& m) {
       .def_property_readonly("copied_ahead", &PyReader::copied_ahead,
                              "Packed blocks handed out that were copied ahead (next_batch's "
                              "ahead=True): while the caller was away")
+      .def_property_readonly("copying_ahead", &PyReader::copying_ahead,
+                             "Whether a packed block is being copied ahead for the next call")
       .def("__iter__", [](PyReader& r) -> PyReader& { return r; })
       .def("__next__", &PyReader::Next)
       .def("next_batch", &PyReader::NextBatch, py::arg("n"), py::arg("packed") = false,

@@ -515,6 +515,13 @@ class NextBatchTest(TempDirTestCase):
                          self.read_batches(reader(), [(n, p, False) for n, p, _ in calls]))
         self.assertGreaterEqual(r.copied_ahead, 1)
         self.assertEqual(r.remaining, 0)
+        # One sample at a time after a batch: the samples read ahead come first, in order.
+        r, plain = reader(), reader()
+        got = [r.next_batch(3, True, None, True)[0], [next(r)[0] for _ in range(4)],
+               r.next_batch(3, True, None, True)[0]]
+        want = [plain.next_batch(3, True)[0], [next(plain)[0] for _ in range(4)],
+                plain.next_batch(3, True)[0]]
+        self.assertEqual(got, want)
         # The block: reused memory, read-only, that pickles as its bytes.
         r = reader()
         positions, keys, _, (block, spans) = r.next_batch(3, True, None, True)
@@ -527,6 +534,7 @@ class NextBatchTest(TempDirTestCase):
         batch = SampleBatch(positions, keys, [("bin", "")], None, block, spans)
         self.assertEqual(bytes(batch.block), bytes(view))
         # A reader dropped with a block being copied ahead waits for the copy, then goes.
+        self.assertTrue(r.copying_ahead)
         del r, view, block, batch
         gc.collect()
         # Through StreamingDataset in process: the same blocks as without the copy threads.
@@ -592,8 +600,23 @@ class NextBatchTest(TempDirTestCase):
         os.truncate(path, 5 * ((1 << 20) + 512) + 512 + 1000)
         positions, _, _, (block, _) = reader.next_batch(3, True, None, True)
         self.assertEqual(positions, [1, 2, 3])
+        self.assertTrue(reader.copying_ahead)
         with self.assertRaisesRegex(_gantry.DataLossError, "shard-000000.tar.*cut short"):
             reader.next_batch(3, True, None, True)
+        self.assertEqual(reader.copied_ahead, 0)
+
+    def test_an_unpacked_batch_cut_short_is_lost_and_the_next_one_comes(self):
+        # Shard 0's file is cut inside sample 3 after the shard was opened: the unpacked batch
+        # of samples 1-3 fails as it reads sample 3 from the file, and its samples are gone;
+        # the next call goes on with shard 1 rather than failing on them again.
+        self.write_random_bins(self.path("ds"), 2, 4, 1 << 20)
+        source = _gantry.DataSource(self.path("ds"), map_files=False)
+        reader = _gantry.DataReader(source, shuffle=False, read_ahead=0, zero_copy=False)
+        self.assertEqual(next(reader)[0], 0)
+        os.truncate(self.path("ds", "shard-000000.tar"), 3 * ((1 << 20) + 512) + 512 + 1000)
+        with self.assertRaisesRegex(_gantry.DataLossError, "shard-000000.tar"):
+            reader.next_batch(3)
+        self.assertEqual(reader.next_batch(3)[0], [4, 5, 6])
 
     def test_a_second_thread_is_refused_while_one_reads(self):
         # Thread A's next_batch(200) waits inside the reader for shard 1 of an MDS dataset

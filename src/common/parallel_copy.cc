@@ -112,6 +112,10 @@ ParallelCopy::Started::~Started() {
   if (job_ != nullptr) (void)job_->Join();
 }
 
+bool ParallelCopy::Started::copied() const {
+  return job_ == nullptr || job_->done.load() == job_->units;
+}
+
 ParallelCopy::Started& ParallelCopy::Started::operator=(Started&& other) noexcept {
   if (this != &other) {
     if (job_ != nullptr) (void)job_->Join();

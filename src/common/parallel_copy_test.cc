@@ -149,6 +149,12 @@ TEST(ParallelCopy, AStartedJobIsFinishedByItsCaller) {
       ParallelCopy::Started started = copy.Start(j.pieces);
       EXPECT_TRUE(started.pending());
       if (wait_us > 0) usleep(wait_us);  // the helpers may have taken every unit by now
+      if (helpers > 0 && wait_us > 0) {
+        // The helpers copy it all on their own, without the caller.
+        for (int i = 0; i < 10000 && !started.copied(); ++i) usleep(1000);
+        ASSERT_TRUE(started.copied()) << "helpers " << helpers;
+        EXPECT_EQ(j.to, j.want) << "helpers " << helpers << ", before Finish";
+      }
       EXPECT_TRUE(ParallelCopy::Finish(started));
       EXPECT_FALSE(started.pending());
       EXPECT_EQ(j.to, j.want) << "helpers " << helpers << " wait " << wait_us;

@@ -670,7 +670,11 @@ TEST(ShardBytes, CachestatAndMincoreAgreeOnWhatIsCached) {
   ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   const uint64_t len = 2 << 20;
   const bool dropped = !WhollyInPageCache(fd, len, /*cachestat=*/false);
-  EXPECT_EQ(WhollyInPageCache(fd, len), !dropped ? true : false);
+  EXPECT_EQ(WhollyInPageCache(fd, len), !dropped);
+  if (!PageCacheCheckUsesCachestat()) {
+    close(fd);
+    GTEST_SKIP() << "this kernel has no cachestat (or refuses it): mincore is all there is";
+  }
   std::string back(len, '\0');
   ASSERT_EQ(pread(fd, back.data(), len, 0), static_cast<ssize_t>(len));
   EXPECT_TRUE(WhollyInPageCache(fd, len, false));

@@ -437,6 +437,8 @@ int CachestatWhole(int fd, uint64_t len) {
 
 }  // namespace
 
+bool PageCacheCheckUsesCachestat() { return !g_no_cachestat.load(std::memory_order_relaxed); }
+
 bool WhollyInPageCache(int fd, uint64_t len, bool cachestat) {
   if (len == 0) return true;
   if (cachestat && !g_no_cachestat.load(std::memory_order_relaxed)) {

@@ -72,6 +72,9 @@ class ParallelCopy {
 
     // A job not yet finished: one Start gave, that Finish has not taken.
     bool pending() const { return job_ != nullptr; }
+    // Every byte of it is copied (by the helpers, where Finish has not run): Finish would
+    // return at once.
+    bool copied() const;
 
    private:
     friend class ParallelCopy;

@@ -46,6 +46,8 @@ namespace gantry::data {
 // never touched (87 us: docs/performance.md, "the page cache asked once per shard"). False
 // when neither can tell. `cachestat` false asks mincore only (a test compares the two).
 bool WhollyInPageCache(int fd, uint64_t len, bool cachestat = true);
+// Whether WhollyInPageCache still asks cachestat: false once the kernel lacked it or refused it.
+bool PageCacheCheckUsesCachestat();
 
 struct MapOptions {
   // Fault every page in at map time (MAP_POPULATE): the I/O and page-table work happens on the
