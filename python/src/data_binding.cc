@@ -63,6 +63,19 @@ T Unwrap(Result<T> result) {
   return std::move(result).value();
 }
 
+// `size` bytes at `data` as a read-only buffer of unsigned bytes: what every object here that
+// hands out bytes in place (a shard, a batch block) gives the buffer protocol.
+py::buffer_info ReadOnlyBytes(const char* data, uint64_t size) {
+  return py::buffer_info(const_cast<char*>(data), 1, py::format_descriptor<uint8_t>::format(), 1,
+                         {static_cast<ssize_t>(size)}, {ssize_t{1}}, /*readonly=*/true);
+}
+
+// How a block pickles where it cannot travel as where it lies: a copy of its bytes.
+py::tuple ReduceToBytes(const char* data, uint64_t size) {
+  return py::make_tuple(py::module_::import("builtins").attr("bytes"),
+                        py::make_tuple(py::bytes(data, size)));
+}
+
 // A shard's bytes through the buffer protocol, read-only: what a reader's memoryviews slice.
 struct ShardBuffer {
   std::shared_ptr<const data::LoadedShard> shard;
@@ -140,10 +153,7 @@ class RingBlock {
   RingBlock(const RingBlock&) = delete;
   RingBlock& operator=(const RingBlock&) = delete;
 
-  py::buffer_info Buffer() const {
-    return py::buffer_info(block_.data, 1, py::format_descriptor<uint8_t>::format(), 1,
-                           {static_cast<ssize_t>(block_.size)}, {ssize_t{1}}, /*readonly=*/true);
-  }
+  py::buffer_info Buffer() const { return ReadOnlyBytes(block_.data, block_.size); }
   uint64_t size() const { return block_.size; }
 
   py::tuple Reduce() const {
@@ -153,8 +163,7 @@ class RingBlock {
       return py::make_tuple(py::module_::import("gantry.data").attr("_batch_block"),
                             py::make_tuple(ring_->path(), block_.offset, block_.seq, block_.size));
     }
-    return py::make_tuple(py::module_::import("builtins").attr("bytes"),
-                          py::make_tuple(py::bytes(block_.data, block_.size)));
+    return ReduceToBytes(block_.data, block_.size);
   }
 
  private:
@@ -187,14 +196,8 @@ class PooledBlock {
 
   char* data() const { return data_; }
   uint64_t size() const { return size_; }
-  py::buffer_info Buffer() const {
-    return py::buffer_info(data_, 1, py::format_descriptor<uint8_t>::format(), 1,
-                           {static_cast<ssize_t>(size_)}, {ssize_t{1}}, /*readonly=*/true);
-  }
-  py::tuple Reduce() const {
-    return py::make_tuple(py::module_::import("builtins").attr("bytes"),
-                          py::make_tuple(py::bytes(data_, size_)));
-  }
+  py::buffer_info Buffer() const { return ReadOnlyBytes(data_, size_); }
+  py::tuple Reduce() const { return ReduceToBytes(data_, size_); }
 
  private:
   PooledBlock(char* data, uint64_t cap, uint64_t size) : data_(data), cap_(cap), size_(size) {}
@@ -300,7 +303,9 @@ class PyReader {
   // are copied into one block and columns is (block, spans): spans is bytes of native int64
   // (begin, end) pairs, field-major, begin -1 where a sample lacks the field; the block is one
   // new bytes object, which pickles as one buffer. One copy, instead of one Python object per
-  // field.
+  // field. With `ahead_ok` (in process, no ring), a block of 2 MiB or more is a PooledBlock,
+  // and the next batch's is read and copied on the helpers before this call returns
+  // (PrepareAhead).
   // StopIteration when nothing is left; an error (a damaged shard) keeps the samples already
   // read for the next call, so no sample is skipped.
   py::tuple NextBatch(uint64_t n, bool packed, const py::object& ring, bool ahead_ok) {
@@ -789,9 +794,7 @@ void DefineDataModule(py::module_& m) {
                           "A shard's bytes, read-only, held alive while any view of them exists")
       .def_buffer([](ShardBuffer& b) {
         const std::string_view v = b.shard->bytes()->view();
-        return py::buffer_info(const_cast<char*>(v.data()), 1,
-                               py::format_descriptor<uint8_t>::format(), 1,
-                               {static_cast<ssize_t>(v.size())}, {ssize_t{1}}, /*readonly=*/true);
+        return ReadOnlyBytes(v.data(), v.size());
       })
       .def_property_readonly("mapped",
                              [](const ShardBuffer& b) { return b.shard->bytes()->mapped(); })
