@@ -547,6 +547,58 @@ class NextBatchTest(TempDirTestCase):
         self.assertEqual(blocks[1], blocks[0])
         self.assertEqual(len(blocks[0]), 5)
 
+    def test_any_mix_of_calls_gives_every_sample_once_in_order(self):
+        # A careless caller mixes batch sizes, packed and unpacked, ahead or not, and single
+        # samples, on readers with and without a read-ahead thread, mapped or read: whatever
+        # the mix, the samples come once each in the reader's order, each with its bytes.
+        # Sizes from 64 KiB to 1.5 MiB put blocks on both sides of the 2 MiB line above which
+        # they are copied ahead.
+        rng = random.Random(12)
+        sizes = [rng.choice([64 << 10, 700 << 10, 3 << 19]) for _ in range(36)]
+        os.makedirs(self.path("ds"))
+        payloads = []
+        for s in range(4):
+            with tarfile.open(self.path("ds", f"shard-{s:06d}.tar"), "w") as tar:
+                for size in sizes[9 * s:9 * s + 9]:
+                    payloads.append(rng.randbytes(size))
+                    info = tarfile.TarInfo(f"k{len(payloads) - 1}.bin")
+                    info.size = size
+                    tar.addfile(info, io.BytesIO(payloads[-1]))
+        copied_ahead = 0
+        for mapped in (False, True):
+            source = _gantry.DataSource(self.path("ds"), map_files=mapped)
+            whole = _gantry.DataReader(source, seed=7, window=12).next_batch(100, False)[0]
+            self.assertEqual(sorted(whole), list(range(36)))
+            for trial in range(12):
+                reader = _gantry.DataReader(source, seed=7, window=12, copy_threads=1,
+                                            read_ahead=trial % 2 * 2)
+                got = []
+                while True:
+                    try:
+                        if rng.random() < 0.15:
+                            position, key, fields = next(reader)
+                            got.append((position, key, bytes(fields[0][2])))
+                            continue
+                        n, packed, ahead = rng.randint(1, 5), rng.random() < 0.8, rng.random() < 0.8
+                        positions, keys, _, columns = reader.next_batch(n, packed, None, ahead)
+                    except StopIteration:
+                        break
+                    self.assertLessEqual(len(keys), n)
+                    if packed:
+                        block, spans = columns
+                        ends = memoryview(spans).cast("q")
+                        values = [bytes(memoryview(block)[ends[2 * i]:ends[2 * i + 1]])
+                                  for i in range(len(keys))]
+                    else:
+                        values = [bytes(v) for v in columns[0]]
+                    got.extend(zip(positions, keys, values))
+                self.assertEqual([p for p, _, _ in got], whole, (mapped, trial))
+                for _, key, value in got:
+                    self.assertEqual(value, payloads[int(key[1:])], (mapped, trial, key))
+                self.assertEqual(reader.remaining, 0)
+                copied_ahead += reader.copied_ahead
+        self.assertGreater(copied_ahead, 0)
+
     def write_mds_bins(self, folder, count, size, damaged):
         """An MDS dataset of one shard: `count` samples with one bytes column "bin" of `size`
         random bytes, the column sizes of sample `damaged` overwritten to claim more bytes than
