@@ -40,6 +40,27 @@ TEST(CliData, InspectAndVerifyFixtures) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["samples"], 100);
 }
 
+TEST(CliData, InspectShowsShardsReadFromBelowTheDatasetsFolder) {
+  // A copy of a shard left in a subfolder is read as more samples: inspect says where the
+  // shards lie whenever any lies below the dataset's own folder.
+  TempDir dir("gantry-cli-data");
+  std::filesystem::copy(kFixtures + "/wds/basic", dir.sub("d"));
+  auto r = Gantry("data inspect " + Quote(dir.sub("d")), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("folders:"), std::string::npos) << r.out;
+  std::filesystem::create_directories(dir.sub("d/old"));
+  std::filesystem::copy(dir.sub("d/shard-000000.tar"), dir.sub("d/old/shard-000000.tar"));
+  r = Gantry("data inspect " + Quote(dir.sub("d")), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("samples:  2450\n"), std::string::npos) << r.out;  // shard 0: 450
+  EXPECT_NE(r.out.find("folders:  2 (old/, ./): shards below the URL are read too"),
+            std::string::npos)
+      << r.out;
+  r = Gantry("data inspect " + Quote(dir.sub("d")) + " --json", dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["folders"], nlohmann::json::array({"old/", ""}));
+}
+
 TEST(CliData, ExitCodes) {
   TempDir dir("gantry-cli-data");
   std::filesystem::copy(kFixtures + "/mds/hashed", dir.sub("d"));

@@ -56,6 +56,7 @@ nlohmann::ordered_json SummaryJson(const data::DatasetSummary& s, bool shards) {
                                 {"raw_bytes", s.raw_bytes},
                                 {"columns", cols},
                                 {"hashes", s.hashes}};
+  if (s.format == data::DatasetFormat::kWebDataset) out["folders"] = s.folders;
   if (shards) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& sh : s.shards) {
@@ -87,6 +88,17 @@ int Inspect(DataArgs& a) {
               FormatBytes(s->stored_bytes).c_str());
   if (s->raw_bytes != s->stored_bytes) {
     std::printf(", %s uncompressed", FormatBytes(s->raw_bytes).c_str());
+  }
+  // Shards from below the dataset's own folder are read too: shown, as a copy of the shards
+  // in a subfolder would be read as more samples.
+  if (!s->folders.empty() && !(s->folders.size() == 1 && s->folders[0].empty())) {
+    std::string list;
+    for (size_t i = 0; i < s->folders.size() && i < 8; ++i) {
+      list += (i ? ", " : "") + (s->folders[i].empty() ? std::string("./") : s->folders[i]);
+    }
+    if (s->folders.size() > 8) list += ", ...";
+    std::printf("\nfolders:  %zu (%s): shards below the URL are read too", s->folders.size(),
+                list.c_str());
   }
   std::string hashes;
   for (const std::string& h : s->hashes) hashes += (hashes.empty() ? "" : ", ") + h;

@@ -174,6 +174,7 @@ Result<DatasetSummary> InspectDataset(DatasetLocation& d, const ReadLimits& limi
   s.url = d.url;
   s.format = DatasetFormat::kWebDataset;
   std::map<std::string, size_t> column_at;
+  std::set<std::string> seen_folders;
   for (size_t i = 0; i < d.wds_shards.size(); ++i) {
     GANTRY_ASSIGN_OR_RETURN(WdsShard shard, ReadWdsShard(*d.store, d.wds_shards[i], limits));
     ShardSummary sh{shard.name(), shard.samples().size(), shard.stored_bytes(), shard.tar_bytes(),
@@ -182,6 +183,10 @@ Result<DatasetSummary> InspectDataset(DatasetLocation& d, const ReadLimits& limi
     s.stored_bytes += sh.stored_bytes;
     s.raw_bytes += sh.raw_bytes;
     s.shards.push_back(std::move(sh));
+    const std::string& key = d.wds_shards[i];
+    const size_t slash = key.rfind('/');
+    std::string folder = slash == std::string::npos ? "" : key.substr(0, slash + 1);
+    if (seen_folders.insert(folder).second) s.folders.push_back(std::move(folder));
     for (const WdsSample& sample : shard.samples()) {
       for (const WdsField& f : sample.fields) {
         auto [it, inserted] = column_at.try_emplace(f.name, s.columns.size());

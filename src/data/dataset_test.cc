@@ -83,6 +83,28 @@ TEST(InspectDataset, SummarisesFixtures) {
   EXPECT_EQ(counts["png"], 133u);
 }
 
+TEST(InspectDataset, NamesEachFolderItsShardsLieInOnce) {
+  // Keys in order interleave folders ("a/a" < "a/b/y" < "a/c"): each is named once, in the
+  // order of its first shard.
+  TempDir dir("gantry-ds");
+  const std::string shard = test::FixturesDir() + "/wds/basic/shard-000000.tar";
+  for (const char* key : {"a/a.tar", "a/b/y.tar", "a/c.tar", "z.tar"}) {
+    std::filesystem::create_directories(std::filesystem::path(dir.sub(key)).parent_path());
+    std::filesystem::copy(shard, dir.sub(key));
+  }
+  auto d = LocateDataset(dir.path(), {});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  Result<DatasetSummary> s = InspectDataset(*d, {}, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->shards.size(), 4u);
+  EXPECT_THAT(s->folders, ElementsAre("a/", "a/b/", ""));
+  auto basic = LocateDataset(test::FixturesDir() + "/wds/basic", {});
+  ASSERT_TRUE(basic.ok());
+  s = InspectDataset(*basic, {}, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_THAT(s->folders, ElementsAre(""));
+}
+
 TEST(VerifyDataset, CleanFixturesVerify) {
   for (const char* d : {"mds/plain", "mds/zstd", "mds/hashed", "mds/jpeg", "wds/basic", "wds/gz",
                         "wds/tricky", "wds/images", "wds/ambiguous"}) {

@@ -71,6 +71,10 @@ struct DatasetSummary {
   std::vector<ShardSummary> shards;
   std::vector<ColumnSummary> columns;
   std::vector<std::string> hashes;  // MDS: algorithms recorded per file
+  // WebDataset: the folders its shards lie in, relative to the dataset's ("" for its own), in
+  // the order of their first shard. A folder's shards at any depth are the dataset's (as an S3
+  // prefix lists them), so more than one here may be a copy of the shards read as more samples.
+  std::vector<std::string> folders;
 };
 
 // MDS reads index.json only; WebDataset reads every shard (a tar has no index).
