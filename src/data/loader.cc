@@ -86,8 +86,9 @@ Status CheckCopy(std::string_view bytes, const Expected& e, const std::string& w
 class Fetcher {
  public:
   // `fingerprint` names this version of the dataset (its shards' names, sizes and hashes): the
-  // cache keys on it with the URL, so a dataset rewritten in place under the same URL gets a
-  // fresh cache folder instead of stale copies, and a hit needs no hash beyond the trailer's.
+  // cache keys on it with the store's name for the URL, so a dataset rewritten in place under
+  // the same URL gets a fresh cache folder instead of stale copies, and a hit needs no hash
+  // beyond the trailer's.
   Status Init(DatasetLocation& dataset, const ShardSourceOptions& options,
               const std::string& fingerprint) {
     url_ = dataset.url;
@@ -127,8 +128,11 @@ class Fetcher {
                                  ": its copies would be read as more shards; cache elsewhere");
         }
       }
+      // Keyed by the store's own name for the folder (links resolved, "." and trailing slashes
+      // gone), not the URL as spelled: one dataset named two ways is one cached copy, so a job
+      // finds what was staged for it under another spelling.
       GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ShardCache> cache,
-                              ShardCache::Open(options.cache, dataset.url, fingerprint));
+                              ShardCache::Open(options.cache, dataset.store->url(), fingerprint));
       cache_ = std::move(cache);
     }
     return Status::Ok();

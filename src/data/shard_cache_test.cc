@@ -514,6 +514,33 @@ TEST(LoaderCache, NeverInsideTheDatasetFolder) {
   }
 }
 
+// One dataset named several ways (a trailing slash, "." and "//", file:// or a plain path, a
+// link to its folder) is one cached copy: each spelling had a folder of its own, so a job whose
+// URL differed by a slash from the one staged (or from another job's) fetched every shard again.
+TEST(LoaderCache, OneDatasetNamedManyWaysIsCachedOnce) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data", cache = tmp.path() + "/cache";
+  WriteWds(data, 3, 4);
+  fs::create_directory_symlink(data, tmp.path() + "/link");
+  MetricsRegistry registry;
+  const std::vector<std::string> urls = {"file://" + data, data + "/", tmp.path() + "/./data",
+                                         "file://" + tmp.path() + "//data/", tmp.path() + "/link"};
+  for (size_t i = 0; i < urls.size(); ++i) {
+    SCOPED_TRACE(urls[i]);
+    EpochRun r = ReadEpoch(urls[i], Options(registry, cache));
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(Sorted(r.keys), AllKeys(12));
+    const DataStats st = StatsOf(registry, urls[i]);
+    EXPECT_EQ(st.shards_durable, i == 0 ? 3u : 0u);  // fetched once, by the first spelling
+    if (i > 0) {
+      EXPECT_GT(st.shards_cache, 0u);
+    }
+  }
+  int folders = 0;
+  for (const auto& e : fs::directory_iterator(cache)) folders += e.is_directory();
+  EXPECT_EQ(folders, 1);
+}
+
 // Read-ahead fetches the next shards before the consumer needs them; without it, nothing is
 // fetched early.
 TEST(LoaderCache, ReadAheadFetchesTheNextShards) {
