@@ -109,6 +109,19 @@ TEST(CliData, PackThenReadWithPythonTarfile) {
       dir.sub("stderr"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "s/k4.cls=4,s/k4.txt=text 4\n");
+  // Packed again into the same folder: refused (3), or replaced with --overwrite, the shard
+  // past the new count removed.
+  r = Gantry("data pack " + Quote(dir.sub("in")) + " " + Quote(dir.sub("out")) +
+                 " --samples-per-shard 3",
+             dir);
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.err.find("--overwrite"), std::string::npos) << r.err;
+  r = Gantry("data pack " + Quote(dir.sub("in")) + " " + Quote(dir.sub("out")) +
+                 " --samples-per-shard 3 --overwrite --json",
+             dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["removed"], nlohmann::json::array({"shard-000002.tar"}));
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("out/shard-000002.tar")));
   r = Gantry("data pack " + Quote(dir.sub("in")) + " " + Quote(dir.sub("mds")) +
                  " --format mds --compression zstd --hash sha1 --column cls=str",
              dir);

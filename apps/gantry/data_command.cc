@@ -27,6 +27,7 @@ struct DataArgs {
   uint64_t shard_size = uint64_t{1} << 26;
   uint64_t shard_samples = 0;
   bool gzip = false;
+  bool overwrite = false;
 };
 
 int Fail(const std::string& what, const Status& s) { return ReportFailure("data " + what, s); }
@@ -186,6 +187,7 @@ int Pack(DataArgs& a) {
   o.shard_bytes = a.shard_size;
   o.shard_samples = a.shard_samples;
   o.gzip = a.gzip;
+  o.overwrite = a.overwrite;
   if (o.format == data::DatasetFormat::kWebDataset &&
       (!o.compression.empty() || !o.hashes.empty() || !o.encodings.empty())) {
     return Fail("pack", InvalidArgument("--compression, --hash and --column are for --format mds "
@@ -203,13 +205,17 @@ int Pack(DataArgs& a) {
                                         {"format", data::DatasetFormatName(o.format)},
                                         {"samples", r->samples},
                                         {"input_bytes", r->input_bytes},
-                                        {"files", r->shards}}
+                                        {"files", r->shards},
+                                        {"removed", r->removed}}
                      .dump(2)
               << "\n";
   } else {
     std::printf("packed %llu samples (%s) into %zu files at %s\n",
                 static_cast<unsigned long long>(r->samples), FormatBytes(r->input_bytes).c_str(),
                 r->shards.size(), a.url.c_str());
+    if (!r->removed.empty()) {
+      std::printf("removed %zu files of the dataset it replaced\n", r->removed.size());
+    }
   }
   return kExitOk;
 }
@@ -274,6 +280,8 @@ void RegisterDataCommands(CLI::App& app) {
   pack->add_option("--samples-per-shard", a->shard_samples,
                    "WebDataset: samples per shard (0: by size)");
   pack->add_flag("--gzip", a->gzip, "WebDataset: write shard-NNNNNN.tar.gz");
+  pack->add_flag("--overwrite", a->overwrite,
+                 "Replace a dataset already in the output folder (refused without it)");
   pack->add_flag("--json", a->json, "JSON summary");
   pack->footer(
       "A folder's files group into samples by key: a/x.jpg and a/x.cls are sample a/x with\n"

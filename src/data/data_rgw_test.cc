@@ -97,6 +97,18 @@ TEST_F(DataRgwTest, PackFromS3FilesToS3MdsAndVerify) {
   EXPECT_EQ((*row)[0], "cats/img1000");  // __key__, cls, jpg
   EXPECT_EQ((*row)[1], "0");
   EXPECT_EQ((*row)[2], std::string(100, '\0'));
+  // Packed again over it: refused (the files are created only where absent, If-None-Match),
+  // then replaced on request, the old shards past the new count removed.
+  EXPECT_EQ(PackDataset(o, url_ + "/packed", options_, nullptr).status().code(),
+            StatusCode::kAlreadyExists);
+  o.overwrite = true;
+  o.shard_bytes = 1 << 20;
+  Result<PackReport> again = PackDataset(o, url_ + "/packed", options_, nullptr);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->removed.size(), p->shards.size() - 2);  // all but shard 0 and index.json
+  Result<std::vector<ObjectInfo>> left = loc->store->ListAll("");
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->size(), 2u);
 }
 
 // Staging from S3 (credentials as the loader takes them) fills the node's cache so that the

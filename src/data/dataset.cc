@@ -483,12 +483,22 @@ std::string EncodeWds(const InputValue& v) {
   }
 }
 
+// A file of a dataset as a reader of its folder finds it: index.json and MDS shards in the
+// folder itself, tar shards at any depth (LocateDataset lists them so).
+bool IsDatasetFile(std::string_view key) {
+  if (IsWdsShardName(key)) return true;
+  if (key.find('/') != std::string_view::npos) return false;
+  return key == kMdsIndexName ||
+         (key.starts_with("shard.") && key.find(".mds") != std::string_view::npos);
+}
+
 Result<PackReport> PackInto(const PackOptions& options, PackInput* input, ObjectStore* store,
                             const DataProgress& progress) {
   PackReport report;
   if (options.format == DatasetFormat::kWebDataset) {
     WdsWriterOptions wo;
     wo.pattern = options.gzip ? "shard-%06d.tar.gz" : "shard-%06d.tar";
+    wo.create_only = !options.overwrite;
     wo.max_samples = options.shard_samples;
     wo.max_bytes = options.shard_bytes;
     GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<WdsWriter> w, WdsWriter::Create(*store, wo));
@@ -519,6 +529,7 @@ Result<PackReport> PackInto(const PackOptions& options, PackInput* input, Object
           mo.compression = options.compression;
           mo.hashes = options.hashes;
           mo.size_limit = options.shard_bytes;
+          mo.create_only = !options.overwrite;
           mo.columns["__key__"] = "str";
           for (const auto& [name, value] : s.fields) mo.columns[name] = DefaultEncoding(value);
           for (const auto& [name, encoding] : options.encodings) {
@@ -567,7 +578,36 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
   StoreOptions oo = store_options;
   oo.create_root = true;
   GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));
+  // A pack into a folder holding a dataset left both mixed: the new shards over the old, the
+  // old ones past the new count still read, an index.json beside tar shards.
+  std::vector<std::string> old;
+  GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> there, store->ListAll(""));
+  for (const ObjectInfo& o : there) {
+    if (IsDatasetFile(o.key)) old.push_back(o.key);
+  }
+  if (!old.empty() && !options.overwrite) {
+    return AlreadyExists(
+        out + " already holds a dataset ('" + old.front() + "'" +
+        (old.size() > 1 ? " and " + std::to_string(old.size() - 1) + " more" : "") +
+        "): pack into an empty folder, or overwrite it (--overwrite)");
+  }
   Result<PackReport> report = PackInto(options, input.get(), store.get(), progress);
+  if (!report.ok() && report.status().code() == StatusCode::kAlreadyExists) {
+    return Status(report.status().code(),
+                  out + ": another pack is writing into this folder: " + report.status().message());
+  }
+  if (report.ok() && options.overwrite) {
+    const std::set<std::string> written(report->shards.begin(), report->shards.end());
+    for (const std::string& key : old) {
+      if (written.count(key) != 0) continue;
+      Status gone = store->Delete(key);
+      if (!gone.ok()) {
+        return Status(gone.code(), out + ": the new dataset is written, but the old one's '" + key +
+                                       "' could not be removed: " + gone.message());
+      }
+      report->removed.push_back(key);
+    }
+  }
   // A packed folder is handed on (uploaded, listed, read by other tools): the posix store's
   // temp directory, empty once the writers are done, is not left in it. Failing to remove it
   // leaves the dataset as good as it was, so the pack's own result stands.

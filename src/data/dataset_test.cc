@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/test_support.h"
 #include "data/test_util.h"
@@ -208,6 +209,66 @@ TEST(PackDataset, FolderToBothFormats) {
   EXPECT_EQ(v->samples, 2u);
   EXPECT_EQ(v->hashes_checked, 2u);
   EXPECT_THAT(Entries(dir.sub("mds")), ElementsAre("index.json", "shard.00000.mds.zstd"));
+}
+
+// A pack into a folder that holds a dataset left both mixed: the new shards over the old, the
+// old ones past the new count read as more samples, an index.json beside tar shards. It is
+// refused, whatever the dataset's format, unless asked to overwrite, which then leaves only the
+// new dataset. Two packs started together into one folder: one writes, the other fails, and
+// the folder holds one pack's samples.
+TEST(PackDataset, NeverMixedWithADatasetAlreadyThere) {
+  TempDir dir("gantry-ds");
+  for (int i = 0; i < 60; ++i) WriteFile(dir.sub("in/k" + std::to_string(i) + ".txt"), "t");
+  WriteFile(dir.sub("out/README"), "not a dataset file");
+  PackOptions o;
+  o.input = dir.sub("in");
+  o.shard_samples = 10;
+  ASSERT_TRUE(PackDataset(o, dir.sub("out"), {}, nullptr).ok());  // other files are fine
+  auto samples = [&](const std::string& url) -> uint64_t {
+    auto loc = LocateDataset(url, {});
+    if (!loc.ok()) return 0;
+    Result<DatasetSummary> s = InspectDataset(*loc, {}, nullptr);
+    return s.ok() ? s->samples : 0;
+  };
+  o.shard_samples = 25;
+  Result<PackReport> r = PackDataset(o, dir.sub("out"), {}, nullptr);
+  EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(r.status().message().find("shard-000000.tar"), std::string::npos);
+  EXPECT_EQ(samples(dir.sub("out")), 60u);  // untouched: 6 shards of 10
+  PackOptions mds = o;
+  mds.format = DatasetFormat::kMds;
+  EXPECT_EQ(PackDataset(mds, dir.sub("out"), {}, nullptr).status().code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("out/index.json")));
+  WriteFile(dir.sub("nested/old/shard-000000.tar"), "");  // read as the dataset's: refused
+  EXPECT_EQ(PackDataset(o, dir.sub("nested"), {}, nullptr).status().code(),
+            StatusCode::kAlreadyExists);
+
+  o.overwrite = true;
+  r = PackDataset(o, dir.sub("out"), {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_THAT(r->removed, ElementsAre("shard-000003.tar", "shard-000004.tar", "shard-000005.tar"));
+  EXPECT_EQ(samples(dir.sub("out")), 60u);  // 3 shards of 25, 25 and 10
+  mds.overwrite = true;
+  r = PackDataset(mds, dir.sub("out"), {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->removed.size(), 3u);
+  EXPECT_THAT(Entries(dir.sub("out")), ElementsAre("README", "index.json", "shard.00000.mds"));
+  EXPECT_EQ(samples(dir.sub("out")), 60u);
+
+  for (int round = 0; round < 5; ++round) {
+    const std::string out = dir.sub("race" + std::to_string(round));
+    o.overwrite = false;
+    Result<PackReport> a = InvalidArgument("not run"), b = InvalidArgument("not run");
+    std::thread ta([&] { a = PackDataset(o, out, {}, nullptr); });
+    std::thread tb([&] { b = PackDataset(o, out, {}, nullptr); });
+    ta.join();
+    tb.join();
+    SCOPED_TRACE(a.status().ToString() + " / " + b.status().ToString());
+    EXPECT_EQ(a.ok() + b.ok(), 1);
+    EXPECT_EQ((a.ok() ? b : a).status().code(), StatusCode::kAlreadyExists);
+    EXPECT_EQ(samples(out), 60u);
+  }
 }
 
 // Packing a folder into itself, or into a folder inside it, put the shards among the files

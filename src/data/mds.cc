@@ -588,7 +588,7 @@ Status MdsWriter::Flush() {
     GANTRY_ASSIGN_OR_RETURN(info.raw.hashes[h], internal::HexDigest(h, raw));
   }
   if (options_.compression.empty()) {
-    GANTRY_RETURN_IF_ERROR(store_.Put(options_.prefix + info.raw.basename, raw));
+    GANTRY_RETURN_IF_ERROR(store_.Put(options_.prefix + info.raw.basename, raw, PutFlags()));
   } else {
     GANTRY_ASSIGN_OR_RETURN(Compression c, ParseCompression(options_.compression, "MDS writer"));
     GANTRY_ASSIGN_OR_RETURN(std::string zip,
@@ -599,7 +599,7 @@ Status MdsWriter::Flush() {
     for (const std::string& h : options_.hashes) {
       GANTRY_ASSIGN_OR_RETURN(z.hashes[h], internal::HexDigest(h, zip));
     }
-    GANTRY_RETURN_IF_ERROR(store_.Put(options_.prefix + z.basename, zip));
+    GANTRY_RETURN_IF_ERROR(store_.Put(options_.prefix + z.basename, zip, PutFlags()));
     info.zip = std::move(z);
   }
   index_.total_samples += n;
@@ -625,7 +625,7 @@ Status MdsWriter::Finish() {
     shards.push_back(std::move(entry));
   }
   const json doc = {{"shards", shards}, {"version", 2}};
-  return store_.Put(options_.prefix + kMdsIndexName, internal::PythonJsonDump(doc));
+  return store_.Put(options_.prefix + kMdsIndexName, internal::PythonJsonDump(doc), PutFlags());
 }
 
 }  // namespace gantry::data

@@ -115,16 +115,24 @@ struct PackOptions {
   uint64_t shard_bytes = uint64_t{1} << 26;  // MDS size_limit; WebDataset max tar size
   uint64_t shard_samples = 0;                // WebDataset: samples per shard; 0: by size only
   bool gzip = false;                         // WebDataset: write shard-NNNNNN.tar.gz
+  // A dataset already in the output folder is replaced: its files that this pack does not
+  // rewrite are removed once it has written its own. Without it such a folder is refused.
+  bool overwrite = false;
 };
 
 struct PackReport {
   uint64_t samples = 0;
   uint64_t input_bytes = 0;
-  std::vector<std::string> shards;  // keys written (plus index.json for MDS)
+  std::vector<std::string> shards;   // keys written (plus index.json for MDS)
+  std::vector<std::string> removed;  // overwrite: the old dataset's files not rewritten
 };
 
 // Writes the dataset into `out` (a folder URL). Samples stream through: memory holds one
 // sample and one shard. InvalidArgument names the file or manifest line at fault.
+// AlreadyExists where `out` holds a dataset already (index.json, an MDS shard, a tar shard at
+// any depth: what a reader of the folder would read) and options.overwrite is off, and where
+// another pack writes into the same folder meanwhile: each file is then created, never
+// replaced, so of two packs started together one writes and the other fails.
 Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
                                const StoreOptions& store_options, const DataProgress& progress);
 

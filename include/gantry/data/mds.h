@@ -139,6 +139,9 @@ struct MdsWriterOptions {
   std::string compression;                  // "" or "zstd" / "zstd:LEVEL" (level 3 by default)
   std::vector<std::string> hashes;          // e.g. {"sha1", "xxh64"}
   uint64_t size_limit = uint64_t{1} << 26;  // per shard (uncompressed); Streaming's default
+  // Each file (shards, index.json) created, never replaced: AlreadyExists where the key is
+  // taken (another writer into the same folder), atomically (PutOptions::create_if_absent).
+  bool create_only = false;
 };
 
 // Writes samples into shards and, at Finish, index.json: files Streaming's StreamingDataset
@@ -162,6 +165,7 @@ class MdsWriter {
  private:
   MdsWriter(ObjectStore& store, MdsWriterOptions options);
   Status Flush();
+  PutOptions PutFlags() const { return PutOptions{.create_if_absent = options_.create_only}; }
 
   ObjectStore& store_;
   const MdsWriterOptions options_;

@@ -95,6 +95,9 @@ struct WdsWriterOptions {
   uint64_t max_samples = 10000;            // per shard; 0: no limit
   uint64_t max_bytes = uint64_t{1} << 30;  // per shard (uncompressed tar); 0: no limit
   int64_t mtime = 0;                       // stamped on every member
+  // Each shard created, never replaced: AlreadyExists where the key is taken (another writer
+  // into the same folder), atomically (PutOptions::create_if_absent).
+  bool create_only = false;
 };
 
 class WdsWriter {
