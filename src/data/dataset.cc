@@ -82,6 +82,32 @@ Result<DatasetFormat> ParseDatasetFormat(const std::string& name) {
   return InvalidArgument("unknown dataset format '" + name + "' (mds or wds)");
 }
 
+namespace {
+
+// Why a local folder of links to shards (ln -s /big/*.tar .) holds no dataset: the posix store
+// follows no link beneath its root (docs/storage.md), so they are not listed. Empty where no
+// such link is there.
+std::string LinkedShardsNote(const ObjectStore& store) {
+  const auto* posix = dynamic_cast<const PosixStore*>(&store);
+  if (posix == nullptr) return "";
+  std::error_code ec;
+  std::filesystem::recursive_directory_iterator it(posix->root(), ec), end;
+  uint64_t links = 0;
+  std::string first;
+  for (int seen = 0; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_symlink(ec) || !(IsWdsShardName(name) || name == kMdsIndexName)) continue;
+    if (links++ == 0) first = it->path().lexically_relative(posix->root()).string();
+  }
+  if (links == 0) return "";
+  return "; " + std::to_string(links) + " symbolic link" + (links > 1 ? "s" : "") +
+         " named like shards or index.json (" + first + (links > 1 ? ", ..." : "") + ") " +
+         (links > 1 ? "are" : "is") +
+         " not followed: copy or hard-link the files, or give the folder they are in";
+}
+
+}  // namespace
+
 Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions& options) {
   StoreOptions o = options;
   o.create_root = false;
@@ -108,7 +134,8 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
   }
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> shards, ListWdsShards(*d.store, ""));
   if (shards.empty()) {
-    return NotFound(url + ": no dataset here (neither index.json nor .tar shards)");
+    return NotFound(url + ": no dataset here (neither index.json nor .tar shards)" +
+                    LinkedShardsNote(*d.store));
   }
   d.format = DatasetFormat::kWebDataset;
   for (ObjectInfo& s : shards) {

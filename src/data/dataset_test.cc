@@ -50,6 +50,20 @@ TEST(LocateDataset, FindsEitherFormatOrOneShard) {
   EXPECT_EQ(LocateDataset(empty.path(), {}).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(LocateDataset(empty.sub("nope"), {}).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(std::filesystem::exists(empty.sub("nope")));  // nothing created by a read
+  // A folder of links to shards holds nothing the store lists (it follows no link beneath its
+  // root): NotFound says so, naming a link, rather than that there are no .tar files.
+  std::filesystem::create_directories(empty.sub("links/sub"));
+  std::filesystem::create_symlink(f + "/wds/basic/shard-000000.tar", empty.sub("links/a.tar"));
+  std::filesystem::create_symlink(f + "/wds/basic/shard-000001.tar", empty.sub("links/sub/b.tar"));
+  Result<DatasetLocation> links = LocateDataset(empty.sub("links"), {});
+  EXPECT_EQ(links.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(links.status().message(), ::testing::HasSubstr("2 symbolic links"));
+  EXPECT_THAT(links.status().message(), ::testing::AnyOf(::testing::HasSubstr("(a.tar, ...)"),
+                                                         ::testing::HasSubstr("(sub/b.tar, ...)")));
+  std::filesystem::create_directories(empty.sub("plain/sub"));
+  std::filesystem::create_symlink(empty.sub("links"), empty.sub("plain/sub/x"));  // not a shard
+  EXPECT_THAT(LocateDataset(empty.sub("plain"), {}).status().message(),
+              ::testing::Not(::testing::HasSubstr("symbolic")));
 }
 
 TEST(InspectDataset, SummarisesFixtures) {
