@@ -1121,7 +1121,7 @@ class StreamingDataset(_Base):
             raise InvalidArgumentError("batch_size must be at least 1")
         env_rank, env_world = _rank_and_world()
         self.url = url
-        self.batch_size = int(batch_size)
+        self.batch_size = _uint64("batch_size")(batch_size)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.window = int(window)
