@@ -1179,6 +1179,8 @@ class StreamingDataset(_Base):
             self._worker_cache = _make_worker_cache(url, self.fallback_urls)
             if self._worker_cache is not None:
                 weakref.finalize(self, _remove_worker_cache, self._worker_cache[0], os.getpid())
+        if shard_samples is not None:
+            shard_samples = [_uint64("a shard's sample count")(n) for n in shard_samples]
         source = _gantry.DataSource(url, wds_shard_samples=shard_samples,
                                     verify_hashes=verify_hashes)
         self.format = source.format

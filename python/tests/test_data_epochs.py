@@ -77,7 +77,7 @@ class PersistentWorkersTest(WdsTestCase):
     def test_what_the_order_cannot_take_is_refused_at_once(self):
         from gantry.data import InvalidArgumentError
         for kw in ({"seed": -1}, {"seed": 1 << 64}, {"window": -1}, {"epoch": -2},
-                   {"batch_size": 0}, {"batch_size": 1 << 64}):
+                   {"batch_size": 0}, {"batch_size": 1 << 64}, {"shard_samples": [-1]}):
             with self.assertRaises(InvalidArgumentError, msg=kw):
                 self.dataset(**kw)
         ds = self.dataset(batch_size=4)
