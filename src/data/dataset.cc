@@ -84,26 +84,33 @@ Result<DatasetFormat> ParseDatasetFormat(const std::string& name) {
 
 namespace {
 
-// Why a local folder of links to shards (ln -s /big/*.tar .) holds no dataset: the posix store
-// follows no link beneath its root (docs/storage.md), so they are not listed. Empty where no
-// such link is there.
-std::string LinkedShardsNote(const ObjectStore& store) {
+// Links named like shards or index.json in a local dataset folder: the posix store follows no
+// link beneath its root (docs/storage.md), so it does not list them. Walks at most 100,000
+// entries, and no linked directory.
+struct LinkedShards {
+  uint64_t count = 0;
+  std::string first;  // relative to the folder
+
+  // "N symbolic link(s) named like shards or index.json (first, ...) is/are not followed".
+  std::string Describe() const {
+    return std::to_string(count) + " symbolic link" + (count > 1 ? "s" : "") +
+           " named like shards or index.json (" + first + (count > 1 ? ", ..." : "") + ") " +
+           (count > 1 ? "are" : "is") + " not followed";
+  }
+};
+
+LinkedShards FindLinkedShards(const ObjectStore& store) {
+  LinkedShards out;
   const auto* posix = dynamic_cast<const PosixStore*>(&store);
-  if (posix == nullptr) return "";
+  if (posix == nullptr) return out;
   std::error_code ec;
   std::filesystem::recursive_directory_iterator it(posix->root(), ec), end;
-  uint64_t links = 0;
-  std::string first;
   for (int seen = 0; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
     const std::string name = it->path().filename().string();
     if (!it->is_symlink(ec) || !(IsWdsShardName(name) || name == kMdsIndexName)) continue;
-    if (links++ == 0) first = it->path().lexically_relative(posix->root()).string();
+    if (out.count++ == 0) out.first = it->path().lexically_relative(posix->root()).string();
   }
-  if (links == 0) return "";
-  return "; " + std::to_string(links) + " symbolic link" + (links > 1 ? "s" : "") +
-         " named like shards or index.json (" + first + (links > 1 ? ", ..." : "") + ") " +
-         (links > 1 ? "are" : "is") +
-         " not followed: copy or hard-link the files, or give the folder they are in";
+  return out;
 }
 
 }  // namespace
@@ -133,9 +140,19 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
     return Status(index.status().code(), url + ": " + index.status().message());
   }
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> shards, ListWdsShards(*d.store, ""));
+  const LinkedShards links = FindLinkedShards(*d.store);
   if (shards.empty()) {
     return NotFound(url + ": no dataset here (neither index.json nor .tar shards)" +
-                    LinkedShardsNote(*d.store));
+                    (links.count == 0 ? std::string()
+                                      : "; " + links.Describe() +
+                                            ": copy or hard-link the files, or give the folder "
+                                            "they are in"));
+  }
+  // Shards beside links to more would be read without them: a part of the dataset, silently.
+  if (links.count > 0) {
+    return InvalidArgument(url + ": " + links.Describe() +
+                           ", so the dataset would be read without them: copy or hard-link "
+                           "the files, or remove the links");
   }
   d.format = DatasetFormat::kWebDataset;
   for (ObjectInfo& s : shards) {

@@ -60,6 +60,16 @@ TEST(LocateDataset, FindsEitherFormatOrOneShard) {
   EXPECT_THAT(links.status().message(), ::testing::HasSubstr("2 symbolic links"));
   EXPECT_THAT(links.status().message(), ::testing::AnyOf(::testing::HasSubstr("(a.tar, ...)"),
                                                          ::testing::HasSubstr("(sub/b.tar, ...)")));
+  // Beside real shards, links to more would have been left out of the dataset, silently.
+  std::filesystem::copy(f + "/wds/basic/shard-000002.tar", empty.sub("links/c.tar"));
+  links = LocateDataset(empty.sub("links"), {});
+  EXPECT_EQ(links.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(links.status().message(), ::testing::HasSubstr("would be read without them"));
+  std::filesystem::remove(empty.sub("links/a.tar"));
+  std::filesystem::remove(empty.sub("links/sub/b.tar"));
+  links = LocateDataset(empty.sub("links"), {});
+  ASSERT_TRUE(links.ok()) << links.status().ToString();
+  EXPECT_EQ(links->wds_shards, std::vector<std::string>{"c.tar"});
   std::filesystem::create_directories(empty.sub("plain/sub"));
   std::filesystem::create_symlink(empty.sub("links"), empty.sub("plain/sub/x"));  // not a shard
   EXPECT_THAT(LocateDataset(empty.sub("plain"), {}).status().message(),
