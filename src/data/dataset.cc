@@ -607,21 +607,10 @@ Result<PackReport> PackInto(const PackOptions& options, PackInput* input, Object
   return report;
 }
 
-}  // namespace
-
-Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
-                               const StoreOptions& store_options, const DataProgress& progress) {
-  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PackInput> input,
-                          PackInput::Open(options.input, store_options));
-  // Shards written among the files being packed are packed as samples by the next run, or
-  // read back while they are being rewritten.
-  if (LocalPathWithin(out, input->local_folder())) {
-    return InvalidArgument("output " + out + " is the input folder " + options.input +
-                           " or inside it: pack into a folder outside the input");
-  }
-  StoreOptions oo = store_options;
-  oo.create_root = true;
-  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));
+// PackInto `store`, the folder `out`, minding a dataset already there: refused, or replaced
+// with options.overwrite (its files the pack did not rewrite removed after).
+Result<PackReport> PackOver(const PackOptions& options, const std::string& out, PackInput* input,
+                            ObjectStore* store, const DataProgress& progress) {
   // A pack into a folder holding a dataset left both mixed: the new shards over the old, the
   // old ones past the new count still read, an index.json beside tar shards.
   std::vector<std::string> old;
@@ -635,7 +624,7 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
         (old.size() > 1 ? " and " + std::to_string(old.size() - 1) + " more" : "") +
         "): pack into an empty folder, or overwrite it (--overwrite)");
   }
-  Result<PackReport> report = PackInto(options, input.get(), store.get(), progress);
+  Result<PackReport> report = PackInto(options, input, store, progress);
   if (!report.ok() && report.status().code() == StatusCode::kAlreadyExists) {
     return Status(report.status().code(),
                   out + ": another pack is writing into this folder: " + report.status().message());
@@ -652,9 +641,28 @@ Result<PackReport> PackDataset(const PackOptions& options, const std::string& ou
       report->removed.push_back(key);
     }
   }
+  return report;
+}
+
+}  // namespace
+
+Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
+                               const StoreOptions& store_options, const DataProgress& progress) {
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<PackInput> input,
+                          PackInput::Open(options.input, store_options));
+  // Shards written among the files being packed are packed as samples by the next run, or
+  // read back while they are being rewritten.
+  if (LocalPathWithin(out, input->local_folder())) {
+    return InvalidArgument("output " + out + " is the input folder " + options.input +
+                           " or inside it: pack into a folder outside the input");
+  }
+  StoreOptions oo = store_options;
+  oo.create_root = true;
+  GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(out, oo));
+  Result<PackReport> report = PackOver(options, out, input.get(), store.get(), progress);
   // A packed folder is handed on (uploaded, listed, read by other tools): the posix store's
-  // temp directory, empty once the writers are done, is not left in it. Failing to remove it
-  // leaves the dataset as good as it was, so the pack's own result stands.
+  // temp directory, empty once the writers are done (or never used: a refused pack), is not left
+  // in it. Failing to remove it leaves the dataset as good as it was, so the result stands.
   if (auto* posix = dynamic_cast<PosixStore*>(store.get())) (void)posix->RemoveTempDirIfEmpty();
   return report;
 }

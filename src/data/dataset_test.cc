@@ -259,6 +259,7 @@ TEST(PackDataset, NeverMixedWithADatasetAlreadyThere) {
   EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
   EXPECT_NE(r.status().message().find("shard-000000.tar"), std::string::npos);
   EXPECT_EQ(samples(dir.sub("out")), 60u);  // untouched: 6 shards of 10
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("out/.gantry-tmp")));  // nor a temp folder left
   PackOptions mds = o;
   mds.format = DatasetFormat::kMds;
   EXPECT_EQ(PackDataset(mds, dir.sub("out"), {}, nullptr).status().code(),
