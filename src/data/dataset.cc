@@ -90,12 +90,16 @@ namespace {
 struct LinkedShards {
   uint64_t count = 0;
   std::string first;  // relative to the folder
+  // Of them, links to a file outside the folder: what a reader of it misses. A link to a shard
+  // inside it (latest.tar) misses nothing, and a dangling one names nothing.
+  uint64_t outside = 0;
+  std::string first_outside;
 
   // "N symbolic link(s) named like shards or index.json (first, ...) is/are not followed".
-  std::string Describe() const {
-    return std::to_string(count) + " symbolic link" + (count > 1 ? "s" : "") +
-           " named like shards or index.json (" + first + (count > 1 ? ", ..." : "") + ") " +
-           (count > 1 ? "are" : "is") + " not followed";
+  static std::string Describe(uint64_t n, const std::string& one, const char* what) {
+    return std::to_string(n) + " symbolic link" + (n > 1 ? "s" : "") + " named like shards or " +
+           "index.json" + what + " (" + one + (n > 1 ? ", ..." : "") + ") " +
+           (n > 1 ? "are" : "is") + " not followed";
   }
 };
 
@@ -108,7 +112,15 @@ LinkedShards FindLinkedShards(const ObjectStore& store) {
   for (int seen = 0; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
     const std::string name = it->path().filename().string();
     if (!it->is_symlink(ec) || !(IsWdsShardName(name) || name == kMdsIndexName)) continue;
-    if (out.count++ == 0) out.first = it->path().lexically_relative(posix->root()).string();
+    const std::string rel = it->path().lexically_relative(posix->root()).string();
+    if (out.count++ == 0) out.first = rel;
+    std::error_code missing;
+    const std::filesystem::path target = std::filesystem::canonical(it->path(), missing);
+    if (missing || !std::filesystem::is_regular_file(target, missing) ||
+        LocalPathWithin(target.string(), posix->root())) {
+      continue;
+    }
+    if (out.outside++ == 0) out.first_outside = rel;
   }
   return out;
 }
@@ -143,16 +155,20 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
   const LinkedShards links = FindLinkedShards(*d.store);
   if (shards.empty()) {
     return NotFound(url + ": no dataset here (neither index.json nor .tar shards)" +
-                    (links.count == 0 ? std::string()
-                                      : "; " + links.Describe() +
-                                            ": copy or hard-link the files, or give the folder "
-                                            "they are in"));
+                    (links.count == 0
+                         ? std::string()
+                         : "; " + LinkedShards::Describe(links.count, links.first, "") +
+                               ": copy or hard-link the files, or give the folder "
+                               "they are in"));
   }
-  // Shards beside links to more would be read without them: a part of the dataset, silently.
-  if (links.count > 0) {
-    return InvalidArgument(url + ": " + links.Describe() +
-                           ", so the dataset would be read without them: copy or hard-link "
-                           "the files, or remove the links");
+  // Shards beside links to more outside the folder would be read without them: a part of the
+  // dataset, silently.
+  if (links.outside > 0) {
+    return InvalidArgument(
+        url + ": " +
+        LinkedShards::Describe(links.outside, links.first_outside, " to files outside the folder") +
+        ", so the dataset would be read without them: copy or hard-link "
+        "the files, or remove the links");
   }
   d.format = DatasetFormat::kWebDataset;
   for (ObjectInfo& s : shards) {
@@ -536,13 +552,43 @@ bool IsDatasetFile(std::string_view key) {
          (key.starts_with("shard.") && key.find(".mds") != std::string_view::npos);
 }
 
+// `rest` after `head` and at least one digit, or nullopt.
+std::optional<std::string_view> AfterDigits(std::string_view key, std::string_view head) {
+  if (!key.starts_with(head)) return std::nullopt;
+  key.remove_prefix(head.size());
+  size_t n = 0;
+  while (n < key.size() && key[n] >= '0' && key[n] <= '9') ++n;
+  if (n == 0) return std::nullopt;
+  return key.substr(n);
+}
+
+// A file a pack writes, in the folder itself: shard-NNNNNN.tar or .tar.gz (WebDataset),
+// shard.NNNNN.mds with its compression's suffix, and index.json (MDS). The only files
+// --overwrite removes: a tar elsewhere in the folder (another dataset below it, the input's own
+// files) is not a pack's to delete.
+bool IsPackFile(std::string_view key) {
+  if (key == kMdsIndexName) return true;
+  if (std::optional<std::string_view> rest = AfterDigits(key, "shard-")) {
+    return *rest == ".tar" || *rest == ".tar.gz";
+  }
+  std::optional<std::string_view> rest = AfterDigits(key, "shard.");
+  if (!rest || !rest->starts_with(".mds")) return false;
+  rest->remove_prefix(4);
+  if (rest->empty()) return true;
+  if ((*rest)[0] != '.' || rest->size() == 1) return false;
+  for (char c : rest->substr(1)) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
 Result<PackReport> PackInto(const PackOptions& options, PackInput* input, ObjectStore* store,
                             const DataProgress& progress) {
   PackReport report;
   if (options.format == DatasetFormat::kWebDataset) {
     WdsWriterOptions wo;
     wo.pattern = options.gzip ? "shard-%06d.tar.gz" : "shard-%06d.tar";
-    wo.create_only = !options.overwrite;
+    wo.claim_first = !options.overwrite;
     wo.max_samples = options.shard_samples;
     wo.max_bytes = options.shard_bytes;
     GANTRY_ASSIGN_OR_RETURN(std::unique_ptr<WdsWriter> w, WdsWriter::Create(*store, wo));
@@ -573,7 +619,7 @@ Result<PackReport> PackInto(const PackOptions& options, PackInput* input, Object
           mo.compression = options.compression;
           mo.hashes = options.hashes;
           mo.size_limit = options.shard_bytes;
-          mo.create_only = !options.overwrite;
+          mo.claim_first = !options.overwrite;
           mo.columns["__key__"] = "str";
           for (const auto& [name, value] : s.fields) mo.columns[name] = DefaultEncoding(value);
           for (const auto& [name, encoding] : options.encodings) {
@@ -613,21 +659,50 @@ Result<PackReport> PackOver(const PackOptions& options, const std::string& out, 
                             ObjectStore* store, const DataProgress& progress) {
   // A pack into a folder holding a dataset left both mixed: the new shards over the old, the
   // old ones past the new count still read, an index.json beside tar shards.
-  std::vector<std::string> old;
+  std::vector<std::string> old;     // files a pack writes: --overwrite replaces them
+  std::vector<std::string> others;  // other files a reader takes for the dataset's: never
   GANTRY_ASSIGN_OR_RETURN(std::vector<ObjectInfo> there, store->ListAll(""));
   for (const ObjectInfo& o : there) {
-    if (IsDatasetFile(o.key)) old.push_back(o.key);
+    if (IsPackFile(o.key)) {
+      old.push_back(o.key);
+    } else if (IsDatasetFile(o.key)) {
+      others.push_back(o.key);
+    }
+  }
+  auto some = [](const std::vector<std::string>& keys) {
+    return "'" + keys.front() + "'" +
+           (keys.size() > 1 ? " and " + std::to_string(keys.size() - 1) + " more" : "");
+  };
+  if (!others.empty()) {
+    return AlreadyExists(out + " holds dataset files that a pack does not write (" + some(others) +
+                         "), which a reader of the folder would take for the dataset's: pack "
+                         "into another folder");
   }
   if (!old.empty() && !options.overwrite) {
-    return AlreadyExists(
-        out + " already holds a dataset ('" + old.front() + "'" +
-        (old.size() > 1 ? " and " + std::to_string(old.size() - 1) + " more" : "") +
-        "): pack into an empty folder, or overwrite it (--overwrite)");
+    return AlreadyExists(out + " already holds a dataset (" + some(old) +
+                         "): pack into an empty folder, or overwrite it (--overwrite)");
+  }
+  // A link where a shard goes fails its create-only write as if another pack had it.
+  const LinkedShards links = FindLinkedShards(*store);
+  if (links.count > 0) {
+    return AlreadyExists(out + ": " + LinkedShards::Describe(links.count, links.first, "") +
+                         " by the store and cannot be written over: remove them first");
+  }
+  // The old index goes first: a reader meanwhile finds no dataset rather than the old index
+  // over new shards (DataLoss), and so does one after a pack that fails.
+  if (options.overwrite && std::find(old.begin(), old.end(), kMdsIndexName) != old.end()) {
+    GANTRY_RETURN_IF_ERROR(store->Delete(kMdsIndexName));
   }
   Result<PackReport> report = PackInto(options, input, store, progress);
   if (!report.ok() && report.status().code() == StatusCode::kAlreadyExists) {
     return Status(report.status().code(),
                   out + ": another pack is writing into this folder: " + report.status().message());
+  }
+  if (!report.ok() && options.overwrite && !old.empty()) {
+    return Status(report.status().code(),
+                  report.status().message() + " (" + out +
+                      " now holds part of the new dataset and what is left of the old one: "
+                      "pack it again, or remove it)");
   }
   if (report.ok() && options.overwrite) {
     const std::set<std::string> written(report->shards.begin(), report->shards.end());

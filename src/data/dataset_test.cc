@@ -60,11 +60,15 @@ TEST(LocateDataset, FindsEitherFormatOrOneShard) {
   EXPECT_THAT(links.status().message(), ::testing::HasSubstr("2 symbolic links"));
   EXPECT_THAT(links.status().message(), ::testing::AnyOf(::testing::HasSubstr("(a.tar, ...)"),
                                                          ::testing::HasSubstr("(sub/b.tar, ...)")));
-  // Beside real shards, links to more would have been left out of the dataset, silently.
+  // Beside real shards, links to more outside the folder would have been left out of the
+  // dataset, silently. A link to a shard inside it (latest.tar) and a dangling one miss nothing.
   std::filesystem::copy(f + "/wds/basic/shard-000002.tar", empty.sub("links/c.tar"));
+  std::filesystem::create_symlink("c.tar", empty.sub("links/latest.tar"));
+  std::filesystem::create_symlink("gone.tar", empty.sub("links/dangling.tar"));
   links = LocateDataset(empty.sub("links"), {});
   EXPECT_EQ(links.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(links.status().message(), ::testing::HasSubstr("would be read without them"));
+  EXPECT_THAT(links.status().message(), ::testing::HasSubstr("2 symbolic links"));
   std::filesystem::remove(empty.sub("links/a.tar"));
   std::filesystem::remove(empty.sub("links/sub/b.tar"));
   links = LocateDataset(empty.sub("links"), {});
@@ -72,8 +76,9 @@ TEST(LocateDataset, FindsEitherFormatOrOneShard) {
   EXPECT_EQ(links->wds_shards, std::vector<std::string>{"c.tar"});
   std::filesystem::create_directories(empty.sub("plain/sub"));
   std::filesystem::create_symlink(empty.sub("links"), empty.sub("plain/sub/x"));  // not a shard
-  EXPECT_THAT(LocateDataset(empty.sub("plain"), {}).status().message(),
-              ::testing::Not(::testing::HasSubstr("symbolic")));
+  Result<DatasetLocation> plain = LocateDataset(empty.sub("plain"), {});
+  EXPECT_EQ(plain.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(plain.status().message(), ::testing::Not(::testing::HasSubstr("symbolic")));
 }
 
 TEST(InspectDataset, SummarisesFixtures) {
@@ -258,16 +263,31 @@ TEST(PackDataset, NeverMixedWithADatasetAlreadyThere) {
   Result<PackReport> r = PackDataset(o, dir.sub("out"), {}, nullptr);
   EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
   EXPECT_NE(r.status().message().find("shard-000000.tar"), std::string::npos);
-  EXPECT_EQ(samples(dir.sub("out")), 60u);  // untouched: 6 shards of 10
+  EXPECT_EQ(samples(dir.sub("out")), 60u);                            // untouched: 6 shards of 10
   EXPECT_FALSE(std::filesystem::exists(dir.sub("out/.gantry-tmp")));  // nor a temp folder left
   PackOptions mds = o;
   mds.format = DatasetFormat::kMds;
   EXPECT_EQ(PackDataset(mds, dir.sub("out"), {}, nullptr).status().code(),
             StatusCode::kAlreadyExists);
   EXPECT_FALSE(std::filesystem::exists(dir.sub("out/index.json")));
-  WriteFile(dir.sub("nested/old/shard-000000.tar"), "");  // read as the dataset's: refused
-  EXPECT_EQ(PackDataset(o, dir.sub("nested"), {}, nullptr).status().code(),
-            StatusCode::kAlreadyExists);
+  // A tar below the folder is read as the dataset's but is no pack's to delete: refused even
+  // with overwrite, and left alone.
+  WriteFile(dir.sub("nested/old/shard-000000.tar"), "");
+  WriteFile(dir.sub("nested/x.tar"), "");
+  for (bool overwrite : {false, true}) {
+    PackOptions n = o;
+    n.overwrite = overwrite;
+    r = PackDataset(n, dir.sub("nested"), {}, nullptr);
+    EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("a pack does not write"));
+  }
+  EXPECT_THAT(Entries(dir.sub("nested")), ElementsAre("old", "x.tar"));
+  // A link where a shard goes would fail its first write as if another pack held it.
+  std::filesystem::create_directories(dir.sub("linked"));
+  std::filesystem::create_symlink(dir.sub("nowhere"), dir.sub("linked/shard-000000.tar"));
+  r = PackDataset(o, dir.sub("linked"), {}, nullptr);
+  EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("symbolic link"));
 
   o.overwrite = true;
   r = PackDataset(o, dir.sub("out"), {}, nullptr);
@@ -280,6 +300,16 @@ TEST(PackDataset, NeverMixedWithADatasetAlreadyThere) {
   EXPECT_EQ(r->removed.size(), 3u);
   EXPECT_THAT(Entries(dir.sub("out")), ElementsAre("README", "index.json", "shard.00000.mds"));
   EXPECT_EQ(samples(dir.sub("out")), 60u);
+  // An overwrite that fails partway (sample k7 has a field the others lack) leaves no old
+  // index over new shards: the folder holds no dataset, and the error says what it holds.
+  WriteFile(dir.sub("in/k7.cls"), "3");
+  mds.shard_bytes = 64;
+  r = PackDataset(mds, dir.sub("out"), {}, nullptr);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("now holds part of the new dataset"));
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("out/index.json")));
+  EXPECT_EQ(LocateDataset(dir.sub("out"), {}).status().code(), StatusCode::kNotFound);
+  std::filesystem::remove(dir.sub("in/k7.cls"));
 
   for (int round = 0; round < 5; ++round) {
     const std::string out = dir.sub("race" + std::to_string(round));

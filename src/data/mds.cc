@@ -625,7 +625,7 @@ Status MdsWriter::Finish() {
     shards.push_back(std::move(entry));
   }
   const json doc = {{"shards", shards}, {"version", 2}};
-  return store_.Put(options_.prefix + kMdsIndexName, internal::PythonJsonDump(doc), PutFlags());
+  return store_.Put(options_.prefix + kMdsIndexName, internal::PythonJsonDump(doc));
 }
 
 }  // namespace gantry::data

@@ -239,8 +239,8 @@ Status WdsWriter::Flush() {
   if (IsGzipName(key)) {
     GANTRY_ASSIGN_OR_RETURN(tar, internal::Gzip(tar, 6));
   }
-  GANTRY_RETURN_IF_ERROR(
-      store_.Put(key, tar, PutOptions{.create_if_absent = options_.create_only}));
+  const PutOptions put{.create_if_absent = options_.claim_first && shards_.empty()};
+  GANTRY_RETURN_IF_ERROR(store_.Put(key, tar, put));
   shards_.push_back(key);
   st.samples_in_shard = 0;
   return Status::Ok();

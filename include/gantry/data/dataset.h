@@ -115,8 +115,9 @@ struct PackOptions {
   uint64_t shard_bytes = uint64_t{1} << 26;  // MDS size_limit; WebDataset max tar size
   uint64_t shard_samples = 0;                // WebDataset: samples per shard; 0: by size only
   bool gzip = false;                         // WebDataset: write shard-NNNNNN.tar.gz
-  // A dataset already in the output folder is replaced: its files that this pack does not
-  // rewrite are removed once it has written its own. Without it such a folder is refused.
+  // A dataset a pack wrote, already in the output folder, is replaced: its index.json goes
+  // first, its other files that this pack does not rewrite once it has written its own.
+  // Without it such a folder is refused.
   bool overwrite = false;
 };
 
@@ -130,9 +131,10 @@ struct PackReport {
 // Writes the dataset into `out` (a folder URL). Samples stream through: memory holds one
 // sample and one shard. InvalidArgument names the file or manifest line at fault.
 // AlreadyExists where `out` holds a dataset already (index.json, an MDS shard, a tar shard at
-// any depth: what a reader of the folder would read) and options.overwrite is off, and where
-// another pack writes into the same folder meanwhile: each file is then created, never
-// replaced, so of two packs started together one writes and the other fails.
+// any depth: what a reader of the folder would read) and options.overwrite is off, or files a
+// pack does not write (a tar below `out` or of another name) whatever it is, and where another
+// pack of the same names started meanwhile: the first shard is created only where its name is
+// free, so of two such packs one writes and the other fails before writing anything.
 Result<PackReport> PackDataset(const PackOptions& options, const std::string& out,
                                const StoreOptions& store_options, const DataProgress& progress);
 

@@ -139,9 +139,11 @@ struct MdsWriterOptions {
   std::string compression;                  // "" or "zstd" / "zstd:LEVEL" (level 3 by default)
   std::vector<std::string> hashes;          // e.g. {"sha1", "xxh64"}
   uint64_t size_limit = uint64_t{1} << 26;  // per shard (uncompressed); Streaming's default
-  // Each file (shards, index.json) created, never replaced: AlreadyExists where the key is
-  // taken (another writer into the same folder), atomically (PutOptions::create_if_absent).
-  bool create_only = false;
+  // The first shard's file is created only where its key is free
+  // (PutOptions::create_if_absent): AlreadyExists where it is taken, so of two writers of the
+  // same names into one folder one writes and the other fails before writing anything. Only
+  // the first: on S3 a create-only put is one request, never a multipart upload.
+  bool claim_first = false;
 };
 
 // Writes samples into shards and, at Finish, index.json: files Streaming's StreamingDataset
@@ -165,7 +167,10 @@ class MdsWriter {
  private:
   MdsWriter(ObjectStore& store, MdsWriterOptions options);
   Status Flush();
-  PutOptions PutFlags() const { return PutOptions{.create_if_absent = options_.create_only}; }
+  // The first shard's claim (claim_first); plain puts after it.
+  PutOptions PutFlags() const {
+    return PutOptions{.create_if_absent = options_.claim_first && index_.shards.empty()};
+  }
 
   ObjectStore& store_;
   const MdsWriterOptions options_;

@@ -5,8 +5,8 @@
 //
 // Layout (docs/data.md "Node-local shard cache"):
 //   DIR/.evict-lock        flock(2): one eviction-and-publish at a time on the node
-//   DIR/ID/URL             the dataset's URL, for people (ID: 16 hex digits of the xxh64 of
-//                          the URL and the version's fingerprint)
+//   DIR/ID/URL             the dataset's URL as its store names it, for people (ID: 16 hex
+//                          digits of the xxh64 of that URL and the version's fingerprint)
 //   DIR/ID/.fetch-lock     byte i write-locked while shard i is being fetched
 //   DIR/ID/.pin-lock       byte i read-locked while shard i is in some reader's window
 //   DIR/ID/I.NAME          shard I's stored bytes, then a 16-byte trailer (xxh3-64, magic)

@@ -95,9 +95,11 @@ struct WdsWriterOptions {
   uint64_t max_samples = 10000;            // per shard; 0: no limit
   uint64_t max_bytes = uint64_t{1} << 30;  // per shard (uncompressed tar); 0: no limit
   int64_t mtime = 0;                       // stamped on every member
-  // Each shard created, never replaced: AlreadyExists where the key is taken (another writer
-  // into the same folder), atomically (PutOptions::create_if_absent).
-  bool create_only = false;
+  // The first shard is created only where its key is free (PutOptions::create_if_absent):
+  // AlreadyExists where it is taken, so of two writers of the same names into one folder one
+  // writes and the other fails before writing anything. Only the first: on S3 a create-only
+  // put is one request, never a multipart upload.
+  bool claim_first = false;
 };
 
 class WdsWriter {
