@@ -107,11 +107,15 @@ LinkedShards FindLinkedShards(const ObjectStore& store) {
   LinkedShards out;
   const auto* posix = dynamic_cast<const PosixStore*>(&store);
   if (posix == nullptr) return out;
+  // A folder it may not read is passed over, not the end of the walk.
   std::error_code ec;
-  std::filesystem::recursive_directory_iterator it(posix->root(), ec), end;
+  std::filesystem::recursive_directory_iterator it(
+      posix->root(), std::filesystem::directory_options::skip_permission_denied, ec);
+  const std::filesystem::recursive_directory_iterator end;
   for (int seen = 0; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
     const std::string name = it->path().filename().string();
-    if (!it->is_symlink(ec) || !(IsWdsShardName(name) || name == kMdsIndexName)) continue;
+    std::error_code gone;  // an entry removed meanwhile is no link
+    if (!it->is_symlink(gone) || !(IsWdsShardName(name) || name == kMdsIndexName)) continue;
     const std::string rel = it->path().lexically_relative(posix->root()).string();
     if (out.count++ == 0) out.first = rel;
     std::error_code missing;
