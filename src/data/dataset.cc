@@ -84,44 +84,82 @@ Result<DatasetFormat> ParseDatasetFormat(const std::string& name) {
 
 namespace {
 
-// Links named like shards or index.json in a local dataset folder: the posix store follows no
-// link beneath its root (docs/storage.md), so it does not list them. Walks at most 100,000
-// entries, and no linked directory.
+// A shard's or index's version for the cache's key (DatasetLocation::wds_shard_versions,
+// mds_index_version): its tag, else its mtime (an http peer gives only that), else nothing.
+std::string ShardVersion(const ObjectInfo& info) {
+  if (!info.etag.empty()) return info.etag;
+  return info.mtime_unix != 0 ? "t" + std::to_string(info.mtime_unix) : "";
+}
+
+// Links in a local dataset folder to what would be part of it: named like shards or index.json,
+// or to a folder holding shards. The posix store follows no link beneath its root
+// (docs/storage.md), so it lists none of them. Walks at most 100,000 entries in all, into linked
+// folders too but not through links in them.
 struct LinkedShards {
   uint64_t count = 0;
-  std::string first;  // relative to the folder
-  // Of them, links to a file outside the folder: what a reader of it misses. A link to a shard
-  // inside it (latest.tar) misses nothing, and a dangling one names nothing.
+  std::string first;  // relative to the folder; a linked folder ends in '/'
+  // Of them, links to a file or folder outside the folder: what a reader of it misses. A link to
+  // a shard or folder inside it (latest.tar, latest/) misses nothing, nor does a dangling one,
+  // nor a link to a folder around the dataset's (up -> ..), which would read it twice.
   uint64_t outside = 0;
   std::string first_outside;
 
-  // "N symbolic link(s) named like shards or index.json (first, ...) is/are not followed".
+  // "N symbolic link(s) WHAT (first, ...) is/are not followed".
   static std::string Describe(uint64_t n, const std::string& one, const char* what) {
-    return std::to_string(n) + " symbolic link" + (n > 1 ? "s" : "") + " named like shards or " +
-           "index.json" + what + " (" + one + (n > 1 ? ", ..." : "") + ") " +
-           (n > 1 ? "are" : "is") + " not followed";
+    return std::to_string(n) + " symbolic link" + (n > 1 ? "s " : " ") + what + " (" + one +
+           (n > 1 ? ", ..." : "") + ") " + (n > 1 ? "are" : "is") + " not followed";
   }
 };
+constexpr char kLinkedAny[] = "named like shards or index.json or to folders holding shards";
+constexpr char kLinkedOutside[] = "to shards or folders holding shards outside the folder";
+
+bool IsShardOrIndexName(const std::string& name) {
+  return IsWdsShardName(name) || name == kMdsIndexName;
+}
+
+// True if a regular file below `dir` (links not followed) is named like a shard or index.json;
+// each entry looked at counts against `budget`.
+bool HoldsShards(const std::filesystem::path& dir, int& budget) {
+  std::error_code ec;
+  std::filesystem::recursive_directory_iterator it(
+      dir, std::filesystem::directory_options::skip_permission_denied, ec);
+  const std::filesystem::recursive_directory_iterator end;
+  for (; !ec && it != end && budget > 0; it.increment(ec), --budget) {
+    std::error_code gone;
+    if (it->is_regular_file(gone) && !it->is_symlink(gone) &&
+        IsShardOrIndexName(it->path().filename().string())) {
+      return true;
+    }
+  }
+  return false;
+}
 
 LinkedShards FindLinkedShards(const ObjectStore& store) {
   LinkedShards out;
   const auto* posix = dynamic_cast<const PosixStore*>(&store);
   if (posix == nullptr) return out;
+  const std::string& root = posix->root();
   // A folder it may not read is passed over, not the end of the walk.
   std::error_code ec;
   std::filesystem::recursive_directory_iterator it(
-      posix->root(), std::filesystem::directory_options::skip_permission_denied, ec);
+      root, std::filesystem::directory_options::skip_permission_denied, ec);
   const std::filesystem::recursive_directory_iterator end;
-  for (int seen = 0; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
-    const std::string name = it->path().filename().string();
+  for (int budget = 100000; !ec && it != end && budget > 0; it.increment(ec), --budget) {
     std::error_code gone;  // an entry removed meanwhile is no link
-    if (!it->is_symlink(gone) || !(IsWdsShardName(name) || name == kMdsIndexName)) continue;
-    const std::string rel = it->path().lexically_relative(posix->root()).string();
-    if (out.count++ == 0) out.first = rel;
+    if (!it->is_symlink(gone)) continue;
+    const bool named = IsShardOrIndexName(it->path().filename().string());
     std::error_code missing;
     const std::filesystem::path target = std::filesystem::canonical(it->path(), missing);
-    if (missing || !std::filesystem::is_regular_file(target, missing) ||
-        LocalPathWithin(target.string(), posix->root())) {
+    const bool folder = !named && !missing && std::filesystem::is_directory(target, missing);
+    if (!named && !folder) continue;
+    const bool inside = !missing && (LocalPathWithin(target.string(), root) ||
+                                     (folder && LocalPathWithin(root, target.string())));
+    // A folder of no shards is no part of a dataset; one inside is listed by its own name.
+    if (folder && (inside || !HoldsShards(target, budget))) continue;
+    const std::string rel =
+        it->path().lexically_relative(root).string() + (folder ? "/" : std::string());
+    if (out.count++ == 0) out.first = rel;
+    if (inside || (!folder && (missing || !std::filesystem::is_regular_file(target, missing)))) {
       continue;
     }
     if (out.outside++ == 0) out.first_outside = rel;
@@ -144,12 +182,14 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
     Result<ObjectInfo> head = d.store->Head(parts.second);
     if (!head.ok()) return Status(head.status().code(), url + ": " + head.status().message());
     d.wds_shard_bytes.push_back(head->size);
+    d.wds_shard_versions.push_back(ShardVersion(*head));
     return d;
   }
   GANTRY_ASSIGN_OR_RETURN(d.store, OpenObjectStore(url, o));
   Result<ObjectInfo> index = d.store->Head(kMdsIndexName);
   if (index.ok()) {
     d.format = DatasetFormat::kMds;
+    d.mds_index_version = ShardVersion(*index);
     return d;
   }
   if (index.status().code() != StatusCode::kNotFound) {
@@ -161,7 +201,7 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
     return NotFound(url + ": no dataset here (neither index.json nor .tar shards)" +
                     (links.count == 0
                          ? std::string()
-                         : "; " + LinkedShards::Describe(links.count, links.first, "") +
+                         : "; " + LinkedShards::Describe(links.count, links.first, kLinkedAny) +
                                ": copy or hard-link the files, or give the folder "
                                "they are in"));
   }
@@ -169,8 +209,7 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
   // dataset, silently.
   if (links.outside > 0) {
     return InvalidArgument(
-        url + ": " +
-        LinkedShards::Describe(links.outside, links.first_outside, " to files outside the folder") +
+        url + ": " + LinkedShards::Describe(links.outside, links.first_outside, kLinkedOutside) +
         ", so the dataset would be read without them: copy or hard-link "
         "the files, or remove the links");
   }
@@ -178,6 +217,7 @@ Result<DatasetLocation> LocateDataset(const std::string& url, const StoreOptions
   for (ObjectInfo& s : shards) {
     d.wds_shards.push_back(std::move(s.key));
     d.wds_shard_bytes.push_back(s.size);
+    d.wds_shard_versions.push_back(ShardVersion(s));
   }
   return d;
 }
@@ -686,11 +726,13 @@ Result<PackReport> PackOver(const PackOptions& options, const std::string& out, 
     return AlreadyExists(out + " already holds a dataset (" + some(old) +
                          "): pack into an empty folder, or overwrite it (--overwrite)");
   }
-  // A link where a shard goes fails its create-only write as if another pack had it.
+  // A link where a shard goes fails its create-only write as if another pack had it, and a
+  // link to a folder of shards makes the packed folder one a reader refuses (LocateDataset).
   const LinkedShards links = FindLinkedShards(*store);
   if (links.count > 0) {
-    return AlreadyExists(out + ": " + LinkedShards::Describe(links.count, links.first, "") +
-                         " by the store and cannot be written over: remove them first");
+    return AlreadyExists(out + ": " + LinkedShards::Describe(links.count, links.first, kLinkedAny) +
+                         " by the store, so a pack cannot write over them and a reader would "
+                         "refuse the folder: remove them first");
   }
   // The old index goes first: a reader meanwhile finds no dataset rather than the old index
   // over new shards (DataLoss), and so does one after a pack that fails.

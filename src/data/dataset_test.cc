@@ -74,11 +74,45 @@ TEST(LocateDataset, FindsEitherFormatOrOneShard) {
   links = LocateDataset(empty.sub("links"), {});
   ASSERT_TRUE(links.ok()) << links.status().ToString();
   EXPECT_EQ(links->wds_shards, std::vector<std::string>{"c.tar"});
+  // A link to a folder holding no shards is no part of a dataset.
   std::filesystem::create_directories(empty.sub("plain/sub"));
-  std::filesystem::create_symlink(empty.sub("links"), empty.sub("plain/sub/x"));  // not a shard
+  std::filesystem::create_directories(empty.sub("notes"));
+  std::ofstream(empty.sub("notes/README")) << "not a shard";
+  std::filesystem::create_symlink(empty.sub("notes"), empty.sub("plain/sub/x"));
   Result<DatasetLocation> plain = LocateDataset(empty.sub("plain"), {});
   EXPECT_EQ(plain.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(plain.status().message(), ::testing::Not(::testing::HasSubstr("symbolic")));
+}
+
+// A dataset gathered from folders by links (train/ with part2 -> /mnt/more/part2) was read
+// without the linked folders' shards, silently: the store lists nothing through a link.
+TEST(LocateDataset, ALinkToAFolderOfShardsIsNeverLeftOutSilently) {
+  const std::string f = test::FixturesDir();
+  TempDir dir("gantry-ds");
+  std::filesystem::create_directories(dir.sub("more/deep"));
+  std::filesystem::copy(f + "/wds/basic/shard-000001.tar", dir.sub("more/deep/b.tar"));
+  // Only a linked folder: NotFound names the link.
+  std::filesystem::create_directories(dir.sub("train"));
+  std::filesystem::create_directory_symlink(dir.sub("more"), dir.sub("train/part2"));
+  Result<DatasetLocation> d = LocateDataset(dir.sub("train"), {});
+  EXPECT_EQ(d.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("1 symbolic link"));
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("(part2/)"));
+  // Beside real shards: InvalidArgument, as for linked files.
+  std::filesystem::create_directories(dir.sub("train/part1"));
+  std::filesystem::copy(f + "/wds/basic/shard-000000.tar", dir.sub("train/part1/a.tar"));
+  d = LocateDataset(dir.sub("train"), {});
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("(part2/)"));
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("would be read without them"));
+  // A link to a folder inside the dataset's (latest -> part1) or around it (up -> ..) misses
+  // nothing: the shards are listed by their own names.
+  std::filesystem::remove(dir.sub("train/part2"));
+  std::filesystem::create_directory_symlink("part1", dir.sub("train/latest"));
+  std::filesystem::create_directory_symlink("..", dir.sub("train/part1/up"));
+  d = LocateDataset(dir.sub("train"), {});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->wds_shards, std::vector<std::string>{"part1/a.tar"});
 }
 
 TEST(InspectDataset, SummarisesFixtures) {
@@ -288,6 +322,13 @@ TEST(PackDataset, NeverMixedWithADatasetAlreadyThere) {
   r = PackDataset(o, dir.sub("linked"), {}, nullptr);
   EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
   EXPECT_THAT(r.status().message(), ::testing::HasSubstr("symbolic link"));
+  // So would a link to a folder of shards: a reader would refuse the packed folder.
+  std::filesystem::create_directories(dir.sub("linkdir"));
+  std::filesystem::create_directory_symlink(dir.sub("nested/old"), dir.sub("linkdir/more"));
+  r = PackDataset(o, dir.sub("linkdir"), {}, nullptr);
+  EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("(more/)"));
+  EXPECT_THAT(Entries(dir.sub("linkdir")), ElementsAre("more"));
 
   o.overwrite = true;
   r = PackDataset(o, dir.sub("out"), {}, nullptr);

@@ -386,7 +386,7 @@ class MdsSource final : public ShardSource {
     for (const MdsShardInfo& s : index_.shards) samples_.push_back(s.samples);
   }
   Status Init(const ShardSourceOptions& options) {
-    std::string fingerprint = "mds";
+    std::string fingerprint = "mds2 " + dataset_.mds_index_version;
     for (const MdsShardInfo& info : index_.shards) {
       fingerprint += "\n" + info.stored().basename + " " + std::to_string(info.stored().bytes) +
                      " " + std::to_string(info.samples);
@@ -472,15 +472,19 @@ class WdsSource final : public ShardSource {
  public:
   WdsSource(DatasetLocation dataset, std::vector<uint64_t> samples, const ReadLimits& limits)
       : dataset_(std::move(dataset)), samples_(std::move(samples)), limits_(limits) {}
-  // The fingerprint is the shards' names and listed sizes, not their sample counts: those are
-  // known only after reading the shards, which (CountSamples) goes through the cache keyed on
-  // it, and a stager (stage.h) and a loader given the counts must find the same folder.
+  // The fingerprint is the shards' names, listed sizes and versions, not their sample counts:
+  // those are known only after reading the shards, which (CountSamples) goes through the cache
+  // keyed on it, and a stager (stage.h) and a loader given the counts must find the same folder.
+  // The version is there because a tar has no hash to tell a rewrite at the same size by.
   Status Init(const ShardSourceOptions& options) {
-    std::string fingerprint = "wds2";
+    std::string fingerprint = "wds3";
     for (size_t i = 0; i < dataset_.wds_shards.size(); ++i) {
       fingerprint += "\n" + dataset_.wds_shards[i];
       if (i < dataset_.wds_shard_bytes.size()) {
         fingerprint += " " + std::to_string(dataset_.wds_shard_bytes[i]);
+      }
+      if (i < dataset_.wds_shard_versions.size()) {
+        fingerprint += " " + dataset_.wds_shard_versions[i];
       }
     }
     return fetcher_.Init(dataset_, options, fingerprint);
@@ -561,6 +565,12 @@ Result<std::unique_ptr<ShardSource>> OpenShardSource(DatasetLocation dataset,
       dataset.wds_shard_bytes.size() != dataset.wds_shards.size()) {
     return InvalidArgument(dataset.url + ": " + std::to_string(dataset.wds_shard_bytes.size()) +
                            " shard sizes for " + std::to_string(dataset.wds_shards.size()) +
+                           " shards");
+  }
+  if (!dataset.wds_shard_versions.empty() &&
+      dataset.wds_shard_versions.size() != dataset.wds_shards.size()) {
+    return InvalidArgument(dataset.url + ": " + std::to_string(dataset.wds_shard_versions.size()) +
+                           " shard versions for " + std::to_string(dataset.wds_shards.size()) +
                            " shards");
   }
   const bool count_through_cache = samples.empty() && !options.cache.dir.empty();

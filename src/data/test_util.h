@@ -65,12 +65,13 @@ inline std::unique_ptr<ObjectStore> Dir(const std::string& path) {
 }
 
 // An MDS dataset of `shards` shards of `per_shard` samples ("k<i>" -> 2000 bytes each), with
-// xxh64 digests in its index.
-inline void WriteMds(const std::string& path, int shards, int per_shard, int salt = 0) {
+// xxh64 digests in its index unless not `hashed`; another `salt` changes every value, no size.
+inline void WriteMds(const std::string& path, int shards, int per_shard, int salt = 0,
+                     bool hashed = true) {
   auto store = Dir(path);
   MdsWriterOptions o;
   o.columns = {{"__key__", "str"}, {"v", "bytes"}};
-  o.hashes = {"xxh64"};
+  if (hashed) o.hashes = {"xxh64"};
   // A sample takes about 2016 bytes (value, key, sizes, offset); the shard's header and config
   // take well under 1000: this cuts exactly per_shard samples per shard.
   o.size_limit = static_cast<uint64_t>(per_shard) * 2016 + 1000;
@@ -86,7 +87,9 @@ inline void WriteMds(const std::string& path, int shards, int per_shard, int sal
   ASSERT_EQ((*w)->index().shards.size(), static_cast<size_t>(shards));
 }
 
-inline void WriteWds(const std::string& path, int shards, int per_shard) {
+// A WebDataset of `shards` tar shards of `per_shard` samples ("k<i>" -> a 300-byte text);
+// another `salt` changes every text but no size.
+inline void WriteWds(const std::string& path, int shards, int per_shard, int salt = 0) {
   auto store = Dir(path);
   WdsWriterOptions o;
   o.max_samples = per_shard;
@@ -94,7 +97,8 @@ inline void WriteWds(const std::string& path, int shards, int per_shard) {
   ASSERT_TRUE(w.ok());
   for (int i = 0; i < shards * per_shard; ++i) {
     ASSERT_TRUE(
-        (*w)->Write("k" + std::to_string(i), {{"txt", std::string(300, 'a' + i % 26)}}).ok());
+        (*w)->Write("k" + std::to_string(i), {{"txt", std::string(300, 'a' + (i + salt) % 26)}})
+            .ok());
   }
   ASSERT_TRUE((*w)->Finish().ok());
 }

@@ -36,6 +36,17 @@
 namespace gantry {
 namespace {
 
+// ObjectInfo::etag of a file. A put replaces the inode (rename), and an edit in place moves the
+// mtime, so inode, mtime (to the nanosecond) and size name one version of an object.
+std::string VersionTag(const struct stat& st, uint64_t size) {
+  char tag[80];
+  std::snprintf(
+      tag, sizeof(tag), "%llx-%llx-%llx", static_cast<unsigned long long>(st.st_ino),
+      static_cast<unsigned long long>(st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec),
+      static_cast<unsigned long long>(size));
+  return tag;
+}
+
 constexpr std::string_view kTempDirName = ".gantry-tmp";
 constexpr std::string_view kLockName = ".gantry-lock";  // the chunk store's lock file
 constexpr uint64_t kAlign = 4096;
@@ -857,13 +868,7 @@ Result<ObjectInfo> PosixStore::Head(std::string_view key) {
   info.key = std::string(key);
   info.size = size;
   info.mtime_unix = st.st_mtim.tv_sec;
-  // A put replaces the inode (rename), so inode + mtime identify a version.
-  char etag[80];
-  std::snprintf(
-      etag, sizeof(etag), "%llx-%llx-%llx", static_cast<unsigned long long>(st.st_ino),
-      static_cast<unsigned long long>(st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec),
-      static_cast<unsigned long long>(size));
-  info.etag = etag;
+  info.etag = VersionTag(st, size);
   return info;
 }
 
@@ -948,6 +953,7 @@ struct Walker {
       info.key = key;
       info.size = static_cast<uint64_t>(st.st_size);
       info.mtime_unix = st.st_mtim.tv_sec;
+      info.etag = VersionTag(st, info.size);
       out->push_back(std::move(info));
       if (out->size() >= limit) {
         more = false;

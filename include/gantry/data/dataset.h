@@ -40,6 +40,14 @@ struct DatasetLocation {
   // WebDataset: each shard's size as listed (what a fetched copy is checked against, as a tar
   // carries no hash). Empty when the location was built by hand: sizes are then not checked.
   std::vector<uint64_t> wds_shard_bytes;
+  // WebDataset: each shard's version as listed (ObjectInfo::etag, else its mtime), which names
+  // the version in the cache's key: a tar rewritten at the same size is another shard there.
+  // Empty, like the sizes, when built by hand.
+  std::vector<std::string> wds_shard_versions;
+  // MDS: index.json's version as found (its tag, else its mtime), in the cache's key for the same
+  // reason: without hashes in the index, shards rewritten at the same sizes (a corpus tokenized
+  // again into fixed-length rows) would look the same. Empty when built by hand.
+  std::string mds_index_version;
 };
 
 // `url` names a folder holding index.json (MDS) or .tar/.tar.gz/.tgz shards (WebDataset), or a

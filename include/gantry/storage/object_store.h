@@ -41,7 +41,9 @@ struct ObjectInfo {
   std::string key;
   uint64_t size = 0;
   int64_t mtime_unix = 0;  // last modification, seconds since the Unix epoch (0 if unknown)
-  std::string etag;        // backend-specific version tag (S3 ETag, or empty)
+  // A version tag: another version of the object has another one (S3: the ETag; posix: inode,
+  // mtime in ns and size; memory: a counter), from Head and List alike. Empty if unknown (http).
+  std::string etag;
 };
 
 struct ListPage {
