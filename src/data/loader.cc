@@ -85,10 +85,10 @@ Status CheckCopy(std::string_view bytes, const Expected& e, const std::string& w
 // Fetches a shard's stored bytes: cache, then each source in order (see ShardSource::Read).
 class Fetcher {
  public:
-  // `fingerprint` names this version of the dataset (its shards' names, sizes and hashes): the
-  // cache keys on it with the store's name for the URL, so a dataset rewritten in place under
-  // the same URL gets a fresh cache folder instead of stale copies, and a hit needs no hash
-  // beyond the trailer's.
+  // `fingerprint` names this version of the dataset (its shards' names, sizes, hashes and
+  // version tags): the cache keys on it with the store's name for the URL, so a dataset
+  // rewritten in place under the same URL gets a fresh cache folder instead of stale copies,
+  // and a hit needs no hash beyond the trailer's.
   Status Init(DatasetLocation& dataset, const ShardSourceOptions& options,
               const std::string& fingerprint) {
     url_ = dataset.url;

@@ -62,8 +62,9 @@ class ShardCache {
 
   // Opens (creating) the directory and this dataset's folder in it, and removes temporary
   // files older than an hour (left by a process that died mid-write). `fingerprint` names the
-  // dataset's version (the loader passes its shards' names, sizes and hashes): a dataset
-  // rewritten under the same URL gets another folder, and LRU eviction retires the old one.
+  // dataset's version (the loader passes its shards' names, sizes, hashes and version tags): a
+  // dataset rewritten under the same URL gets another folder, and LRU eviction retires the old
+  // one.
   // `dataset_url` is one name per dataset: the loader passes its store's (ObjectStore::url(),
   // links resolved), so two spellings of one folder share its copies.
   static Result<std::unique_ptr<ShardCache>> Open(const ShardCacheOptions& options,
