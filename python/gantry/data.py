@@ -1063,7 +1063,8 @@ class StreamingDataset(_Base):
     shares the page cache. By default (mmap=None) a file:// dataset's shards are read instead,
     into memory reused from shard to shard, where the first touch of a mapped page is slow (a
     shadow-paged VM: measured once per process, docs/data.md "Mapped shards"), within a budget
-    of 256 MiB held that way per process. A WebDataset shard read that way is read without its
+    of 256 MiB held that way per process, and on every machine for a dataset whose samples
+    average large_member_bytes or more. A WebDataset shard read that way is read without its
     members of at least large_member_bytes (default 64 KiB; 0: shards are read whole): a packed
     batch reads each such member from the file straight into its block, one copy instead of two,
     and a sample handed out whole reads it then. With decode=False a field is a read-only

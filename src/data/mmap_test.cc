@@ -869,6 +869,47 @@ TEST_P(LargeMembers, LeftInTheirFilesTheyGiveTheSameSamples) {
   EXPECT_NE(next.status().message().find(name), std::string::npos) << next.status().ToString();
 }
 
+// Mapping is the default where a page's first touch is cheap, but a dataset whose samples
+// average at least large_member_bytes is read without its large members there too: a packed
+// batch reads them straight from the file, which beat mapping on such a machine. Small samples
+// keep the machine's default; map_files=true maps either.
+TEST_P(LargeMembers, ByDefaultLargeSamplesAreLeftInTheirFilesOnAnyMachine) {
+  TempDir tmp;
+  const bool mds = GetParam();
+  const auto write = [&](const std::string& dir, size_t bytes) {
+    if (mds) {
+      WriteLargeMds(dir, 2, 4, bytes);
+    } else {
+      WriteWds(dir, 2, 4, bytes);
+    }
+  };
+  write(tmp.path() + "/large", 100 << 10);
+  write(tmp.path() + "/small", 3000);
+  const auto first_shard = [](const std::string& url, ShardSourceOptions o) {
+    auto shard = Open(url, o)->Read(0);
+    EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+    return shard.ok() ? *shard : nullptr;
+  };
+  auto large = first_shard("file://" + tmp.path() + "/large", {});
+  ASSERT_NE(large, nullptr);
+  EXPECT_FALSE(large->bytes()->mapped());
+  EXPECT_GT(large->bytes()->unread_bytes(), 0u);
+  auto small = first_shard("file://" + tmp.path() + "/small", {});
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->bytes()->mapped(), ShardBytes::FirstTouchIsCheap());
+  ShardSourceOptions map;
+  map.map_files = true;
+  auto mapped = first_shard("file://" + tmp.path() + "/large", map);
+  ASSERT_NE(mapped, nullptr);
+  EXPECT_TRUE(mapped->bytes()->mapped());
+  // Members under the threshold: the samples are not large, so the machine's default holds.
+  ShardSourceOptions high;
+  high.large_member_bytes = 1 << 20;
+  auto under = first_shard("file://" + tmp.path() + "/large", high);
+  ASSERT_NE(under, nullptr);
+  EXPECT_EQ(under->bytes()->mapped(), ShardBytes::FirstTouchIsCheap());
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, LargeMembers, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Mds" : "WebDataset"; });
 

@@ -131,7 +131,9 @@ struct ShardSourceOptions {
   // copies are mapped, and a file:// source's shards are mapped where a page's first touch is
   // cheap (ShardBytes::FirstTouchIsCheap) and read where it is not, as long as the shards this
   // process holds read stay within read_budget_bytes (a window of many shards would otherwise
-  // hold them all in the process's own memory); the rest are mapped.
+  // hold them all in the process's own memory); the rest are mapped. A dataset whose samples
+  // average large_member_bytes or more is read (its large members left in the file, below) on
+  // any machine: that beats mapping even where the first touch is cheap.
   std::optional<bool> map_files;
   uint64_t read_budget_bytes = uint64_t{256} << 20;
   // A local shard read into memory (not mapped, not cached, no hash to check; WebDataset's
