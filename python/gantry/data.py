@@ -1063,9 +1063,10 @@ class StreamingDataset(_Base):
     shares the page cache. By default (mmap=None) a file:// dataset's shards are read instead,
     into memory reused from shard to shard, where the first touch of a mapped page is slow (a
     shadow-paged VM: measured once per process, docs/data.md "Mapped shards"), within a budget
-    of 256 MiB held that way per process, and on every machine for a dataset whose samples
-    average large_member_bytes or more. A WebDataset shard read that way is read without its
-    members of at least large_member_bytes (default 64 KiB; 0: shards are read whole): a packed
+    of 256 MiB held that way per process, and on every machine for packed batches of a dataset
+    whose samples average large_member_bytes or more. A WebDataset shard read that way is read
+    without its members of at least large_member_bytes (default 64 KiB; 0: shards are read
+    whole): a packed
     batch reads each such member from the file straight into its block, one copy instead of two,
     and a sample handed out whole reads it then. With decode=False a field is a read-only
     memoryview of its shard's bytes, valid for as long as it is referenced (it keeps the mapping
@@ -1255,7 +1256,8 @@ class StreamingDataset(_Base):
                                     cache_bytes=cache_bytes,
                                     fallback_urls=self.fallback_urls, job=self.job,
                                     map_files=self.mmap,
-                                    large_member_bytes=self.large_member_bytes)
+                                    large_member_bytes=self.large_member_bytes,
+                                    packed_batches=self.batched and self._packs(info))
         if list(source.shard_samples) != self.shard_samples:
             raise DataLossError(f"{self.url}: the dataset changed since it was opened "
                                 f"({sum(source.shard_samples)} samples, not {self.num_samples})")
@@ -1305,10 +1307,15 @@ class StreamingDataset(_Base):
             if report is not None:
                 report()
 
+    def _packs(self, info):
+        """Whether batches are packed into one block here (info: the DataLoader worker's)."""
+        if self.packed is not None:
+            return self.packed
+        # By default only where the batch crosses processes and is bytes.
+        return info is not None and not self.decode and self.zero_copy is None
+
     def _batches(self, reader, info, report):
-        packed = self.packed
-        if packed is None:  # by default only where the batch crosses processes and is bytes
-            packed = info is not None and not self.decode and self.zero_copy is None
+        packed = self._packs(info)
         # In a worker, packed blocks go to the training process through shared memory: the
         # ring is made by the first block (sized from it, which goes in it too), and one of the
         # default size grows for blocks it has too little room for (_worker_ring).

@@ -90,7 +90,7 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
                     bool verify_hashes, std::optional<std::string> cache_dir, uint64_t cache_bytes,
                     std::optional<std::vector<std::string>> fallback_urls,
                     std::optional<std::string> job, std::optional<bool> map_files,
-                    std::optional<uint64_t> large_member_bytes) {
+                    std::optional<uint64_t> large_member_bytes, bool packed_batches) {
   Result<std::unique_ptr<ShardSource>> opened = [&]() -> Result<std::unique_ptr<ShardSource>> {
     py::gil_scoped_release release;
     GANTRY_ASSIGN_OR_RETURN(data::DatasetLocation d, data::LocateDataset(url, {}));
@@ -103,6 +103,7 @@ PySource OpenSource(const std::string& url, std::optional<std::vector<uint64_t>>
     if (job) options.job = *job;
     options.map_files = map_files;
     if (large_member_bytes) options.large_member_bytes = *large_member_bytes;
+    options.packed_batches = packed_batches;
     return data::OpenShardSource(std::move(d), options);
   }();
   return PySource{std::shared_ptr<ShardSource>(Unwrap(std::move(opened))), url};
@@ -810,7 +811,7 @@ void DefineDataModule(py::module_& m) {
            py::arg("verify_hashes") = false, py::arg("cache_dir") = py::none(),
            py::arg("cache_bytes") = 0, py::arg("fallback_urls") = py::none(),
            py::arg("job") = py::none(), py::arg("map_files") = py::none(),
-           py::arg("large_member_bytes") = py::none())
+           py::arg("large_member_bytes") = py::none(), py::arg("packed_batches") = false)
       .def_readonly("url", &PySource::url)
       .def_property_readonly(
           "format", [](const PySource& s) { return data::DatasetFormatName(s.source->format()); })

@@ -625,6 +625,22 @@ class NextBatchTest(TempDirTestCase):
         with open(os.path.join(folder, "index.json"), "w") as f:
             json.dump({"version": 2, "shards": [shard]}, f)
 
+    def test_packed_batches_of_large_samples_read_their_shards_on_any_machine(self):
+        # Where mapping is the default (a cheap first touch), packed batches of large samples
+        # still read their shards: their members go straight from the file into the block.
+        # Checked on every machine: nothing is mapped while they are read in process.
+        payloads = self.write_random_bins(self.path("ds"), 2, 4, 200 << 10)
+        base = _gantry.live_mappings()
+        ds = StreamingDataset(self.path("ds"), batched=True, packed=True, decode=False,
+                              batch_size=2, shuffle=False)
+        seen = 0
+        for batch in ds:
+            self.assertEqual(_gantry.live_mappings(), base)
+            for n, view in zip(batch.positions, batch["bin"]):
+                self.assertEqual(bytes(view), payloads[n])
+                seen += 1
+        self.assertEqual(seen, 8)
+
     def test_an_error_met_reading_ahead_is_the_next_calls(self):
         # Sample 5's record is damaged: reading it fails, whether that read is the call's own
         # or one ahead of it, and at the same call: the one whose batch holds it.

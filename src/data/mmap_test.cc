@@ -869,11 +869,12 @@ TEST_P(LargeMembers, LeftInTheirFilesTheyGiveTheSameSamples) {
   EXPECT_NE(next.status().message().find(name), std::string::npos) << next.status().ToString();
 }
 
-// Mapping is the default where a page's first touch is cheap, but a dataset whose samples
-// average at least large_member_bytes is read without its large members there too: a packed
-// batch reads them straight from the file, which beat mapping on such a machine. Small samples
-// keep the machine's default; map_files=true maps either.
-TEST_P(LargeMembers, ByDefaultLargeSamplesAreLeftInTheirFilesOnAnyMachine) {
+// Mapping is the default where a page's first touch is cheap, but for packed batches a dataset
+// whose samples average at least large_member_bytes is read without its large members there
+// too: a packed batch reads them straight from the file, which beat mapping on such a machine.
+// Samples handed out one by one, and small samples, keep the machine's default; map_files=true
+// maps either.
+TEST_P(LargeMembers, ForPackedBatchesLargeSamplesAreLeftInTheirFilesOnAnyMachine) {
   TempDir tmp;
   const bool mds = GetParam();
   const auto write = [&](const std::string& dir, size_t bytes) {
@@ -890,20 +891,25 @@ TEST_P(LargeMembers, ByDefaultLargeSamplesAreLeftInTheirFilesOnAnyMachine) {
     EXPECT_TRUE(shard.ok()) << shard.status().ToString();
     return shard.ok() ? *shard : nullptr;
   };
-  auto large = first_shard("file://" + tmp.path() + "/large", {});
+  ShardSourceOptions packed;
+  packed.packed_batches = true;
+  auto large = first_shard("file://" + tmp.path() + "/large", packed);
   ASSERT_NE(large, nullptr);
   EXPECT_FALSE(large->bytes()->mapped());
   EXPECT_GT(large->bytes()->unread_bytes(), 0u);
-  auto small = first_shard("file://" + tmp.path() + "/small", {});
+  auto one_by_one = first_shard("file://" + tmp.path() + "/large", {});
+  ASSERT_NE(one_by_one, nullptr);
+  EXPECT_EQ(one_by_one->bytes()->mapped(), ShardBytes::FirstTouchIsCheap());
+  auto small = first_shard("file://" + tmp.path() + "/small", packed);
   ASSERT_NE(small, nullptr);
   EXPECT_EQ(small->bytes()->mapped(), ShardBytes::FirstTouchIsCheap());
-  ShardSourceOptions map;
+  ShardSourceOptions map = packed;
   map.map_files = true;
   auto mapped = first_shard("file://" + tmp.path() + "/large", map);
   ASSERT_NE(mapped, nullptr);
   EXPECT_TRUE(mapped->bytes()->mapped());
   // Members under the threshold: the samples are not large, so the machine's default holds.
-  ShardSourceOptions high;
+  ShardSourceOptions high = packed;
   high.large_member_bytes = 1 << 20;
   auto under = first_shard("file://" + tmp.path() + "/large", high);
   ASSERT_NE(under, nullptr);
