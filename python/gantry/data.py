@@ -1066,9 +1066,8 @@ class StreamingDataset(_Base):
     of 256 MiB held that way per process, and on every machine for packed batches of a dataset
     whose samples average large_member_bytes or more. A WebDataset shard read that way is read
     without its members of at least large_member_bytes (default 64 KiB; 0: shards are read
-    whole): a packed
-    batch reads each such member from the file straight into its block, one copy instead of two,
-    and a sample handed out whole reads it then. With decode=False a field is a read-only
+    whole): a packed batch reads each such member from the file straight into its block, one
+    copy instead of two, and a sample handed out whole reads it then. With decode=False a field is a read-only
     memoryview of its shard's bytes, valid for as long as it is referenced (it keeps the mapping
     or buffer alive, even after the dataset and its iterator are gone); bytes(view) copies it.
     In a DataLoader worker fields are bytes instead, as the DataLoader pickles samples
