@@ -1067,9 +1067,10 @@ class StreamingDataset(_Base):
     whose samples average large_member_bytes or more. A WebDataset shard read that way is read
     without its members of at least large_member_bytes (default 64 KiB; 0: shards are read
     whole): a packed batch reads each such member from the file straight into its block, one
-    copy instead of two, and a sample handed out whole reads it then. With decode=False a field is a read-only
-    memoryview of its shard's bytes, valid for as long as it is referenced (it keeps the mapping
-    or buffer alive, even after the dataset and its iterator are gone); bytes(view) copies it.
+    copy instead of two, and a sample handed out whole reads it then. With decode=False a field
+    is a read-only memoryview of its shard's bytes, valid for as long as it is referenced (it
+    keeps the mapping or buffer alive, even after the dataset and its iterator are gone);
+    bytes(view) copies it.
     In a DataLoader worker fields are bytes instead, as the DataLoader pickles samples
     (zero_copy=True forces memoryviews, for a collate_fn that consumes them in the worker;
     zero_copy=False forces bytes). A local file cut short while mapped does not crash the
