@@ -510,6 +510,32 @@ TEST(LoaderCache, DatasetRewrittenInPlaceIsNotServedStale) {
   }
 }
 
+// A location built by hand with sizes or versions for other shards than it lists would key the
+// cache on the wrong shards: refused, naming the counts.
+TEST(LoaderCache, ShardSizesOrVersionsForOtherShardsAreRefused) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  WriteWds(data, 3, 4);
+  MetricsRegistry registry;
+  for (bool versions : {false, true}) {
+    SCOPED_TRACE(versions ? "versions" : "sizes");
+    auto d = LocateDataset("file://" + data, {});
+    ASSERT_TRUE(d.ok());
+    ASSERT_EQ(d->wds_shard_versions.size(), 3u);
+    if (versions) {
+      d->wds_shard_versions.pop_back();
+    } else {
+      d->wds_shard_bytes.pop_back();
+    }
+    auto source = OpenShardSource(std::move(*d), Options(registry, tmp.path() + "/cache"));
+    ASSERT_FALSE(source.ok());
+    EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
+    const char* says = versions ? "2 shard versions for 3" : "2 shard sizes for 3";
+    EXPECT_NE(source.status().message().find(says), std::string::npos)
+        << source.status().ToString();
+  }
+}
+
 // A cache inside the dataset's own folder put its copies among the shards: the next open
 // listed them too, and every sample came twice (then more with each new fingerprint). However
 // the cache folder is named, that is refused before anything is written; a sibling is fine.
